@@ -1,0 +1,7 @@
+"""Version numbers, kept free of imports so the capture path (which runs without polars) can read them."""
+
+__version__ = "0.1.0"
+
+SCHEMA_VERSION = 1
+"""Version of the run format (manifest + frames). Bump it whenever a frame's columns change: runs whose frames
+are older are rebuilt from raw/."""

@@ -1,0 +1,287 @@
+"""The frames of a run: names, columns, dtypes and units, written down once.
+
+Every reader builds its frames to these schemas (``conform`` casts and orders columns, adding missing ones as
+nulls), the run stores them as ``frames/<name>.parquet``, and ``tests/test_frames.py`` pins them. Bump
+``SCHEMA_VERSION`` (tracekit/_version.py) whenever a column changes: runs whose frames are older are rebuilt from ``raw/``.
+
+Units: times are integer nanoseconds on the capture's own clock (``*_ns``); sizes are bytes; ``*_pct`` are
+percentages 0-100 of the named peak; clocks are hertz (``*_hz``); rates are ``*_per_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracekit._version import SCHEMA_VERSION
+
+__all__ = ["SCHEMA_VERSION", "SPECS", "Column", "FrameSpec", "conform", "empty"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: pl.DataType | type[pl.DataType]
+    doc: str
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def schema(self) -> pl.Schema:
+        return pl.Schema({c.name: c.dtype for c in self.columns})
+
+    def empty(self) -> pl.DataFrame:
+        return pl.DataFrame(schema=self.schema)
+
+    def conform(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Cast ``df`` to this schema: known columns cast (strictly), missing ones null, extra ones dropped."""
+        exprs = []
+        for c in self.columns:
+            if c.name in df.columns:
+                exprs.append(pl.col(c.name).cast(c.dtype, strict=True))
+            else:
+                exprs.append(pl.lit(None, dtype=c.dtype).alias(c.name))
+        return df.select(exprs)
+
+
+I64, I32, F64, STR, BOOL = pl.Int64, pl.Int32, pl.Float64, pl.String, pl.Boolean
+
+KERNELS = FrameSpec(
+    "kernels",
+    "One row per kernel launch on a timeline (Nsight Systems or the PyTorch profiler).",
+    (
+        Column("kernel_id", I64, "unique id of the launch within the run"),
+        Column("source", STR, "raw file the row came from (path relative to raw/)"),
+        Column("rank", I32, "distributed rank, null for single-process runs"),
+        Column("pid", I64, "id of the process that launched the kernel"),
+        Column("device", I32, "CUDA device ordinal"),
+        Column("context", I64, "CUDA context id, null where unknown"),
+        Column("stream", I64, "CUDA stream id"),
+        Column("correlation_id", I64, "launch correlation id (unique per process, not per run)"),
+        Column("name", STR, "demangled kernel name"),
+        Column("short_name", STR, "short (function) name"),
+        Column("start_ns", I64, "kernel start, ns"),
+        Column("end_ns", I64, "kernel end, ns"),
+        Column("duration_ns", I64, "end - start, ns"),
+        Column("grid_x", I32, "grid size x (blocks)"),
+        Column("grid_y", I32, "grid size y"),
+        Column("grid_z", I32, "grid size z"),
+        Column("block_x", I32, "block size x (threads)"),
+        Column("block_y", I32, "block size y"),
+        Column("block_z", I32, "block size z"),
+        Column("registers_per_thread", I32, "registers per thread"),
+        Column("static_smem_bytes", I64, "static shared memory per block, bytes"),
+        Column("dynamic_smem_bytes", I64, "dynamic shared memory per block, bytes"),
+        Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
+        Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
+        Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
+    ),
+)
+
+RANGES = FrameSpec(
+    "ranges",
+    "NVTX ranges and PyTorch record_function annotations; GEMM fields parsed from tracekit range names.",
+    (
+        Column("range_id", I64, "unique id of the range within the run"),
+        Column("parent_id", I64, "enclosing range on the same thread, null at top level"),
+        Column("source", STR, "raw file the row came from"),
+        Column("rank", I32, "distributed rank, null for single-process runs"),
+        Column("kind", STR, "push_pop | start_end | annotation | gpu_annotation"),
+        Column("domain", STR, "NVTX domain name, null for the default domain"),
+        Column("name", STR, "range text"),
+        Column("pid", I64, "process id"),
+        Column("tid", I64, "thread id (push/pop and annotations are per thread)"),
+        Column("device", I32, "device, for GPU-side annotations"),
+        Column("start_ns", I64, "range start, ns"),
+        Column("end_ns", I64, "range end, ns (null if the range never closed)"),
+        Column("depth", I32, "nesting depth on its thread, 0 at top level"),
+        Column("range_kind", STR, "tracekit range kind (gemm, aux, moe, step), null for other ranges"),
+        Column("backend", STR, "GEMM backend, e.g. torch-bf16, flashinfer-fp4"),
+        Column("op", STR, "entry point, e.g. mm, scaled_mm, mm_fp4"),
+        Column("m", I64, "GEMM M"),
+        Column("n", I64, "GEMM N"),
+        Column("k", I64, "GEMM K"),
+        Column("dtype_a", STR, "A operand dtype (canonical short name)"),
+        Column("dtype_b", STR, "B operand dtype"),
+        Column("dtype_out", STR, "output dtype"),
+        Column("scale", STR, "scale layout: none, tensorwise, rowwise, blockwise, nvfp4-1x16, ..."),
+        Column("role", STR, "for aux ranges: quantize, reduce, swizzle"),
+        Column("fields", STR, "every field of a tracekit range name, as JSON"),
+    ),
+)
+
+NCU = FrameSpec(
+    "ncu",
+    "One row per kernel profiled by Nsight Compute, with the metrics the analysis uses (null when absent).",
+    (
+        Column("ncu_id", I64, "unique id of the profiled kernel within the run"),
+        Column("source", STR, "report file"),
+        Column("rank", I32, "distributed rank"),
+        Column("range_index", I32, "ncu report range index"),
+        Column("action_index", I32, "index of the kernel in its report range"),
+        Column("name", STR, "kernel (function) name"),
+        Column("demangled_name", STR, "demangled kernel name"),
+        Column("nvtx_range", STR, "innermost NVTX push/pop range of the launch (tracekit's domain first)"),
+        Column(
+            "nvtx_stack", STR, "all open NVTX push/pop ranges, JSON list of {domain, name}, outermost first"
+        ),
+        Column("device_name", STR, "GPU name"),
+        Column("compute_capability", STR, "compute capability, e.g. '9.0'"),
+        Column("sm_count", I32, "multiprocessors on the device"),
+        Column("grid_x", I32, "grid size x"),
+        Column("grid_y", I32, "grid size y"),
+        Column("grid_z", I32, "grid size z"),
+        Column("grid_size", I64, "blocks in the grid"),
+        Column("block_x", I32, "block size x"),
+        Column("block_y", I32, "block size y"),
+        Column("block_z", I32, "block size z"),
+        Column("block_size", I32, "threads per block"),
+        Column("registers_per_thread", I32, "registers per thread"),
+        Column("static_smem_bytes", I64, "static shared memory per block, bytes"),
+        Column("dynamic_smem_bytes", I64, "dynamic shared memory per block, bytes"),
+        Column("smem_config_bytes", I64, "shared memory configured per SM for the launch, bytes"),
+        Column("smem_per_block_limit_bytes", I64, "device maximum shared memory per block (opt-in), bytes"),
+        Column("smem_per_sm_bytes", I64, "device shared memory per SM, bytes"),
+        Column("theoretical_occupancy_pct", F64, "theoretical occupancy, % of max warps"),
+        Column("achieved_occupancy_pct", F64, "achieved occupancy, % of max warps"),
+        Column("occupancy_limit_registers", I32, "blocks per SM allowed by registers"),
+        Column("occupancy_limit_shared_mem", I32, "blocks per SM allowed by shared memory"),
+        Column("occupancy_limit_warps", I32, "blocks per SM allowed by warps"),
+        Column("occupancy_limit_blocks", I32, "blocks per SM allowed by the block limit"),
+        Column("waves_per_sm", F64, "launch__waves_per_multiprocessor"),
+        Column("duration_ns", F64, "gpu__time_duration.sum, ns"),
+        Column("sm_clock_hz", F64, "clock the kernel ran at (gpc__cycles_elapsed.avg.per_second), Hz"),
+        Column("boost_clock_hz", F64, "device boost clock (device__attribute_clock_rate), Hz"),
+        Column("dram_clock_hz", F64, "DRAM clock during the kernel, Hz"),
+        Column("compute_throughput_pct", F64, "SM throughput, % of peak (sm__throughput)"),
+        Column("memory_throughput_pct", F64, "memory throughput, % of peak (gpu__compute_memory_throughput)"),
+        Column("dram_throughput_pct", F64, "DRAM throughput, % of peak"),
+        Column("dram_bytes", F64, "DRAM bytes read + written"),
+        Column("dram_bytes_per_s", F64, "DRAM bandwidth achieved, bytes/s"),
+        Column("l2_hit_rate_pct", F64, "L2 hit rate, %"),
+        Column(
+            "tensor_pipe_pct", F64, "tensor pipe active, % of peak sustained (architecture-specific metric)"
+        ),
+        Column("tensor_pipe_metric", STR, "which metric gave tensor_pipe_pct"),
+        Column("issue_active_pct", F64, "issue slots busy, %"),
+        Column("clock_control", STR, "ncu clock control the report was taken with, if known"),
+    ),
+)
+
+NCU_METRICS = FrameSpec(
+    "ncu_metrics",
+    "Every metric of every profiled kernel, long form.",
+    (
+        Column("ncu_id", I64, "ncu.ncu_id"),
+        Column("metric", STR, "metric name"),
+        Column("value", F64, "numeric value (null for strings)"),
+        Column("text", STR, "string value, or the number as text"),
+        Column("unit", STR, "unit as ncu reports it"),
+    ),
+)
+
+NCU_RULES = FrameSpec(
+    "ncu_rules",
+    "Nsight Compute's own guided-analysis findings per profiled kernel.",
+    (
+        Column("ncu_id", I64, "ncu.ncu_id"),
+        Column("rule", STR, "rule identifier"),
+        Column("section", STR, "section the rule belongs to"),
+        Column("kind", STR, "message type: OPTIMIZATION, WARNING, ..."),
+        Column("title", STR, "message title"),
+        Column("message", STR, "full message text"),
+        Column("speedup_pct", F64, "ncu's estimated speedup, % (null if none)"),
+        Column("speedup_type", STR, "local | global"),
+    ),
+)
+
+DEVICES = FrameSpec(
+    "devices",
+    "GPUs seen in the run's files.",
+    (
+        Column("source", STR, "file the device was read from"),
+        Column("rank", I32, "distributed rank"),
+        Column("device", I32, "device ordinal"),
+        Column("name", STR, "GPU name"),
+        Column("compute_capability", STR, "e.g. '9.0'"),
+        Column("sm_count", I32, "multiprocessors"),
+        Column("memory_bytes", I64, "device memory, bytes"),
+        Column("smem_per_block_optin_bytes", I64, "max shared memory per block (opt-in), bytes"),
+        Column("smem_per_sm_bytes", I64, "shared memory per SM, bytes"),
+        Column("regs_per_sm", I64, "registers per SM"),
+        Column("boost_clock_hz", F64, "boost clock, Hz"),
+    ),
+)
+
+FAILURES = FrameSpec(
+    "failures",
+    "A backend x shape that failed, recorded in full.",
+    (
+        Column("failure_id", I64, "id within the run"),
+        Column("backend", STR, "backend name"),
+        Column("op", STR, "entry point"),
+        Column("m", I64, "M"),
+        Column("n", I64, "N"),
+        Column("k", I64, "K"),
+        Column("kind", STR, "unsupported | unavailable | crashed | wrong | timeout"),
+        Column("error_type", STR, "exception type (module-qualified), or signal name"),
+        Column("message", STR, "full, untruncated message"),
+        Column("traceback", STR, "full traceback text"),
+        Column("device_name", STR, "GPU name"),
+        Column("compute_capability", STR, "compute capability"),
+        Column("versions", STR, "library versions, JSON object"),
+        Column("time_unix", F64, "when it happened, seconds since the epoch"),
+    ),
+)
+
+MEASUREMENTS = FrameSpec(
+    "measurements",
+    "GEMMs timed by tracekit's own benchmark (``tracekit bench gemm``), with the NVML sample beside each.",
+    (
+        Column("measurement_id", I64, "id within the run"),
+        Column("range", STR, "tracekit range name of the GEMM"),
+        Column("backend", STR, "backend"),
+        Column("op", STR, "entry point"),
+        Column("m", I64, "M"),
+        Column("n", I64, "N"),
+        Column("k", I64, "K"),
+        Column("dtype", STR, "input dtype (canonical short name)"),
+        Column("dtype_out", STR, "output dtype"),
+        Column("scale", STR, "scale layout"),
+        Column("time_us", F64, "median time per GEMM, microseconds"),
+        Column("time_us_p10", F64, "10th percentile, microseconds"),
+        Column("time_us_p90", F64, "90th percentile, microseconds"),
+        Column("repeats", I32, "timed repeats"),
+        Column("tflops", F64, "2*M*N*K / median time, TFLOP/s"),
+        Column(
+            "aux_time_us", F64, "median time of the auxiliary step (e.g. activation quantize), microseconds"
+        ),
+        Column("rel_error", F64, "||out - ref|| / ||ref|| against a high-precision reference"),
+        Column("status", STR, "ok | wrong"),
+        Column("sm_clock_hz", F64, "mean SM clock during the timing (NVML), Hz"),
+        Column("power_w", F64, "mean board power during the timing (NVML), W"),
+        Column("power_limit_w", F64, "enforced power limit, W"),
+        Column("temperature_c", F64, "GPU temperature, C"),
+        Column("throttle_reasons", I64, "NVML clocks-event reasons bitmask seen during the timing (OR)"),
+        Column("timing", STR, "how it was timed: cuda-graph | events"),
+    ),
+)
+
+SPECS: dict[str, FrameSpec] = {
+    s.name: s for s in (KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS)
+}
+"""Every frame a run may hold, by name."""
+
+
+def empty(name: str) -> pl.DataFrame:
+    return SPECS[name].empty()
+
+
+def conform(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    return SPECS[name].conform(df)

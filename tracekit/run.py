@@ -1,0 +1,258 @@
+"""The run directory: one folder per capture, self-describing and safe to share.
+
+Layout::
+
+    RUN/
+      run.json          manifest (format, schema version, command, environment, capture settings, sources, status)
+      raw/              the tools' own files, untouched (.ncu-rep, .sqlite, .json.gz, ranges.jsonl, failures.jsonl)
+      frames/           polars frames as parquet, rebuilt from raw/ when missing or older than SCHEMA_VERSION
+
+Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
+leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. This module
+imports polars only when frames are read or written, so collectors can create runs where polars is absent.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracekit._version import SCHEMA_VERSION, __version__
+from tracekit.errors import RunNotFoundError, SchemaError
+
+if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU machines that lack it
+    import polars as pl
+
+MANIFEST = "run.json"
+FORMAT = "tracekit-run"
+
+STATUS_CAPTURING = "capturing"
+STATUS_COMPLETE = "complete"
+STATUS_INCOMPLETE = "incomplete"
+
+
+@contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success it replaces ``target`` in one rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json_atomic(target: Path, obj: Any) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
+
+
+def sha256_file(path: Path, limit: int | None = None) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def new_run_name(label: str = "run") -> str:
+    """A name unique even for two captures started in the same second: time, label, random suffix."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label)[:40] or "run"
+    return f"{stamp}-{safe}-{secrets.token_hex(3)}"
+
+
+class Run:
+    """A run directory on disk. Create with :meth:`create`, open with :meth:`open`."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    # -- construction ------------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        path: Path | str,
+        *,
+        command: list[str] | None = None,
+        capture: dict[str, Any] | None = None,
+        environment: dict[str, Any] | None = None,
+        status: str = STATUS_COMPLETE,
+        exist_ok: bool = False,
+    ) -> Run:
+        """Make a new run folder (refusing to reuse a non-empty one unless ``exist_ok``)."""
+        path = Path(path)
+        if path.exists() and any(path.iterdir()) and not exist_ok:
+            raise RunNotFoundError(
+                f"{path} already exists and is not empty", "choose another -o path or remove it first"
+            )
+        (path / "raw").mkdir(parents=True, exist_ok=True)
+        (path / "frames").mkdir(exist_ok=True)
+        now = time.time()
+        manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "tracekit_version": __version__,
+            "created_unix": now,
+            "created": _dt.datetime.fromtimestamp(now, _dt.UTC).isoformat(timespec="seconds"),
+            "command": command,
+            "status": status,
+            "incomplete_reason": None,
+            "environment": environment or {},
+            "capture": capture or {},
+            "sources": [],
+            "frames": None,
+            "events": [],
+        }
+        run = cls(path, manifest)
+        run.save()
+        return run
+
+    @classmethod
+    def open(cls, path: Path | str) -> Run:
+        """Open an existing run folder, checking its manifest."""
+        path = Path(path)
+        mpath = path / MANIFEST
+        if not path.exists():
+            raise RunNotFoundError(
+                f"{path} does not exist", "give a run folder made by tracekit capture/import"
+            )
+        if not mpath.is_file():
+            raise RunNotFoundError(
+                f"{path} is not a tracekit run (no {MANIFEST})",
+                "make one with `tracekit import FILE... -o RUN` or `tracekit capture`",
+            )
+        try:
+            manifest = json.loads(mpath.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SchemaError(f"{mpath} is not valid JSON ({exc})", "re-import the raw files into a new run")
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise SchemaError(f"{mpath} is not a tracekit manifest", "re-import the raw files into a new run")
+        version = manifest.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"{path} has schema version {version!r}; this tracekit reads up to {SCHEMA_VERSION}",
+                "upgrade tracekit (pip install -U tracekit)",
+            )
+        return cls(path, manifest)
+
+    # -- paths ---------------------------------------------------------------------------------------------
+    @property
+    def raw_dir(self) -> Path:
+        return self.path / "raw"
+
+    @property
+    def frames_dir(self) -> Path:
+        return self.path / "frames"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", STATUS_COMPLETE))
+
+    # -- manifest ------------------------------------------------------------------------------------------
+    def save(self) -> None:
+        write_json_atomic(self.path / MANIFEST, self.manifest)
+
+    def log(self, phase: str, message: str, **extra: Any) -> None:
+        """Append a timestamped event to the manifest (and save), so an interrupted capture says how far it got."""
+        self.manifest.setdefault("events", []).append(
+            {"time_unix": time.time(), "phase": phase, "message": message, **extra}
+        )
+        self.save()
+
+    def mark(self, status: str, reason: str | None = None) -> None:
+        self.manifest["status"] = status
+        self.manifest["incomplete_reason"] = reason
+        self.save()
+
+    def add_source(self, record: dict[str, Any]) -> None:
+        """Record one raw file (``path`` relative to the run) with its kind and import status."""
+        sources = self.manifest.setdefault("sources", [])
+        sources[:] = [s for s in sources if s.get("path") != record.get("path")]
+        sources.append(record)
+        self.save()
+
+    def add_raw(self, src: Path, *, name: str | None = None, move: bool = False) -> Path:
+        """Copy (or move) a file into raw/, never overwriting: a clash gets a numbered name."""
+        self.raw_dir.mkdir(parents=True, exist_ok=True)
+        base = name or src.name
+        target = self.raw_dir / base
+        i = 1
+        while target.exists():
+            stem, dot, ext = base.partition(".")
+            target = self.raw_dir / f"{stem}-{i}{dot}{ext}"
+            i += 1
+        if move:
+            shutil.move(str(src), target)
+        else:
+            shutil.copy2(src, target)
+        return target
+
+    def relative(self, path: Path) -> str:
+        return path.resolve().relative_to(self.path.resolve()).as_posix()
+
+    # -- frames --------------------------------------------------------------------------------------------
+    def frame_path(self, name: str) -> Path:
+        return self.frames_dir / f"{name}.parquet"
+
+    def write_frame(self, name: str, df: pl.DataFrame) -> None:
+        from tracekit.frames import SPECS
+
+        if name not in SPECS:
+            raise ValueError(f"unknown frame {name!r}")
+        with atomic_path(self.frame_path(name)) as tmp:
+            df.write_parquet(tmp, compression="zstd", statistics=True)
+
+    def write_frames(self, frames: dict[str, pl.DataFrame]) -> None:
+        """Write all frames, then record in the manifest that they are current."""
+        for name, df in frames.items():
+            self.write_frame(name, df)
+        self.manifest["frames"] = {
+            "schema_version": SCHEMA_VERSION,
+            "built_unix": time.time(),
+            "rows": {name: df.height for name, df in frames.items()},
+        }
+        self.save()
+
+    def frames_current(self) -> bool:
+        info = self.manifest.get("frames") or {}
+        if info.get("schema_version") != SCHEMA_VERSION:
+            return False
+        return all(self.frame_path(n).is_file() for n in (info.get("rows") or {}))
+
+    def read_frame(self, name: str, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
+        """A frame as written; an empty frame of the right schema if the run has none of that kind."""
+        import polars as pl
+
+        from tracekit.frames import SPECS
+
+        path = self.frame_path(name)
+        if not path.is_file():
+            empty = SPECS[name].empty()
+            return empty.lazy() if lazy else empty
+        try:
+            return pl.scan_parquet(path) if lazy else pl.read_parquet(path)
+        except Exception as exc:  # polars raises several types for corrupt parquet
+            raise SchemaError(
+                f"frame {path} cannot be read ({type(exc).__name__}: {exc})",
+                f"rebuild it from raw/ with `tracekit import --rebuild {self.path}`",
+            ) from exc

@@ -41,6 +41,8 @@ class FrameSpec:
 
     def conform(self, df: pl.DataFrame) -> pl.DataFrame:
         """Cast ``df`` to this schema: known columns cast (strictly), missing ones null, extra ones dropped."""
+        if df.width == 0:  # selecting literals from a frame without columns would make one row
+            return self.empty()
         exprs = []
         for c in self.columns:
             if c.name in df.columns:
@@ -78,6 +80,7 @@ KERNELS = FrameSpec(
         Column("registers_per_thread", I32, "registers per thread"),
         Column("static_smem_bytes", I64, "static shared memory per block, bytes"),
         Column("dynamic_smem_bytes", I64, "dynamic shared memory per block, bytes"),
+        Column("smem_bytes", I64, "static + dynamic shared memory per block, bytes (Kineto gives only this sum)"),
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),

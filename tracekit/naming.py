@@ -23,6 +23,11 @@ KINDS = ("gemm", "aux", "moe", "step")
 """Range kinds: a GEMM launch, an auxiliary kernel of a GEMM (quantize, reduce, swizzle), a grouped / MoE
 launch, and a user step."""
 
+SKIP_DOMAIN = "tk_unprofiled"
+"""Domain for launches that should stay on the timeline but out of ncu (warm-up, launches past the per-range
+budget). It must not contain ``tracekit``: ncu matches the domain part of a ``regex:`` filter as an unanchored
+search, so a domain ``tracekit_skip`` was profiled by ``regex:tracekit@.+/`` (seen on the H200, 2026-12-02)."""
+
 NCU_FILTER = f"regex:{DOMAIN}@.+/"
 """The ``--nvtx-include`` expression that selects every push/pop range in tracekit's domain."""
 

@@ -1,0 +1,385 @@
+"""Builds a run's frames from its raw files, and opens runs for the views.
+
+``import_files`` makes a new run from existing reports (any mix of Nsight Compute reports and CSV exports, Nsight
+Systems SQLite exports, Kineto traces, tracekit's own JSONL records); ``import_into`` (re)builds the frames of a
+run from everything in its ``raw/``; ``load_frames`` returns a run's frames, rebuilding them first when they are
+missing or older than this tracekit's schema. A file's kind is detected from its content, not its extension.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit import naming
+from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, UnreadableFileError
+from tracekit.frames import SPECS
+from tracekit.run import Run, new_run_name, sha256_file
+
+from .base import Extract
+from .join import assign_ranges, nest_ranges
+
+# Files a capture leaves in raw/ that hold no frames.
+_IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep")
+_ID_COLUMNS = {
+    "kernels": ["kernel_id", "range_id"],
+    "ranges": ["range_id", "parent_id"],
+    "ncu": ["ncu_id"],
+    "ncu_metrics": ["ncu_id"],
+    "ncu_rules": ["ncu_id"],
+}
+_ID_OWNER = {"kernels": "kernel_id", "ranges": "range_id", "ncu": "ncu_id"}
+_ID_FAMILY = {"kernel_id": "kernels", "range_id": "ranges", "parent_id": "ranges", "ncu_id": "ncu"}
+
+
+# --- kinds ------------------------------------------------------------------------------------------------------
+def _head(path: Path, n: int = 4096) -> bytes:
+    with path.open("rb") as f:
+        return f.read(n)
+
+
+def _is_jsonl_records(path: Path, columns: set[str]) -> bool:
+    try:
+        first = _head(path, 65536).split(b"\n", 1)[0]
+        obj = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and len(columns & set(obj)) >= 3
+
+
+def detect_kind(path: Path) -> str:
+    """The kind of a profiler file, from its content: ``ncu``, ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``,
+    ``measurements`` or ``failures``. Raises UnreadableFileError for anything else."""
+    from .kineto import is_kineto_trace
+    from .ncu import is_ncu_report
+    from .ncu_csv import sniff_ncu_csv
+    from .nsys import is_nsys_sqlite
+
+    if not path.exists():
+        raise BadInputError(f"{path} does not exist", "check the path")
+    if path.is_dir():
+        raise UnreadableFileError(path, "is a folder, not a profiler file", "give the files inside it")
+    if path.stat().st_size == 0:
+        raise UnreadableFileError(path, "is empty", "re-export or re-capture it")
+    if is_ncu_report(path):
+        return "ncu"
+    if is_nsys_sqlite(path):
+        return "nsys"
+    if is_kineto_trace(path):
+        return "kineto"
+    head = _head(path, 64)
+    if path.suffix == ".nsys-rep" or head.startswith(b"QDSTRM") or b"nsys" in head[:16].lower():
+        return "nsys-rep"
+    meas = {c.name for c in SPECS["measurements"].columns}
+    fail = {c.name for c in SPECS["failures"].columns}
+    if _is_jsonl_records(path, fail - meas):
+        return "failures"
+    if _is_jsonl_records(path, meas - fail):
+        return "measurements"
+    if sniff_ncu_csv(path):
+        return "ncu-csv"
+    raise UnreadableFileError(
+        path,
+        "is not a file tracekit reads (Nsight Compute .ncu-rep or CSV export, Nsight Systems SQLite export, "
+        "PyTorch profiler trace .json/.json.gz, or tracekit JSONL)",
+        "check that you passed the profiler's output file",
+    )
+
+
+def _clean_json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return None
+    return value
+
+
+def read_jsonl_records(path: Path, frame: str) -> Extract:
+    """tracekit's own measurements.jsonl / failures.jsonl; bad lines are skipped and counted, never fatal."""
+    spec = SPECS[frame]
+    names = [c.name for c in spec.columns]
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    with path.open("rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if not isinstance(obj, dict):
+                bad += 1
+                continue
+            rows.append({k: _clean_json_value(obj.get(k)) for k in names})
+    for row in rows:
+        for key in ("versions",):
+            if key in row and row[key] is not None and not isinstance(row[key], str):
+                row[key] = json.dumps(row[key], sort_keys=True)
+    if rows:
+        df = pl.DataFrame(rows, schema={c.name: c.dtype for c in spec.columns}, strict=False)
+    else:
+        df = spec.empty()
+    id_col = spec.columns[0].name
+    df = spec.conform(df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col)))
+    ex = Extract(frame, path.name, {frame: df})
+    if bad:
+        ex.partial = True
+        ex.warnings.append(f"{path.name}: {bad} line(s) were not valid JSON records and were skipped")
+    return ex
+
+
+def read_file(path: Path, kind: str | None = None) -> Extract:
+    """Read one raw file into an Extract, by detected kind."""
+    kind = kind or detect_kind(path)
+    if kind == "ncu":
+        from .ncu import read_ncu_report
+
+        return read_ncu_report(path)
+    if kind == "ncu-csv":
+        from .ncu_csv import read_ncu_csv
+
+        return read_ncu_csv(path)
+    if kind == "nsys":
+        from .nsys import read_nsys_sqlite
+
+        return read_nsys_sqlite(path)
+    if kind == "kineto":
+        from .kineto import read_kineto
+
+        return read_kineto(path)
+    if kind in ("measurements", "failures"):
+        return read_jsonl_records(path, kind)
+    if kind == "nsys-rep":
+        raise UnreadableFileError(
+            path,
+            "is an Nsight Systems report; tracekit reads its SQLite export",
+            f"run `nsys export --type sqlite -o {path.with_suffix('.sqlite')} {path}` and import the .sqlite",
+        )
+    raise UnreadableFileError(path, f"has unknown kind {kind!r}")
+
+
+# --- combining --------------------------------------------------------------------------------------------------
+def _legacy_gemm_fields(name: str) -> dict[str, str] | None:
+    """Older probe ranges: ``gemm/<dtype>/M=1024,N=2048,K=6144``."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != "gemm":
+        return None
+    dims: dict[str, str] = {}
+    for item in parts[2].split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("M", "N", "K") or not value.isdigit():
+            return None
+        dims[key] = value
+    if len(dims) != 3:
+        return None
+    dtype = naming.canonical_dtype(parts[1])
+    dtype = {"fp8": "e4m3"}.get(dtype, dtype)
+    return {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype, **dims}
+
+
+def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Fill the GEMM columns of ``ranges`` from tracekit range names (and the legacy probe form)."""
+    if ranges.height == 0:
+        return ranges
+    names = ranges["name"].drop_nulls().unique().to_list()
+    rows = []
+    for name in names:
+        decoded = naming.decode(name)
+        if decoded is not None:
+            kind, fields = decoded.kind, decoded.fields
+        else:
+            legacy = _legacy_gemm_fields(name)
+            if legacy is None:
+                continue
+            kind, fields = "gemm", legacy
+
+        def as_int(key: str, fields: dict[str, str] = fields) -> int | None:
+            value = fields.get(key)
+            return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+        rows.append(
+            {
+                "name": name,
+                "range_kind": kind,
+                "backend": fields.get("backend"),
+                "op": fields.get("op"),
+                "m": as_int("M"),
+                "n": as_int("N"),
+                "k": as_int("K"),
+                "dtype_a": fields.get("a"),
+                "dtype_b": fields.get("b"),
+                "dtype_out": fields.get("out"),
+                "scale": fields.get("scale"),
+                "role": fields.get("role"),
+                "fields": json.dumps(fields, sort_keys=True),
+            }
+        )
+    if not rows:
+        return ranges
+    parsed_cols = [c for c in rows[0] if c != "name"]
+    schema = {c.name: c.dtype for c in SPECS["ranges"].columns if c.name in rows[0]}
+    parsed = pl.DataFrame(rows, schema=schema)
+    out = ranges.drop(parsed_cols).join(parsed, on="name", how="left")
+    return out.select(ranges.columns)
+
+
+def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
+    """Concatenate the frames of several files, offsetting local ids so they are unique in the run, then nest
+    ranges, parse tracekit range names and assign each kernel its innermost range."""
+    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in SPECS}
+    for ex in extracts:
+        offsets = {fam: sum(df.height for df in parts[fam]) for fam in _ID_OWNER}
+        for name, df in ex.frames.items():
+            if name not in SPECS:
+                continue
+            df = SPECS[name].conform(df)
+            shifts = [
+                (pl.col(col) + offsets[_ID_FAMILY[col]]).alias(col)
+                for col in _ID_COLUMNS.get(name, [])
+                if col in df.columns
+            ]
+            if shifts:
+                df = df.with_columns(shifts)
+            parts[name].append(df)
+    frames: dict[str, pl.DataFrame] = {}
+    for name, dfs in parts.items():
+        frames[name] = pl.concat(dfs, how="vertical") if dfs else SPECS[name].empty()
+    for name in ("measurements", "failures"):
+        id_col = SPECS[name].columns[0].name
+        frames[name] = frames[name].with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col))
+    ranges = parse_range_names(nest_ranges(frames["ranges"]))
+    frames["ranges"] = ranges
+    frames["kernels"] = assign_ranges(frames["kernels"], ranges)
+    return {name: SPECS[name].conform(df) for name, df in frames.items()}
+
+
+# --- runs ---------------------------------------------------------------------------------------------------------
+def _raw_files(run: Run) -> list[Path]:
+    if not run.raw_dir.is_dir():
+        return []
+    return sorted(
+        p
+        for p in run.raw_dir.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix not in _IGNORED_SUFFIXES
+    )
+
+
+def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """(Re)build the frames of ``run`` from every file in its raw/. Files that cannot be read are recorded as
+    failed sources (the run is then marked ``partial``); returns a summary dict."""
+    extracts: list[Extract] = []
+    failed: list[dict[str, str]] = []
+    warnings: list[str] = []
+    files = _raw_files(run)
+    skipped = [
+        p.name for p in sorted(run.raw_dir.glob("*")) if p.is_file() and p.suffix in (".nsys-rep", ".qdstrm")
+    ]
+    for path in files:
+        rel = run.relative(path)
+        if on_event:
+            on_event(f"reading {path.name}")
+        record: dict[str, Any] = {"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        try:
+            kind = detect_kind(path)
+            ex = read_file(path, kind)
+        except TracekitError as exc:
+            record.update(kind=None, status="failed", message=exc.one_line())
+            failed.append({"path": rel, "message": exc.one_line()})
+        else:
+            record.update(
+                kind=ex.kind, status="partial" if ex.partial else "ok", message=None, warnings=ex.warnings
+            )
+            warnings.extend(ex.warnings)
+            extracts.append(ex)
+        run.add_source(record)
+    for name in skipped:
+        sqlite = run.raw_dir / (Path(name).stem + ".sqlite")
+        if not sqlite.exists():
+            warnings.append(
+                f"{name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
+            )
+    frames = combine(extracts)
+    run.write_frames(frames)
+    partial = bool(failed) or any(ex.partial for ex in extracts)
+    run.manifest["partial"] = partial
+    run.manifest["import_warnings"] = warnings
+    run.save()
+    return {
+        "run": str(run.path),
+        "files": len(files),
+        "imported": len(extracts),
+        "failed": failed,
+        "warnings": warnings,
+        "partial": partial,
+        "rows": {name: df.height for name, df in frames.items()},
+    }
+
+
+def import_files(
+    paths: list[Path],
+    out: Path | None = None,
+    *,
+    runs_dir: Path = Path("runs"),
+    on_event: Callable[[str], None] | None = None,
+) -> tuple[Run, dict[str, Any]]:
+    """Make a new run from existing files. Every file is checked before the run is created; if none can be read,
+    the first problem is raised and nothing is written."""
+    if not paths:
+        raise BadInputError("no files given", "pass one or more .ncu-rep / .sqlite / .json(.gz) files")
+    problems: list[TracekitError] = []
+    for p in paths:
+        try:
+            detect_kind(p)
+        except TracekitError as exc:
+            problems.append(exc)
+    if len(problems) == len(paths):
+        if len(problems) == 1:
+            raise problems[0]
+        raise UnreadableFileError(
+            paths[0],
+            f"none of the {len(paths)} files could be read; first: {problems[0].message}",
+            problems[0].hint,
+        )
+    target = out or runs_dir / new_run_name(paths[0].stem.split(".")[0])
+    run = Run.create(target, command=None, capture={"imported_from": [str(p) for p in paths]})
+    for p in paths:
+        run.add_raw(p)
+    summary = import_into(run, on_event)
+    return run, summary
+
+
+def open_run(path: Path | str) -> Run:
+    """A run folder (or, once bundles exist, a bundle) given on the command line."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".zip":
+        try:
+            from tracekit.bundle import open_bundle
+        except ImportError as exc:
+            raise RunNotFoundError(
+                f"{path} is a zip file; bundles are not supported by this tracekit"
+            ) from exc
+        return open_bundle(path)
+    if path.is_file():
+        raise RunNotFoundError(
+            f"{path} is a file, not a run", f"make a run from it first: `tracekit import {path} -o runs/NAME`"
+        )
+    return Run.open(path)
+
+
+def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
+    """The run's frames (all, or ``names``), rebuilt from raw/ first if they are missing or stale."""
+    if not run.frames_current():
+        if not _raw_files(run) and not run.frames_dir.is_dir():
+            raise RunNotFoundError(
+                f"{run.path} has neither frames nor raw files", "re-capture or re-import it"
+            )
+        import_into(run)
+    wanted = list(names) if names is not None else list(SPECS)
+    return {name: run.read_frame(name) for name in wanted}  # type: ignore[misc]

@@ -1,0 +1,201 @@
+"""The summary of a run that ``tracekit show`` prints: device(s), counts, per-range and per-kernel tables,
+measured GEMMs and failures. Pure functions over frames; the command only renders."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+
+from tracekit.run import Run
+
+
+def devices(frames: dict[str, pl.DataFrame], run: Run | None = None) -> list[dict[str, Any]]:
+    """Distinct GPUs seen in the run: from device tables, ncu reports and the capture's environment."""
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def add(name: Any, cc: Any, sms: Any) -> None:
+        if name is None and cc is None:
+            return
+        key = (name, cc)
+        current = seen.get(key)
+        if current is None:
+            seen[key] = {"name": name, "compute_capability": cc, "sm_count": sms}
+        elif current["sm_count"] is None and sms is not None:
+            current["sm_count"] = sms
+
+    for row in frames["devices"].select("name", "compute_capability", "sm_count").unique().iter_rows():
+        add(*row)
+    for row in frames["ncu"].select("device_name", "compute_capability", "sm_count").unique().iter_rows():
+        add(*row)
+    for row in frames["failures"].select("device_name", "compute_capability").unique().iter_rows():
+        add(row[0], row[1], None)
+    env = (run.manifest.get("environment") or {}) if run else {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
+    if gpu.get("gpu_name") or gpu.get("name"):
+        add(gpu.get("gpu_name") or gpu.get("name"), gpu.get("compute_capability"), gpu.get("sm_count"))
+    # The same GPU can appear with and without a name in different files; prefer fully named entries.
+    out = sorted(seen.values(), key=lambda d: (str(d["name"]), str(d["compute_capability"])))
+    named = [d for d in out if d["name"]]
+    return named or out
+
+
+def gemm_table(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Measured GEMMs: from tracekit's benchmark when present, else GEMM ranges with their kernels' time."""
+    meas = frames["measurements"]
+    if meas.height:
+        return meas.select(
+            "range",
+            "backend",
+            "op",
+            "m",
+            "n",
+            "k",
+            "dtype",
+            "dtype_out",
+            "scale",
+            "time_us",
+            "tflops",
+            "status",
+            "sm_clock_hz",
+            "power_w",
+        )
+    ranges = frames["ranges"].filter(pl.col("range_kind") == "gemm")
+    if ranges.height == 0:
+        return pl.DataFrame(
+            schema={
+                "range": pl.String,
+                "backend": pl.String,
+                "m": pl.Int64,
+                "n": pl.Int64,
+                "k": pl.Int64,
+                "dtype": pl.String,
+                "time_us": pl.Float64,
+                "tflops": pl.Float64,
+                "launches": pl.UInt32,
+            }
+        )
+    per_range = (
+        frames["kernels"]
+        .filter(pl.col("range_id").is_not_null())
+        .group_by("range_id")
+        .agg(pl.col("duration_ns").sum().alias("kernel_ns"))
+    )
+    joined = ranges.join(per_range, on="range_id", how="left")
+    grouped = (
+        joined.group_by("name", "backend", "op", "m", "n", "k", "dtype_a", "scale")
+        .agg(pl.len().alias("launches"), pl.col("kernel_ns").median().alias("kernel_ns"))
+        .with_columns((pl.col("kernel_ns") / 1e3).alias("time_us"))
+        .with_columns(
+            (2.0 * pl.col("m") * pl.col("n") * pl.col("k") / (pl.col("time_us") * 1e-6) / 1e12).alias(
+                "tflops"
+            )
+        )
+        .rename({"name": "range", "dtype_a": "dtype"})
+        .sort("backend", "m", "n", "k", nulls_last=True)
+    )
+    return grouped.select(
+        "range", "backend", "op", "m", "n", "k", "dtype", "scale", "time_us", "tflops", "launches"
+    )
+
+
+def range_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
+    """Ranges grouped by name: count, total and median duration, kernels inside."""
+    ranges = frames["ranges"]
+    if ranges.height == 0:
+        return pl.DataFrame(
+            schema={"name": pl.String, "count": pl.UInt32, "total_ms": pl.Float64, "kernels": pl.UInt32}
+        )
+    kcount = (
+        frames["kernels"]
+        .filter(pl.col("range_id").is_not_null())
+        .group_by("range_id")
+        .agg(pl.len().alias("nk"))
+    )
+    return (
+        ranges.join(kcount, on="range_id", how="left")
+        .with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
+        .group_by("name")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("ms").sum().alias("total_ms"),
+            pl.col("ms").median().alias("median_ms"),
+            pl.col("nk").fill_null(0).sum().alias("kernels"),
+        )
+        .sort("total_ms", descending=True, nulls_last=True)
+        .head(limit)
+    )
+
+
+def kernel_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
+    """Timeline kernels grouped by name: launches, total and mean time, share of GPU time."""
+    k = frames["kernels"]
+    if k.height == 0:
+        return pl.DataFrame(schema={"name": pl.String, "launches": pl.UInt32, "total_ms": pl.Float64})
+    total = k["duration_ns"].sum() or 1
+    return (
+        k.group_by("name")
+        .agg(
+            pl.len().alias("launches"),
+            (pl.col("duration_ns").sum() / 1e6).alias("total_ms"),
+            (pl.col("duration_ns").mean() / 1e3).alias("mean_us"),
+        )
+        .with_columns((pl.col("total_ms") * 1e6 / total * 100).alias("pct"))
+        .sort("total_ms", descending=True)
+        .head(limit)
+    )
+
+
+def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
+    return json.loads(df.write_json()) if df.height else []
+
+
+def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
+    """The JSON object of ``tracekit show --json``."""
+    from tracekit.frames import SCHEMA_VERSION
+
+    devs = devices(frames, run)
+    gemms = gemm_table(frames)
+    try:  # the explainer adds % of peak and the verdict where it can
+        from .explain import gemm_summary  # type: ignore[attr-defined]
+
+        extra = gemm_summary(frames)
+    except ImportError:
+        extra = None
+    gemm_rows = _records(gemms)
+    if extra is not None and extra.height and "range" in extra.columns:
+        by_range = {r["range"]: r for r in _records(extra)}
+        for row in gemm_rows:
+            info = by_range.get(row.get("range"), {})
+            row["pct_of_peak"] = info.get("pct_of_peak")
+            row["verdict"] = info.get("verdict")
+    failures = frames["failures"].select(
+        "backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback"
+    )
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run": {
+            "path": str(run.path),
+            "status": run.status,
+            "partial": bool(run.manifest.get("partial")),
+            "incomplete_reason": run.manifest.get("incomplete_reason"),
+            "created": run.manifest.get("created"),
+            "command": run.manifest.get("command"),
+        },
+        "kernel_count": frames["kernels"].height,
+        "range_count": frames["ranges"].height,
+        "ncu_kernel_count": frames["ncu"].height,
+        "gemms": gemm_rows,
+        "failures": _records(failures),
+        "sources": [
+            {k: s.get(k) for k in ("path", "kind", "status", "message")}
+            for s in run.manifest.get("sources", [])
+        ],
+    }
+    if len(devs) > 1:
+        out["devices"] = devs
+        out["device"] = None
+    else:
+        out["device"] = devs[0] if devs else {"name": None, "compute_capability": None, "sm_count": None}
+    return out

@@ -1,0 +1,121 @@
+"""Range nesting and the kernel-to-range join, on hand-built timelines whose answer is known, plus
+properties on generated ones."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracekit.analyzers.join import assign_ranges, nest_ranges
+from tracekit.frames import KERNELS, RANGES
+
+
+def ranges_frame(rows: list[dict]) -> pl.DataFrame:
+    base = {"source": "t", "kind": "push_pop", "pid": 1, "tid": 1}
+    return RANGES.conform(pl.DataFrame([{**base, **r} for r in rows]))
+
+
+def kernels_frame(rows: list[dict]) -> pl.DataFrame:
+    base = {"source": "t", "pid": 1, "device": 0, "stream": 7}
+    out = []
+    for i, r in enumerate(rows):
+        row = {**base, "kernel_id": i, "launch_tid": 1, **r}
+        row.setdefault("start_ns", row.get("launch_start_ns", 0) + 5)
+        row.setdefault("end_ns", row["start_ns"] + 1)
+        out.append(row)
+    return KERNELS.conform(pl.DataFrame(out))
+
+
+def test_nesting_depth_and_parent() -> None:
+    #  0 [0,100)  1 [10,50)  2 [20,30)  3 [60,90)  4 on another thread [0,100)
+    r = ranges_frame(
+        [
+            {"range_id": 0, "start_ns": 0, "end_ns": 100},
+            {"range_id": 1, "start_ns": 10, "end_ns": 50},
+            {"range_id": 2, "start_ns": 20, "end_ns": 30},
+            {"range_id": 3, "start_ns": 60, "end_ns": 90},
+            {"range_id": 4, "start_ns": 0, "end_ns": 100, "tid": 2},
+        ]
+    )
+    out = nest_ranges(r).sort("range_id")
+    assert out["depth"].to_list() == [0, 1, 2, 1, 0]
+    assert out["parent_id"].to_list() == [None, 0, 1, 0, None]
+
+
+def test_kernel_gets_innermost_range_of_its_launching_thread() -> None:
+    r = ranges_frame(
+        [
+            {"range_id": 0, "start_ns": 0, "end_ns": 100},
+            {"range_id": 1, "start_ns": 10, "end_ns": 50},
+            {"range_id": 2, "start_ns": 20, "end_ns": 30},
+            {"range_id": 3, "start_ns": 60, "end_ns": 90},
+            {"range_id": 9, "start_ns": 0, "end_ns": 1000, "tid": 2},  # other thread: never chosen for tid 1
+        ]
+    )
+    k = kernels_frame(
+        [
+            {"launch_start_ns": 25},  # inside 2
+            {"launch_start_ns": 40},  # 2 closed, inside 1
+            {"launch_start_ns": 55},  # 1 closed, inside 0
+            {"launch_start_ns": 95},  # 3 closed, inside 0
+            {"launch_start_ns": 150},  # nothing open on tid 1
+            {"launch_start_ns": 150, "launch_tid": 2},  # inside 9
+            {"launch_start_ns": 25, "pid": 2},  # another process: none
+        ]
+    )
+    out = assign_ranges(k, r)
+    assert out["range_id"].to_list() == [2, 1, 0, 0, None, 9, None]
+    assert out.columns == k.columns
+
+
+def test_unlinked_kernels_fall_back_to_gpu_annotations() -> None:
+    r = ranges_frame(
+        [
+            {"range_id": 0, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 100, "end_ns": 200},
+            {"range_id": 1, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 120, "end_ns": 150},
+        ]
+    )
+    k = kernels_frame(
+        [
+            {"launch_tid": None, "start_ns": 130},
+            {"launch_tid": None, "start_ns": 160},
+            {"launch_tid": None, "start_ns": 300},
+            {"launch_tid": None, "start_ns": 130, "stream": 8},
+        ]
+    )
+    assert assign_ranges(k, r)["range_id"].to_list() == [1, 0, None, None]
+
+
+@st.composite
+def nested_timeline(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[int | None]]:
+    """A random properly nested tree of ranges on one thread, launches at random times, and the brute-force answer."""
+    spans: list[tuple[int, int]] = []
+
+    def build(lo: int, hi: int, depth: int) -> None:
+        t = lo
+        while t < hi - 2 and depth < 5 and draw(st.booleans()):
+            s = draw(st.integers(t, hi - 2))
+            e = draw(st.integers(s + 1, hi - 1))
+            spans.append((s, e))
+            build(s + 1, e, depth + 1)
+            t = e + 1
+
+    build(0, 400, 0)
+    times = draw(st.lists(st.integers(0, 400), max_size=30))
+    ranges = ranges_frame([{"range_id": i, "start_ns": s, "end_ns": e} for i, (s, e) in enumerate(spans)])
+    kernels = kernels_frame([{"launch_start_ns": t} for t in times])
+    expected: list[int | None] = []
+    for t in times:
+        inside = [(s, i) for i, (s, e) in enumerate(spans) if s <= t <= e]
+        expected.append(max(inside)[1] if inside else None)
+    return ranges, kernels, expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(nested_timeline())
+def test_join_matches_brute_force(case: tuple[pl.DataFrame, pl.DataFrame, list[int | None]]) -> None:
+    ranges, kernels, expected = case
+    out = assign_ranges(kernels, ranges)
+    assert out.height == kernels.height  # no kernel lost or duplicated
+    assert out["range_id"].to_list() == expected

@@ -1,0 +1,123 @@
+"""Rich rendering shared by commands. Kernel names and messages are data, never markup: every string goes
+through ``rich.text.Text`` (no markup parsing) and control characters are made visible."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(value: Any, width: int | None = None) -> str:
+    """Text safe to draw: control characters (ANSI escapes included) shown as \\xNN, long names elided."""
+    text = "" if value is None else str(value)
+    text = _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    if width is not None and len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if value != value:
+            return "–"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def frame_table(df: pl.DataFrame, title: str, widths: dict[str, int] | None = None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    widths = widths or {}
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for col in df.columns:
+        numeric = df.schema[col].is_numeric()
+        table.add_column(
+            col, justify="right" if numeric else "left", overflow="fold" if not numeric else "ellipsis"
+        )
+    for row in df.iter_rows():
+        table.add_row(*[Text(safe(fmt(v), widths.get(c, 60))) for c, v in zip(df.columns, row, strict=True)])
+    return table
+
+
+def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    from tracekit.analyzers import summary as S
+
+    console = Console()
+    run = data["run"]
+    status = run["status"] + (" (partial)" if run["partial"] else "")
+    console.print(Text(f"run {run['path']}  status: {status}", style="bold"))
+    if run.get("incomplete_reason"):
+        console.print(Text(f"  incomplete: {run['incomplete_reason']}", style="yellow"))
+    devs = data.get("devices") or ([data["device"]] if data.get("device") else [])
+    for d in devs:
+        console.print(
+            Text(
+                f"device: {safe(d.get('name'))}  CC {d.get('compute_capability') or '?'}  SMs {d.get('sm_count') or '?'}"
+            )
+        )
+    console.print(
+        Text(
+            f"{data['kernel_count']} timeline kernels, {data['range_count']} ranges, "
+            f"{data['ncu_kernel_count']} ncu-profiled kernels, {len(data['gemms'])} GEMMs, "
+            f"{len(data['failures'])} failures"
+        )
+    )
+    for src in data["sources"]:
+        if src.get("status") == "failed":
+            console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
+    gemms = S.gemm_table(frames)
+    if gemms.height:
+        console.print(
+            frame_table(gemms.drop([c for c in ("range",) if c in gemms.columns]).head(limit), "GEMMs")
+        )
+    fails = frames["failures"]
+    if fails.height:
+        short = fails.select(
+            "backend",
+            "m",
+            "n",
+            "k",
+            "kind",
+            "error_type",
+            pl.col("message").str.split("\n").list.first().alias("message"),
+        ).head(limit)
+        console.print(frame_table(short, "Failures (full text: --json, tracekit report)", {"message": 100}))
+    ncu = frames["ncu"]
+    if ncu.height:
+        cols = [
+            c
+            for c in (
+                "name",
+                "nvtx_range",
+                "duration_ns",
+                "sm_clock_hz",
+                "achieved_occupancy_pct",
+                "tensor_pipe_pct",
+            )
+            if c in ncu.columns
+        ]
+        console.print(
+            frame_table(
+                ncu.select(cols).head(limit), "Nsight Compute kernels", {"name": 50, "nvtx_range": 50}
+            )
+        )
+    rt = S.range_table(frames, limit)
+    if rt.height:
+        console.print(frame_table(rt, "Top ranges", {"name": 70}))
+    kt = S.kernel_table(frames, limit)
+    if kt.height:
+        console.print(frame_table(kt, "Top kernels", {"name": 70}))

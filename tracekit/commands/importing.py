@@ -1,0 +1,75 @@
+"""``tracekit import``: make a run from existing profiler files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--out", type=click.Path(path_type=Path), help="Run folder to create (default: runs/<time>-<name>)."
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where new runs go.",
+)
+@click.option(
+    "--rebuild",
+    "rebuild",
+    type=click.Path(path_type=Path),
+    help="Rebuild the frames of an existing RUN from its raw/.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON on stdout.")
+def import_(
+    files: tuple[Path, ...], out: Path | None, runs_dir: Path, rebuild: Path | None, as_json: bool
+) -> None:
+    """Build a run from existing reports: Nsight Compute (.ncu-rep, or CSV from `ncu --csv --page raw|details`),
+    Nsight Systems SQLite exports (`nsys export --type sqlite`), PyTorch profiler traces (.json / .json.gz), in any mix.
+
+    The kind of each file is detected from its content. Files are copied untouched into RUN/raw/; frames are
+    written to RUN/frames/. A file that cannot be read is reported and kept in raw/ (the run is marked partial,
+    exit 4); if none can be read nothing is written (exit 2).
+
+    \b
+    Examples:
+      tracekit import profile.ncu-rep -o runs/cutlass-fp4
+      tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
+      tracekit import --rebuild runs/old-run        # after upgrading tracekit
+    """
+    from tracekit.analyzers.importer import import_files, import_into, open_run
+    from tracekit.errors import EXIT_INCOMPLETE, BadInputError
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            click.echo(f"tracekit: {msg}", err=True)
+
+    if rebuild is not None:
+        if files:
+            raise BadInputError("--rebuild takes a run, not files", "use either FILES... or --rebuild RUN")
+        run = open_run(rebuild)
+        summary = import_into(run, progress)
+    else:
+        run, summary = import_files(list(files), out, runs_dir=runs_dir, on_event=progress)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        for failure in summary["failed"]:
+            click.echo(f"tracekit: skipped {failure['message']}", err=True)
+        for warning in summary["warnings"]:
+            click.echo(f"tracekit: warning: {warning}", err=True)
+        rows = summary["rows"]
+        click.echo(
+            f"{run.path}: {summary['imported']}/{summary['files']} files, {rows.get('kernels', 0)} kernels, "
+            f"{rows.get('ranges', 0)} ranges, {rows.get('ncu', 0)} ncu kernels, {rows.get('measurements', 0)} "
+            f"measurements, {rows.get('failures', 0)} failures" + (" (partial)" if summary["partial"] else "")
+        )
+    if summary["partial"]:
+        sys.exit(EXIT_INCOMPLETE)

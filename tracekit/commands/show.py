@@ -1,0 +1,42 @@
+"""``tracekit show``: a run's summary as tables, or JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object on stdout (see README for its keys)."
+)
+@click.option("--limit", default=15, show_default=True, help="Rows per table.")
+def show(run: Path, as_json: bool, limit: int) -> None:
+    """Summarise RUN: device, counts, measured GEMMs, failures, top ranges and kernels.
+
+    RUN is a run folder made by `tracekit capture`, `tracekit bench` or `tracekit import`.
+
+    \b
+    --json keys: schema_version, run, device {name, compute_capability, sm_count} (or devices: [...] when the run
+    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...].
+
+    \b
+    Examples:
+      tracekit show samples/h200-gemm
+      tracekit show samples/h200-gemm --json | jq '.gemms[] | {backend, m, tflops}'
+    """
+    from tracekit.analyzers import summary as S
+    from tracekit.analyzers.importer import load_frames, open_run
+
+    r = open_run(run)
+    frames = load_frames(r)
+    data = S.summary(r, frames)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    from tracekit.commands._render import render_summary
+
+    render_summary(data, frames, limit)

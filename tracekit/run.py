@@ -140,7 +140,9 @@ class Run:
         try:
             manifest = json.loads(mpath.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SchemaError(f"{mpath} is not valid JSON ({exc})", "re-import the raw files into a new run")
+            raise SchemaError(
+                f"{mpath} is not valid JSON ({exc})", "re-import the raw files into a new run"
+            ) from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise SchemaError(f"{mpath} is not a tracekit manifest", "re-import the raw files into a new run")
         version = manifest.get("schema_version")

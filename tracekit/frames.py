@@ -80,7 +80,9 @@ KERNELS = FrameSpec(
         Column("registers_per_thread", I32, "registers per thread"),
         Column("static_smem_bytes", I64, "static shared memory per block, bytes"),
         Column("dynamic_smem_bytes", I64, "dynamic shared memory per block, bytes"),
-        Column("smem_bytes", I64, "static + dynamic shared memory per block, bytes (Kineto gives only this sum)"),
+        Column(
+            "smem_bytes", I64, "static + dynamic shared memory per block, bytes (Kineto gives only this sum)"
+        ),
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),

@@ -1,0 +1,108 @@
+"""What each capture mode costs: wall time of one GEMM sweep run plainly, under nsys, under the PyTorch profiler,
+under ncu limited to tracekit ranges (the default sections, 2 launches a range) and under ``ncu --set full``.
+
+Run on a GPU machine (needs torch with CUDA; ncu / nsys where found, else those rows say why they are missing)::
+
+    python benchmarks/bench_capture_overhead.py [--shapes 5] [--reps 20] [--keep DIR]
+
+Prints one table row per mode: wall seconds of the pass, its ratio to the plain run, and the size of what it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tracekit.collectors import tools
+from tracekit.collectors.capture import capture
+from tracekit.errors import MissingToolError
+
+SWEEP = """
+import sys
+import torch
+from tracekit.collectors.ranges import gemm_range
+
+shapes, reps = int(sys.argv[1]), int(sys.argv[2])
+n, k = 2048, 6144
+w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+for i in range(shapes):
+    m = 16 << (2 * i)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    for _ in range(reps):
+        with gemm_range("torch-bf16", "mm", m, n, k, "bf16", "bf16", "bf16"):
+            torch.mm(x, w)
+torch.cuda.synchronize()
+"""
+
+
+def _size(run_raw: Path) -> int:
+    return sum(p.stat().st_size for p in run_raw.iterdir() if p.is_file() and not p.name.endswith(".log"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--shapes", type=int, default=5, help="M = 16, 64, 256, ... (N=2048, K=6144)")
+    parser.add_argument("--reps", type=int, default=20, help="launches per shape")
+    parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    ns = parser.parse_args()
+    base = ns.keep or Path(tempfile.mkdtemp(prefix="tk-overhead-"))
+    script = base / "sweep.py"
+    base.mkdir(parents=True, exist_ok=True)
+    script.write_text(SWEEP)
+    cmd = [sys.executable, str(script), str(ns.shapes), str(ns.reps)]
+
+    modes: list[tuple[str, dict]] = [
+        ("plain", {}),
+        ("nsys", {"nsys": True}),
+        ("torch-profiler", {"torch_profiler": True}),
+        ("ncu ranges (6 sections)", {"ncu": True}),
+        (
+            "ncu --set full (ranges)",
+            {"ncu": True, "sections": (), "metrics": (), "ncu_extra": ["--set", "full"]},
+        ),
+    ]
+    rows: list[tuple[str, str, str, str, str]] = []
+    plain_s: float | None = None
+    for label, opts in modes:
+        try:
+            if label == "plain":
+                start = time.perf_counter()
+                proc = subprocess.run(cmd, check=False, timeout=ns.timeout)
+                plain_s = time.perf_counter() - start
+                rows.append((label, f"{plain_s:.1f}", "1.0x", "0.00", f"exit {proc.returncode}"))
+                continue
+            if opts.get("nsys"):
+                tools.require_nsys_importer(tools.find_nsys())
+            run = capture(cmd, runs_dir=base / "runs", timeout=ns.timeout, **opts)
+        except MissingToolError as exc:
+            rows.append((label, "-", "-", "-", exc.one_line()))
+            continue
+        passes = run.manifest["capture"]["passes"]
+        wall = sum(p["wall_s"] for p in passes)
+        ratio = f"{wall / plain_s:.1f}x" if plain_s else "-"
+        rows.append(
+            (
+                label,
+                f"{wall:.1f}",
+                ratio,
+                f"{_size(run.raw_dir) / 1e6:.2f}",
+                run.manifest.get("incomplete_reason") or "ok",
+            )
+        )
+    header = ("mode", "wall s", "vs plain", "MB written", "status")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    print(f"\nsweep: {ns.shapes} shapes x {ns.reps} launches; runs in {base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,771 @@
+"""``capture``: run a benchmark once per chosen tool (ncu, nsys, the PyTorch profiler) into a new run folder.
+
+Each tool gets its own pass (ncu replays kernels and nsys traces a timeline; they cannot nest). Every pass runs
+the command in its own process group with ``TRACEKIT_RUN_DIR`` exported (a tracekit benchmark inside writes its
+measurements.jsonl / failures.jsonl into the run's raw/) and ``TRACEKIT_CAPTURE_TOOL`` naming the tool; its
+output streams through and is teed into ``raw/<tool>.log``; the tool's own files land in raw/.
+
+Whatever happens (the benchmark crashes or exits non-zero, a timeout, a tool error, Ctrl-C) the run folder stays
+valid: it is marked ``incomplete`` with the reason, every phase is in the manifest's events, and what was captured
+is kept. Ctrl-C raises ``CaptureInterrupted`` (a KeyboardInterrupt carrying the run) after the run is marked.
+
+Imports only the standard library and tracekit core: captures run on GPU machines without polars or rich.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from tracekit.errors import BadInputError, MissingToolError
+from tracekit.naming import NCU_FILTER
+from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run, new_run_name
+
+from . import tools
+from .torchprof import append_jsonl, failure_record
+
+ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
+ENV_CAPTURE_TOOL = "TRACEKIT_CAPTURE_TOOL"
+TORCH_TRACE = "torch_trace.json.gz"
+FAILURES_FILE = "failures.jsonl"
+SITE_DIR = Path(__file__).resolve().parent / "site"
+TORCHPROF_PY = Path(__file__).resolve().parent / "torchprof.py"
+
+PASS_ORDER = ("nsys", "torch", "ncu", "plain")
+"""Passes run in this order: the fast timeline first, ncu's slow replay last."""
+
+
+@dataclass(frozen=True)
+class CaptureEvent:
+    """Something a capture reports while it runs: ``kind`` is ``start`` / ``done`` (a phase), ``warning``,
+    ``error`` or ``info``; ``phase`` names the pass or step (``nsys``, ``ncu``, ``setup`` ...)."""
+
+    kind: str
+    phase: str
+    message: str
+
+
+class CaptureInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a capture, raised after the run was marked incomplete; ``run`` is the kept run."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__(f"capture interrupted; partial run kept at {run.path}")
+        self.run = run
+
+
+@dataclass
+class PassResult:
+    """How one tool pass ended."""
+
+    tool: str
+    argv: list[str]
+    exit_code: int | None = None
+    wall_s: float = 0.0
+    timed_out: bool = False
+    interrupted: bool = False
+    files: list[str] = field(default_factory=list)
+    reason: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "argv": self.argv,
+            "exit_code": self.exit_code,
+            "wall_s": round(self.wall_s, 3),
+            "timed_out": self.timed_out,
+            "interrupted": self.interrupted,
+            "files": self.files,
+            "status": "ok" if self.ok else "incomplete",
+            "reason": self.reason,
+        }
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+_PYTHON = re.compile(r"^python[0-9.]*(\.exe)?$")
+_PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+
+
+def python_target(cmd: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """Split ``python [options] script.py args`` / ``python -m mod args`` / ``script.py args`` into
+    (interpreter with its options, target for torchprof); ``None`` if CMD is not a Python script or module."""
+    if not cmd:
+        return None
+    first = cmd[0]
+    if first.endswith(".py"):
+        return [sys.executable], list(cmd)
+    if not _PYTHON.match(Path(first).name):
+        return None
+    interp = [first]
+    i = 1
+    while i < len(cmd):
+        arg = cmd[i]
+        if arg == "-m":
+            return (interp, list(cmd[i:])) if i + 1 < len(cmd) else None
+        if arg == "-c" or arg == "-":
+            return None
+        if arg.startswith("-"):
+            interp.append(arg)
+            if arg in _PY_OPTS_WITH_ARG and i + 1 < len(cmd):
+                interp.append(cmd[i + 1])
+                i += 1
+            i += 1
+            continue
+        return interp, list(cmd[i:])
+    return None
+
+
+def _label(cmd: Sequence[str]) -> str:
+    target = python_target(cmd)
+    word = (target[1][1] if target[1][0] == "-m" else target[1][0]) if target else cmd[0]
+    return Path(word).stem.rsplit(".", 1)[-1] or "run"
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    return f"exit status {code}"
+
+
+def _fingerprint() -> dict[str, Any]:
+    """The environment fingerprint (``tracekit.collectors.env.fingerprint``), or a minimal one if that module is
+    missing or fails: a capture must not die for want of a GPU name."""
+    fallback: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        from tracekit.collectors.env import fingerprint
+    except ImportError as exc:
+        fallback["fingerprint_error"] = f"tracekit.collectors.env unavailable: {exc}"
+        return fallback
+    try:
+        result = fingerprint()
+    except Exception as exc:  # a fingerprint is evidence, not a prerequisite
+        fallback["fingerprint_error"] = f"{type(exc).__name__}: {exc}"
+        return fallback
+    return dict(result) if isinstance(result, dict) else {**fallback, "fingerprint": result}
+
+
+def _reserve_run_dir(out: Path | str | None, runs_dir: Path | str, label: str) -> Path:
+    """A fresh, empty run folder. With ``out`` it must be new or empty; otherwise a unique name under
+    ``runs_dir``, claimed with an exclusive mkdir so two captures at once never share one."""
+    if out is not None:
+        path = Path(out)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise BadInputError(
+                f"{path} already exists and is not empty", "choose another -o path or remove it"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    base = Path(runs_dir)
+    base.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        path = base / new_run_name(label)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise BadInputError(f"could not find a free run name under {base}", "clean up the runs folder")
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return 0
+
+
+def _default_output(stream: str, data: bytes) -> None:
+    target: BinaryIO = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+    try:
+        target.write(data)
+        target.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# --- running one pass -------------------------------------------------------------------------------------------
+class _Child:
+    """A command in its own process group, its two output streams pumped to the log and to ``on_output``."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        on_output: Callable[[str, bytes], None],
+        cwd: Path | None,
+    ) -> None:
+        self.log = log_path.open("ab")
+        self.lock = threading.Lock()
+        self.on_output = on_output
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.threads = [
+            threading.Thread(target=self._pump, args=("stdout", self.proc.stdout), daemon=True),
+            threading.Thread(target=self._pump, args=("stderr", self.proc.stderr), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _pump(self, stream: str, pipe: BinaryIO) -> None:
+        fd = pipe.fileno()
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            with self.lock:
+                self.log.write(data)
+                self.log.flush()
+            with contextlib.suppress(Exception):  # a broken terminal must not stop the capture
+                self.on_output(stream, data)
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, grace_s: float) -> int:
+        """SIGINT to the group (tools finish their reports), then SIGTERM, then SIGKILL."""
+        for sig, wait_s in (
+            (signal.SIGINT, grace_s),
+            (signal.SIGTERM, min(grace_s, 5.0)),
+            (signal.SIGKILL, 10.0),
+        ):
+            if self.proc.poll() is not None:
+                break
+            self.signal_group(sig)
+            try:
+                self.wait(wait_s)
+            except KeyboardInterrupt:  # a second Ctrl-C: stop waiting politely
+                self.signal_group(signal.SIGKILL)
+                self.wait(10.0)
+        # stray members of the group (a tool's helper) must not outlive the pass
+        self.signal_group(signal.SIGKILL)
+        return self.proc.wait()
+
+    def close(self) -> None:
+        for t in self.threads:
+            t.join(timeout=5.0)
+        # a pipe still held open by a stray grandchild stays open (closing it under a reading thread is unsafe)
+        for t, pipe in zip(self.threads, (self.proc.stdout, self.proc.stderr), strict=True):
+            if not t.is_alive() and pipe is not None:
+                pipe.close()
+        with self.lock:
+            self.log.close()
+
+
+def _run_pass(
+    result: PassResult,
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    timeout: float | None,
+    grace_s: float,
+    on_output: Callable[[str, bytes], None],
+    cwd: Path | None,
+) -> None:
+    start = time.monotonic()
+    try:
+        child = _Child(result.argv, env, log_path, on_output, cwd)
+    except OSError as exc:
+        result.reason = f"{result.tool} pass could not start {result.argv[0]}: {exc}"
+        result.error = str(exc)
+        return
+    try:
+        deadline = None if timeout is None else start + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            code = child.wait(0.25 if remaining is None else min(0.25, remaining))
+            if code is not None:
+                result.exit_code = code
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                result.timed_out = True
+                result.exit_code = child.stop(grace_s)
+                break
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.exit_code = child.stop(grace_s)
+    finally:
+        child.close()
+        result.wall_s = time.monotonic() - start
+
+
+# --- the capture ------------------------------------------------------------------------------------------------
+@dataclass
+class _Plan:
+    passes: list[str]
+    ncu: tools.Tool | None = None
+    nsys: tools.Tool | None = None
+    python: tuple[list[str], list[str]] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _plan(
+    cmd: Sequence[str],
+    *,
+    ncu: bool,
+    nsys: bool,
+    torch_profiler: bool,
+    ncu_path: str | os.PathLike[str] | None,
+    nsys_path: str | os.PathLike[str] | None,
+    env: dict[str, str],
+) -> _Plan:
+    """Which passes to run, with the tools found; raises MissingToolError / BadInputError before anything runs."""
+    target = python_target(cmd)
+    plan = _Plan([], python=target)
+    if not (ncu or nsys or torch_profiler):
+        try:
+            found = tools.find_nsys(nsys_path, env=env)
+            tools.require_nsys_importer(found, env=env)
+        except MissingToolError as exc:
+            if target is not None:
+                plan.passes = ["torch"]
+                plan.warnings.append(f"no profiler chosen and {exc.message}; using the PyTorch profiler")
+            else:
+                plan.passes = ["plain"]
+                plan.warnings.append(
+                    f"no profiler chosen and {exc.message}; running the command plainly (no kernels will be "
+                    "recorded, only what a tracekit benchmark writes itself): pass --ncu / --nsys / --torch-profiler"
+                )
+        else:
+            plan.nsys = found
+            plan.passes = ["nsys"]
+        return plan
+    if nsys:
+        plan.nsys = tools.find_nsys(nsys_path, env=env)
+        tools.require_nsys_importer(plan.nsys, env=env)
+        plan.passes.append("nsys")
+    if torch_profiler:
+        if target is None:
+            raise BadInputError(
+                f"--torch-profiler needs a Python command (python script.py ..., python -m module ...), got {cmd[0]!r}",
+                "use --nsys or --ncu for other programs",
+            )
+        plan.passes.append("torch")
+    if ncu:
+        plan.ncu = tools.find_ncu(ncu_path, env=env)
+        plan.passes.append("ncu")
+    plan.passes.sort(key=PASS_ORDER.index)
+    return plan
+
+
+def _check_command(cmd: Sequence[str], env: dict[str, str], cwd: Path | None) -> None:
+    if not cmd:
+        raise BadInputError(
+            "no command to capture", "give it after --, e.g. tracekit capture --nsys -- python bench.py"
+        )
+    first = cmd[0]
+    if os.sep in first:
+        path = Path(first) if Path(first).is_absolute() or cwd is None else cwd / first
+        if not path.exists():
+            raise BadInputError(f"{first} does not exist", "check the command after --")
+        return
+    if shutil.which(first, path=env.get("PATH", "")) is None:
+        raise BadInputError(f"{first}: command not found on PATH", "check the command after --")
+
+
+def _ncu_problem(log_path: Path) -> str | None:
+    """A one-line reason from ncu's own messages in its log, with a fix where one is known."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    if "ERR_NVGPUCTRPERM" in text:
+        return (
+            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run as root or load the driver "
+            "with NVreg_RestrictProfilingToAdminUsers=0"
+        )
+    errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
+    return errors[0] if errors else None
+
+
+def capture(
+    cmd: Sequence[str],
+    *,
+    ncu: bool = False,
+    nsys: bool = False,
+    torch_profiler: bool = False,
+    instrument: bool = False,
+    out: Path | str | None = None,
+    runs_dir: Path | str = "runs",
+    timeout: float | None = None,
+    on_event: Callable[[CaptureEvent], None] | None = None,
+    on_output: Callable[[str, bytes], None] | None = None,
+    ncu_path: str | os.PathLike[str] | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    clock_control: str = "none",
+    sections: Iterable[str] = tools.DEFAULT_SECTIONS,
+    metrics: Iterable[str] = tools.DEFAULT_METRICS,
+    nvtx_include: str | None = NCU_FILTER,
+    max_per_range: int | None = None,
+    launch_count: int | None = None,
+    ncu_extra: Sequence[str] = (),
+    grace_s: float = 20.0,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+) -> Run:
+    """Run ``cmd`` under each chosen tool into a new run folder and return it, ``complete`` or ``incomplete``.
+
+    With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
+    run (with a warning). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
+    finish writing its report. ``on_output(stream, bytes)`` receives the child's output (default: our own
+    stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
+    Ctrl-C after marking the run."""
+    cmd = [str(c) for c in cmd]
+    base_env = dict(os.environ if env is None else env)
+    work = Path(cwd).absolute() if cwd is not None else None
+    sections = list(sections)
+    metrics = list(metrics)
+    emit = on_event or (lambda ev: None)
+    output = on_output or _default_output
+    _check_command(cmd, base_env, work)
+    if clock_control not in tools.CLOCK_CONTROLS:
+        raise BadInputError(
+            f"clock control {clock_control!r} is not one of {', '.join(tools.CLOCK_CONTROLS)}",
+            "use none (your run's clocks) or base (ncu's locked base clock)",
+        )
+    per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
+    if per_range < 1:
+        raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
+    plan = _plan(
+        cmd,
+        ncu=ncu,
+        nsys=nsys,
+        torch_profiler=torch_profiler,
+        ncu_path=ncu_path,
+        nsys_path=nsys_path,
+        env=base_env,
+    )
+    if instrument and not (SITE_DIR / "sitecustomize.py").is_file():
+        raise MissingToolError(
+            f"--instrument needs {SITE_DIR / 'sitecustomize.py'}, which this tracekit lacks",
+            "reinstall tracekit, or wrap your GEMMs in tracekit ranges yourself",
+        )
+
+    path = _reserve_run_dir(out, runs_dir, _label(cmd))
+    settings: dict[str, Any] = {
+        "tools": plan.passes,
+        "instrument": instrument,
+        "timeout_s": timeout,
+        "cwd": str(work or Path.cwd()),
+    }
+    if plan.ncu:
+        settings["ncu"] = {
+            **plan.ncu.as_dict(),
+            "clock_control": clock_control,
+            "sections": sections,
+            "metrics": metrics,
+            "nvtx_include": nvtx_include,
+            "max_per_range": per_range,
+            "launch_count": launch_count,
+            "extra": list(ncu_extra),
+        }
+    if plan.nsys:
+        settings["nsys"] = {
+            **plan.nsys.as_dict(),
+            "trace": tools.NSYS_TRACE,
+            "libs": base_env.get(tools.ENV_NSYS_LIBS),
+        }
+    if "torch" in plan.passes and plan.python:
+        settings["torch_profiler"] = {"python": plan.python[0][0], "activities": ["cpu", "cuda"]}
+    run = Run.create(path, command=cmd, capture=settings, status=STATUS_CAPTURING, exist_ok=True)
+    run_dir = run.path.absolute()
+    raw = run_dir / "raw"
+
+    def log(kind: str, phase: str, message: str, **extra: Any) -> None:
+        run.log(phase, message, level=kind, **extra)
+        emit(CaptureEvent(kind, phase, message))
+
+    results: list[PassResult] = []
+    try:
+        log("start", "setup", f"run folder {run.path}")
+        for warning in plan.warnings:
+            log("warning", "setup", warning)
+        run.manifest["environment"] = _fingerprint()
+        run.save()
+        log("done", "setup", "environment recorded")
+        for tool in plan.passes:
+            result = _one_pass(
+                tool,
+                cmd,
+                plan,
+                raw,
+                run_dir,
+                base_env,
+                instrument=instrument,
+                timeout=timeout,
+                grace_s=grace_s,
+                output=output,
+                log=log,
+                cwd=work,
+                ncu_opts={
+                    "sections": sections,
+                    "metrics": metrics,
+                    "nvtx_include": nvtx_include,
+                    "clock_control": clock_control,
+                    "launch_count": launch_count,
+                    "per_range": per_range,
+                    "extra": list(ncu_extra),
+                },
+            )
+            results.append(result)
+            run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+            run.save()
+            if result.interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        where = results[-1].tool if results else "setup"
+        reason = f"interrupted (Ctrl-C) during the {where} pass"
+        log("error", where, reason)
+        run.mark(STATUS_INCOMPLETE, reason)
+        raise CaptureInterrupted(run) from None
+    except BaseException as exc:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        reason = f"capture failed: {type(exc).__name__}: {exc}"
+        try:
+            log("error", "capture", reason)
+        finally:
+            run.mark(STATUS_INCOMPLETE, reason)
+        raise
+    reasons = [r.reason for r in results if r.reason]
+    if reasons:
+        run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
+    else:
+        run.mark(STATUS_COMPLETE)
+    log("done", "capture", f"capture {run.status}: {len(results)} pass(es)")
+    return run
+
+
+def _one_pass(
+    tool: str,
+    cmd: list[str],
+    plan: _Plan,
+    raw: Path,
+    run_dir: Path,
+    base_env: dict[str, str],
+    *,
+    instrument: bool,
+    timeout: float | None,
+    grace_s: float,
+    output: Callable[[str, bytes], None],
+    log: Callable[..., None],
+    cwd: Path | None,
+    ncu_opts: dict[str, Any],
+) -> PassResult:
+    env = dict(base_env)
+    env[ENV_RUN_DIR] = str(run_dir)
+    env[ENV_CAPTURE_TOOL] = tool
+    # the per-range budget belongs to the ncu pass only: elsewhere it would hide launches from the timeline
+    env.pop(tools.ENV_MAX_PER_RANGE, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    if instrument:
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
+    if tool == "ncu":
+        assert plan.ncu is not None
+        env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])
+        argv = tools.ncu_command(
+            plan.ncu.path,
+            raw / "ncu",
+            cmd,
+            sections=ncu_opts["sections"],
+            metrics=ncu_opts["metrics"],
+            nvtx_include=ncu_opts["nvtx_include"],
+            clock_control=ncu_opts["clock_control"],
+            launch_count=ncu_opts["launch_count"],
+            extra=ncu_opts["extra"],
+        )
+    elif tool == "nsys":
+        assert plan.nsys is not None
+        env = tools.nsys_env(env)
+        argv = tools.nsys_command(plan.nsys.path, raw / "nsys", cmd)
+    elif tool == "torch":
+        assert plan.python is not None
+        interp, target = plan.python
+        argv = [
+            *interp,
+            str(TORCHPROF_PY),
+            "--out",
+            str(raw / TORCH_TRACE),
+            "--failures",
+            str(raw / FAILURES_FILE),
+            "--",
+            *target,
+        ]
+    else:
+        argv = list(cmd)
+    result = PassResult(tool, argv)
+    log_path = raw / f"{tool}.log"
+    failures_before = _count_lines(raw / FAILURES_FILE)
+    before = {p.name for p in raw.iterdir()}
+    log("start", tool, f"{tool} pass: {' '.join(argv)}", log=f"raw/{log_path.name}")
+    _run_pass(result, env, log_path, timeout=timeout, grace_s=grace_s, on_output=output, cwd=cwd)
+
+    code = result.exit_code
+    if result.reason is None:
+        if result.interrupted:
+            result.reason = f"interrupted (Ctrl-C) during the {tool} pass"
+        elif result.timed_out:
+            result.reason = f"{tool} pass timed out after {timeout:g} s and was stopped"
+        elif code not in (0, None):
+            result.reason = f"{tool} pass: the command ended with {_describe_exit(code)}"
+            if tool == "ncu":
+                problem = _ncu_problem(log_path)
+                if problem:
+                    result.reason += f" ({problem})"
+    if tool == "nsys":
+        _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
+    elif tool == "ncu":
+        _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
+    elif tool == "torch" and not (raw / TORCH_TRACE).is_file() and result.reason is None:
+        result.reason = f"the PyTorch profiler wrote no {TORCH_TRACE} (see raw/{log_path.name})"
+    # a crash that left no failure record of its own gets one, so the failures frame says why
+    if (result.timed_out or (code not in (0, None) and not result.interrupted)) and _count_lines(
+        raw / FAILURES_FILE
+    ) == failures_before:
+        kind = "timeout" if result.timed_out else "crashed"
+        error_type = (
+            "timeout"
+            if result.timed_out
+            else (_signal_name(-code) if code is not None and code < 0 else "exit status")
+        )
+        tail = _tail(log_path)
+        append_jsonl(
+            raw / FAILURES_FILE,
+            failure_record(
+                kind=kind,
+                error_type=error_type,
+                message=result.reason or f"{tool} pass failed",
+                traceback_text=tail,
+                versions={"python": platform.python_version()},
+            ),
+        )
+    result.files = sorted(
+        f"raw/{p.name}"
+        for p in raw.iterdir()
+        if p.is_file() and (p.name not in before or p.name == FAILURES_FILE)
+    )
+    if result.reason:
+        log("error", tool, result.reason, exit_code=code, wall_s=round(result.wall_s, 3))
+    else:
+        log("done", tool, f"{tool} pass done in {result.wall_s:.1f} s", exit_code=code, files=result.files)
+    return result
+
+
+def _tail(path: Path, lines: int = 40) -> str | None:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    return "\n".join(text.splitlines()[-lines:]) or None
+
+
+def _finish_nsys(
+    result: PassResult,
+    nsys: tools.Tool | None,
+    raw: Path,
+    log_path: Path,
+    log: Callable[..., None],
+    grace_s: float,
+) -> None:
+    """Make sure an .sqlite exists: export it from the .nsys-rep when the profile's own export did not finish;
+    explain a lone .qdstrm (the importer could not run)."""
+    rep, sqlite = raw / "nsys.nsys-rep", raw / "nsys.sqlite"
+    if sqlite.is_file() and sqlite.stat().st_size > 0:
+        return
+    if rep.is_file() and nsys is not None:
+        log("start", "nsys-export", f"no nsys.sqlite yet; exporting it from {rep.name}")
+        argv = tools.nsys_export_command(nsys.path, rep)
+        try:
+            with log_path.open("ab") as f:
+                proc = subprocess.run(
+                    argv,
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=tools.nsys_env(),
+                    timeout=max(600.0, grace_s),
+                    check=False,
+                )
+            ok = proc.returncode == 0 and sqlite.is_file()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok = False
+            log("error", "nsys-export", f"nsys export failed: {exc}")
+        if ok:
+            log("done", "nsys-export", "exported nsys.sqlite")
+            return
+        extra = f"nsys export of {rep.name} failed (see raw/{log_path.name}); run `{' '.join(argv)}` later"
+    elif list(raw.glob("*.qdstrm")):
+        extra = (
+            f"nsys wrote only a .qdstrm: its QdstrmImporter could not build the report (libdw.so.1 missing?) — "
+            f"{tools.LIBDW_FIX}"
+        )
+    else:
+        extra = f"nsys wrote no report (see raw/{log_path.name})"
+    result.reason = f"{result.reason}; {extra}" if result.reason else extra
+
+
+def _finish_ncu(result: PassResult, raw: Path, log_path: Path, nvtx_include: str | None) -> None:
+    if (raw / "ncu.ncu-rep").is_file():
+        return
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    if "No kernels were profiled" in text:
+        where = f"inside NVTX ranges matching {nvtx_include}" if nvtx_include else "at all"
+        extra = (
+            f"ncu profiled no kernels: none ran {where}; wrap the GEMMs in tracekit ranges "
+            "(tracekit.collectors.ranges), use --instrument, or --all-kernels"
+        )
+    else:
+        problem = _ncu_problem(log_path)
+        extra = f"ncu wrote no report ({problem or f'see raw/{log_path.name}'})"
+    if result.reason and extra.removeprefix("ncu wrote no report (").rstrip(")") in result.reason:
+        extra = "ncu wrote no report"
+    result.reason = f"{result.reason}; {extra}" if result.reason else extra

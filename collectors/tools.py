@@ -1,0 +1,381 @@
+"""Finding Nsight Compute (``ncu``) and Nsight Systems (``nsys``), and the exact command lines tracekit runs.
+
+Discovery order for each tool: an explicit path, the environment (``TRACEKIT_NCU`` / ``TRACEKIT_NSYS``), ``PATH``,
+``/usr/local/cuda/bin``, ``/opt/nvidia/nsight-compute/<version>/`` (newest first), then for nsys the copy inside
+Nsight Compute (``/opt/nvidia/nsight-compute/<version>/host/target-linux-x64/nsys``) and
+``/opt/nvidia/nsight-systems/<version>/bin``. A missing tool raises ``MissingToolError`` (exit 3) that says what
+was searched and how to fix it.
+
+The nsys copy shipped inside Nsight Compute cannot turn its ``.qdstrm`` into a report: its ``QdstrmImporter``
+needs ``libdw.so.1``/``libelf.so.1`` (DEVICE.md). ``check_nsys_importer`` detects that before a capture starts;
+``TRACEKIT_NSYS_LIBS=DIR`` names a folder holding the two libraries (made by ``tools/nsys-libs.sh``) which the
+capture prepends to ``LD_LIBRARY_PATH`` for nsys.
+
+The command builders are pure functions, so tests pin the exact lists. This module imports only the standard
+library and tracekit core (it runs on bare GPU machines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracekit.errors import BadInputError, MissingToolError
+from tracekit.naming import NCU_FILTER
+
+DEFAULT_SECTIONS: tuple[str, ...] = (
+    "SpeedOfLight",
+    "Occupancy",
+    "LaunchStats",
+    "ComputeWorkloadAnalysis",
+    "MemoryWorkloadAnalysis",
+    "WarpStateStats",
+)
+"""The sections the explainer reads (about 20 replay passes a kernel on an H200, vs 38 for ``--set full``)."""
+
+DEFAULT_METRICS: tuple[str, ...] = (
+    "gpc__cycles_elapsed.avg.per_second",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+)
+"""Metrics added to the sections: the clock a kernel ran at (in SpeedOfLight too, listed so it is never lost)
+and DRAM bytes moved (the sections give only a rate). All exist on every GPU since Volta; the tensor-pipe metric
+is architecture-specific (``sm__pipe_tensor_op_hmma_cycles_active`` on Hopper) and already comes with
+ComputeWorkloadAnalysis, so it is not named here: an unknown metric makes ncu refuse to profile."""
+
+CLOCK_CONTROLS = ("none", "base")
+"""``none``: the clocks the user's run sees (tracekit's default); ``base``: ncu's default, locked to base clock."""
+
+ENV_NCU = "TRACEKIT_NCU"
+ENV_NSYS = "TRACEKIT_NSYS"
+ENV_NSYS_LIBS = "TRACEKIT_NSYS_LIBS"
+ENV_MAX_PER_RANGE = "TRACEKIT_NCU_MAX_PER_RANGE"
+"""Environment variable the range code reads under ncu: profile at most this many launches per range name."""
+DEFAULT_MAX_PER_RANGE = 2
+
+NSYS_TRACE = "cuda,nvtx"
+
+_FIX_NCU = (
+    "install Nsight Compute (it ships with the CUDA toolkit: /usr/local/cuda/bin/ncu), put it on PATH, "
+    "or give --ncu-path PATH / export TRACEKIT_NCU=PATH"
+)
+_FIX_NSYS = (
+    "install Nsight Systems, put nsys on PATH, or give --nsys-path PATH / export TRACEKIT_NSYS=PATH "
+    "(Nsight Compute ships a copy at /opt/nvidia/nsight-compute/<version>/host/target-linux-x64/nsys)"
+)
+_FIX_LIBDW = (
+    "run tools/nsys-libs.sh DIR where a package registry is reachable (it fetches libdw.so.1 and libelf.so.1), "
+    "copy DIR to this machine and export TRACEKIT_NSYS_LIBS=DIR (or add DIR to LD_LIBRARY_PATH)"
+)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A found tool: its name, absolute path, version string (``None`` if it printed none) and where it was found."""
+
+    name: str
+    path: Path
+    version: str | None
+    found_via: str
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"path": str(self.path), "version": self.version, "found_via": self.found_via}
+
+
+# --- discovery --------------------------------------------------------------------------------------------------
+def _version_key(path: Path) -> tuple[int, ...]:
+    """Sort key for folders named like ``2025.3.1``: numeric parts, so 2025.10 sorts after 2025.9."""
+    return tuple(int(p) for p in re.findall(r"\d+", path.name)) or (-1,)
+
+
+def _versioned_dirs(parent: Path) -> list[Path]:
+    """Version folders under ``parent``, newest first."""
+    if not parent.is_dir():
+        return []
+    return sorted((p for p in parent.iterdir() if p.is_dir()), key=_version_key, reverse=True)
+
+
+def _is_exe(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def candidate_paths(name: str, *, env: Mapping[str, str], root: Path = Path("/")) -> list[tuple[Path, str]]:
+    """Every place ``name`` (``ncu`` or ``nsys``) is looked for after the explicit option and the environment
+    variable, in order, each with a label saying where it came from."""
+    out: list[tuple[Path, str]] = []
+    for entry in env.get("PATH", "").split(os.pathsep):
+        if entry:
+            out.append((Path(entry) / name, "PATH"))
+    out.append((root / "usr/local/cuda/bin" / name, "/usr/local/cuda/bin"))
+    ncu_dirs = _versioned_dirs(root / "opt/nvidia/nsight-compute")
+    if name == "ncu":
+        out.extend((d / "ncu", "/opt/nvidia/nsight-compute") for d in ncu_dirs)
+    else:
+        out.extend((d / "host/target-linux-x64/nsys", "Nsight Compute's copy of nsys") for d in ncu_dirs)
+        out.extend(
+            (d / "bin/nsys", "/opt/nvidia/nsight-systems")
+            for d in _versioned_dirs(root / "opt/nvidia/nsight-systems")
+        )
+    return out
+
+
+def parse_version(text: str) -> str | None:
+    """The version in ``ncu --version`` / ``nsys --version`` output (``2025.3.1.0``), or ``None``."""
+    match = re.search(r"[Vv]ersion\s+(\d{4}\.\d+(?:\.\d+)*)", text) or re.search(
+        r"\b(\d{4}\.\d+(?:\.\d+)+)", text
+    )
+    return match.group(1) if match else None
+
+
+def tool_version(path: Path, *, env: Mapping[str, str] | None = None, timeout: float = 30.0) -> str | None:
+    """Run ``PATH --version`` and parse the version; ``None`` if it printed none. A tool that cannot run at all
+    raises ``MissingToolError`` with its output."""
+    try:
+        proc = subprocess.run(
+            [str(path), "--version"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MissingToolError(
+            f"{path} could not be run ({type(exc).__name__}: {exc})", "check the file is a working executable"
+        ) from exc
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0 and "error while loading shared libraries" in text:
+        raise MissingToolError(f"{path} does not start: {text.strip().splitlines()[-1]}", _FIX_LIBDW)
+    return parse_version(text)
+
+
+def find_tool(
+    name: str,
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    root: Path = Path("/"),
+) -> Tool:
+    """Find ``ncu`` or ``nsys`` and read its version. ``explicit`` and the environment variable are taken as given
+    (a wrong one is an error, not a reason to look elsewhere); ``root`` re-bases the fixed folders (for tests)."""
+    if name not in ("ncu", "nsys"):
+        raise ValueError(f"unknown tool {name!r}")
+    env = os.environ if env is None else env
+    var = ENV_NCU if name == "ncu" else ENV_NSYS
+    fix = _FIX_NCU if name == "ncu" else _FIX_NSYS
+    given: list[tuple[str, str]] = []
+    if explicit:
+        given.append((str(explicit), f"--{name}-path"))
+    elif env.get(var):
+        given.append((env[var], f"${var}"))
+    for text, via in given:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            path = path / name
+        if not path.is_absolute() and not path.exists():
+            which = shutil.which(text, path=env.get("PATH", ""))
+            path = Path(which) if which else path
+        if not _is_exe(path):
+            raise MissingToolError(f"{via} names {text}, which is not an executable {name}", fix)
+        path = path.absolute()
+        return Tool(name, path, tool_version(path, env=env), via)
+    tried = candidate_paths(name, env=env, root=root)
+    for path, via in tried:
+        if _is_exe(path):
+            path = path.absolute()
+            return Tool(name, path, tool_version(path, env=env), via)
+    places = [f"${var}", "PATH", "/usr/local/cuda/bin", "/opt/nvidia/nsight-compute/*/"]
+    if name == "nsys":
+        places[-1] = "/opt/nvidia/nsight-compute/*/host/target-linux-x64"
+        places.append("/opt/nvidia/nsight-systems/*/bin")
+    raise MissingToolError(f"{name} not found (looked in {', '.join(places)})", fix)
+
+
+def find_ncu(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    root: Path = Path("/"),
+) -> Tool:
+    return find_tool("ncu", explicit, env=env, root=root)
+
+
+def find_nsys(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    root: Path = Path("/"),
+) -> Tool:
+    return find_tool("nsys", explicit, env=env, root=root)
+
+
+# --- the nsys importer (libdw) ----------------------------------------------------------------------------------
+def nsys_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment to run nsys in: ``TRACEKIT_NSYS_LIBS`` (if set) first on ``LD_LIBRARY_PATH``."""
+    out = dict(os.environ if env is None else env)
+    libs = out.get(ENV_NSYS_LIBS)
+    if libs:
+        old = out.get("LD_LIBRARY_PATH")
+        out["LD_LIBRARY_PATH"] = str(Path(libs).expanduser().absolute()) + (f":{old}" if old else "")
+    return out
+
+
+def find_qdstrm_importer(nsys: Path) -> Path | None:
+    """The ``QdstrmImporter`` that turns nsys's raw stream into a report: beside nsys, or in the install's
+    ``host-linux-x64`` folder. ``None`` if there is none to check."""
+    real = Path(os.path.realpath(nsys)).parent
+    for folder in (real, real.parent / "host-linux-x64", real.parent.parent / "host-linux-x64"):
+        cand = folder / "QdstrmImporter"
+        if _is_exe(cand):
+            return cand
+    return None
+
+
+def check_nsys_importer(
+    nsys: Path, *, env: Mapping[str, str] | None = None, timeout: float = 30.0
+) -> str | None:
+    """Start nsys's ``QdstrmImporter`` once (``--help``) in the environment nsys will get; return ``None`` if it
+    loads (or there is none to check), else the loader's complaint, e.g. ``libdw.so.1: cannot open shared object
+    file``. This is the Nsight Compute copy's known flaw: without the library only a .qdstrm is written."""
+    importer = find_qdstrm_importer(nsys)
+    if importer is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [str(importer), "--help"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=nsys_env(env),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    except OSError as exc:
+        return f"{importer} cannot be run ({exc})"
+    text = proc.stdout + proc.stderr
+    match = re.search(r"error while loading shared libraries: (.*)", text)
+    if match:
+        return f"{importer}: {match.group(1).strip()}"
+    return None
+
+
+def require_nsys_importer(nsys: Tool, *, env: Mapping[str, str] | None = None) -> None:
+    """Raise ``MissingToolError`` (exit 3) if nsys could only write a .qdstrm on this machine."""
+    problem = check_nsys_importer(nsys.path, env=env)
+    if problem:
+        raise MissingToolError(
+            f"nsys at {nsys.path} cannot build reports here ({problem}); it would leave only a .qdstrm",
+            _FIX_LIBDW,
+        )
+
+
+LIBDW_FIX = _FIX_LIBDW
+
+
+# --- command lines ----------------------------------------------------------------------------------------------
+def max_per_range(env: Mapping[str, str] | None = None) -> int:
+    """``TRACEKIT_NCU_MAX_PER_RANGE`` (default 2): launches the range code lets ncu profile per range name."""
+    env = os.environ if env is None else env
+    text = env.get(ENV_MAX_PER_RANGE, "").strip()
+    if not text:
+        return DEFAULT_MAX_PER_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInputError(
+            f"{ENV_MAX_PER_RANGE}={text!r} is not a whole number", "set it to a count such as 2, or unset it"
+        ) from None
+    if value < 1:
+        raise BadInputError(f"{ENV_MAX_PER_RANGE}={value} must be at least 1", "set it to 1 or more")
+    return value
+
+
+def ncu_command(
+    ncu: str | os.PathLike[str],
+    out_base: str | os.PathLike[str],
+    cmd: Sequence[str],
+    *,
+    sections: Iterable[str] = DEFAULT_SECTIONS,
+    metrics: Iterable[str] = DEFAULT_METRICS,
+    nvtx_include: str | None = NCU_FILTER,
+    clock_control: str = "none",
+    launch_count: int | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``ncu`` command line that profiles ``cmd``: kernels inside tracekit's NVTX ranges (``nvtx_include``;
+    ``None`` profiles every kernel), the explainer's sections plus ``metrics``, writing ``out_base.ncu-rep``."""
+    if clock_control not in CLOCK_CONTROLS:
+        raise BadInputError(
+            f"clock control {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}",
+            "use none (the clocks your run sees) or base (ncu's locked base clock)",
+        )
+    if not cmd:
+        raise BadInputError("no command to profile", "give it after --, e.g. -- python bench.py")
+    args = [str(ncu)]
+    if nvtx_include:
+        args += ["--nvtx", "--nvtx-include", nvtx_include]
+    for section in sections:
+        args += ["--section", section]
+    metrics = list(metrics)
+    if metrics:
+        args += ["--metrics", ",".join(metrics)]
+    args += ["--clock-control", clock_control, "--target-processes", "all"]
+    if launch_count is not None:
+        args += ["--launch-count", str(int(launch_count))]
+    args += ["-o", str(out_base), "--force-overwrite", *extra, *cmd]
+    return args
+
+
+def nsys_command(
+    nsys: str | os.PathLike[str],
+    out_base: str | os.PathLike[str],
+    cmd: Sequence[str],
+    *,
+    trace: str = NSYS_TRACE,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``nsys profile`` command line (as measured on the H200, DEVICE.md): CUDA + NVTX, no CPU sampling or
+    context switches, exporting ``out_base.sqlite`` beside ``out_base.nsys-rep``."""
+    if not cmd:
+        raise BadInputError("no command to profile", "give it after --, e.g. -- python bench.py")
+    return [
+        str(nsys),
+        "profile",
+        "-t",
+        trace,
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--export=sqlite",
+        "-o",
+        str(out_base),
+        "--force-overwrite",
+        "true",
+        *extra,
+        *cmd,
+    ]
+
+
+def nsys_export_command(nsys: str | os.PathLike[str], report: str | os.PathLike[str]) -> list[str]:
+    """``nsys export`` of a finished ``.nsys-rep`` into the ``.sqlite`` beside it (when the profile's own export
+    did not finish)."""
+    report = Path(report)
+    return [
+        str(nsys),
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "-o",
+        str(report.with_suffix(".sqlite")),
+        str(report),
+    ]

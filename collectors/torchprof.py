@@ -1,0 +1,267 @@
+"""Run a Python script under the PyTorch profiler and always leave a Chrome trace.
+
+Usage::
+
+    python -m tracekit.collectors.torchprof --out trace.json.gz -- script.py args...
+    python -m tracekit.collectors.torchprof --out trace.json.gz -- -m package.module args...
+
+The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside
+``torch.profiler.profile(activities=[CPU, CUDA])``. If it raises, exits non-zero or is interrupted (SIGINT or
+SIGTERM), the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind
+``crashed``; the columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit
+ranges also open ``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
+
+This file imports only the standard library at the top, so ``tracekit capture`` can also start it by path with an
+interpreter that has torch but not tracekit. Exit status: the script's own (1 for an exception, 130 if
+interrupted), 3 if torch is missing, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import platform
+import runpy
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+FAILURE_KEYS = (
+    "backend",
+    "op",
+    "m",
+    "n",
+    "k",
+    "kind",
+    "error_type",
+    "message",
+    "traceback",
+    "device_name",
+    "compute_capability",
+    "versions",
+    "time_unix",
+)
+"""The columns of ``tracekit.frames.FAILURES`` minus ``failure_id`` (a test keeps the two in step)."""
+
+ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
+ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
+
+
+def failure_record(
+    *,
+    kind: str,
+    error_type: str,
+    message: str,
+    traceback_text: str | None = None,
+    device_name: str | None = None,
+    compute_capability: str | None = None,
+    versions: dict[str, Any] | None = None,
+    backend: str | None = None,
+    op: str | None = None,
+) -> dict[str, Any]:
+    """One ``failures.jsonl`` record, keyed exactly like the failures frame (ids are given by the importer)."""
+    return {
+        "backend": backend,
+        "op": op,
+        "m": None,
+        "n": None,
+        "k": None,
+        "kind": kind,
+        "error_type": error_type,
+        "message": message,
+        "traceback": traceback_text,
+        "device_name": device_name,
+        "compute_capability": compute_capability,
+        "versions": versions or {},
+        "time_unix": time.time(),
+    }
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line (one ``write`` of one line, so concurrent writers do not interleave)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, default=str) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)
+
+
+def _default_failures(out: Path) -> Path:
+    run_dir = os.environ.get(ENV_RUN_DIR)
+    return Path(run_dir) / "raw" / "failures.jsonl" if run_dir else out.parent / "failures.jsonl"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tracekit.collectors.torchprof",
+        description="Run a Python script under torch.profiler and export a Chrome trace, even if it fails.",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="trace file to write (.json or .json.gz)")
+    parser.add_argument(
+        "--failures",
+        type=Path,
+        help="failures.jsonl to append to (default: $TRACEKIT_RUN_DIR/raw or beside --out)",
+    )
+    parser.add_argument("--record-shapes", action="store_true", help="record operator input shapes (slower)")
+    parser.add_argument(
+        "target", nargs=argparse.REMAINDER, help="-- script.py args... | -- -m module args..."
+    )
+    ns = parser.parse_args(argv)
+    target = list(ns.target)
+    if target and target[0] == "--":
+        target = target[1:]
+    if not target or (target[0] == "-m" and len(target) < 2):
+        parser.error("give the script to run after --, e.g. -- bench.py --size 1024")
+    ns.target = target
+    return ns
+
+
+class _Terminated(BaseException):
+    """SIGTERM, turned into an exception so the trace is still exported."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def _run_target(target: list[str]) -> None:
+    if target[0] == "-m":
+        module, args = target[1], target[2:]
+        sys.argv = [module, *args]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        script, args = target[0], target[1:]
+        sys.argv = [script, *args]
+        sys.path.insert(0, str(Path(script).resolve().parent))
+        runpy.run_path(script, run_name="__main__")
+
+
+def _export(prof: Any, out: Path) -> None:
+    """Export the Chrome trace to ``out`` through a temporary file (gzip if ``out`` ends in .gz)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".json", dir=out.parent)
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        if out.name.endswith(".gz"):
+            gz = tmp + ".gz"
+            with open(tmp, "rb") as fin, gzip.open(gz, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+            os.replace(gz, out)
+        else:
+            os.replace(tmp, out)
+    finally:
+        for leftover in (tmp, tmp + ".gz"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parse(sys.argv[1:] if argv is None else argv)
+    out: Path = ns.out.absolute()
+    failures: Path = (ns.failures or _default_failures(out)).absolute()
+    os.environ[ENV_RECORD_FUNCTION] = "1"
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError as exc:
+        print(
+            f"tracekit torchprof: torch cannot be imported by {sys.executable} ({exc}); "
+            "install torch in that environment or run the capture with --nsys / --ncu instead",
+            file=sys.stderr,
+        )
+        return 3
+
+    cuda = bool(torch.cuda.is_available())
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    device_name = capability = None
+    if cuda:
+        try:
+            device_name = torch.cuda.get_device_name(0)
+            major, minor = torch.cuda.get_device_capability(0)
+            capability = f"{major}.{minor}"
+        except Exception:  # a broken device still gets its trace and failure line
+            pass
+    versions = {
+        "torch": getattr(torch, "__version__", None),
+        "cuda": getattr(getattr(torch, "version", None), "cuda", None),
+        "python": platform.python_version(),
+    }
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    status = 0
+    record: dict[str, Any] | None = None
+    prof = profile(activities=activities, record_shapes=ns.record_shapes)
+    prof.__enter__()
+    try:
+        _run_target(ns.target)
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code
+        else:
+            print(code, file=sys.stderr)
+            status = 1
+        if status != 0:
+            record = failure_record(
+                kind="crashed",
+                error_type="SystemExit",
+                message=f"the script exited with status {status}",
+                device_name=device_name,
+                compute_capability=capability,
+                versions=versions,
+            )
+    except (KeyboardInterrupt, _Terminated) as exc:
+        status = 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+        name = "KeyboardInterrupt" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+        record = failure_record(
+            kind="crashed",
+            error_type=name,
+            message=f"the script was interrupted ({name})",
+            traceback_text=traceback.format_exc(),
+            device_name=device_name,
+            compute_capability=capability,
+            versions=versions,
+        )
+        print(f"tracekit torchprof: interrupted ({name}); exporting the trace so far", file=sys.stderr)
+    except BaseException as exc:
+        status = 1
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        record = failure_record(
+            kind="crashed",
+            error_type=f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
+            message=str(exc),
+            traceback_text=text,
+            device_name=device_name,
+            compute_capability=capability,
+            versions=versions,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if cuda:
+            # the script's own CUDA error must not cost the trace
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+        try:
+            prof.__exit__(None, None, None)
+            _export(prof, out)
+        except Exception as exc:
+            print(f"tracekit torchprof: could not export the trace to {out}: {exc}", file=sys.stderr)
+            status = status or 1
+        if record is not None:
+            append_jsonl(failures, record)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""``tracekit capture`` on a real GPU: a tiny bf16 matmul script with tracekit ranges under ncu and under nsys."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracekit.collectors import tools
+from tracekit.collectors.capture import capture
+from tracekit.errors import MissingToolError
+from tracekit.naming import DOMAIN
+from tracekit.run import Run
+
+pytestmark = pytest.mark.gpu
+
+SCRIPT = """
+import torch
+from tracekit.collectors.ranges import gemm_range
+
+a = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+torch.mm(a, b)          # warm-up outside any range: ncu must not profile it
+c = a.float() * 2.0     # elementwise kernels outside any range
+for _ in range(3):      # three launches of one range; the per-range budget lets ncu take 2
+    with gemm_range("torch-bf16", "mm", 256, 384, 512, "bf16", "bf16", "bf16"):
+        torch.mm(a, b)
+torch.cuda.synchronize()
+print("done", flush=True)
+"""
+
+
+def _script(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny_mm.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def _ncu_report_module():
+    try:
+        return importlib.import_module("ncu_report")
+    except ImportError:
+        pass
+    for extras in sorted(glob.glob("/opt/nvidia/nsight-compute/*/extras/python"), reverse=True):
+        sys.path.insert(0, extras)
+        try:
+            return importlib.import_module("ncu_report")
+        except ImportError:
+            sys.path.remove(extras)
+    pytest.skip("no ncu_report reader (PyPI ncu-report or Nsight Compute's extras/python)")
+
+
+def test_capture_under_ncu_profiles_only_ranged_kernels(tmp_path):
+    try:
+        tools.find_ncu()
+    except MissingToolError as exc:
+        pytest.skip(exc.one_line())
+    run = capture(
+        [sys.executable, str(_script(tmp_path))], ncu=True, runs_dir=tmp_path / "runs", max_per_range=2
+    )
+    run = Run.open(run.path)
+    assert run.status == "complete", run.manifest["incomplete_reason"]
+    report = run.raw_dir / "ncu.ncu-rep"
+    assert report.is_file() and report.stat().st_size > 0
+    assert run.manifest["capture"]["ncu"]["clock_control"] == "none"
+    ncu_report = _ncu_report_module()
+    ctx = ncu_report.load_report(str(report))
+    kernels = []
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for i in range(rng.num_actions()):
+            action = rng.action_by_idx(i)
+            state = action.nvtx_state()
+            names = []
+            for dom_id in state.domains():
+                dom = state.domain_by_id(dom_id)
+                if dom.name() == DOMAIN:
+                    names.extend(dom.push_pop_ranges())
+            kernels.append((action.name(), names))
+    assert kernels, "ncu profiled nothing"
+    for name, ranges in kernels:
+        assert ranges and all(
+            r.startswith("gemm backend=torch-bf16 op=mm M=256 N=384 K=512") for r in ranges
+        ), (
+            name,
+            ranges,
+        )
+        assert "elementwise" not in name
+    # two launches of the range (the budget), each one or two kernels (GEMM, maybe a split-K reduce)
+    assert 2 <= len(kernels) <= 4, kernels
+
+
+def test_capture_under_nsys_writes_sqlite_with_ranges(tmp_path):
+    try:
+        nsys = tools.find_nsys()
+        tools.require_nsys_importer(nsys)
+    except MissingToolError as exc:
+        pytest.skip(exc.one_line())
+    run = capture([sys.executable, str(_script(tmp_path))], nsys=True, runs_dir=tmp_path / "runs")
+    run = Run.open(run.path)
+    assert run.status == "complete", run.manifest["incomplete_reason"]
+    sqlite = run.raw_dir / "nsys.sqlite"
+    assert (run.raw_dir / "nsys.nsys-rep").is_file() and sqlite.is_file()
+    db = sqlite3.connect(sqlite)
+    try:
+        (kernels,) = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        ranges = [
+            row[0]
+            for row in db.execute(
+                "SELECT coalesce(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id"
+            )
+            if row[0]
+        ]
+    finally:
+        db.close()
+    assert kernels >= 5
+    assert sum(r.startswith("gemm backend=torch-bf16 op=mm M=256") for r in ranges) == 3
+    assert "done" in (run.raw_dir / "nsys.log").read_text()

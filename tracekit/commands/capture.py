@@ -1,0 +1,322 @@
+"""``tracekit capture``: run a benchmark under ncu / nsys / the PyTorch profiler into a run, then import it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+HELP = """Run CMD under Nsight Compute, Nsight Systems and/or the PyTorch profiler into a new run folder.
+
+\b
+Examples:
+  tracekit capture -- python bench.py                    # nsys if found, else the PyTorch profiler
+  tracekit capture --nsys --ncu -- python bench.py       # a timeline pass, then an ncu pass
+  tracekit capture --ncu --instrument -- python serve.py # tracekit ranges around torch's GEMMs, no code change
+  tracekit capture --ncu --clock-control base -- ./gemm  # ncu's locked base clock instead of your clocks
+  tracekit capture --torch-profiler --timeout 600 -o runs/fp8 -- python -m mypkg.bench
+
+\b
+What each tool gives:
+  --nsys            timeline: every kernel with its NVTX range, launch gaps, grid/block, registers (.nsys-rep + .sqlite)
+  --ncu             per-kernel hardware metrics (clock, tensor-pipe use, occupancy and its limiter, DRAM bytes, stalls)
+                    for kernels inside tracekit NVTX ranges only (--max-per-range launches each); slow: every kernel
+                    is replayed ~20 times
+  --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed
+Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
+measurements and failures into the run ($TRACEKIT_RUN_DIR).
+
+\b
+Missing tools (exit 3):
+  ncu:  comes with the CUDA toolkit (/usr/local/cuda/bin/ncu); else --ncu-path or TRACEKIT_NCU=PATH
+  nsys: Nsight Systems, or the copy inside Nsight Compute
+        (/opt/nvidia/nsight-compute/<v>/host/target-linux-x64/nsys); else --nsys-path or TRACEKIT_NSYS=PATH.
+        If that copy writes only a .qdstrm (libdw.so.1 missing): run tools/nsys-libs.sh DIR where a package
+        registry is reachable, bring DIR along and export TRACEKIT_NSYS_LIBS=DIR.
+  ncu ERR_NVGPUCTRPERM: run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0.
+
+\b
+Exit codes: 0 complete; 3 a tool is missing; 4 incomplete (the command failed, timed out or a tool failed:
+artifacts are kept, the run is marked with the reason); 130 Ctrl-C (the partial run is kept).
+"""
+
+
+class _Progress:
+    """Draws capture events on stderr (a rich spinner per phase on a terminal, plain lines otherwise) and
+    routes the child's output so it never tangles with the spinner or pollutes ``--json`` stdout."""
+
+    def __init__(self, as_json: bool, quiet: bool) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.as_json = as_json
+        self.quiet = quiet
+        self.live = self.console.is_terminal
+        self.status: Any = None
+        self.lock = threading.Lock()
+        self.partial: dict[str, bytes] = {"stdout": b"", "stderr": b""}
+        # through the console when both go to the same terminal (or stdout must stay clean for --json)
+        self.stdout_via_console = as_json or (self.live and sys.stdout.isatty())
+
+    def event(self, ev: Any) -> None:
+        from rich.text import Text
+
+        from tracekit.commands._render import safe
+
+        with self.lock:
+            if ev.kind == "start" and self.live:
+                self._stop_status()
+                self.status = self.console.status(Text(safe(ev.message, 160)))
+                self.status.start()
+                return
+            if ev.kind in ("done", "error", "warning"):
+                self._stop_status() if ev.kind != "warning" else None
+            if self.quiet and ev.kind == "info":
+                return
+            style = {"error": "red", "warning": "yellow", "done": "green"}.get(ev.kind, "")
+            mark = {"error": "✗", "warning": "!", "done": "✓", "start": "…"}.get(ev.kind, "·")
+            self.console.print(Text(f"tracekit: {mark} {safe(ev.message)}", style=style))
+
+    def _stop_status(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def output(self, stream: str, data: bytes) -> None:
+        if stream == "stdout" and not self.stdout_via_console:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        if not self.live:
+            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.flush()
+            return
+        from rich.text import Text
+
+        with self.lock:
+            text = self.partial[stream] + data
+            head, sep, rest = text.rpartition(b"\n")
+            self.partial[stream] = rest
+            if sep:
+                self.console.print(Text(head.decode(errors="replace")), markup=False, highlight=False)
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop_status()
+            for stream, rest in self.partial.items():
+                if rest:
+                    self.console.print(rest.decode(errors="replace"), markup=False, highlight=False)
+                    self.partial[stream] = b""
+
+
+def _import(run: Any, progress: _Progress) -> tuple[dict[str, Any] | None, str | None]:
+    """Build the run's frames with the importer; a missing importer or polars is a warning, not a failure."""
+    try:
+        from tracekit.analyzers.importer import import_into
+    except ImportError as exc:
+        return None, (
+            f"frames not built ({exc}); on a machine with tracekit's analysis dependencies run "
+            f"`tracekit import --rebuild {run.path}`"
+        )
+    from tracekit.errors import TracekitError
+
+    def on_event(message: str) -> None:
+        progress.event(_Event("info", "import", message))
+
+    progress.event(_Event("start", "import", "building frames"))
+    try:
+        summary = import_into(run, on_event)
+    except TracekitError as exc:
+        return None, f"import failed: {exc.one_line()}"
+    progress.event(_Event("done", "import", "frames built"))
+    return summary, None
+
+
+class _Event:
+    def __init__(self, kind: str, phase: str, message: str) -> None:
+        self.kind, self.phase, self.message = kind, phase, message
+
+
+@click.command(
+    "capture",
+    help=HELP,
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+@click.option("--ncu", "use_ncu", is_flag=True, help="Pass under Nsight Compute (metrics per GEMM kernel).")
+@click.option("--nsys", "use_nsys", is_flag=True, help="Pass under Nsight Systems (timeline).")
+@click.option(
+    "--torch-profiler", "use_torch", is_flag=True, help="Pass under the PyTorch profiler (Python only)."
+)
+@click.option(
+    "--instrument", is_flag=True, help="Wrap torch's GEMM entry points in tracekit ranges (no code change)."
+)
+@click.option(
+    "--ncu-path", type=click.Path(path_type=Path), help="ncu executable (else $TRACEKIT_NCU, PATH, ...)."
+)
+@click.option(
+    "--nsys-path", type=click.Path(path_type=Path), help="nsys executable (else $TRACEKIT_NSYS, PATH, ...)."
+)
+@click.option(
+    "--clock-control",
+    type=click.Choice(["none", "base"]),
+    default="none",
+    show_default=True,
+    help="ncu clock control: none = the clocks your run sees; base = ncu's locked base clock.",
+)
+@click.option(
+    "--sections",
+    help="Comma-separated ncu sections (default: SpeedOfLight,Occupancy,LaunchStats,ComputeWorkloadAnalysis,"
+    "MemoryWorkloadAnalysis,WarpStateStats).",
+)
+@click.option("--metrics", help="Comma-separated extra ncu metrics ('' for none).")
+@click.option(
+    "--all-kernels", is_flag=True, help="ncu: profile every kernel, not only those inside tracekit ranges."
+)
+@click.option(
+    "--launch-count", type=click.IntRange(min=1), help="ncu: stop after this many profiled kernels."
+)
+@click.option(
+    "--max-per-range",
+    type=click.IntRange(min=1),
+    help="ncu: profile at most N launches of each range name (default $TRACEKIT_NCU_MAX_PER_RANGE or 2).",
+)
+@click.option(
+    "-o", "--out", type=click.Path(path_type=Path), help="Run folder to create (default: RUNS_DIR/<name>)."
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where runs go.",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), help="Stop each pass after S seconds."
+)
+@click.option(
+    "--no-import",
+    is_flag=True,
+    help="Keep raw files only; build frames later with tracekit import --rebuild.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object on stdout (progress stays on stderr)."
+)
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED, required=True)
+def capture(
+    use_ncu: bool,
+    use_nsys: bool,
+    use_torch: bool,
+    instrument: bool,
+    ncu_path: Path | None,
+    nsys_path: Path | None,
+    clock_control: str,
+    sections: str | None,
+    metrics: str | None,
+    all_kernels: bool,
+    launch_count: int | None,
+    max_per_range: int | None,
+    out: Path | None,
+    runs_dir: Path,
+    timeout: float | None,
+    no_import: bool,
+    as_json: bool,
+    cmd: tuple[str, ...],
+) -> None:
+    from tracekit.collectors import tools
+    from tracekit.collectors.capture import CaptureInterrupted
+    from tracekit.collectors.capture import capture as run_capture
+    from tracekit.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED
+    from tracekit.naming import NCU_FILTER
+    from tracekit.run import STATUS_INCOMPLETE
+
+    argv = list(cmd)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+
+    def split(text: str | None, default: tuple[str, ...]) -> list[str]:
+        if text is None:
+            return list(default)
+        return [t.strip() for t in text.split(",") if t.strip()]
+
+    progress = _Progress(as_json, quiet=False)
+    interrupted = False
+    try:
+        try:
+            run = run_capture(
+                argv,
+                ncu=use_ncu,
+                nsys=use_nsys,
+                torch_profiler=use_torch,
+                instrument=instrument,
+                out=out,
+                runs_dir=runs_dir,
+                timeout=timeout,
+                on_event=progress.event,
+                on_output=progress.output,
+                ncu_path=ncu_path,
+                nsys_path=nsys_path,
+                clock_control=clock_control,
+                sections=split(sections, tools.DEFAULT_SECTIONS),
+                metrics=split(metrics, tools.DEFAULT_METRICS),
+                nvtx_include=None if all_kernels else NCU_FILTER,
+                max_per_range=max_per_range,
+                launch_count=launch_count,
+            )
+        except CaptureInterrupted as exc:
+            run, interrupted = exc.run, True
+        summary, import_problem = (None, None)
+        if not no_import and not interrupted:
+            summary, import_problem = _import(run, progress)
+    finally:
+        progress.close()
+    if import_problem:
+        progress.event(_Event("warning", "import", import_problem))
+    passes = run.manifest.get("capture", {}).get("passes", [])
+    data = {
+        "run": str(run.path),
+        "status": run.status,
+        "incomplete_reason": run.manifest.get("incomplete_reason"),
+        "interrupted": interrupted,
+        "passes": passes,
+        "import": summary,
+        "import_problem": import_problem,
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        from rich.console import Console
+        from rich.text import Text
+
+        from tracekit.commands._render import safe
+
+        console = Console(highlight=False)
+        style = "green" if run.status != STATUS_INCOMPLETE else "yellow"
+        console.print(Text(f"run {safe(run.path)}  status: {run.status}", style=f"bold {style}"))
+        if data["incomplete_reason"]:
+            console.print(Text(f"  incomplete: {safe(data['incomplete_reason'])}", style="yellow"))
+        for p in passes:
+            files = ", ".join(Path(f).name for f in p.get("files", [])) or "no files"
+            console.print(
+                Text(
+                    f"  {p['tool']:<6} {p['status']:<10} {p['wall_s']:>8.1f} s  exit {p['exit_code']}  {files}"
+                )
+            )
+        if summary:
+            rows = summary.get("rows", {})
+            console.print(
+                Text(
+                    f"  frames: {rows.get('kernels', 0)} kernels, {rows.get('ranges', 0)} ranges, "
+                    f"{rows.get('ncu', 0)} ncu kernels, {rows.get('measurements', 0)} measurements, "
+                    f"{rows.get('failures', 0)} failures"
+                    + (" (partial import)" if summary.get("partial") else "")
+                )
+            )
+            console.print(Text(f"  next: tracekit show {safe(run.path)}"))
+    if interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    if run.status == STATUS_INCOMPLETE or (summary and summary.get("partial")):
+        sys.exit(EXIT_INCOMPLETE)

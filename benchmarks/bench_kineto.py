@@ -1,0 +1,241 @@
+"""Kineto trace reading at scale: tracekit's reader against HolisticTraceAnalysis on the same file.
+
+A real trace (default: HTA's df_index_resolver test trace, 19,370 kernels in 216k events) is replicated until it
+holds ``--kernels`` kernel events: each copy is shifted in time past the previous one, its correlation and
+External ids are offset, and its ProfilerStep numbers continue, so the result is one long, valid trace. It is
+written as one ``.json.gz``; then each tool parses it in its own subprocess (clean peak RSS) and a table is
+printed: tool, seconds, kernels parsed, kernels/second, peak memory.
+
+HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is timed as
+``TraceAnalysis(trace_dir=...)``, which parses every trace in the folder. It keeps only kernels inside complete
+ProfilerStep iterations, so its kernel count is lower. When it cannot finish at the full size within
+``--hta-timeout`` (or runs out of memory) that is printed, and both tools are also compared at ``--small``.
+
+    python benchmarks/bench_kineto.py [--kernels 1000000] [--small 100000] [--source TRACE] [--hta-timeout 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = (
+    ROOT.parent / "shared" / "data" / "thirdparty" / "hta" / "df_index_resolver__df_index_resolver.json.gz"
+)
+
+try:
+    import orjson
+
+    def _loads(b: bytes) -> Any:
+        return orjson.loads(b)
+
+    def _dumps(o: Any) -> bytes:
+        return orjson.dumps(o)
+
+except ImportError:  # stdlib fallback: slower, same output
+
+    def _loads(b: bytes) -> Any:
+        return json.loads(b)
+
+    def _dumps(o: Any) -> bytes:
+        return json.dumps(o, separators=(",", ":")).encode()
+
+
+def _is_kernel(e: dict[str, Any]) -> bool:
+    return e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X"
+
+
+def replicate(source: Path, kernels: int, out: Path) -> tuple[int, int]:
+    """Write ``out`` (.json.gz) holding copies of ``source`` until it has >= ``kernels`` kernel events.
+
+    Returns (kernel events, all events) written.
+    """
+    trace = _loads(gzip.decompress(source.read_bytes()))
+    events: list[dict[str, Any]] = trace.pop("traceEvents")
+    per_copy = sum(1 for e in events if _is_kernel(e))
+    copies = max(1, math.ceil(kernels / per_copy))
+    timed = [e for e in events if isinstance(e.get("ts"), int | float)]
+    t0 = min(e["ts"] for e in timed)
+    t1 = max(e["ts"] + (e.get("dur") or 0) for e in timed)
+    span = (t1 - t0) + 1000  # 1 ms gap between copies
+    if isinstance(t0, int):
+        span = int(span)
+    ids = [0]
+    steps = [0]
+    for e in events:
+        a = e.get("args") or {}
+        for key in ("correlation", "External id", "external id"):
+            if isinstance(a.get(key), int):
+                ids.append(a[key])
+        if isinstance(e.get("id"), int):
+            ids.append(e["id"])
+        name = e.get("name")
+        if isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
+            steps.append(int(name[13:]))
+    id_step = max(ids) + 1
+    step_step = max(steps) + 1
+    meta = [e for e in events if e.get("ph") == "M"]  # process/thread names: once
+    body = [e for e in events if e.get("ph") != "M"]
+    head = _dumps(trace)[:-1]  # the top-level keys, without the closing brace
+    written = 0
+    with gzip.open(out, "wb", compresslevel=1) as f:
+        f.write(head + (b"," if trace else b"") + b'"traceEvents":[')
+        f.write(b",".join(_dumps(e) for e in meta))
+        for i in range(copies):
+            dt, di, ds = span * (i and 1), id_step * (i and 1), step_step * (i and 1)
+            for e in body:  # shift in place, cumulatively: copy i = source + i * step
+                if isinstance(e.get("ts"), int | float):
+                    e["ts"] += dt
+                a = e.get("args")
+                if a:
+                    for key in ("correlation", "External id", "external id"):
+                        v = a.get(key)
+                        if isinstance(v, int) and v:
+                            a[key] = v + di
+                if isinstance(e.get("id"), int):
+                    e["id"] += di
+                name = e.get("name")
+                if ds and isinstance(name, str) and name.startswith("ProfilerStep#") and name[13:].isdigit():
+                    e["name"] = f"ProfilerStep#{int(name[13:]) + ds}"
+            f.write(b"," + b",".join(_dumps(e) for e in body))
+            written += len(body)
+        f.write(b"]}")
+    return per_copy * copies, written + len(meta)
+
+
+TRACEKIT_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+t = time.perf_counter()
+from tracekit.analyzers.kineto import read_kineto
+ex = read_kineto(Path(sys.argv[1]))
+n = ex.frame("kernels").height
+s = time.perf_counter() - t
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+peak = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak}))
+"""
+
+HTA_CHILD = """
+import json, logging, resource, sys, time
+logging.disable(logging.CRITICAL)
+t = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+s = time.perf_counter() - t
+tr = a.t
+n = 0
+for rank in tr.traces:
+    df = tr.get_trace(rank)
+    sym = tr.symbol_table.get_sym_id_map()
+    cats = {sym[c] for c in ("kernel", "Kernel") if c in sym}
+    n += int(df["cat"].isin(cats).sum())
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+peak = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak}))
+"""
+
+
+def run_child(code: str, arg: str, timeout: float) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its own peak RSS (VmHWM, which exec resets) comes back."""
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish within {timeout:.0f} s"}
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["?"])[-1]
+        why = "killed (out of memory?)" if p.returncode < 0 else f"exit {p.returncode}: {last[:120]}"
+        return {"error": why}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def measure(trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float) -> list[dict[str, Any]]:
+    rows = []
+    r = run_child(TRACEKIT_CHILD, str(trace), 3600)
+    rows.append({"tool": "tracekit read_kineto", **r})
+    if hta:
+        folder = Path(tempfile.mkdtemp(prefix="bench-hta-"))
+        try:
+            os.symlink(trace, folder / trace.name)
+            r = run_child(HTA_CHILD, str(folder), hta_timeout)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        rows.append({"tool": "HolisticTraceAnalysis", **r})
+    for row in rows:
+        row["in_file"] = kernels_in_file
+    return rows
+
+
+def print_table(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}")
+    print(f"{'tool':24} {'seconds':>9} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['tool']:24} {'-':>9} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
+            continue
+        rate = r["kernels"] / r["seconds"] if r["seconds"] else float("inf")
+        print(
+            f"{r['tool']:24} {r['seconds']:9.2f} {r['kernels']:15,d} {rate:12,.0f} {r['peak_kb'] / 1048576:8.2f} GB"
+        )
+    ok = [r for r in rows if "error" not in r]
+    if len(ok) == 2:
+        print(f"speed-up: {ok[1]['seconds'] / ok[0]['seconds']:.1f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernels", type=int, default=1_000_000, help="kernel events in the replicated trace")
+    ap.add_argument("--small", type=int, default=100_000, help="also compare at this size (0: skip)")
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real trace to replicate")
+    ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take at the full size")
+    ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
+    ap.add_argument("--keep", type=Path, help="write the replicated traces into this folder and keep them")
+    args = ap.parse_args()
+    if not args.source.is_file():
+        sys.exit(f"source trace {args.source} not found (give --source)")
+    hta = not args.no_hta
+    if hta:
+        try:
+            import hta as _hta  # noqa: F401
+        except ImportError:
+            sys.exit(
+                "HolisticTraceAnalysis is not installed: pip install HolisticTraceAnalysis (or --no-hta)"
+            )
+    work = args.keep or Path(tempfile.mkdtemp(prefix="bench-kineto-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"source: {args.source.name}; machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
+    try:
+        sizes = [args.kernels] + ([args.small] if args.small and args.small < args.kernels else [])
+        for n in sizes:
+            path = work / f"replicated_{n}.json.gz"
+            t = time.perf_counter()
+            k, ev = replicate(args.source, n, path)
+            print(
+                f"wrote {path.name}: {k:,} kernels, {ev:,} events, {path.stat().st_size / 1e6:,.0f} MB gzip "
+                f"in {time.perf_counter() - t:.0f} s"
+            )
+            timeout = args.hta_timeout if n == args.kernels else max(args.hta_timeout, 3600)
+            rows = measure(path, k, hta=hta, hta_timeout=timeout)
+            print_table(f"{k:,} kernel events ({ev:,} events)", rows)
+            if not args.keep:
+                path.unlink()
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

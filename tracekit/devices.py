@@ -162,7 +162,9 @@ def _arch_from(key: str, raw: dict[str, Any]) -> ArchSpec:
         key=key,
         name=str(raw.get("name", key)),
         compute_capability=str(raw.get("compute_capability", "")),
-        flops_per_clock_per_sm={k: float(v) for k, v in (raw.get("flops_per_clock_per_sm") or {}).items() if v},
+        flops_per_clock_per_sm={
+            k: float(v) for k, v in (raw.get("flops_per_clock_per_sm") or {}).items() if v
+        },
         smem_per_sm_bytes=raw.get("smem_per_sm_bytes"),
         smem_per_block_optin_bytes=raw.get("smem_per_block_optin_bytes"),
         regs_per_sm=raw.get("regs_per_sm"),
@@ -234,7 +236,8 @@ def load_catalog(user_file: Path | None = None) -> tuple[dict[str, ArchSpec], di
         raw = _merge(raw, {k: user[k] for k in ("architectures", "devices") if k in user})
     archs = {k: _arch_from(k, v) for k, v in raw["architectures"].items()}
     devices = {
-        k: _device_from(k, v, archs, "user" if k in user_keys else "catalog") for k, v in raw["devices"].items()
+        k: _device_from(k, v, archs, "user" if k in user_keys else "catalog")
+        for k, v in raw["devices"].items()
     }
     return archs, devices
 
@@ -268,10 +271,17 @@ def arch_for(compute_capability: str | None) -> ArchSpec | None:
     for arch in archs.values():
         if arch.compute_capability == cc:
             return arch
-    major = cc.split(".")[0]
-    # Family fallback: 12.1 behaves like 12.0, 10.3 like 10.0, 8.7 like 8.6.
-    same = [a for a in archs.values() if a.compute_capability.split(".")[0] == major]
-    return max(same, key=lambda a: a.compute_capability) if same else None
+    try:
+        major, minor = (int(x) for x in cc.split(".")[:2])
+    except ValueError:
+        return None
+    # Family fallback: 12.1 behaves like 12.0, 10.3 like 10.0, 8.7 like 8.6; never upwards (7.0 is not 7.5).
+    same = []
+    for a in archs.values():
+        a_major, a_minor = (int(x) for x in a.compute_capability.split("."))
+        if a_major == major and a_minor <= minor:
+            same.append((a_minor, a))
+    return max(same, key=lambda t: t[0])[1] if same else None
 
 
 def _score(alias: str, norm: str) -> int:
@@ -305,7 +315,9 @@ def match_device(
             if score == 0:
                 continue
             if sm_count and dev.sm_count and dev.sm_count != sm_count:
-                score -= 5_000 if score >= 10_000 else score  # a contradicting SM count loses to any other match
+                score -= (
+                    5_000 if score >= 10_000 else score
+                )  # a contradicting SM count loses to any other match
                 if score <= 0:
                     continue
             elif sm_count and dev.sm_count == sm_count:
@@ -352,3 +364,32 @@ def derived_device(name: str, arch: ArchSpec, sm_count: int | None, clock_hz: fl
 def with_overrides(spec: DeviceSpec, **changes: Any) -> DeviceSpec:
     """A copy of ``spec`` with some fields replaced (tests, calibration)."""
     return replace(spec, **changes)
+
+
+# --- calibration profiles -----------------------------------------------------------------------------------------
+CALIBRATION_DIR = Path("~/.cache/tracekit/calibration")
+CALIBRATION_FORMAT = "tracekit-calibration"
+
+
+def calibration_path(gpu_name: str) -> Path:
+    """Where ``tracekit calibrate`` saves the profile of a GPU by default."""
+    slug = normalize_name(gpu_name).replace(" ", "-") or "gpu"
+    return CALIBRATION_DIR.expanduser() / f"{slug}.json"
+
+
+def load_calibration(path: Path | str) -> dict[str, Any]:
+    """A calibration profile written by ``tracekit calibrate`` (``{"format", "device", "gemm": {class:
+    {"sustained_tflops", ...}}, "copy": {...}}``)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInputError(
+            f"calibration file {path} cannot be read ({exc})",
+            "re-run `tracekit calibrate -o FILE` on the GPU",
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:
+        raise BadInputError(
+            f"{path} is not a tracekit calibration profile", "make one with `tracekit calibrate -o FILE`"
+        )
+    return data

@@ -278,8 +278,64 @@ MEASUREMENTS = FrameSpec(
     ),
 )
 
+GEMMS = FrameSpec(
+    "gemms",
+    "The analysis result per GEMM (analyzers/gemm.py, analyzers/explain.py): one row per GEMM range name in its "
+    "parent range, measurement, or profiled kernel without a GEMM range. Times are per launch.",
+    (
+        Column("gemm_id", I64, "index of the GEMM in this analysis"),
+        Column("origin", STR, "measurement | range (timeline) | ncu (ncu rows of a GEMM range) | ncu-kernel"),
+        Column("range", STR, "range name (or kernel name for ncu-kernel)"),
+        Column("context", STR, "name of the enclosing range, null at top level"),
+        Column("backend", STR, "GEMM backend"),
+        Column("op", STR, "entry point"),
+        Column("m", I64, "GEMM M"),
+        Column("n", I64, "GEMM N"),
+        Column("k", I64, "GEMM K"),
+        Column("dtype_a", STR, "A dtype"),
+        Column("dtype_b", STR, "B dtype"),
+        Column("dtype_out", STR, "output dtype"),
+        Column("scale", STR, "scale layout"),
+        Column("dtype_class", STR, "tensor-core rate class used for the peak (fp4, fp8, bf16, ...)"),
+        Column("launches", I64, "launches (range instances or profiled GEMM kernels) aggregated"),
+        Column("main_kernel", STR, "the GEMM's own (longest) kernel"),
+        Column("aux_kernels", STR, "auxiliary kernels in the range, JSON list of names"),
+        Column("device_name", STR, "GPU name"),
+        Column("device_key", STR, "device catalog key (tracekit/data/devices.json)"),
+        Column("flops", F64, "2*M*N*K per launch"),
+        Column("min_bytes", F64, "fewest bytes per launch: A, B, their scales and C at real widths"),
+        Column("intensity_flops_per_byte", F64, "flops / min_bytes"),
+        Column("main_time_ns", F64, "time of the GEMM's own kernels per launch, ns"),
+        Column("aux_time_ns", F64, "time of auxiliary kernels per launch, ns"),
+        Column("gap_time_ns", F64, "idle GPU time inside / between the range's launches per launch, ns"),
+        Column("kernel_tflops", F64, "flops / main_time, TFLOP/s"),
+        Column("achieved_tflops", F64, "flops / (main + aux + gap time), TFLOP/s"),
+        Column("achieved_estimate", STR, "how achieved_tflops was estimated when the shape is unknown"),
+        Column("peak_tflops", F64, "dense peak of the device for dtype_class, TFLOP/s"),
+        Column("peak_source", STR, "datasheet | derived | unknown"),
+        Column("calibrated_tflops", F64, "sustained TFLOP/s measured by tracekit calibrate, if given"),
+        Column("pct_of_peak", F64, "achieved, % of peak_tflops"),
+        Column("pct_of_calibrated", F64, "achieved, % of calibrated_tflops"),
+        Column("roofline_bound", STR, "compute | memory (intensity vs the device ridge)"),
+        Column("memory_roof_tflops", F64, "intensity x memory bandwidth, TFLOP/s"),
+        Column("sm_clock_hz", F64, "SM clock during the GEMM (NVML or ncu), Hz"),
+        Column("clock_source", STR, "where sm_clock_hz came from"),
+        Column("power_w", F64, "board power during the timing (NVML), W"),
+        Column("power_limit_w", F64, "enforced power limit, W"),
+        Column("throttle_reasons", I64, "NVML clocks-event reasons bitmask"),
+        Column("grid_size", I64, "CTAs in the main kernel's grid"),
+        Column("block_size", I32, "threads per CTA"),
+        Column("registers_per_thread", I32, "registers per thread"),
+        Column("smem_per_block_bytes", I64, "shared memory per CTA (static + dynamic), bytes"),
+        Column("ncu_id", I64, "ncu.ncu_id of the profiled main kernel, if any"),
+        Column("measurement_id", I64, "measurements.measurement_id, if any"),
+        Column("verdict", STR, "the factor with the largest loss (analyzers/explain.py)"),
+        Column("verdict_gain_pct", F64, "speed-up if that loss were removed, %"),
+    ),
+)
+
 SPECS: dict[str, FrameSpec] = {
-    s.name: s for s in (KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS)
+    s.name: s for s in (KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS)
 }
 """Every frame a run may hold, by name."""
 

@@ -1,0 +1,231 @@
+"""The plateau explainer: a waterfall of multiplicative factors from the datasheet peak to the achieved TFLOP/s.
+
+For a compute-bound GEMM::
+
+    achieved = peak x clock x waves x memory x in-kernel x aux x gaps
+
+``clock`` (SM clock / the clock the peak is quoted at), ``waves`` (last-wave fill and tile padding) and
+``memory`` (roofline: ``intensity x bandwidth`` over what the first two leave) are computed from evidence;
+``in-kernel`` is the residual ``kernel TFLOP/s / ceiling``, broken down with tensor-pipe, stall, occupancy and
+shared-memory evidence; ``aux`` (``main / (main + aux)``) and ``gaps`` (``busy / (busy + idle)``) take the
+kernel's own rate down to the range's. The product therefore equals the achieved figure exactly, except where a
+measured clock or wave estimate is pessimistic enough that the residual would exceed 1: then the clock factor,
+then the wave factor, is raised just enough (and says so in its evidence).
+
+A GEMM that is memory-bound at its clock (``intensity x bandwidth`` below ``peak x clock``) gets no clock or wave
+factor (neither sets its ceiling): ``achieved = peak x memory x in-kernel x aux x gaps``, and ``in-kernel`` is then
+its fraction of the bandwidth roofline.
+
+The factor with the largest loss is the verdict. Nsight Compute's own findings (``ncu_rules``) ride along
+beside the waterfall, never instead of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from .gemm import GemmCase, build_cases, gemm_frame
+from .rules import Factor
+from .rules.aux import aux
+from .rules.clock import clock
+from .rules.gaps import gaps
+from .rules.kernel import kernel
+from .rules.memory import memory
+from .rules.waves import waves
+
+__all__ = ["Waterfall", "explain", "explain_case", "gemm_summary"]
+
+
+@dataclass
+class Waterfall:
+    """One GEMM's explanation."""
+
+    case: GemmCase
+    peak_tflops: float | None
+    achieved_tflops: float | None
+    factors: list[Factor] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def product_tflops(self) -> float | None:
+        if self.peak_tflops is None:
+            return None
+        value = self.peak_tflops
+        for f in self.factors:
+            value *= f.value
+        return value
+
+    @property
+    def complete(self) -> bool:
+        """True when the factors account for the whole gap (peak x product == achieved within 1%)."""
+        p, a = self.product_tflops, self.achieved_tflops
+        return p is not None and a is not None and a > 0 and abs(p / a - 1) <= 0.01
+
+    @property
+    def verdict(self) -> Factor | None:
+        """The factor with the largest loss (None when nothing is lost or nothing is known)."""
+        losing = [f for f in self.factors if f.value < 0.995]
+        return min(losing, key=lambda f: f.value) if losing else None
+
+    @property
+    def ncu_rules(self) -> list[dict[str, Any]]:
+        return [
+            {k: r.get(k) for k in ("rule", "kind", "title", "speedup_pct", "message")}
+            for r in self.case.ncu_rules
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.case
+        v = self.verdict
+        peak = self.peak_tflops
+        ach = self.achieved_tflops
+        return {
+            "range": c.name,
+            "context": c.context,
+            "origin": c.origin,
+            "backend": c.backend,
+            "m": c.m,
+            "n": c.n,
+            "k": c.k,
+            "dtype_class": c.dtype_class,
+            "device": c.device.name if c.device else c.device_name,
+            "main_kernel": c.main_kernel,
+            "aux_kernels": c.aux_kernels,
+            "launches": c.launches,
+            "achieved_tflops": ach,
+            "achieved_estimate": c.achieved_estimate,
+            "kernel_tflops": c.kernel_tflops,
+            "peak_tflops": peak,
+            "peak_source": c.device.peak_source(c.dtype_class) if c.device and peak else None,
+            "calibrated_tflops": c.calibrated_tflops,
+            "pct_of_peak": 100.0 * ach / peak if ach and peak else None,
+            "pct_of_calibrated": 100.0 * ach / c.calibrated_tflops if ach and c.calibrated_tflops else None,
+            "roofline_bound": c.bound,
+            "factors": [f.to_dict() for f in self.factors],
+            "product_tflops": self.product_tflops,
+            "complete": self.complete,
+            "verdict": (
+                {
+                    "factor": v.name,
+                    "cause": v.cause,
+                    "value": v.value,
+                    "sentence": v.sentence,
+                    "remedy": v.remedy,
+                    "gain_pct": v.gain_pct,
+                }
+                if v
+                else None
+            ),
+            "ncu_rules": self.ncu_rules,
+            "notes": self.notes,
+        }
+
+
+def _absorb(residual: float, factors: list[Factor | None]) -> float:
+    """Raise pessimistic factors (in order) until the residual is at most 1; returns the new residual."""
+    for f in factors:
+        if residual <= 1.0 or f is None:
+            continue
+        new = min(1.0, f.value * residual)
+        residual *= f.value / new
+        f.evidence["adjusted_from"] = round(f.value, 4)
+        f.evidence["adjusted_because"] = "achieved throughput is higher than this factor allows"
+        f.value = new
+    return residual
+
+
+def explain_case(case: GemmCase) -> Waterfall:
+    """The waterfall of one GEMM (see the module docstring for the arithmetic)."""
+    peak = case.peak_tflops
+    kernel_rate = case.kernel_tflops
+    wf = Waterfall(case, peak, case.achieved_tflops)
+    if case.achieved_estimate:
+        wf.notes.append(
+            f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"
+        )
+    f_aux, f_gaps = aux(case), gaps(case)
+    if peak is None or kernel_rate is None:
+        if peak is None:
+            dev = case.device.name if case.device else (case.device_name or "unknown GPU")
+            wf.notes.append(
+                f"no {case.dtype_class or 'tensor'} peak known for {dev}: only relative factors shown"
+            )
+        if kernel_rate is None:
+            wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
+        f_clock = clock(case)
+        f_wave = waves(case)
+        wf.factors = [f for f in (f_clock, f_wave, f_aux, f_gaps) if f is not None]
+        return wf
+
+    f_clock = clock(case)
+    clock_v = f_clock.value if f_clock else 1.0
+    roof = case.memory_roof_tflops
+    memory_bound = roof is not None and roof < peak * clock_v
+    if memory_bound:
+        f_mem = memory(case, peak)
+        ceiling = peak * (f_mem.value if f_mem else 1.0)
+        residual = kernel_rate / ceiling
+        residual = _absorb(residual, [f_mem])
+        parts: list[Factor | None] = [f_mem]
+        skipped = []
+        if f_clock is not None:
+            skipped.append(f"SM clock {case.sm_clock_hz / 1e6:.0f} MHz")  # type: ignore[operator]
+        f_wave = waves(case)
+        if f_wave is not None:
+            skipped.append(f"waves {f_wave.evidence.get('waves')}")
+        if skipped:
+            wf.notes.append("memory-bound: " + ", ".join(skipped) + " do not set its ceiling")
+    else:
+        f_wave = waves(case)
+        ceiling = peak * clock_v * (f_wave.value if f_wave else 1.0)
+        f_mem = memory(case, ceiling)
+        if f_mem is not None and f_mem.value >= 1.0:
+            f_mem = None
+        ceiling *= f_mem.value if f_mem else 1.0
+        residual = _absorb(kernel_rate / ceiling, [f_clock, f_wave, f_mem])
+        parts = [f_clock, f_wave, f_mem]
+        if f_clock is None:
+            wf.notes.append("SM clock not measured: any clock loss is inside the in-kernel factor")
+    if residual > 1.0:
+        wf.notes.append(f"achieved exceeds the {peak:.0f} TFLOP/s peak by {100 * (residual - 1):.0f}%")
+    f_kernel = kernel(case, residual, memory_bound=memory_bound)
+    wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
+    return wf
+
+
+def _matches(case: GemmCase, pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    p = pattern.lower()
+    return any(p in (s or "").lower() for s in (case.name, case.context, case.main_kernel, case.backend))
+
+
+def explain(
+    frames: dict[str, pl.DataFrame],
+    *,
+    calibration: dict[str, Any] | None = None,
+    gemm_filter: str | None = None,
+    environment: dict[str, Any] | None = None,
+) -> list[Waterfall]:
+    """Waterfalls for every GEMM of a run (those whose range, context, kernel or backend contain
+    ``gemm_filter``)."""
+    cases = build_cases(frames, calibration=calibration, environment=environment)
+    return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
+
+
+def gemm_summary(
+    frames: dict[str, pl.DataFrame],
+    *,
+    calibration: dict[str, Any] | None = None,
+    environment: dict[str, Any] | None = None,
+) -> pl.DataFrame:
+    """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""
+    cases = build_cases(frames, calibration=calibration, environment=environment)
+    verdicts = {}
+    for i, c in enumerate(cases):
+        v = explain_case(c).verdict
+        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
+    return gemm_frame(cases, verdicts)

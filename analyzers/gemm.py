@@ -1,0 +1,753 @@
+"""Per-GEMM metrics: FLOPs, minimum bytes, time of the GEMM's own kernels, TFLOP/s, % of peak, roofline bound.
+
+A GEMM comes from one of three places, in this order of preference for a given range name:
+
+1. a ``measurements`` row (``tracekit bench gemm``: CUDA-graph timing with the NVML sample beside it);
+2. a tracekit ``gemm`` range on a timeline (``ranges`` joined to its ``kernels``): instances of the same name
+   under the same parent range are one GEMM; kernels of its descendant ``aux`` ranges, and kernels whose names
+   say quantize / split-K reduce / swizzle, are auxiliary and timed apart; idle time between its kernels (and
+   between consecutive instances, when no other kernel ran there) is its launch gap;
+3. Nsight Compute rows (``ncu``): grouped by their NVTX range when it names a GEMM (tracekit's names or the
+   older ``gemm/<dtype>/M=..,N=..,K=..``), else every profiled kernel on its own.
+
+Ncu rows for a range also found on a timeline (or in measurements) are attached as evidence (clock, grid,
+occupancy, stalls) rather than counted twice. Everything is kept in :class:`GemmCase` objects (a few hundred at
+most); :func:`gemm_frame` turns them into the ``gemms`` frame.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from tracekit import naming
+from tracekit.devices import DeviceSpec, match_device
+from tracekit.frames import SPECS
+
+__all__ = [
+    "LAUNCH_GAP_MAX_NS",
+    "GemmCase",
+    "build_cases",
+    "classify_kernel",
+    "dtype_class",
+    "gemm_frame",
+    "min_bytes",
+    "parse_gemm_name",
+]
+
+LAUNCH_GAP_MAX_NS = 1_000_000
+"""Idle time between two consecutive launches of a GEMM counts as a launch gap only below this (1 ms): longer
+pauses are deliberate (host work, sleeps, synchronisation), not launch overhead."""
+
+_AUX_PATTERN = re.compile(
+    r"splitkreduce|splitk_reduce|reduce_kernel|quantiz|_quant|cvt_|convert|swizzle|scale_|_scale|amax|"
+    r"elementwise|fill_|copy|transpose|cast",
+    re.IGNORECASE,
+)
+_GEMM_PATTERN = re.compile(
+    r"gemm|nvjet|cutlass|xmma|wgmma|hmma|imma|matmul|_mm_|mm_kernel|sgemm|tensorop|gemv|bmm", re.IGNORECASE
+)
+
+
+@dataclass
+class GemmCase:
+    """One GEMM (a range name in its context, a measurement, or a profiled kernel) and all evidence about it.
+
+    Times are per launch, in nanoseconds: ``main_ns`` the GEMM's own kernels, ``aux_ns`` auxiliary kernels in
+    its range, ``gap_ns`` idle time between them and between consecutive launches.
+    """
+
+    origin: str  # measurement | range | ncu | ncu-kernel
+    name: str
+    context: str | None = None
+    backend: str | None = None
+    op: str | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    dtype_a: str | None = None
+    dtype_b: str | None = None
+    dtype_out: str | None = None
+    scale: str | None = None
+    launches: int = 1
+    main_ns: float | None = None
+    aux_ns: float = 0.0
+    gap_ns: float = 0.0
+    main_kernel: str | None = None
+    aux_kernels: list[str] = field(default_factory=list)
+    device: DeviceSpec | None = None
+    device_name: str | None = None
+    # launch configuration of the main kernel (timeline or ncu)
+    grid_size: int | None = None
+    block_size: int | None = None
+    registers_per_thread: int | None = None
+    smem_per_block_bytes: int | None = None
+    # clock / power (NVML for measurements; ncu gpc clock for profiled kernels)
+    sm_clock_hz: float | None = None
+    clock_source: str | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    throttle_reasons: int | None = None
+    # evidence rows
+    ncu: dict[str, Any] | None = None
+    ncu_metrics: dict[str, float] = field(default_factory=dict)
+    ncu_rules: list[dict[str, Any]] = field(default_factory=list)
+    ncu_id: int | None = None
+    measurement_id: int | None = None
+    range_ids: list[int] = field(default_factory=list)
+    achieved_estimate: str | None = None  # set when TFLOP/s had to be estimated (no shape)
+    estimated_tflops: float | None = None
+    calibrated_tflops: float | None = None
+
+    # -- derived quantities --------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.context}]" if self.context else self.name
+
+    @property
+    def dtype_class(self) -> str | None:
+        return dtype_class(self.dtype_a, self.dtype_b, self.main_kernel)
+
+    @property
+    def flops(self) -> float | None:
+        if self.m and self.n and self.k:
+            return 2.0 * self.m * self.n * self.k
+        return None
+
+    @property
+    def bytes_min(self) -> float | None:
+        if not (self.m and self.n and self.k):
+            return None
+        return min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
+
+    @property
+    def intensity(self) -> float | None:
+        f, b = self.flops, self.bytes_min
+        return f / b if f and b else None
+
+    @property
+    def total_ns(self) -> float | None:
+        return self.main_ns + self.aux_ns + self.gap_ns if self.main_ns else None
+
+    @property
+    def kernel_tflops(self) -> float | None:
+        """FLOPs over the GEMM's own kernel time."""
+        if self.flops and self.main_ns:
+            return self.flops / self.main_ns / 1e3
+        return self.estimated_tflops
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        """FLOPs over the whole range: own kernels, auxiliary kernels and launch gaps."""
+        if self.flops and self.total_ns:
+            return self.flops / self.total_ns / 1e3
+        if self.estimated_tflops is not None and self.main_ns:
+            return self.estimated_tflops * self.main_ns / (self.main_ns + self.aux_ns + self.gap_ns)
+        return None
+
+    @property
+    def peak_tflops(self) -> float | None:
+        return self.device.peak_tflops(self.dtype_class) if self.device else None
+
+    @property
+    def memory_roof_tflops(self) -> float | None:
+        ai = self.intensity
+        bw = self.device.memory_bandwidth_bytes_per_s if self.device else None
+        return ai * bw / 1e12 if ai and bw else None
+
+    @property
+    def bound(self) -> str | None:
+        peak, roof = self.peak_tflops, self.memory_roof_tflops
+        if peak is None or roof is None:
+            return None
+        return "memory" if roof < peak else "compute"
+
+    def metric(self, name: str) -> float | None:
+        """A numeric ncu metric of the main kernel (named column of ``ncu`` first, then ``ncu_metrics``)."""
+        if self.ncu and self.ncu.get(name) is not None:
+            value = self.ncu[name]
+            return float(value) if isinstance(value, int | float) else None
+        return self.ncu_metrics.get(name)
+
+
+# --- names, dtypes and bytes --------------------------------------------------------------------------------------
+def _legacy_fields(name: str) -> dict[str, str] | None:
+    """The probe's older names: ``gemm/<dtype>/M=1024,N=2048,K=6144``."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != "gemm":
+        return None
+    dims = dict(item.partition("=")[::2] for item in parts[2].split(","))
+    if set(dims) != {"M", "N", "K"} or not all(v.isdigit() for v in dims.values()):
+        return None
+    dtype = {"fp8": "e4m3", "fp4": "e2m1"}.get(parts[1], naming.canonical_dtype(parts[1]))
+    out = "bf16" if dtype in ("e4m3", "e2m1") else dtype
+    scale = "tensorwise" if dtype == "e4m3" else None
+    return {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype, "out": out, **dims} | (
+        {"scale": scale} if scale else {}
+    )
+
+
+def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
+    """GEMM fields of a range name (tracekit's codec, or the legacy probe form); None for other names."""
+    if not name:
+        return None
+    decoded = naming.decode(name)
+    if decoded is not None:
+        if decoded.kind != "gemm":
+            return None
+        f = decoded.fields
+    else:
+        f = _legacy_fields(name)
+        if f is None:
+            return None
+
+    def as_int(key: str) -> int | None:
+        v = f.get(key)
+        return int(v) if v is not None and v.isdigit() else None
+
+    return {
+        "backend": f.get("backend"),
+        "op": f.get("op"),
+        "m": as_int("M"),
+        "n": as_int("N"),
+        "k": as_int("K"),
+        "dtype_a": f.get("a"),
+        "dtype_b": f.get("b"),
+        "dtype_out": f.get("out"),
+        "scale": f.get("scale"),
+    }
+
+
+_NAME_CLASS = (
+    (re.compile(r"e2m1|fp4|nvf4|mxf4", re.I), "fp4"),
+    (re.compile(r"e4m3|e5m2|fp8|qgmma|_qq|f8f6f4", re.I), "fp8"),
+    (re.compile(r"bf16", re.I), "bf16"),
+    (re.compile(r"f16|fp16|h16|hgemm|s16816|s1688|s161616|half", re.I), "fp16"),
+    (re.compile(r"tf32|s1684", re.I), "tf32"),
+    (re.compile(r"i8|s8|int8|imma|igemm", re.I), "int8"),
+    (re.compile(r"sgemm|f32|float", re.I), "fp32"),
+)
+
+
+def dtype_class(
+    dtype_a: str | None, dtype_b: str | None = None, kernel_name: str | None = None
+) -> str | None:
+    """The tensor-core rate class of a GEMM: the wider of its two inputs' classes (a weight-only FP4 GEMM with
+    BF16 activations runs at the BF16 rate), else guessed from the kernel name; None when unknown."""
+    classes = [naming.DTYPE_CLASS.get(d) for d in (dtype_a, dtype_b) if d]
+    classes = [c for c in classes if c]
+    if classes:
+        return max(classes, key=lambda c: naming.DTYPE_BITS.get(_CLASS_DTYPE.get(c, c), 0))
+    if kernel_name:
+        for pattern, cls in _NAME_CLASS:
+            if pattern.search(kernel_name):
+                return cls
+    return None
+
+
+_CLASS_DTYPE = {"fp8": "e4m3", "fp4": "e2m1", "fp16": "fp16", "bf16": "bf16", "tf32": "tf32", "int8": "int8"}
+
+
+def _scale_bytes(
+    m: int, n: int, k: int, dtype_a: str | None, dtype_b: str | None, scale: str | None
+) -> float:
+    """Bytes of block / row / tensor scales for both operands (fp32 scales unless the layout says otherwise)."""
+    s = (scale or "").lower()
+    fp4 = "e2m1" in (dtype_a, dtype_b)
+    if "mx" in s or "e8m0" in s or "1x32" in s:
+        return (m * k + k * n) / 32  # one e8m0 byte per 32 elements
+    if "nvfp4" in s or "1x16" in s or (fp4 and not s):
+        return (m * k + k * n) / 16 + 8  # one e4m3 byte per 16 elements, plus two fp32 global scales
+    if s == "tensorwise":
+        return 8.0
+    if s == "rowwise":
+        return 4.0 * (m + n)
+    if s.startswith("blockwise") or "128" in s:
+        kb = math.ceil(k / 128)
+        if "1x128" in s and s.count("1x128") >= 2:  # 1x128 for both operands
+            return 4.0 * (m * kb + n * kb)
+        return 4.0 * (m * kb + kb * math.ceil(n / 128))  # A 1x128, B 128x128 (DeepSeek-style)
+    return 0.0
+
+
+def min_bytes(
+    m: int,
+    n: int,
+    k: int,
+    dtype_a: str | None,
+    dtype_b: str | None = None,
+    dtype_out: str | None = None,
+    scale: str | None = None,
+) -> float:
+    """The fewest bytes a GEMM must move: A and B read once, C written once, at their real widths (FP4 is 4
+    bits), plus their scales. Unknown dtypes count as 16-bit."""
+    bits_a = naming.DTYPE_BITS.get(dtype_a or "", 16)
+    bits_b = naming.DTYPE_BITS.get(dtype_b or dtype_a or "", bits_a)
+    low = dtype_a in ("e4m3", "e5m2", "e2m1", "int8")
+    bits_c = naming.DTYPE_BITS.get(dtype_out or "", 16 if low else bits_a)
+    return (m * k * bits_a + k * n * bits_b + m * n * bits_c) / 8 + _scale_bytes(
+        m, n, k, dtype_a, dtype_b, scale
+    )
+
+
+def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
+    """``main`` for a GEMM kernel, ``aux`` for quantize / split-K reduce / scale swizzle / copies."""
+    if in_aux_range:
+        return "aux"
+    text = name or ""
+    if _AUX_PATTERN.search(text) and not re.match(r"^(nvjet|sm\d+_xmma|cutlass)", text):
+        return "aux"
+    return "main"
+
+
+# --- devices ------------------------------------------------------------------------------------------------------
+def _device_from_frames(
+    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None
+) -> DeviceSpec | None:
+    dev = frames.get("devices")
+    if dev is not None and dev.height:
+        row = dev.filter(pl.col("name").is_not_null()).head(1).to_dicts()
+        if row:
+            r = row[0]
+            return match_device(
+                r["name"], r["compute_capability"], r["sm_count"], clock_hz=r["boost_clock_hz"]
+            )
+    env = environment or {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
+    name = gpu.get("gpu_name") or gpu.get("name") if isinstance(gpu, dict) else None
+    if name:
+        return match_device(name, gpu.get("compute_capability"), gpu.get("sm_count"))
+    return None
+
+
+def _device_for_ncu(row: dict[str, Any], fallback: DeviceSpec | None) -> DeviceSpec | None:
+    if row.get("device_name"):
+        return match_device(
+            row["device_name"],
+            row.get("compute_capability"),
+            row.get("sm_count"),
+            clock_hz=row.get("boost_clock_hz"),
+        )
+    return fallback
+
+
+# --- ncu evidence -------------------------------------------------------------------------------------------------
+_EXTRA_METRIC_PREFIXES = (
+    "smsp__average_warps_issue_stalled_",
+    "smsp__pcsamp_warps_issue_stalled_",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_tensor",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed",
+    "launch__occupancy_limit_",
+    "launch__cluster_size",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes.sum.per_second",
+    "launch__waves_per_multiprocessor",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+)
+
+
+def _ncu_evidence(
+    frames: dict[str, pl.DataFrame],
+) -> tuple[dict[int, dict[str, float]], dict[int, list[dict]]]:
+    metrics: dict[int, dict[str, float]] = {}
+    m = frames.get("ncu_metrics")
+    if m is not None and m.height:
+        expr = pl.lit(False)
+        for p in _EXTRA_METRIC_PREFIXES:
+            expr = expr | pl.col("metric").str.starts_with(p)
+        for r in m.filter(expr & pl.col("value").is_not_null()).iter_rows(named=True):
+            metrics.setdefault(r["ncu_id"], {})[r["metric"]] = r["value"]
+    rules: dict[int, list[dict]] = {}
+    nr = frames.get("ncu_rules")
+    if nr is not None and nr.height:
+        for r in nr.filter(pl.col("kind") != "OK").iter_rows(named=True):
+            rules.setdefault(r["ncu_id"], []).append(r)
+    return metrics, rules
+
+
+def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
+    """Use the longest main kernel of ``rows`` as the case's profiled evidence."""
+    mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
+    main = max(mains, key=lambda r: r.get("duration_ns") or 0.0)
+    case.ncu = main
+    case.ncu_id = main["ncu_id"]
+    case.ncu_metrics = metrics.get(main["ncu_id"], {})
+    case.ncu_rules = [x for r in rows for x in rules.get(r["ncu_id"], [])]
+    case.main_kernel = case.main_kernel or main.get("demangled_name") or main.get("name")
+    case.grid_size = case.grid_size or main.get("grid_size")
+    case.block_size = case.block_size or main.get("block_size")
+    case.registers_per_thread = case.registers_per_thread or main.get("registers_per_thread")
+    if case.smem_per_block_bytes is None:
+        smem = (main.get("static_smem_bytes") or 0) + (main.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+    if case.sm_clock_hz is None and main.get("sm_clock_hz"):
+        case.sm_clock_hz = main["sm_clock_hz"]
+        control = main.get("clock_control")
+        case.clock_source = "ncu gpc__cycles_elapsed.avg.per_second" + (
+            f" (clock control {control})" if control else ""
+        )
+
+
+def _ncu_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, metrics: dict, rules: dict
+) -> tuple[dict[str, list[dict]], list[GemmCase]]:
+    """ncu rows grouped by GEMM range name, and cases for kernels with no GEMM range (one per kernel)."""
+    ncu = frames.get("ncu")
+    by_range: dict[str, list[dict]] = {}
+    loose: list[GemmCase] = []
+    if ncu is None or ncu.height == 0:
+        return by_range, loose
+    for row in ncu.sort("ncu_id").iter_rows(named=True):
+        parsed = parse_gemm_name(row.get("nvtx_range"))
+        if parsed is None and row.get("nvtx_stack"):
+            try:
+                stack = json.loads(row["nvtx_stack"])
+            except ValueError:
+                stack = []
+            for entry in reversed(stack):
+                if parse_gemm_name(entry.get("name")):
+                    row = {**row, "nvtx_range": entry["name"]}
+                    parsed = parse_gemm_name(entry["name"])
+                    break
+        if parsed is not None:
+            by_range.setdefault(row["nvtx_range"], []).append(row)
+            continue
+        name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
+        case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
+        case.device = _device_for_ncu(row, device)
+        case.device_name = row.get("device_name")
+        case.main_ns = row.get("duration_ns")
+        _attach_ncu(case, [row], metrics, rules)
+        _estimate_achieved(case)
+        loose.append(case)
+    return by_range, loose
+
+
+def _estimate_achieved(case: GemmCase) -> None:
+    """Without a shape, estimate TFLOP/s from the tensor pipe's (or FP32 FMA pipe's) activity."""
+    dev = case.device
+    if dev is None or not case.sm_clock_hz or not dev.sm_count:
+        return
+    cls = case.dtype_class
+    ffma = case.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
+    tensor = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    if tensor is None:
+        tensor = case.metric("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    if ffma is not None and (cls in (None, "fp32") or not tensor):
+        case.estimated_tflops = 2.0 * ffma * case.sm_clock_hz / 1e12
+        case.achieved_estimate = "2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock"
+    elif tensor and cls and cls != "fp32":
+        peak = dev.peak_tflops(cls)
+        if peak and dev.peak_clock_hz:
+            case.estimated_tflops = peak * case.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0
+            case.achieved_estimate = "peak at the kernel's clock x tensor pipe active (elapsed)"
+
+
+# --- timeline ------------------------------------------------------------------------------------------------------
+def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
+    """range_id -> (gemm range it belongs to, whether it is an aux range) for gemm ranges and descendants."""
+    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    out: dict[int, tuple[int, bool]] = {}
+    for rid in kind:
+        cur, aux, depth = rid, False, 0
+        while cur is not None and depth < 64:
+            if kind.get(cur) == "gemm":
+                out[rid] = (cur, aux)
+                break
+            if kind.get(cur) == "aux":
+                aux = True
+            cur, depth = parent.get(cur), depth + 1
+    return out
+
+
+def _union_busy(intervals: list[tuple[int, int]]) -> int:
+    busy, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s >= end:
+            busy += e - s
+            end = e
+        elif e > end:
+            busy += e - end
+            end = e
+    return busy
+
+
+def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+    ranges = frames.get("ranges")
+    kernels = frames.get("kernels")
+    if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
+        return []
+    gemm_ranges = ranges.filter(pl.col("range_kind") == "gemm")
+    if gemm_ranges.height == 0:
+        return []
+    owner = _gemm_ancestor(ranges)
+    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
+    parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
+    kcols = [
+        "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
+        "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
+        "dynamic_smem_bytes",
+    ]  # fmt: skip
+    ks = kernels.filter(pl.col("range_id").is_in(list(owner))).select(kcols).sort("start_ns")
+    per_instance: dict[int, list[dict]] = {}
+    for r in ks.iter_rows(named=True):
+        gid, aux = owner[r["range_id"]]
+        r["role"] = classify_kernel(r["name"], aux)
+        per_instance.setdefault(gid, []).append(r)
+    # every kernel start per device, to tell a launch gap from time spent in other kernels
+    starts: dict[Any, list[int]] = {}
+    for dev, grp in (
+        kernels.select("device", "start_ns").sort("start_ns").group_by("device", maintain_order=True)
+    ):
+        starts[dev[0]] = grp["start_ns"].to_list()
+
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
+        if r["range_id"] not in per_instance:
+            continue
+        parent = parents.get(r["range_id"])
+        ctx = names.get(parent) if parent is not None else None
+        groups.setdefault((r["name"], ctx), []).append(r["range_id"])
+
+    cases: list[GemmCase] = []
+    for (name, ctx), rids in groups.items():
+        parsed = parse_gemm_name(name) or {}
+        case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+        case.device = device
+        case.range_ids = rids
+        main_total = aux_total = gap_total = 0
+        aux_names: dict[str, int] = {}
+        main_rows: list[dict] = []
+        prev_end: int | None = None
+        prev_dev = None
+        for rid in rids:
+            rows = per_instance[rid]
+            intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
+            span = max(e for _, e in intervals) - min(s for s, _ in intervals)
+            busy = _union_busy(intervals)
+            gap_total += max(span - busy, 0)
+            for r in rows:
+                if r["role"] == "aux":
+                    aux_total += r["duration_ns"]
+                    aux_names[r["name"]] = aux_names.get(r["name"], 0) + 1
+                else:
+                    main_total += r["duration_ns"]
+                    main_rows.append(r)
+            first = min(s for s, _ in intervals)
+            dev = rows[0]["device"]
+            if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
+                dev_starts = starts.get(dev, [])
+                i = bisect.bisect_right(dev_starts, prev_end)
+                if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
+                    gap_total += first - prev_end
+            prev_end, prev_dev = max(e for _, e in intervals), dev
+        if not main_rows:  # only aux-looking kernels: the longest is the GEMM
+            longest = max((r for rid in rids for r in per_instance[rid]), key=lambda r: r["duration_ns"])
+            longest["role"] = "main"
+            main_rows = [longest]
+            main_total += longest["duration_ns"]
+            aux_total -= longest["duration_ns"]
+            aux_names.pop(longest["name"], None)
+        n = len(rids)
+        case.launches = n
+        case.main_ns = main_total / n
+        case.aux_ns = max(aux_total, 0) / n
+        case.gap_ns = gap_total / n
+        case.aux_kernels = sorted(aux_names)
+        top = max(main_rows, key=lambda r: r["duration_ns"])
+        case.main_kernel = top["name"]
+        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
+        if all(g is not None for g in grid):
+            case.grid_size = int(grid[0] * grid[1] * grid[2])
+        if all(b is not None for b in block):
+            case.block_size = int(block[0] * block[1] * block[2])
+        case.registers_per_thread = top.get("registers_per_thread")
+        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+        cases.append(case)
+    return cases
+
+
+# --- measurements -------------------------------------------------------------------------------------------------
+def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+    meas = frames.get("measurements")
+    if meas is None or meas.height == 0:
+        return []
+    cases = []
+    for r in meas.filter(pl.col("status").fill_null("ok") == "ok").iter_rows(named=True):
+        parsed = parse_gemm_name(r.get("range")) or {}
+        case = GemmCase(
+            origin="measurement",
+            name=r.get("range") or f"{r.get('backend')} M={r.get('m')} N={r.get('n')} K={r.get('k')}",
+            backend=r.get("backend"),
+            op=r.get("op"),
+            m=r.get("m"),
+            n=r.get("n"),
+            k=r.get("k"),
+            dtype_a=r.get("dtype") or parsed.get("dtype_a"),
+            dtype_b=parsed.get("dtype_b") or r.get("dtype"),
+            dtype_out=r.get("dtype_out") or parsed.get("dtype_out"),
+            scale=r.get("scale") or parsed.get("scale"),
+        )
+        case.device = device
+        case.measurement_id = r.get("measurement_id")
+        if r.get("time_us"):
+            case.main_ns = r["time_us"] * 1e3
+        if r.get("aux_time_us"):
+            case.aux_ns = r["aux_time_us"] * 1e3
+        case.sm_clock_hz = r.get("sm_clock_hz")
+        case.clock_source = "NVML mean SM clock during the timing" if case.sm_clock_hz else None
+        case.power_w = r.get("power_w")
+        case.power_limit_w = r.get("power_limit_w")
+        case.throttle_reasons = r.get("throttle_reasons")
+        cases.append(case)
+    return cases
+
+
+# --- all together ------------------------------------------------------------------------------------------------
+def build_cases(
+    frames: dict[str, pl.DataFrame],
+    *,
+    calibration: dict[str, Any] | None = None,
+    environment: dict[str, Any] | None = None,
+) -> list[GemmCase]:
+    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
+    device = _device_from_frames(frames, environment)
+    metrics, rules = _ncu_evidence(frames)
+    ncu_by_range, loose = _ncu_cases(frames, device, metrics, rules)
+    cases = _measurement_cases(frames, device)
+    seen = {c.name for c in cases}
+    for case in _range_cases(frames, device):
+        if case.name in seen:
+            # The benchmark's timing wins; the timeline lends its launch configuration.
+            for mc in cases:
+                if mc.name == case.name and mc.grid_size is None:
+                    mc.main_kernel, mc.aux_kernels = case.main_kernel, case.aux_kernels
+                    mc.grid_size, mc.block_size = case.grid_size, case.block_size
+                    mc.registers_per_thread, mc.smem_per_block_bytes = (
+                        case.registers_per_thread,
+                        case.smem_per_block_bytes,
+                    )
+            continue
+        cases.append(case)
+    names = {c.name for c in cases}
+    for name, rows in ncu_by_range.items():
+        if name in names:
+            for c in cases:
+                if c.name == name:
+                    _attach_ncu(c, rows, metrics, rules)
+            continue
+        parsed = parse_gemm_name(name) or {}
+        case = GemmCase(origin="ncu", name=name, **parsed)
+        case.device = _device_for_ncu(rows[0], device)
+        case.device_name = rows[0].get("device_name")
+        mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
+        auxs = [r for r in rows if r not in mains]
+        case.launches = len(mains)
+        case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / len(mains)
+        case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / len(mains)
+        case.aux_kernels = sorted({r.get("name") for r in auxs if r.get("name")})
+        _attach_ncu(case, rows, metrics, rules)
+        cases.append(case)
+    cases.extend(loose)
+    for case in cases:
+        if case.device is None:
+            case.device = device
+        if case.device_name is None and case.device is not None:
+            case.device_name = case.device.name
+        if calibration:
+            case.calibrated_tflops = calibrated_peak(calibration, case.dtype_class)
+    return cases
+
+
+def calibrated_peak(calibration: dict[str, Any], cls: str | None) -> float | None:
+    """The sustained TFLOP/s a calibration profile measured for an input class (bf16 stands in for fp16)."""
+    gemm = calibration.get("gemm") or {}
+    if not cls:
+        return None
+    entry = gemm.get(cls) or (gemm.get("bf16") if cls == "fp16" else None)
+    if isinstance(entry, dict):
+        value = entry.get("sustained_tflops")
+        return float(value) if value else None
+    return None
+
+
+def gemm_frame(
+    cases: list[GemmCase], verdicts: dict[int, tuple[str | None, float | None]] | None = None
+) -> pl.DataFrame:
+    """The ``gemms`` frame: one row per case (``verdicts`` maps case index -> (verdict, gain %))."""
+    rows = []
+    for i, c in enumerate(cases):
+        peak = c.peak_tflops
+        ach = c.achieved_tflops
+        verdict, gain = (verdicts or {}).get(i, (None, None))
+        rows.append(
+            {
+                "gemm_id": i,
+                "origin": c.origin,
+                "range": c.name,
+                "context": c.context,
+                "backend": c.backend,
+                "op": c.op,
+                "m": c.m,
+                "n": c.n,
+                "k": c.k,
+                "dtype_a": c.dtype_a,
+                "dtype_b": c.dtype_b,
+                "dtype_out": c.dtype_out,
+                "scale": c.scale,
+                "dtype_class": c.dtype_class,
+                "launches": c.launches,
+                "main_kernel": c.main_kernel,
+                "aux_kernels": json.dumps(c.aux_kernels) if c.aux_kernels else None,
+                "device_name": c.device_name,
+                "device_key": c.device.key if c.device else None,
+                "flops": c.flops,
+                "min_bytes": c.bytes_min,
+                "intensity_flops_per_byte": c.intensity,
+                "main_time_ns": c.main_ns,
+                "aux_time_ns": c.aux_ns,
+                "gap_time_ns": c.gap_ns,
+                "kernel_tflops": c.kernel_tflops,
+                "achieved_tflops": ach,
+                "achieved_estimate": c.achieved_estimate,
+                "peak_tflops": peak,
+                "peak_source": c.device.peak_source(c.dtype_class) if c.device and peak else None,
+                "calibrated_tflops": c.calibrated_tflops,
+                "pct_of_peak": 100.0 * ach / peak if ach and peak else None,
+                "pct_of_calibrated": 100.0 * ach / c.calibrated_tflops
+                if ach and c.calibrated_tflops
+                else None,
+                "roofline_bound": c.bound,
+                "memory_roof_tflops": c.memory_roof_tflops,
+                "sm_clock_hz": c.sm_clock_hz,
+                "clock_source": c.clock_source,
+                "power_w": c.power_w,
+                "power_limit_w": c.power_limit_w,
+                "throttle_reasons": c.throttle_reasons,
+                "grid_size": c.grid_size,
+                "block_size": c.block_size,
+                "registers_per_thread": c.registers_per_thread,
+                "smem_per_block_bytes": c.smem_per_block_bytes,
+                "ncu_id": c.ncu_id,
+                "measurement_id": c.measurement_id,
+                "verdict": verdict,
+                "verdict_gain_pct": gain,
+            }
+        )
+    spec = SPECS["gemms"]
+    if not rows:
+        return spec.empty()
+    return spec.conform(pl.DataFrame(rows, infer_schema_length=None))

@@ -1,0 +1,90 @@
+"""Clock: the SM clock a GEMM ran at against the clock its datasheet peak is quoted at."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import Factor
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.gemm import GemmCase
+
+# NVML clocks-event (throttle) reasons, nvmlClocksEventReason* in nvml.h.
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "GPU idle",
+    0x2: "applications clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+    0x100: "display clock setting",
+}
+POWER_NEAR_LIMIT = 0.97
+"""Board power at or above this fraction of the enforced limit counts as running at the power cap."""
+
+
+def throttle_names(mask: int | None) -> list[str]:
+    """The NVML throttle reasons set in ``mask`` (idle excluded: it is not a cause under load)."""
+    if not mask:
+        return []
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit and bit != 0x1]
+
+
+def clock_cap(case: GemmCase) -> str | None:
+    """What held the clock down, when NVML or the power reading says so."""
+    names = throttle_names(case.throttle_reasons)
+    caps = [n for n in names if "power" in n or "thermal" in n or "slowdown" in n]
+    if caps:
+        return " and ".join(caps)
+    if case.power_w and case.power_limit_w and case.power_w >= POWER_NEAR_LIMIT * case.power_limit_w:
+        return "power cap"
+    return None
+
+
+def clock(case: GemmCase) -> Factor | None:
+    """``achieved clock / peak clock`` (at most 1); None when the clock was not measured."""
+    dev = case.device
+    if dev is None or not dev.peak_clock_hz or not case.sm_clock_hz:
+        return None
+    ratio = case.sm_clock_hz / dev.peak_clock_hz
+    value = min(1.0, ratio)
+    mhz, peak_mhz = case.sm_clock_hz / 1e6, dev.peak_clock_hz / 1e6
+    evidence: dict[str, object] = {
+        "sm_clock_hz": case.sm_clock_hz,
+        "clock_source": case.clock_source,
+        "peak_clock_hz": dev.peak_clock_hz,
+        "boost_clock_hz": dev.boost_clock_hz,
+    }
+    if case.power_w is not None:
+        evidence["power_w"] = case.power_w
+        evidence["power_limit_w"] = case.power_limit_w
+    if case.throttle_reasons is not None:
+        evidence["throttle_reasons"] = hex(case.throttle_reasons)
+        evidence["throttle_reason_names"] = throttle_names(case.throttle_reasons)
+    peak_note = ""
+    if dev.boost_clock_hz and abs(dev.boost_clock_hz - dev.peak_clock_hz) > 1e6:
+        peak_note = f" (the GPU's maximum is {dev.boost_clock_hz / 1e6:.0f} MHz)"
+    cap = clock_cap(case)
+    sentence = (
+        f"The SM clock averaged {mhz:.0f} MHz, {100 * ratio:.0f}% of the {peak_mhz:.0f} MHz the datasheet peak "
+        f"is quoted at{peak_note}"
+    )
+    if cap:
+        power = ""
+        if case.power_w and case.power_limit_w:
+            power = f" at {case.power_w:.0f} W of a {case.power_limit_w:.0f} W limit"
+        sentence += f"; NVML names the {cap}{power}."
+        remedy = (
+            "The clock is power/thermal-capped under sustained load: compare against the calibrated sustained "
+            "peak (tracekit calibrate), raise the power limit or improve cooling if allowed, or cut energy per "
+            "FLOP (FP8 instead of BF16, fewer bytes moved)."
+        )
+    elif case.clock_source and "clock control base" in case.clock_source:
+        sentence += "; Nsight Compute locked clocks to base for this report."
+        remedy = "Profile again with `ncu --clock-control none` to see the clocks the application sees."
+    else:
+        sentence += "."
+        remedy = "Check power draw and throttle reasons (nvidia-smi -q -d PERFORMANCE) during the run."
+    return Factor("clock", value, sentence, evidence, remedy)

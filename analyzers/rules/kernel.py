@@ -1,0 +1,240 @@
+"""In-kernel efficiency: what is left after clock, waves and the roofline, broken down with evidence.
+
+The value is the residual (achieved kernel TFLOP/s over the ceiling the other factors leave); the evidence says
+where inside the kernel the time went: tensor-pipe activity, the top warp-stall reasons, achieved vs theoretical
+occupancy and its limiter, shared memory per CTA against the device limit (and how many pipeline stages of the
+kernel's tile fit), registers. ``cause`` names the most likely sub-cause.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tracekit import naming
+
+from . import Factor
+from .occupancy import ctas_per_sm, limits_from_ncu, theoretical_occupancy_pct
+from .tiles import parse_tile
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.gemm import GemmCase
+
+_STALL_PREFIXES = ("smsp__average_warps_issue_stalled_", "smsp__pcsamp_warps_issue_stalled_")
+_NOT_STALLS = ("selected", "not_selected")
+STALL_MEANING = {
+    "long_scoreboard": "waiting on global / L2 memory loads",
+    "barrier": "waiting at CTA barriers",
+    "wait": "fixed-latency dependencies",
+    "short_scoreboard": "waiting on shared memory / MUFU results",
+    "mio_throttle": "the shared-memory (MIO) queue is full",
+    "math_pipe_throttle": "the math pipe is busy",
+    "gmma": "waiting on wgmma (warpgroup MMA) results",
+    "lg_throttle": "the global load/store queue is full",
+    "no_instruction": "instruction cache misses",
+    "imc_miss": "constant cache misses",
+    "branch_resolving": "branch resolution",
+    "membar": "memory barriers",
+    "sleeping": "sleeping warps (warp-specialised producers)",
+    "dispatch_stall": "dispatch stalls",
+    "drain": "draining memory stores at exit",
+    "tex_throttle": "the texture queue is full",
+    "misc": "miscellaneous",
+}
+TENSOR_BUSY = 85.0
+"""Tensor pipe active (% of active cycles) at or above which the kernel counts as near the pipe's limit."""
+LOW_OCCUPANCY_PCT = 12.5
+"""Theoretical occupancy below this (fewer than 8 of 64 warps) leaves too few warps to hide latency, unless the
+kernel is warp-specialised (wgmma/TMA producer-consumer kernels such as cuBLAS nvjet run 1 CTA of 12 warps)."""
+
+
+def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
+    """The ``n`` largest warp-stall reasons (name, warps per issue or samples, metric)."""
+    found: dict[str, tuple[float, str]] = {}
+    for prefix in _STALL_PREFIXES:
+        for metric, value in case.ncu_metrics.items():
+            if not metric.startswith(prefix) or value is None:
+                continue
+            reason = metric.removeprefix(prefix).split("_per_")[0].split(".")[0]
+            if reason in _NOT_STALLS or reason.endswith("_not_issued"):
+                continue
+            if reason not in found or prefix == _STALL_PREFIXES[0]:
+                found[reason] = (float(value), metric)
+        if found:
+            break
+    ranked = sorted(found.items(), key=lambda kv: -kv[1][0])[:n]
+    return [(k, v, m) for k, (v, m) in ranked]
+
+
+def _stage_fit(case: GemmCase) -> dict[str, Any]:
+    dev = case.device
+    tile = parse_tile(case.main_kernel)
+    out: dict[str, Any] = {}
+    limit = (case.ncu or {}).get("smem_per_block_limit_bytes") or (
+        dev.smem_per_block_optin_bytes if dev else None
+    )
+    if case.smem_per_block_bytes:
+        out["smem_per_block_bytes"] = case.smem_per_block_bytes
+    if limit:
+        out["smem_per_block_limit_bytes"] = limit
+    if tile is None:
+        return out
+    out["tile"] = f"{tile.tm}x{tile.tn}x{tile.tk}" if tile.tk else f"{tile.tm}x{tile.tn}"
+    if tile.stages:
+        out["stages"] = tile.stages
+    bytes_a = naming.DTYPE_BITS.get(case.dtype_a or "", 16) / 8
+    bytes_b = naming.DTYPE_BITS.get(case.dtype_b or case.dtype_a or "", 16) / 8
+    per_stage = tile.stage_bytes(bytes_a, bytes_b)
+    if per_stage and limit:
+        out["stage_bytes"] = int(per_stage)
+        out["stages_that_fit"] = int(limit // per_stage)
+    return out
+
+
+def _warp_specialised(case: GemmCase) -> bool:
+    name = (case.main_kernel or "").lower()
+    return name.startswith("nvjet") or "warpspecialized" in name or "sm90_xmma" in name or "tma" in name
+
+
+def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Factor:
+    """The in-kernel factor with its breakdown (``value`` is the residual the explainer computed)."""
+    ev: dict[str, Any] = {}
+    row = case.ncu or {}
+    tensor_active = row.get("tensor_pipe_pct")
+    tensor_elapsed = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    if tensor_active is not None:
+        ev["tensor_pipe_active_pct"] = round(float(tensor_active), 1)
+        ev["tensor_pipe_metric"] = row.get("tensor_pipe_metric")
+    if tensor_elapsed is not None:
+        ev["tensor_pipe_elapsed_pct"] = round(tensor_elapsed, 1)
+    stalls = top_stalls(case)
+    if stalls:
+        ev["top_stalls"] = {name: round(v, 2) for name, v, _ in stalls}
+        ev["stall_metric"] = (
+            stalls[0][2].split(stalls[0][0])[0] + "<reason>" + stalls[0][2].split(stalls[0][0])[1]
+        )
+    theo = theoretical_occupancy_pct(case)
+    ach = row.get("achieved_occupancy_pct")
+    per_sm, limiter = ctas_per_sm(case)
+    if theo is not None:
+        ev["theoretical_occupancy_pct"] = round(theo, 2)
+    if ach is not None:
+        ev["achieved_occupancy_pct"] = round(float(ach), 2)
+    if per_sm is not None and limiter:
+        ev["ctas_per_sm"] = per_sm
+        ev["occupancy_limiter"] = limiter
+        lim = limits_from_ncu(case)
+        if lim:
+            ev["occupancy_limits"] = lim
+    if case.registers_per_thread:
+        ev["registers_per_thread"] = case.registers_per_thread
+    ev.update(_stage_fit(case))
+    if memory_bound:
+        dram = row.get("dram_throughput_pct") or case.metric(
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+        )
+        if dram is not None:
+            ev["dram_throughput_pct"] = round(float(dram), 1)
+
+    parts: list[str] = []
+    if tensor_active is not None:
+        parts.append(f"the tensor pipe was busy {float(tensor_active):.0f}% of active cycles")
+    if stalls:
+        name, v, _ = stalls[0]
+        parts.append(f"the top stall is {name} ({STALL_MEANING.get(name, name)}, {v:.1f})")
+    if theo is not None:
+        occ = (
+            f"occupancy {float(ach):.0f}% of a {theo:.0f}% theoretical"
+            if ach is not None
+            else f"theoretical occupancy {theo:.0f}%"
+        )
+        if limiter:
+            occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
+        parts.append(occ)
+    if "stages_that_fit" in ev:
+        parts.append(
+            f"{ev.get('smem_per_block_bytes', 0) / 1024:.0f} KiB of {ev['smem_per_block_limit_bytes'] / 1024:.0f} "
+            f"KiB shared memory per CTA; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
+            + (f" (the kernel uses {ev['stages']})" if "stages" in ev else "")
+        )
+
+    cause, remedy = _cause(case, ev, theo, limiter, tensor_active, stalls, memory_bound)
+    lead = (
+        f"Inside the kernel it reached {100 * value:.0f}% of the ceiling the other factors leave"
+        if not memory_bound
+        else f"It moved data at {100 * value:.0f}% of the bandwidth roofline"
+    )
+    sentence = (
+        lead + (": " + "; ".join(parts) if parts else " (no Nsight Compute profile to break this down)") + "."
+    )
+    return Factor("in-kernel", value, sentence, ev, remedy, cause)
+
+
+def _cause(
+    case: GemmCase,
+    ev: dict[str, Any],
+    theo: float | None,
+    limiter: str | None,
+    tensor_active: float | None,
+    stalls: list[tuple[str, float, str]],
+    memory_bound: bool,
+) -> tuple[str, str]:
+    if memory_bound:
+        return (
+            "memory bandwidth not saturated",
+            "The kernel moves data below the DRAM peak: use more CTAs (split-K, smaller N tiles) so every SM "
+            "issues loads, or a GEMV-style kernel for tiny M.",
+        )
+    if theo is not None and limiter and theo < LOW_OCCUPANCY_PCT and not _warp_specialised(case):
+        res = limiter.split(" and ")[0]
+        if res == "shared_mem":
+            fit = ev.get("smem_per_block_bytes")
+            return (
+                "occupancy limited by shared memory",
+                f"Each CTA takes {fit / 1024:.0f} KiB of shared memory, so only {ev.get('ctas_per_sm')} CTA fits per "
+                "SM and too few warps hide latency: fewer pipeline stages, a smaller K tile, or more warps per CTA."
+                if fit
+                else "Shared memory per CTA limits CTAs per SM: fewer stages or a smaller tile.",
+            )
+        if res == "registers":
+            return (
+                "occupancy limited by registers",
+                "Registers per thread limit CTAs per SM: cap them (__launch_bounds__, maxrregcount) or use a "
+                "smaller per-thread tile.",
+            )
+        return ("low occupancy", f"Occupancy is limited by {limiter}: launch more warps per CTA.")
+    if tensor_active is not None and tensor_active >= TENSOR_BUSY:
+        return (
+            "near the tensor-pipe limit",
+            "The tensor pipe is nearly saturated while the kernel runs; what is left is prologue / epilogue and "
+            "pipeline fill. A larger K per tile, a persistent kernel with overlapped epilogue, or FP8 raises it.",
+        )
+    if stalls:
+        name = stalls[0][0]
+        hint = {
+            "long_scoreboard": "loads are not hidden: more pipeline stages (if shared memory allows), TMA, or "
+            "a better L2 hit rate (tile rasterization / swizzle).",
+            "barrier": "CTA-wide barriers serialise producer and consumer: warp-specialised pipelines with "
+            "mbarriers avoid them.",
+            "mio_throttle": "shared-memory traffic saturates: wider (128-bit) or ldmatrix loads, fewer bank "
+            "conflicts.",
+            "short_scoreboard": "shared-memory latency: more independent MMAs between loads.",
+            "gmma": "the kernel waits on wgmma: deeper MMA pipelining (more stages / warpgroups).",
+        }.get(name, "see the stall breakdown in Nsight Compute's WarpStateStats section.")
+        return (
+            f"warps stalled on {name}",
+            f"Warps mostly stall on {name} ({STALL_MEANING.get(name, name)}): {hint}",
+        )
+    if not case.ncu:
+        return (
+            "unexplained without a profile",
+            "Profile the GEMM with `tracekit capture --ncu` to break this factor down (tensor pipe, stalls, "
+            "occupancy).",
+        )
+    return ("kernel inefficiency", "Compare against a better-tuned backend for this shape.")
+
+
+def stages_fit(smem_limit_bytes: int, tile: str, dtype_bits: float = 16) -> int:
+    """How many pipeline stages of a ``"128x128x64"`` tile fit in ``smem_limit_bytes`` (helper for reports)."""
+    tm, tn, tk = (int(x) for x in tile.split("x"))
+    return math.floor(smem_limit_bytes / (tk * (tm + tn) * dtype_bits / 8))

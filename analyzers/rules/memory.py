@@ -1,0 +1,48 @@
+"""Memory bound: the roofline says bytes / bandwidth, not FLOPs / peak, sets the ceiling."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import Factor
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.gemm import GemmCase
+
+
+def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
+    """``min(1, intensity x bandwidth / compute ceiling)``: the compute ceiling is the peak after the clock and
+    wave factors (or the bare peak when the GEMM is memory-bound at any clock)."""
+    dev = case.device
+    roof = case.memory_roof_tflops
+    ai = case.intensity
+    if dev is None or roof is None or ai is None or compute_ceiling_tflops <= 0:
+        return None
+    value = min(1.0, roof / compute_ceiling_tflops)
+    bw = dev.memory_bandwidth_bytes_per_s or 0.0
+    ridge = dev.ridge_flops_per_byte(case.dtype_class or "")
+    ev = {
+        "flops": case.flops,
+        "min_bytes": case.bytes_min,
+        "intensity_flops_per_byte": round(ai, 2),
+        "ridge_flops_per_byte": round(ridge, 1) if ridge else None,
+        "memory_bandwidth_bytes_per_s": bw,
+        "memory_roof_tflops": round(roof, 2),
+    }
+    if value >= 1.0:
+        sentence = (
+            f"Arithmetic intensity {ai:.0f} FLOP/B is above the ridge ({ridge:.0f} FLOP/B): memory does not "
+            "set the ceiling."
+            if ridge
+            else "Memory does not set the ceiling."
+        )
+        return Factor("memory", 1.0, sentence, ev, None)
+    sentence = (
+        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM must move {case.bytes_min / 1e6:.1f} MB; at "
+        f"{bw / 1e12:.2f} TB/s that caps it at {roof:.0f} TFLOP/s."
+    )
+    remedy = (
+        "Memory-bound by shape: batch more rows into M (or fuse GEMMs that share the weight), use a narrower "
+        "weight type (FP8 / FP4 halves or quarters the bytes), or keep the weight resident in L2."
+    )
+    return Factor("memory", value, sentence, ev, remedy)

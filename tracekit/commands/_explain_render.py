@@ -1,0 +1,91 @@
+"""Rich rendering of waterfalls: one panel per GEMM, a bar per factor, the verdict, ncu's findings beside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BAR = 30
+
+
+def _bar(value: float, width: int = BAR) -> str:
+    full = max(0, min(width, round(value * width)))
+    return "█" * full + "░" * (width - full)
+
+
+def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filter: str | None) -> None:
+    from rich.console import Console, Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    from tracekit.commands._render import safe
+
+    console = Console()
+    if not waterfalls:
+        what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"
+        console.print(Text(f"No GEMMs {what}.", style="yellow"))
+        return
+    if calibration:
+        console.print(Text(f"calibration: {calibration}", style="dim"))
+    for wf in waterfalls:
+        c = wf.case
+        d = wf.to_dict()
+        shape = f"M={c.m} N={c.n} K={c.k}" if c.m else ""
+        title = Text(safe(c.label, 120))
+        head = Text()
+        ach, peak = d["achieved_tflops"], d["peak_tflops"]
+        head.append(f"{safe(c.device.name if c.device else c.device_name)}  {shape}  {c.dtype_class or ''}\n")
+        if ach is not None:
+            head.append(f"achieved {ach:,.1f} TFLOP/s", style="bold")
+        if peak is not None:
+            head.append(f" of {peak:,.1f} peak ({d['peak_source']})")
+            if ach is not None:
+                head.append(f" = {100 * ach / peak:.0f}%")
+        if d["calibrated_tflops"]:
+            head.append(f"; calibrated {d['calibrated_tflops']:,.0f} ({d['pct_of_calibrated']:.0f}%)")
+        if c.main_kernel:
+            head.append(f"\nkernel {safe(c.main_kernel, 100)}", style="dim")
+        table = Table(show_header=True, box=None, pad_edge=False)
+        table.add_column("factor")
+        table.add_column("×", justify="right")
+        table.add_column("", no_wrap=True)
+        table.add_column("TFLOP/s", justify="right")
+        table.add_column("why")
+        running = peak
+        for f in wf.factors:
+            if running is not None:
+                running *= f.value
+            style = "red" if f is wf.verdict else ""
+            table.add_row(
+                Text(f.name + (f" ({f.cause})" if f.cause else ""), style=style),
+                f"{f.value:.3f}",
+                Text(_bar(f.value), style=style or "cyan"),
+                f"{running:,.1f}" if running is not None else "–",
+                Text(safe(f.sentence)),
+            )
+        parts: list[Any] = [head, table]
+        v = wf.verdict
+        if v is not None:
+            verdict = Text()
+            verdict.append(f"verdict: {v.name}", style="bold red")
+            if v.cause:
+                verdict.append(f" — {v.cause}")
+            verdict.append(f" (×{v.value:.2f}; removing it: +{v.gain_pct:.0f}%)\n")
+            if v.remedy:
+                verdict.append(f"try: {safe(v.remedy)}")
+            parts.append(verdict)
+        if wf.ncu_rules:
+            rules = Text("ncu says: ", style="dim")
+            shown = [r for r in wf.ncu_rules if r.get("title")][:4]
+            rules.append(
+                "; ".join(
+                    f"{safe(r['rule'])}: {safe(r['title'])}"
+                    + (f" (~{r['speedup_pct']:.0f}%)" if r.get("speedup_pct") else "")
+                    for r in shown
+                ),
+                style="dim",
+            )
+            parts.append(rules)
+        for note in wf.notes:
+            parts.append(Text(f"note: {safe(note)}", style="yellow"))
+        console.print(Panel(Group(*parts), title=title, title_align="left"))

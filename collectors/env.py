@@ -1,0 +1,119 @@
+"""The environment fingerprint a run's manifest carries: which GPU, driver, CUDA and library versions.
+
+Each field is read lazily and independently; one that cannot be known is None, never a guess. Versions come
+from package metadata (no import), so fingerprinting does not import FlashInfer (9 s) or sgl-kernel. The GPU
+fields need torch and initialise CUDA, so :func:`fingerprint` is normally called in a worker process
+(``python -m tracekit.collectors.worker --fingerprint``), never in the process that drives a sweep.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+PACKAGES = (
+    "torch",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "sgl-kernel",
+    "triton",
+    "nvidia-cublas-cu12",
+    "nvidia-cublas",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-cu13",
+    "nvtx",
+    "nvidia-ml-py",
+    "tracekit",
+)
+
+
+def library_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed version of each distribution, None when absent."""
+    out: dict[str, str | None] = {}
+    for name in packages:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+        except Exception:
+            out[name] = None
+    return out
+
+
+def versions_json(packages: tuple[str, ...] | None = None) -> str:
+    """Versions of the installed packages among ``packages`` as a compact JSON object (``failures.versions``)."""
+    found = {k: v for k, v in library_versions(packages or PACKAGES).items() if v is not None}
+    return json.dumps(found, sort_keys=True)
+
+
+def _host() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def device_info(device: int = 0) -> dict[str, Any]:
+    """GPU fields from torch (initialises CUDA); all None when torch or a GPU is missing."""
+    info: dict[str, Any] = {
+        "gpu_name": None,
+        "compute_capability": None,
+        "sm_count": None,
+        "l2_bytes": None,
+        "memory_bytes": None,
+        "gpu_uuid": None,
+        "pci_bus_id": None,
+        "cuda_runtime": None,
+        "cuda_available": False,
+        "device_count": 0,
+    }
+    try:
+        import torch
+    except Exception as exc:
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["cuda_runtime"] = getattr(torch.version, "cuda", None)
+    try:
+        if not torch.cuda.is_available():
+            return info
+        info["cuda_available"] = True
+        info["device_count"] = torch.cuda.device_count()
+        props = torch.cuda.get_device_properties(device)
+    except Exception as exc:
+        info["cuda_error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["gpu_name"] = props.name
+    info["compute_capability"] = f"{props.major}.{props.minor}"
+    info["sm_count"] = getattr(props, "multi_processor_count", None)
+    info["l2_bytes"] = getattr(props, "L2_cache_size", None)
+    info["memory_bytes"] = getattr(props, "total_memory", None)
+    uuid = getattr(props, "uuid", None)
+    info["gpu_uuid"] = str(uuid) if uuid is not None else None
+    bus, dev, dom = (getattr(props, a, None) for a in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
+    if bus is not None and dev is not None and dom is not None:
+        info["pci_bus_id"] = f"{int(dom):08x}:{int(bus):02x}:{int(dev):02x}.0"
+    return info
+
+
+def fingerprint(device: int = 0) -> dict[str, Any]:
+    """Everything the manifest's ``environment`` holds: device, driver, CUDA, library versions, host."""
+    from tracekit.collectors.nvml import Nvml
+
+    env: dict[str, Any] = {**device_info(device)}
+    nvml = Nvml(index=device, uuid=env.get("gpu_uuid"), pci_bus_id=env.get("pci_bus_id"))
+    static = nvml.static()
+    env["driver"] = static.get("driver")
+    env["max_sm_clock_hz"] = static.get("max_sm_clock_hz")
+    env["default_power_limit_w"] = static.get("default_power_limit_w")
+    env["nvml"] = "ok" if nvml.ok else nvml.reason
+    env["versions"] = library_versions()
+    env.update(_host())
+    return env

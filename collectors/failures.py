@@ -1,0 +1,177 @@
+"""Failures are data: how a backend x shape that did not produce a good measurement is classified and recorded.
+
+Kinds (the ``failures.kind`` column):
+
+``unsupported``
+    the library says this GPU or configuration is not supported: FlashInfer's ``BackendSupportedError`` and
+    "does not support backend ... with capability 90", cuBLAS ``CUBLAS_STATUS_NOT_SUPPORTED``, torch's
+    "Invalid scaling configuration", "doesn't support fast accum with 128x128 blockwise scaling", an arch check.
+``unavailable``
+    a package is not installed here (sgl-kernel absent, flashinfer missing): not a crash.
+``crashed``
+    anything else went wrong: an exception that names no support limit, a CUDA fault (illegal address /
+    instruction: the CUDA context is then poisoned and the worker restarts), or the process died by a signal.
+``wrong``
+    the GEMM ran but its output is all zeros, not finite, or off the reference beyond the dtype's tolerance.
+``timeout``
+    the worker exceeded ``--timeout`` seconds on one shape and was killed.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from typing import Any
+
+UNSUPPORTED = "unsupported"
+UNAVAILABLE = "unavailable"
+CRASHED = "crashed"
+WRONG = "wrong"
+TIMEOUT = "timeout"
+KINDS = (UNSUPPORTED, UNAVAILABLE, CRASHED, WRONG, TIMEOUT)
+
+FAILURE_KEYS = (
+    "backend",
+    "op",
+    "m",
+    "n",
+    "k",
+    "kind",
+    "error_type",
+    "message",
+    "traceback",
+    "device_name",
+    "compute_capability",
+    "versions",
+    "time_unix",
+)
+"""Keys of a ``raw/failures.jsonl`` line: the columns of ``tracekit.frames.FAILURES`` minus ``failure_id``."""
+
+_UNSUPPORTED_TYPES = ("BackendSupportedError", "NotImplementedError")
+_UNAVAILABLE_TYPES = ("ModuleNotFoundError", "BackendUnavailable")
+
+_UNSUPPORTED_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"does not support backend",
+        r"No suitable auto backends",
+        r"CUBLAS_STATUS_NOT_SUPPORTED",
+        r"CUBLAS_STATUS_ARCH_MISMATCH",
+        r"CUDNN_STATUS_NOT_SUPPORTED",
+        r"invalid scaling configuration",
+        r"doesn't support fast accum",
+        r"\bnot supported\b",
+        r"\bis not supported on\b",
+        r"\bunsupported (?:gpu|architecture|arch|compute capability|device|sm)\b",
+        r"requires (?:compute capability|sm_?\d|SM\s?\d|CUDA capability|hopper|blackwell)",
+        r"only supported on (?:sm|compute|cuda|h100|b200|blackwell|hopper)",
+        r"no kernel image is available for execution on the device",
+        r"capability \d+ is not supported",
+        r"is only supported on CUDA capability",
+    )
+)
+
+_POISON_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"illegal memory access",
+        r"illegal instruction",
+        r"misaligned address",
+        r"unspecified launch failure",
+        r"device-side assert",
+        r"CUDA error: an illegal",
+        r"cudaErrorIllegalAddress",
+        r"cudaErrorLaunchFailure",
+        r"CUDA_ERROR_ILLEGAL",
+        r"uncorrectable ECC error",
+    )
+)
+
+
+def classify(error_type: str, message: str) -> str:
+    """Kind of a failure from its (module-qualified) exception type and its full message."""
+    short = error_type.rsplit(".", 1)[-1]
+    if short in _UNAVAILABLE_TYPES:
+        return UNAVAILABLE
+    if short == "ImportError" and ("No module named" in message or "cannot import name" in message):
+        return UNAVAILABLE
+    if poisons_context(message):
+        return CRASHED
+    if short in _UNSUPPORTED_TYPES:
+        return UNSUPPORTED
+    if any(p.search(message) for p in _UNSUPPORTED_PATTERNS):
+        return UNSUPPORTED
+    return CRASHED
+
+
+def poisons_context(message: str) -> bool:
+    """True for CUDA faults after which the process's CUDA context is unusable (the worker must restart)."""
+    return any(p.search(message) for p in _POISON_PATTERNS)
+
+
+def type_name(exc: BaseException) -> str:
+    """Module-qualified exception type: ``torch.AcceleratorError``, ``flashinfer.utils.BackendSupportedError``."""
+    cls = type(exc)
+    module = getattr(cls, "__module__", "") or ""
+    if module in ("builtins", "__main__", ""):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+def full_message(exc: BaseException) -> str:
+    """The untruncated message, with chained causes appended (cuBLAS errors often hide in ``__cause__``)."""
+    parts = [str(exc) or repr(exc)]
+    seen = {id(exc)}
+    cur = exc.__cause__ or exc.__context__
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(f"caused by {type_name(cur)}: {cur}")
+        cur = cur.__cause__ or cur.__context__
+    return "\n".join(parts)
+
+
+def signal_name(returncode: int) -> str | None:
+    """``SIGSEGV`` for a child that died by signal 11 (Popen returncode -11), else None."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"SIG{-returncode}"
+
+
+def failure_record(
+    *,
+    backend: str,
+    op: str | None,
+    m: int | None,
+    n: int | None,
+    k: int | None,
+    kind: str,
+    error_type: str,
+    message: str,
+    traceback: str = "",
+    device_name: str | None = None,
+    compute_capability: str | None = None,
+    versions: str | None = None,
+    time_unix: float | None = None,
+) -> dict[str, Any]:
+    """One ``raw/failures.jsonl`` object, keys in :data:`FAILURE_KEYS` order."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown failure kind {kind!r}")
+    return {
+        "backend": backend,
+        "op": op,
+        "m": m,
+        "n": n,
+        "k": k,
+        "kind": kind,
+        "error_type": error_type,
+        "message": message,
+        "traceback": traceback,
+        "device_name": device_name,
+        "compute_capability": compute_capability,
+        "versions": versions,
+        "time_unix": time.time() if time_unix is None else time_unix,
+    }

@@ -1,0 +1,76 @@
+"""Test-only GEMM backends, loaded by the benchmark worker through TRACEKIT_BACKEND_PLUGINS=<this file>.
+
+They use the wall-clock timer (no torch) and fail in real ways: a real SIGSEGV, a real hang, a real exception
+carrying the cuBLAS error text the H200 gives for NVFP4 (DEVICE.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from tracekit.collectors.backends import Backend, register
+
+CUBLAS_NVFP4 = (
+    "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmulAlgoGetHeuristic( ltHandle, "
+    "computeDesc.descriptor(), Adesc.descriptor(), Bdesc.descriptor(), Cdesc.descriptor(), "
+    "Ddesc.descriptor(), preference.descriptor(), 1, &heuristicResult, &returnedResult)"
+)
+
+
+class _Cpu(Backend):
+    timer = "wall"
+    requires = ()
+    packages = ()
+    op = "mm"
+    dtype = "bf16"
+
+    def prepare(self, m, n, k, device, seed):
+        return (m, n, k)
+
+    def run(self, state):
+        return sum(range(200))
+
+    def reference(self, state):
+        return None
+
+
+class Ok(_Cpu):
+    name = "test-ok"
+
+
+class Segv(_Cpu):
+    name = "test-segv"
+
+    def run(self, state):
+        if state[0] == 2:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return 0
+
+
+class Hang(_Cpu):
+    name = "test-hang"
+
+    def run(self, state):
+        if state[0] == 2:
+            time.sleep(120)
+        return 0
+
+
+class Unsupported(_Cpu):
+    name = "test-unsupported"
+    op = "scaled_mm"
+    dtype = "e2m1"
+
+    def run(self, state):
+        raise RuntimeError(CUBLAS_NVFP4)
+
+
+class Missing(_Cpu):
+    name = "test-missing"
+    requires = ("tracekit_no_such_module_xyz",)
+    packages = ("tracekit-no-such-package",)
+
+
+for cls in (Ok, Segv, Hang, Unsupported, Missing):
+    register(cls())

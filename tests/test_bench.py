@@ -1,0 +1,247 @@
+"""The sweep with real worker processes: a worker that really segfaults, one that really hangs, failure
+classification on the real error strings from DEVICE.md, and the raw JSONL rows against the frame schemas."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracekit.collectors import failures as F
+from tracekit.collectors.bench import GLM5_SHAPES, SweepSettings, parse_shapes, read_rows, run_sweep
+from tracekit.collectors.failures import FAILURE_KEYS
+from tracekit.collectors.worker import MEASUREMENT_KEYS, quantile
+from tracekit.errors import BadInputError
+from tracekit.run import Run
+
+PLUGINS = Path(__file__).with_name("bench_plugins.py")
+
+# Real error texts seen on the H200 (DEVICE.md "FP4 on this GPU: real failures to record").
+REAL = [
+    (
+        "RuntimeError",
+        "CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmulAlgoGetHeuristic( ltHandle, "
+        "computeDesc.descriptor(), Adesc.descriptor(), Bdesc.descriptor(), Cdesc.descriptor(), "
+        "Ddesc.descriptor(), preference.descriptor(), 1, &heuristicResult, &returnedResult)",
+        F.UNSUPPORTED,
+    ),
+    ("flashinfer.utils.BackendSupportedError", "No suitable auto backends found for mm_fp4", F.UNSUPPORTED),
+    (
+        "flashinfer.utils.BackendSupportedError",
+        "mm_fp4 does not support backend 'cudnn' with capability 90",
+        F.UNSUPPORTED,
+    ),
+    ("ValueError", "mm_fp4 does not support backend 'cute-dsl' with capability 90", F.UNSUPPORTED),
+    (
+        "RuntimeError",
+        "Invalid scaling configuration. For TensorWise scaling, both scales should be scalar. "
+        "For RowWise scaling, scale_a should be (1024, 1) and scale_b should be (1, 2048).",
+        F.UNSUPPORTED,
+    ),
+    ("RuntimeError", "scaled_gemm doesn't support fast accum with 128x128 blockwise scaling", F.UNSUPPORTED),
+    ("ModuleNotFoundError", "No module named 'sgl_kernel'", F.UNAVAILABLE),
+    ("torch.AcceleratorError", "CUDA error: an illegal memory access was encountered", F.CRASHED),
+    ("RuntimeError", "CUDA error: an illegal instruction was encountered", F.CRASHED),
+    ("RuntimeError", "shape '[16, 384]' is invalid for input of size 7", F.CRASHED),
+]
+
+
+@pytest.mark.parametrize(("etype", "message", "kind"), REAL)
+def test_classify_real_messages(etype, message, kind):
+    assert F.classify(etype, message) == kind
+
+
+def test_poisoned_context_detection():
+    assert F.poisons_context("CUDA error: an illegal memory access was encountered")
+    assert not F.poisons_context("mm_fp4 does not support backend 'cudnn' with capability 90")
+
+
+def test_signal_names():
+    assert F.signal_name(-11) == "SIGSEGV" and F.signal_name(-9) == "SIGKILL" and F.signal_name(0) is None
+
+
+def test_keys_match_frame_schemas():
+    frames = pytest.importorskip("tracekit.frames")
+    assert list(MEASUREMENT_KEYS) == [c.name for c in frames.MEASUREMENTS.columns][1:]
+    assert list(FAILURE_KEYS) == [c.name for c in frames.FAILURES.columns][1:]
+
+
+def test_parse_shapes():
+    assert parse_shapes("glm5") == list(GLM5_SHAPES) and len(GLM5_SHAPES) == 12
+    assert (16, 768, 6144) in GLM5_SHAPES and (4096, 2048, 6144) in GLM5_SHAPES
+    assert parse_shapes("1024x2048x6144, 16X768X6144") == [(1024, 2048, 6144), (16, 768, 6144)]
+    for bad in ("", "12x34", "axbxc", "0x1x1"):
+        with pytest.raises(BadInputError):
+            parse_shapes(bad)
+
+
+def test_quantile_matches_numpy_linear():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert (
+        quantile(xs, 0.5) == 3.0
+        and quantile(xs, 0.1) == pytest.approx(1.4)
+        and quantile(xs, 0.9) == pytest.approx(4.6)
+    )
+
+
+@pytest.fixture
+def plugin_env(monkeypatch):
+    monkeypatch.setenv("TRACEKIT_BACKEND_PLUGINS", str(PLUGINS))
+
+
+def test_sweep_survives_segfault_hang_and_failures(tmp_path, plugin_env):
+    shapes = [(1, 8, 8), (2, 8, 8), (3, 8, 8)]
+    settings = SweepSettings(
+        backends=["test-ok", "test-segv", "test-hang", "test-unsupported", "test-missing"],
+        shapes=shapes,
+        warmup=1,
+        repeats=3,
+        timeout=4.0,
+    )
+    events = []
+    result = run_sweep(tmp_path / "run", settings, on_event=events.append)
+
+    run = Run.open(tmp_path / "run")
+    assert run.status == "complete" and result.status == "complete"
+    assert run.manifest["capture"]["shapes"] == ["1x8x8", "2x8x8", "3x8x8"]
+    assert run.manifest["environment"].get("hostname")
+    measurements, failures = read_rows(run)
+    assert measurements == result.measurements and failures == result.failures
+
+    measured = {(r["backend"], r["m"]) for r in measurements}
+    # the segfault and the hang each cost one shape; the worker restarts for the rest
+    assert measured == {
+        ("test-ok", 1),
+        ("test-ok", 2),
+        ("test-ok", 3),
+        ("test-segv", 1),
+        ("test-segv", 3),
+        ("test-hang", 1),
+        ("test-hang", 3),
+    }
+    by = {(r["backend"], r["m"]): r for r in failures}
+    assert by[("test-segv", 2)]["kind"] == "crashed" and by[("test-segv", 2)]["error_type"] == "SIGSEGV"
+    assert (
+        "Fatal Python error: Segmentation fault" in by[("test-segv", 2)]["traceback"]
+    )  # faulthandler's dump
+    assert by[("test-hang", 2)]["kind"] == "timeout"
+    for m in (1, 2, 3):
+        u = by[("test-unsupported", m)]
+        assert u["kind"] == "unsupported" and u["error_type"] == "RuntimeError"
+        assert "CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmulAlgoGetHeuristic" in u["message"]
+        assert "Traceback (most recent call last)" in u["traceback"]
+        assert by[("test-missing", m)]["kind"] == "unavailable"
+        assert "tracekit_no_such_module_xyz" in by[("test-missing", m)]["message"]
+    assert len(failures) == 8
+
+    for row in measurements:
+        assert list(row) == list(MEASUREMENT_KEYS)
+        assert row["status"] == "ok" and row["timing"] == "wall" and row["repeats"] == 3
+        assert row["time_us_p10"] <= row["time_us"] <= row["time_us_p90"]
+        assert row["range"].startswith(f"gemm backend={row['backend']} op=mm M={row['m']} N=8 K=8")
+    for row in failures:
+        assert list(row) == list(FAILURE_KEYS)
+
+    done = [(e.backend, e.shape, e.data["status"]) for e in events if e.kind == "shape_done"]
+    assert len(done) == 15 and len(set(done)) == 15
+    assert ("test-segv", (2, 8, 8), "crashed") in done and ("test-hang", (2, 8, 8), "timeout") in done
+    assert sum(e.kind == "failure" for e in events) == 8
+    assert events[-1].kind == "sweep_done" and events[-1].data["status"] == "complete"
+
+
+def test_interrupted_sweep_is_marked_incomplete(tmp_path, plugin_env):
+    settings = SweepSettings(backends=["test-ok", "test-ok"], shapes=[(1, 8, 8)], warmup=0, repeats=1)
+    calls = []
+
+    def on_event(event):
+        calls.append(event.kind)
+        if event.kind == "backend_done":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tmp_path / "run", settings, on_event=on_event)
+    run = Run.open(tmp_path / "run")
+    assert run.status == "incomplete" and "interrupted" in run.manifest["incomplete_reason"]
+    measurements, _ = read_rows(run)
+    assert len(measurements) == 1  # what was measured before Ctrl-C stays
+
+
+def test_cli_json_on_plugin_backends(tmp_path, plugin_env):
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "gemm",
+            "--backends",
+            "test-ok,test-missing",
+            "--shapes",
+            "4x8x8",
+            "-o",
+            str(out),
+            "--json",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout)
+    assert payload["status"] == "complete" and payload["run"] == str(out)
+    assert [g["backend"] for g in payload["gemms"]] == ["test-ok"]
+    assert [f["kind"] for f in payload["failures"]] == ["unavailable"]
+
+
+def test_cli_rejects_unknown_backend(tmp_path):
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    res = CliRunner().invoke(cli, ["bench", "gemm", "--backends", "nope", "-o", str(tmp_path / "r")])
+    assert res.exit_code != 0 and isinstance(res.exception, BadInputError)
+    assert "torch-bf16" in res.exception.hint
+
+
+def test_missing_torch_exits_3(tmp_path, monkeypatch):
+    import importlib.util
+
+    from tracekit.cli import main
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    with pytest.raises(SystemExit) as exc:
+        main(
+            [
+                "bench",
+                "gemm",
+                "--backends",
+                "torch-bf16",
+                "--shapes",
+                "16x768x6144",
+                "-o",
+                str(tmp_path / "r"),
+            ]
+        )
+    assert exc.value.code == 3
+    assert not (tmp_path / "r").exists()  # nothing created when the prerequisite is missing
+
+
+def test_collectors_import_without_polars_textual_rich():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import tracekit.collectors.bench, tracekit.collectors.worker, tracekit.collectors.backends\n"
+        "import tracekit.collectors.instrument, tracekit.collectors.ranges, tracekit.collectors.env\n"
+        "import tracekit.collectors.nvml\n"
+        "bad = [m for m in ('polars', 'textual', 'rich', 'torch') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,154 @@
+"""Range names and the NVTX domain logic of collectors/ranges.py (no GPU, no torch)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tracekit.collectors import ranges
+from tracekit.naming import DOMAIN, NCU_FILTER, decode, encode
+
+
+@pytest.fixture
+def sink():
+    rec = ranges.RecordingSink()
+    previous = ranges.set_sink(rec)
+    ranges.reload_settings({})
+    yield rec
+    ranges.set_sink(previous)
+    ranges.reload_settings()
+
+
+_value = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
+
+
+@given(
+    backend=_value,
+    op=_value,
+    m=st.integers(1, 1 << 20),
+    n=st.integers(1, 1 << 20),
+    k=st.integers(1, 1 << 20),
+    scale=st.one_of(st.none(), _value),
+)
+def test_gemm_name_roundtrips_and_is_filter_safe(backend, op, m, n, k, scale):
+    name = ranges.gemm_name(backend, op, m, n, k, "bf16", "bf16", "bf16", scale)
+    assert "/" not in name and "," not in name
+    decoded = decode(name)
+    assert decoded is not None and decoded.kind == "gemm"
+    assert decoded.fields["backend"] == backend and decoded.fields["op"] == op
+    assert (decoded.get_int("M"), decoded.get_int("N"), decoded.get_int("K")) == (m, n, k)
+    assert decoded.fields.get("scale") == scale
+    assert decoded.encode() == name
+
+
+def test_ncu_filter_semantics():
+    # regex:<domain>@<range>/ : the domain part selects tracekit's domain, the range part is `.+`.
+    domain_re, range_re = NCU_FILTER.removeprefix("regex:").rstrip("/").split("@")
+    names = [
+        ranges.gemm_name(
+            "torch-fp8-blockwise",
+            "scaled_mm",
+            16,
+            768,
+            6144,
+            "e4m3",
+            "e4m3",
+            "bf16",
+            "blockwise-1x128.128x128",
+        ),
+        encode("aux", role="quantize", backend="flashinfer-fp4-auto", op="nvfp4_quantize", M=16, K=6144),
+    ]
+    for name in names:
+        assert re.compile(range_re).fullmatch(name)
+    assert re.search(domain_re, DOMAIN)
+    # ncu's regex search is unanchored, so the budget domain must not contain "tracekit" at all
+    assert re.search(domain_re, ranges.SKIP_DOMAIN) is None
+
+
+def test_gemm_range_pushes_in_tracekit_domain(sink):
+    with ranges.gemm_range("torch-bf16", "mm", 1024, 2048, 6144, "bf16", "bf16", "bf16"):
+        assert ranges.gemm_open()
+    assert not ranges.gemm_open()
+    assert sink.events == [
+        ("push", DOMAIN, "gemm backend=torch-bf16 op=mm M=1024 N=2048 K=6144 a=bf16 b=bf16 out=bf16"),
+        ("pop", DOMAIN, None),
+    ]
+
+
+def test_decorator_and_aux_range(sink):
+    @ranges.aux_range("quantize", backend="x", op="fp8_quantize", M=16, K=64)
+    def quantize(v):
+        return v * 2
+
+    assert quantize(3) == 6 and quantize(4) == 8
+    assert sink.pushes() == [(DOMAIN, "aux role=quantize backend=x op=fp8_quantize M=16 K=64")] * 2
+    assert not ranges.gemm_open()  # aux ranges do not count as an open GEMM
+
+
+def test_ncu_budget_switches_domain(sink):
+    ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "2"})
+    ranges.reset_counts()
+    for m in (16, 16, 16, 64, 16):
+        with ranges.gemm_range("torch-bf16", "mm", m, 768, 6144, "bf16", "bf16", "bf16"):
+            pass
+    domains = [(d, decode(n).get_int("M")) for d, n in sink.pushes()]
+    assert domains == [
+        (DOMAIN, 16),
+        (DOMAIN, 16),
+        (ranges.SKIP_DOMAIN, 16),
+        (DOMAIN, 64),  # the budget is per range name
+        (ranges.SKIP_DOMAIN, 16),
+    ]
+    pops = [d for kind, d, _ in sink.events if kind == "pop"]
+    assert pops == [d for d, _ in domains]  # each pop goes to the domain its push used
+
+
+def test_suppressed_uses_skip_domain_and_no_budget(sink):
+    ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "1"})
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    with ranges.suppressed(), scope:
+        pass
+    with scope:
+        pass
+    assert [d for d, _ in sink.pushes()] == [ranges.SKIP_DOMAIN, DOMAIN]
+
+
+def test_nested_same_range_pops_in_order(sink):
+    ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "1"})
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    with scope, scope:
+        pass
+    assert [(k, d) for k, d, _ in sink.events] == [
+        ("push", DOMAIN),
+        ("push", ranges.SKIP_DOMAIN),
+        ("pop", ranges.SKIP_DOMAIN),
+        ("pop", DOMAIN),
+    ]
+
+
+def test_bad_budget_warns_and_is_ignored():
+    with pytest.warns(RuntimeWarning, match="not an integer"):
+        ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "lots"})
+    assert ranges._budget is None
+    ranges.reload_settings()
+
+
+def test_record_function_mode_without_torch_is_harmless(sink):
+    ranges.reload_settings({ranges.ENV_RECORD_FUNCTION: "1"})
+    with ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16"):
+        pass
+    assert len(sink.pushes()) == 1
+
+
+def test_real_nvtx_sink_without_a_tool_is_a_noop():
+    nvtx = pytest.importorskip("nvtx")
+    previous = ranges.set_sink(ranges.NvtxSink())
+    try:
+        with ranges.gemm_range("torch-bf16", "mm", 8, 8, 8, "bf16", "bf16", "bf16") as scope:
+            assert scope.name.startswith("gemm ")
+        assert nvtx is not None
+    finally:
+        ranges.set_sink(previous)

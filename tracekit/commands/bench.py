@@ -1,0 +1,292 @@
+"""``tracekit bench gemm``: time GEMM backends over model shapes into a run; failures are recorded as data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.errors import IncompleteError, MissingToolError
+
+_KINDS_HELP = """\b
+Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
+  unsupported  the library says this GPU or configuration is not supported
+               (FlashInfer "does not support backend ... with capability 90",
+               cuBLAS CUBLAS_STATUS_NOT_SUPPORTED, torch "Invalid scaling configuration")
+  unavailable  a package is not installed here (e.g. sgl-kernel): install it to measure
+  crashed      an exception, a CUDA fault (illegal address / instruction) or a
+               signal (SIGSEGV ...); the backend's other shapes still run
+  wrong        it ran, but the output is all zeros, NaN, or off the fp32 reference
+               beyond the dtype's tolerance
+  timeout      no progress for --timeout seconds on one shape: the worker was killed"""
+
+
+def _backend_lines() -> str:
+    from tracekit.collectors.backends import BACKENDS, BUILTIN
+
+    width = max(len(n) for n in BUILTIN)
+    return "\n".join(f"  {name.ljust(width)}  {BACKENDS[name].description}" for name in BUILTIN)
+
+
+class _GemmCommand(click.Command):
+    """Lists the backends in --help without importing anything heavy (backends.py imports no torch)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        text = "\b\nBackends (--backends all = every one):\n" + _backend_lines() + "\n\n" + _KINDS_HELP
+        with formatter.indentation():
+            formatter.write_text(text)
+
+
+@click.group()
+def bench() -> None:
+    """Benchmark GEMM backends (see `tracekit bench gemm --help`)."""
+
+
+@bench.command("gemm", cls=_GemmCommand)
+@click.option(
+    "--backends",
+    default="torch-bf16,torch-fp8-tensorwise",
+    show_default=True,
+    help="Comma-separated backend names, or 'all'.",
+)
+@click.option(
+    "--shapes",
+    default="glm5",
+    show_default=True,
+    help="'glm5' (M 16..4096 x (N,K) (768,6144),(2048,6144)) or MxNxK,...",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Run folder to create [runs/<time>-bench-gemm-<id>].",
+)
+@click.option("--repeats", default=25, show_default=True, help="Timed samples per shape (median, p10, p90).")
+@click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    help="Seconds without progress on one shape before its worker is killed.",
+)
+@click.option(
+    "--timing",
+    type=click.Choice(["auto", "graph", "events"]),
+    default="auto",
+    show_default=True,
+    help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
+)
+@click.option("--device", default=0, show_default=True, help="CUDA device ordinal.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object {run, status, gemms, failures} on stdout."
+)
+def gemm(
+    backends: str,
+    shapes: str,
+    output: Path | None,
+    repeats: int,
+    warmup: int,
+    timeout: float,
+    timing: str,
+    device: int,
+    as_json: bool,
+) -> None:
+    """Time each GEMM backend over the shapes into a new run (one worker process per backend).
+
+    Every backend x shape ends as a measurement (median / p10 / p90 µs, TFLOP/s, error vs an fp32 reference,
+    NVML clock / power / throttle reasons) or as a failure, recorded in full with its kind. Failures are data:
+    the command exits 0 when the sweep ran to the end, 4 when it was cut short (partial results kept).
+
+    \b
+    Examples:
+      tracekit bench gemm                                    # bf16 vs fp8 on GLM-5 shapes
+      tracekit bench gemm --backends all -o runs/h200-all    # every backend, FP4 failures included
+      tracekit bench gemm --backends torch-bf16 --shapes 1024x2048x6144,4096x768x6144 --json
+      tracekit capture --ncu -- tracekit bench gemm --shapes 1024x2048x6144   # profile the same GEMMs
+    """
+    from tracekit.collectors.backends import all_backends
+    from tracekit.collectors.bench import SweepSettings, parse_shapes, run_sweep
+    from tracekit.errors import BadInputError
+    from tracekit.run import new_run_name
+
+    known = all_backends()
+    names = (
+        list(known)
+        if backends.strip().lower() == "all"
+        else [b.strip() for b in backends.split(",") if b.strip()]
+    )
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise BadInputError(
+            f"unknown backend(s): {', '.join(unknown) or '(none given)'}",
+            f"choose from: {', '.join(known)} (or 'all')",
+        )
+    shape_list = parse_shapes(shapes)
+    if repeats < 1 or warmup < 0 or timeout <= 0:
+        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
+    if any(known[n].timer == "cuda" for n in names):
+        _require_gpu(device)
+
+    out = output or Path("runs") / new_run_name("bench-gemm")
+    settings = SweepSettings(
+        backends=names,
+        shapes=shape_list,
+        warmup=warmup,
+        repeats=repeats,
+        timeout=timeout,
+        timing=timing,
+        device=device,
+    )
+    command = ["tracekit", "bench", "gemm", *sys.argv[3:]] if sys.argv[1:3] == ["bench", "gemm"] else None
+    progress = _Progress(len(names) * len(shape_list))
+    try:
+        with progress:
+            result = run_sweep(out, settings, on_event=progress.on_event, command=command)
+    except KeyboardInterrupt:
+        click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
+        raise
+    if as_json:
+        payload = {
+            "run": str(result.run.path),
+            "status": result.status,
+            "gemms": result.measurements,
+            "failures": result.failures,
+        }
+        click.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        _print_table(result)
+    if result.status != "complete":
+        raise IncompleteError(f"the sweep into {result.run.path} did not finish", result.reason or "")
+
+
+def _require_gpu(device: int) -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise MissingToolError(
+            "torch is not installed here; the GEMM backends need torch with CUDA",
+            "pip install torch (a CUDA build), plus flashinfer-python / sgl-kernel for those backends; "
+            "or run `tracekit bench gemm` on the GPU machine and `tracekit show` the run here",
+        )
+    try:  # no get_device_properties here: the workers own the GPU, this process only checks it exists
+        import torch
+
+        available = bool(torch.cuda.is_available())
+        count = int(torch.cuda.device_count()) if available else 0
+        why = "torch.cuda.is_available() is False"
+    except Exception as exc:
+        available, count, why = False, 0, f"{type(exc).__name__}: {exc}"
+    if not available:
+        raise MissingToolError(
+            f"no CUDA GPU is usable here ({why})",
+            "run on a machine with an NVIDIA GPU and a CUDA build of torch (check nvidia-smi)",
+        )
+    if device >= count:
+        raise MissingToolError(
+            f"CUDA device {device} does not exist ({count} visible)", "pick --device 0..N-1"
+        )
+
+
+class _Progress:
+    """A rich progress bar on stderr fed by the sweep's events (stdout stays data-only)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._progress: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> _Progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+            disable=not console.is_terminal,
+        )
+        self._progress.__enter__()
+        self._task = self._progress.add_task("starting", total=self.total)
+        self._console = console
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+
+    def on_event(self, event: Any) -> None:
+        p = self._progress
+        if event.kind == "backend_started":
+            p.update(self._task, description=event.backend)
+        elif event.kind == "shape_done":
+            p.advance(self._task)
+        elif event.kind == "failure":
+            m = event.shape
+            shape = f"{m[0]}x{m[1]}x{m[2]}" if m else "?"
+            first = (event.data.get("message") or "").strip().splitlines()[:1]
+            p.console.print(
+                f"[yellow]{event.backend} {shape}: {event.data.get('kind')}[/] {first[0][:160] if first else ''}",
+                markup=True,
+                highlight=False,
+            )
+
+
+def _print_table(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"GEMMs — {result.run.path}", show_lines=False)
+    for col, just in (
+        ("backend", "left"),
+        ("M", "right"),
+        ("N", "right"),
+        ("K", "right"),
+        ("µs", "right"),
+        ("p10–p90", "right"),
+        ("TFLOP/s", "right"),
+        ("rel err", "right"),
+        ("SM MHz", "right"),
+        ("W", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+
+    def f(x: Any, fmt: str) -> str:
+        return "" if x is None else format(x, fmt)
+
+    for r in result.measurements:
+        table.add_row(
+            r["backend"],
+            str(r["m"]),
+            str(r["n"]),
+            str(r["k"]),
+            f(r["time_us"], ".1f"),
+            f"{f(r['time_us_p10'], '.1f')}–{f(r['time_us_p90'], '.1f')}",
+            f(r["tflops"], ".1f"),
+            f(r["rel_error"], ".2g"),
+            f(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
+            f(r["power_w"], ".0f"),
+            r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]",
+        )
+    console.print(table)
+    if result.failures:
+        ft = Table(title="Failures (full messages in raw/failures.jsonl)")
+        for col in ("backend", "M", "N", "K", "kind", "error"):
+            ft.add_column(col)
+        for r in result.failures:
+            msg = (r.get("message") or "").strip().splitlines()
+            ft.add_row(
+                r["backend"],
+                str(r.get("m")),
+                str(r.get("n")),
+                str(r.get("k")),
+                r["kind"],
+                f"{r.get('error_type')}: {msg[0][:120] if msg else ''}",
+            )
+        console.print(ft)

@@ -226,12 +226,12 @@ def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
 
 _NAME_CLASS = (
     (re.compile(r"e2m1|fp4|nvf4|mxf4", re.I), "fp4"),
-    (re.compile(r"e4m3|e5m2|fp8|qgmma|_qq|f8f6f4", re.I), "fp8"),
-    (re.compile(r"bf16", re.I), "bf16"),
-    (re.compile(r"f16|fp16|h16|hgemm|s16816|s1688|s161616|half", re.I), "fp16"),
-    (re.compile(r"tf32|s1684", re.I), "tf32"),
-    (re.compile(r"i8|s8|int8|imma|igemm", re.I), "int8"),
-    (re.compile(r"sgemm|f32|float", re.I), "fp32"),
+    (re.compile(r"e4m3|e5m2|fp8|qgmma|_qq|f8f6f4|float_e4m3", re.I), "fp8"),
+    (re.compile(r"bf16|bfloat16", re.I), "bf16"),
+    (re.compile(r"f16|fp16|h16|hgemm|s16816|s1688|s161616|half_t|__half", re.I), "fp16"),
+    (re.compile(r"tf32|s1684|tfloat32", re.I), "tf32"),
+    (re.compile(r"imma|igemm|i8i8|s8s8|int8_t|_i8_|_s8_|signed char", re.I), "int8"),
+    (re.compile(r"sgemm|f32f32|float", re.I), "fp32"),
 )
 
 
@@ -244,10 +244,11 @@ def dtype_class(
     classes = [c for c in classes if c]
     if classes:
         return max(classes, key=lambda c: naming.DTYPE_BITS.get(_CLASS_DTYPE.get(c, c), 0))
-    if kernel_name:
-        for pattern, cls in _NAME_CLASS:
-            if pattern.search(kernel_name):
-                return cls
+    if kernel_name and (_GEMM_PATTERN.search(kernel_name) or "float" in kernel_name):
+        # The element type named first wins (CUTLASS names list A's type before the accumulator's).
+        hits = [(m.start(), cls) for pattern, cls in _NAME_CLASS if (m := pattern.search(kernel_name))]
+        if hits:
+            return min(hits)[1]
     return None
 
 
@@ -442,14 +443,14 @@ def _estimate_achieved(case: GemmCase) -> None:
     tensor = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
     if tensor is None:
         tensor = case.metric("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed")
-    if ffma is not None and (cls in (None, "fp32") or not tensor):
-        case.estimated_tflops = 2.0 * ffma * case.sm_clock_hz / 1e12
-        case.achieved_estimate = "2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock"
-    elif tensor and cls and cls != "fp32":
+    if tensor is not None and tensor > 1.0 and cls and cls != "fp32":
         peak = dev.peak_tflops(cls)
         if peak and dev.peak_clock_hz:
             case.estimated_tflops = peak * case.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0
             case.achieved_estimate = "peak at the kernel's clock x tensor pipe active (elapsed)"
+    elif ffma is not None and ffma > 0 and cls in (None, "fp32"):
+        case.estimated_tflops = 2.0 * ffma * case.sm_clock_hz / 1e12
+        case.achieved_estimate = "2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock"
 
 
 # --- timeline ------------------------------------------------------------------------------------------------------

@@ -81,8 +81,15 @@ def clock(case: GemmCase) -> Factor | None:
             "peak (tracekit calibrate), raise the power limit or improve cooling if allowed, or cut energy per "
             "FLOP (FP8 instead of BF16, fewer bytes moved)."
         )
-    elif case.clock_source and "clock control base" in case.clock_source:
-        sentence += "; Nsight Compute locked clocks to base for this report."
+    elif case.clock_source and (
+        "clock control base" in case.clock_source
+        or (
+            case.clock_source.startswith("ncu")
+            and dev.base_clock_hz
+            and abs(case.sm_clock_hz / dev.base_clock_hz - 1) < 0.05
+        )
+    ):
+        sentence += "; that is the base clock: Nsight Compute locks clocks to base unless told otherwise."
         remedy = "Profile again with `ncu --clock-control none` to see the clocks the application sees."
     else:
         sentence += "."

@@ -44,7 +44,7 @@ STALL_MEANING = {
 TENSOR_BUSY = 85.0
 """Tensor pipe active (% of active cycles) at or above which the kernel counts as near the pipe's limit."""
 LOW_OCCUPANCY_PCT = 12.5
-"""Theoretical occupancy below this (fewer than 8 of 64 warps) leaves too few warps to hide latency, unless the
+"""Theoretical occupancy at or below this (8 of 64 warps or fewer) leaves too few warps to hide latency, unless the
 kernel is warp-specialised (wgmma/TMA producer-consumer kernels such as cuBLAS nvjet run 1 CTA of 12 warps)."""
 
 
@@ -185,7 +185,7 @@ def _cause(
             "The kernel moves data below the DRAM peak: use more CTAs (split-K, smaller N tiles) so every SM "
             "issues loads, or a GEMV-style kernel for tiny M.",
         )
-    if theo is not None and limiter and theo < LOW_OCCUPANCY_PCT and not _warp_specialised(case):
+    if theo is not None and limiter and theo <= LOW_OCCUPANCY_PCT and not _warp_specialised(case):
         res = limiter.split(" and ")[0]
         if res == "shared_mem":
             fit = ev.get("smem_per_block_bytes")

@@ -31,6 +31,7 @@ _CUTLASS2 = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_(?:tn|nt|nn|tt)\b", re.I)
 _XMMA = re.compile(r"tilesize(\d+)x(\d+)x(\d+)")
 _STAGE = re.compile(r"stages?(\d+)|_stage(\d+)")
 _CUTE = re.compile(r"cute::C<(\d+)>\s*,\s*cute::C<(\d+)>\s*,\s*cute::C<(\d+)>")
+_GEMMSHAPE = re.compile(r"GemmShape<\(int\)(\d+), \(int\)(\d+), \(int\)(\d+)>")
 _SGEMM = re.compile(r"(?:sgemm|gemm)_(\d+)x(\d+)_(?:nn|nt|tn|tt)", re.I)
 
 
@@ -54,6 +55,9 @@ def parse_tile(kernel_name: str | None) -> Tile | None:
     if m := _CUTLASS2.search(kernel_name):
         a, b, k, s = (int(x) for x in m.groups())
         return Tile(a, b, k, s)
+    if m := _GEMMSHAPE.search(kernel_name):
+        a, b, k = (int(x) for x in m.groups())
+        return Tile(a, b, k)
     if m := _CUTE.search(kernel_name):
         a, b, k = (int(x) for x in m.groups())
         return Tile(a, b, k)

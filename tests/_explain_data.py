@@ -1,0 +1,101 @@
+"""Frames for the explainer tests: the H200 probe's real report, and small timelines built from its numbers."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.frames import SPECS
+
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "boost_clock_hz": 1.98e9}
+
+
+@lru_cache(maxsize=4)
+def _probe(path: str) -> dict[str, pl.DataFrame]:
+    from tracekit.analyzers.importer import combine
+    from tracekit.analyzers.ncu import read_ncu_report
+
+    return combine([read_ncu_report(Path(path))])
+
+
+def probe_frames(shared: Path) -> dict[str, pl.DataFrame]:
+    """probe.ncu-rep read by the project's ncu reader, combined into a run's frames."""
+    return _probe(str(shared / "h200-probe" / "probe.ncu-rep"))
+
+
+def ncu_row(shared: Path, range_name: str) -> dict[str, Any]:
+    ncu = probe_frames(shared)["ncu"]
+    return ncu.filter(pl.col("nvtx_range") == range_name).to_dicts()[0]
+
+
+def frames(**given: pl.DataFrame | list[dict[str, Any]]) -> dict[str, pl.DataFrame]:
+    """A full set of frames: the given ones (rows or frames, conformed) and empty ones for the rest."""
+    out = {name: spec.empty() for name, spec in SPECS.items()}
+    for name, value in given.items():
+        df = value if isinstance(value, pl.DataFrame) else pl.DataFrame(value, infer_schema_length=None)
+        out[name] = SPECS[name].conform(df)
+    return out
+
+
+def timeline(
+    instances: list[list[dict[str, Any]]],
+    name: str,
+    *,
+    parent: str | None = None,
+    aux_child: bool = False,
+) -> dict[str, pl.DataFrame]:
+    """A timeline: one ``gemm`` range per instance holding its kernels (``name``, ``start_ns``, ``end_ns``,
+    launch fields); kernels with ``aux=True`` sit in a child ``aux`` range when ``aux_child``."""
+    from tracekit.analyzers.importer import parse_range_names
+
+    ranges: list[dict[str, Any]] = []
+    kernels: list[dict[str, Any]] = []
+    rid = 0
+    parent_id = None
+    if parent is not None:
+        start = min(k["start_ns"] for inst in instances for k in inst) - 100
+        end = max(k["end_ns"] for inst in instances for k in inst) + 100
+        ranges.append({"range_id": 0, "name": parent, "start_ns": start, "end_ns": end, "depth": 0})
+        parent_id, rid = 0, 1
+    for inst in instances:
+        gid = rid
+        ranges.append(
+            {
+                "range_id": gid,
+                "parent_id": parent_id,
+                "name": name,
+                "start_ns": inst[0]["start_ns"] - 50,
+                "end_ns": inst[-1]["end_ns"] + 10,
+                "depth": 1 if parent_id is not None else 0,
+            }
+        )
+        rid += 1
+        for k in inst:
+            target = gid
+            if k.get("aux") and aux_child:
+                ranges.append(
+                    {
+                        "range_id": rid,
+                        "parent_id": gid,
+                        "name": "aux role=quantize backend=torch-fp8 op=quantize",
+                        "start_ns": k["start_ns"] - 5,
+                        "end_ns": k["end_ns"] + 5,
+                        "depth": 2,
+                    }
+                )
+                target, rid = rid, rid + 1
+            row = {c: v for c, v in k.items() if c != "aux"}
+            row.update(
+                kernel_id=len(kernels),
+                device=0,
+                stream=7,
+                range_id=target,
+                duration_ns=k["end_ns"] - k["start_ns"],
+            )
+            kernels.append(row)
+    rng = SPECS["ranges"].conform(pl.DataFrame(ranges, infer_schema_length=None))
+    rng = parse_range_names(rng.with_columns(pl.lit("push_pop").alias("kind")))
+    return frames(ranges=rng, kernels=kernels, devices=[H200])

@@ -1,0 +1,189 @@
+"""The waterfall on real files (the H200 probe, third-party reports) and on timelines / measurements built from
+numbers measured on the H200 (DEVICE.md, probe.sqlite)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from _explain_data import H200, frames, ncu_row, probe_frames, timeline
+from click.testing import CliRunner
+
+from tracekit.analyzers.explain import explain, explain_case, gemm_summary
+from tracekit.analyzers.gemm import build_cases
+from tracekit.frames import SPECS
+
+BIG = "gemm/bf16/M=8192,N=8192,K=8192"
+SMALL_M = "gemm/bf16/M=16,N=6144,K=6144"
+FP8_BIG = "gemm/fp8/M=16384,N=6144,K=6144"
+MID = "gemm/bf16/M=1024,N=2048,K=6144"
+
+
+def by_name(wfs: list) -> dict:
+    return {w.case.name: w for w in wfs}
+
+
+def test_probe_waterfalls_multiply_to_the_achieved_figure(shared_data: Path) -> None:
+    wfs = by_name(explain(probe_frames(shared_data)))
+    assert len(wfs) == 5
+    for name, wf in wfs.items():
+        row = ncu_row(shared_data, name)
+        c = wf.case
+        assert wf.achieved_tflops == pytest.approx(2 * c.m * c.n * c.k / row["duration_ns"] / 1e3)
+        assert wf.complete, name
+        assert all(0 < f.value <= 1 for f in wf.factors), name
+    assert wfs[BIG].achieved_tflops == pytest.approx(774.3, abs=0.1)  # 1.42 ms in the report
+    assert [f.name for f in wfs[BIG].factors] == ["clock", "waves", "in-kernel"]
+
+
+def test_probe_verdicts(shared_data: Path) -> None:
+    wfs = by_name(explain(probe_frames(shared_data)))
+    assert wfs[SMALL_M].verdict.name == "memory"
+    assert wfs[SMALL_M].factors[-1].cause == "memory bandwidth not saturated"
+    assert any("memory-bound" in n for n in wfs[SMALL_M].notes)
+    assert wfs[BIG].verdict.name == "clock"
+    assert wfs[BIG].verdict.gain_pct == pytest.approx((1830 / 1555 - 1) * 100, abs=0.5)
+    assert wfs[FP8_BIG].verdict.name == "clock"
+    assert wfs[MID].verdict.name == "in-kernel"
+    # ncu's own findings ride along
+    assert any(r["rule"] == "CPIStall" for r in wfs[MID].ncu_rules)
+
+
+def test_measured_plateau_is_the_power_capped_clock() -> None:
+    """DEVICE.md: sustained 8192^3 bf16 at 665 TFLOP/s, SM clock ~1470 MHz at 691 W of 700 W (reason 0x4)."""
+    flops = 2 * 8192**3
+    row = {
+        "measurement_id": 0, "range": "gemm backend=torch-bf16 op=mm M=8192 N=8192 K=8192 a=bf16 b=bf16 out=bf16",
+        "backend": "torch-bf16", "op": "mm", "m": 8192, "n": 8192, "k": 8192, "dtype": "bf16", "dtype_out": "bf16",
+        "time_us": flops / 665e12 * 1e6, "tflops": 665.0, "status": "ok", "sm_clock_hz": 1.47e9, "power_w": 691.0,
+        "power_limit_w": 700.0, "throttle_reasons": 4, "timing": "cuda-graph",
+    }  # fmt: skip
+    fr = frames(measurements=[row], devices=[H200])
+    (wf,) = explain(fr)
+    assert wf.achieved_tflops == pytest.approx(665.0)
+    assert wf.complete
+    assert wf.verdict.name == "clock" and "software power cap" in wf.verdict.sentence
+    assert wf.verdict.value == pytest.approx(1470 / 1830)
+    assert wf.factors[-1].name == "in-kernel" and wf.factors[-1].value == pytest.approx(
+        665 / (989.4 * 1470 / 1830)
+    )
+    cal = {"format": "tracekit-calibration", "gemm": {"bf16": {"sustained_tflops": 665.0}}}
+    summary = gemm_summary(fr, calibration=cal)
+    assert summary["pct_of_calibrated"][0] == pytest.approx(100.0)
+    assert summary["pct_of_peak"][0] == pytest.approx(100 * 665 / 989.4)
+    assert summary["verdict"][0] == "clock"
+
+
+def _kernel(
+    start: int, dur: int, name: str = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", **kw: object
+) -> dict:
+    return {"name": name, "start_ns": start, "end_ns": start + dur, "grid_x": 2, "grid_y": 64, "grid_z": 1,
+            "block_x": 384, "block_y": 1, "block_z": 1, "registers_per_thread": 168,
+            "dynamic_smem_bytes": 213_220, **kw}  # fmt: skip
+
+
+def test_launch_gaps_of_eager_small_gemms() -> None:
+    """probe.sqlite: the 1024x2048x6144 bf16 kernel took 35,007 ns; an eager loop leaves ~60 us of host time
+    between launches (DEVICE.md: 23-58 us per eager call)."""
+    dur, gap = 35_007, 60_000
+    inst = [[_kernel(i * (dur + gap), dur)] for i in range(20)]
+    fr = timeline(inst, "gemm backend=torch-bf16 op=mm M=1024 N=2048 K=6144 a=bf16 b=bf16 out=bf16")
+    (wf,) = explain(fr)
+    assert wf.case.launches == 20
+    assert wf.case.gap_ns == pytest.approx(gap * 19 / 20)
+    assert wf.verdict.name == "launch gaps"
+    assert wf.verdict.value == pytest.approx(dur / (dur + gap * 19 / 20))
+    assert wf.complete
+    # A gap in which another kernel ran is not a launch gap.
+    inst[5].append(_kernel(inst[5][0]["end_ns"] + 1_000, 5_000, name="void at::native::elementwise_kernel"))
+    fr2 = timeline(inst, "gemm backend=torch-bf16 op=mm M=1024 N=2048 K=6144 a=bf16 b=bf16 out=bf16")
+    (wf2,) = explain(fr2)
+    assert wf2.case.gap_ns < wf.case.gap_ns
+
+
+def test_aux_quantize_kernel_in_the_range() -> None:
+    """FP8 GEMM (probe.sqlite: 21,247 ns for 1024x2048x6144) behind a slow activation quantize in an aux range."""
+    name = "gemm backend=torch-fp8 op=scaled_mm M=1024 N=2048 K=6144 a=e4m3 b=e4m3 out=bf16 scale=tensorwise"
+    inst = []
+    for i in range(3):
+        t = i * 62_000  # back to back: 753 ns between launches
+        q = _kernel(t, 40_000, name="void at::native::vectorized_elementwise_kernel<quantize>", aux=True)
+        g = _kernel(t + 40_000, 21_247, name="nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT")
+        inst.append([q, g])
+    (wf,) = explain(timeline(inst, name, parent="step name=prefill", aux_child=True))
+    assert wf.case.context == "step name=prefill"
+    assert wf.case.aux_ns == pytest.approx(40_000)
+    f = next(f for f in wf.factors if f.name == "aux kernels")
+    assert f.value == pytest.approx(21_247 / 61_247)
+    assert wf.verdict.name == "aux kernels"
+    assert wf.case.gap_ns == pytest.approx(753 * 2 / 3)
+    assert wf.achieved_tflops == pytest.approx(2 * 1024 * 2048 * 6144 / (61_247 + 753 * 2 / 3) / 1e3)
+    assert wf.complete
+
+
+def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
+    from tracekit.analyzers.importer import import_files
+    from tracekit.cli import cli
+
+    probe = shared_data / "h200-probe"
+    run, _ = import_files([probe / "probe.ncu-rep", probe / "probe.sqlite"], tmp_path / "run")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["explain", str(run.path), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert len(data["gemms"]) == 5
+    big = next(g for g in data["gemms"] if g["range"] == BIG)
+    assert big["origin"] == "range"  # timed on the nsys timeline, profiled by ncu
+    assert big["peak_tflops"] == pytest.approx(989.4)
+    assert {f["name"] for f in big["factors"]} == {"clock", "waves", "in-kernel"}
+    for f in big["factors"]:
+        assert set(f) >= {"name", "value", "sentence", "evidence"}
+    assert big["verdict"]["factor"] == "clock"
+    product = big["peak_tflops"]
+    for f in big["factors"]:
+        product *= f["value"]
+    assert product == pytest.approx(big["achieved_tflops"], rel=0.01)
+    res = runner.invoke(cli, ["explain", str(run.path), "--gemm", "M=16,", "--json"])
+    assert [g["range"] for g in json.loads(res.output)["gemms"]] == [SMALL_M]
+    res = runner.invoke(cli, ["explain", str(run.path), "--gemm", "M=8192"])
+    assert res.exit_code == 0 and "verdict: clock" in res.output
+    cal = tmp_path / "cal.json"
+    cal.write_text(
+        json.dumps({"format": "tracekit-calibration", "gemm": {"bf16": {"sustained_tflops": 665.0}}})
+    )
+    res = runner.invoke(cli, ["explain", str(run.path), "--calibration", str(cal), "--json"])
+    big = next(g for g in json.loads(res.output)["gemms"] if g["range"] == BIG)
+    assert big["pct_of_calibrated"] == pytest.approx(100 * big["achieved_tflops"] / 665.0)
+
+
+def test_gemm_summary_schema(shared_data: Path) -> None:
+    summary = gemm_summary(probe_frames(shared_data))
+    assert summary.schema == SPECS["gemms"].schema
+    row = summary.filter(pl.col("range") == BIG).to_dicts()[0]
+    assert row["verdict"] == "clock" and row["roofline_bound"] == "compute"
+    assert row["pct_of_peak"] == pytest.approx(100 * 774.3 / 989.4, abs=0.05)
+
+
+def test_third_party_reports_without_shapes(shared_data: Path) -> None:
+    from tracekit.analyzers.importer import combine
+    from tracekit.analyzers.ncu import read_ncu_report
+
+    # CUTLASS int8 GEMMs on an A100 80GB PCIe, profiled with ncu's default clock control (clocks near base).
+    fr = combine([read_ncu_report(shared_data / "thirdparty/panjd123-cutlass/report.ncu-rep")])
+    wfs = explain(fr)
+    assert len(wfs) == 3
+    for wf in wfs:
+        assert wf.case.origin == "ncu-kernel" and wf.case.dtype_class == "int8"
+        assert wf.peak_tflops == pytest.approx(624)
+        assert wf.case.achieved_estimate
+        assert wf.complete and wf.verdict is not None
+        assert "--clock-control none" in wf.factors[0].remedy
+    # ESMM SGEMM ladder on an A10G: achieved from the FP32 FMA count.
+    fr = combine([read_ncu_report(shared_data / "thirdparty/esmm-research/profile_output_a62323b.ncu-rep")])
+    cases = build_cases(fr)
+    warp = next(c for c in cases if c.name.startswith("void warptiling"))
+    ffma = warp.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
+    assert warp.kernel_tflops == pytest.approx(2 * ffma * warp.sm_clock_hz / 1e12)
+    assert explain_case(warp).peak_tflops == pytest.approx(35.0)

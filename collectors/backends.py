@@ -481,17 +481,35 @@ class FlashinferFp4(Backend):
     def description(self) -> str:  # type: ignore[override]
         return f"flashinfer.mm_fp4 backend={self.fi_backend!r} on NVFP4 (nvfp4_quantize, 128x4 scale layout)"
 
+    quantizer: str = "flashinfer"
+
     def _quantize(self, x: Any, shuffle: bool) -> tuple[Any, Any, Any]:
+        """(packed e2m1, 128x4-swizzled e4m3 scales, global encode scale) from FlashInfer's own quantizer.
+
+        Where that kernel cannot run here (no build for this GPU, JIT toolchain missing) the same NVFP4 layout is
+        made with torch ops so that ``mm_fp4`` is still called and reports its own support verdict;
+        ``self.quantizer`` then reads ``torch-fallback: <why>``.
+        """
         import flashinfer
 
         torch = _torch()
         global_sf = (E4M3_MAX * E2M1_MAX / x.float().abs().amax().clamp(min=1e-12)).float().reshape(1)
-        if hasattr(flashinfer, "nvfp4_quantize") and hasattr(flashinfer, "SfLayout"):
-            q, sf = flashinfer.nvfp4_quantize(
-                x, global_sf, sfLayout=flashinfer.SfLayout.layout_128x4, do_shuffle=shuffle
-            )
-        else:  # older FlashInfer: fp4_quantize, swizzled 128x4 by default
-            q, sf = flashinfer.fp4_quantize(x, global_sf, 16, False, True)
+        try:
+            if hasattr(flashinfer, "nvfp4_quantize") and hasattr(flashinfer, "SfLayout"):
+                q, sf = flashinfer.nvfp4_quantize(
+                    x, global_sf, sfLayout=flashinfer.SfLayout.layout_128x4, do_shuffle=shuffle
+                )
+            else:  # older FlashInfer: fp4_quantize, swizzled 128x4 by default
+                q, sf = flashinfer.fp4_quantize(x, global_sf, 16, False, True)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            if "illegal" in str(exc).lower():
+                raise
+            self.quantizer = f"torch-fallback: {type(exc).__name__}: {str(exc)[:200]}"
+            rows, cols = x.shape
+            q, scales, decode = quantize_nvfp4_torch(x)
+            sf = to_blocked(scales).reshape(_ceil_div(rows, 128) * 128, _ceil_div(cols // 16, 4) * 4)
+            return q, sf, (1.0 / decode).reshape(1)
         return q, sf.view(torch.float8_e4m3fn) if sf.dtype == torch.uint8 else sf, global_sf
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:

@@ -1,0 +1,286 @@
+"""Compare two runs GEMM by GEMM: what got slower or faster beyond noise, what broke or was fixed, which
+waterfall factors moved. Used by ``tracekit compare`` (``--gate`` for CI).
+
+GEMMs are matched on (backend, M, N, K, dtype); a GEMM without a shape (a bare profiled kernel) is matched on
+its kernel name. For each pair the time per GEMM is compared (tracekit's benchmark median when present, else
+the timeline's time for the whole range, own + auxiliary kernels + gaps) and so is TFLOP/s.
+
+Noise: tracekit's benchmark records the 10th and 90th percentile of each GEMM's repeats. A change no larger than
+the combined half-spreads ``(p90 - p10) / 2`` of both sides is ``noise``, whatever its size; beyond it, a change
+over ``threshold_pct`` is a ``regression`` (slower) or ``improvement`` (faster), else ``within threshold``. With
+no spread recorded (ncu, timelines) only the threshold applies. A GEMM that ran in BASE and fails (or gives wrong
+results) in NEW is ``broken``: the gate fails on regressions and broken GEMMs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+__all__ = ["DEFAULT_THRESHOLD_PCT", "FACTOR_MOVE", "GemmPoint", "compare_runs", "gemm_points"]
+
+DEFAULT_THRESHOLD_PCT = 5.0
+FACTOR_MOVE = 0.02
+"""A waterfall factor that changed by at least this much (absolute, factors are 0-1) has moved."""
+_ORIGIN_RANK = {"measurement": 0, "range": 1, "ncu": 2, "ncu-kernel": 3}
+
+Key = tuple[Any, ...]
+
+
+@dataclass
+class GemmPoint:
+    """One GEMM of one run, as compare sees it."""
+
+    key: Key
+    label: str
+    backend: str | None
+    m: int | None
+    n: int | None
+    k: int | None
+    dtype: str | None
+    origin: str
+    time_us: float | None
+    time_us_p10: float | None = None
+    time_us_p90: float | None = None
+    repeats: int | None = None
+    tflops: float | None = None
+    status: str | None = None
+    factors: dict[str, float] = field(default_factory=dict)
+    verdict: str | None = None
+
+    @property
+    def half_spread_us(self) -> float | None:
+        if self.time_us_p10 is None or self.time_us_p90 is None:
+            return None
+        return max(0.0, self.time_us_p90 - self.time_us_p10) / 2
+
+
+def _key(backend: Any, m: Any, n: Any, k: Any, dtype: Any, name: Any) -> Key:
+    if m is not None and n is not None and k is not None:
+        return (backend, int(m), int(n), int(k), dtype)
+    return ("kernel", str(name))
+
+
+def _label(p: GemmPoint) -> str:
+    if p.m is not None:
+        return f"{p.backend or '?'} {p.m}x{p.n}x{p.k} {p.dtype or ''}".strip()
+    return p.label
+
+
+def gemm_points(
+    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None = None
+) -> dict[Key, GemmPoint]:
+    """Every GEMM of a run keyed for matching, with time, spread, TFLOP/s and waterfall factors. When several
+    GEMMs share a key (the same shape in different parent ranges), the best-timed origin is kept and the rest are
+    numbered ``#2``, ``#3`` in their order."""
+    from .explain import explain_case
+    from .gemm import build_cases
+
+    meas = frames["measurements"]
+    by_mid: dict[int, dict[str, Any]] = (
+        {r["measurement_id"]: r for r in meas.iter_rows(named=True)} if meas.height else {}
+    )
+    cases = build_cases(frames, environment=environment)
+    cases = sorted(
+        enumerate(cases), key=lambda ic: (_ORIGIN_RANK.get(ic[1].origin, 9), str(ic[1].context), ic[0])
+    )
+    out: dict[Key, GemmPoint] = {}
+    for _, c in cases:
+        wf = explain_case(c)
+        m = by_mid.get(c.measurement_id) if c.measurement_id is not None else None
+        time_us = m["time_us"] if m else (c.total_ns / 1e3 if c.total_ns else None)
+        p = GemmPoint(
+            key=_key(c.backend, c.m, c.n, c.k, c.dtype_a, c.main_kernel or c.name),
+            label=c.label,
+            backend=c.backend,
+            m=c.m,
+            n=c.n,
+            k=c.k,
+            dtype=c.dtype_a,
+            origin=c.origin,
+            time_us=time_us,
+            time_us_p10=m["time_us_p10"] if m else None,
+            time_us_p90=m["time_us_p90"] if m else None,
+            repeats=m["repeats"] if m else None,
+            tflops=(c.flops / (time_us * 1e6) if c.flops and time_us else c.achieved_tflops),
+            status=m["status"] if m else None,
+            factors={f.name: f.value for f in wf.factors},
+            verdict=(wf.verdict.name if wf.verdict else None),
+        )
+        key, i = p.key, 1
+        while key in out:
+            i += 1
+            key = (*p.key, f"#{i}")
+        p.key = key
+        out[key] = p
+    return out
+
+
+def _failure_keys(frames: dict[str, pl.DataFrame]) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    for r in frames["failures"].iter_rows(named=True):
+        key = (r.get("backend"), r.get("op"), r.get("m"), r.get("n"), r.get("k"))
+        first = next((ln.strip() for ln in str(r.get("message") or "").splitlines() if ln.strip()), "")
+        out.setdefault(
+            key,
+            {
+                "backend": r.get("backend"),
+                "op": r.get("op"),
+                "m": r.get("m"),
+                "n": r.get("n"),
+                "k": r.get("k"),
+                "kind": r.get("kind"),
+                "error_type": r.get("error_type"),
+                "first_line": first,
+                "message": r.get("message"),
+            },
+        )
+    return out
+
+
+def _pct(new: float | None, base: float | None) -> float | None:
+    if new is None or base is None or base == 0:
+        return None
+    return (new / base - 1.0) * 100.0
+
+
+def _classify(b: GemmPoint, n: GemmPoint, threshold_pct: float) -> tuple[str, float | None]:
+    if n.status == "wrong" and b.status != "wrong":
+        return "broken", None
+    if b.time_us is None or n.time_us is None:
+        return "untimed", None
+    delta = n.time_us - b.time_us
+    spreads = [s for s in (b.half_spread_us, n.half_spread_us) if s is not None]
+    band = sum(spreads) if spreads else None
+    if delta == 0:
+        return "unchanged", band
+    if band is not None and abs(delta) <= band:
+        return "noise", band
+    change = _pct(n.time_us, b.time_us) or 0.0
+    if change > threshold_pct:
+        return "regression", band
+    if change < -threshold_pct:
+        return "improvement", band
+    return "within threshold", band
+
+
+def compare_runs(
+    base: dict[str, pl.DataFrame],
+    new: dict[str, pl.DataFrame],
+    *,
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    base_environment: dict[str, Any] | None = None,
+    new_environment: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The comparison as a JSON-able dict: ``gemms`` (matched pairs with status), ``only_in_base``,
+    ``only_in_new``, ``new_failures``, ``fixed_failures``, ``changed_failures``, ``regressions`` (labels) and
+    ``passed`` (no regression and nothing broken)."""
+    bp, np_ = gemm_points(base, base_environment), gemm_points(new, new_environment)
+    bf, nf = _failure_keys(base), _failure_keys(new)
+    rows: list[dict[str, Any]] = []
+    for key, b in bp.items():
+        n = np_.get(key)
+        if n is None:
+            continue
+        status, band = _classify(b, n, threshold_pct)
+        moved = []
+        for name in sorted(set(b.factors) | set(n.factors)):
+            bv, nv = b.factors.get(name), n.factors.get(name)
+            if bv is None or nv is None or abs(nv - bv) >= FACTOR_MOVE:
+                moved.append(
+                    {"factor": name, "base": bv, "new": nv, "change": (nv - bv) if bv and nv else None}
+                )
+        rows.append(
+            {
+                "gemm": _label(b),
+                "key": list(key),
+                "backend": b.backend,
+                "m": b.m,
+                "n": b.n,
+                "k": b.k,
+                "dtype": b.dtype,
+                "origin": [b.origin, n.origin],
+                "base_time_us": b.time_us,
+                "new_time_us": n.time_us,
+                "time_change_pct": _pct(n.time_us, b.time_us),
+                "noise_us": band,
+                "noise_pct": 100.0 * band / b.time_us if band is not None and b.time_us else None,
+                "base_spread_us": [b.time_us_p10, b.time_us_p90],
+                "new_spread_us": [n.time_us_p10, n.time_us_p90],
+                "base_tflops": b.tflops,
+                "new_tflops": n.tflops,
+                "tflops_change_pct": _pct(n.tflops, b.tflops),
+                "status": status,
+                "base_verdict": b.verdict,
+                "new_verdict": n.verdict,
+                "factors_moved": moved,
+            }
+        )
+    # A GEMM measured in BASE that fails in NEW is broken; failures carry no dtype, so match on the rest.
+    measured = {(p.backend, p.m, p.n, p.k) for p in bp.values() if p.time_us is not None}
+    new_failures = [f for k, f in nf.items() if k not in bf]
+    fixed = [f for k, f in bf.items() if k not in nf]
+    changed = [
+        {"base": bf[k], "new": nf[k]}
+        for k in nf
+        if k in bf
+        and (bf[k]["error_type"], bf[k]["first_line"]) != (nf[k]["error_type"], nf[k]["first_line"])
+    ]
+    for f in new_failures:
+        f["broke"] = (f["backend"], f["m"], f["n"], f["k"]) in measured
+        if f["broke"]:
+            rows.append(
+                {
+                    "gemm": f"{f['backend']} {f['m']}x{f['n']}x{f['k']}",
+                    "key": [f["backend"], f["m"], f["n"], f["k"]],
+                    "backend": f["backend"],
+                    "m": f["m"],
+                    "n": f["n"],
+                    "k": f["k"],
+                    "status": "broken",
+                    "error": f"{f['error_type']}: {f['first_line']}",
+                }
+            )
+    regressions = [r["gemm"] for r in rows if r["status"] in ("regression", "broken")]
+    return {
+        "threshold_pct": threshold_pct,
+        "gemms": rows,
+        "counts": {
+            s: sum(1 for r in rows if r["status"] == s)
+            for s in (
+                "regression",
+                "broken",
+                "improvement",
+                "within threshold",
+                "noise",
+                "unchanged",
+                "untimed",
+            )
+        },
+        "only_in_base": [_label(p) for k, p in bp.items() if k not in np_],
+        "only_in_new": [_label(p) for k, p in np_.items() if k not in bp],
+        "new_failures": new_failures,
+        "fixed_failures": fixed,
+        "changed_failures": changed,
+        "regressions": regressions,
+        "passed": not regressions,
+    }
+
+
+def versions_of(frames: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> dict[str, str]:
+    """Library versions of a run (manifest environment, else its failure records), to print beside a comparison."""
+    env = manifest.get("environment") or {}
+    found = {k: str(v) for k, v in (env.get("versions") or {}).items() if v}
+    if not found and frames["failures"].height:
+        for text in frames["failures"]["versions"].drop_nulls().to_list():
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                found = {str(k): str(v) for k, v in obj.items() if v}
+                break
+    return found

@@ -1,0 +1,80 @@
+"""``tracekit report``: a run as Markdown for a kernel ticket (or JSON / self-contained HTML)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.errors import BadInputError
+
+_SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
+
+
+@click.command()
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option(
+    "--gemm", "gemm_filter", default=None, help="Only GEMMs whose range, kernel or backend contain this."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "json", "html"]),
+    default=None,
+    help="md (GitHub Markdown, default), json (same content for machines) or html (one self-contained file). "
+    "Default: from -o's suffix, else md.",
+)
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="File to write; Markdown's SVG plots go beside it as <name>-*.svg. Default: stdout (Markdown without plots).",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="A profile from `tracekit calibrate` (measured peak beside the datasheet's).",
+)
+def report(
+    run: Path, gemm_filter: str | None, fmt: str | None, out: Path | None, calibration: Path | None
+) -> None:
+    """Write a report of RUN (a run folder or a bundle .zip) for a kernel ticket.
+
+    The Markdown stands on its own in a GitHub issue comment: environment (GPU, driver, CUDA, library versions,
+    ncu clock control), the command that reproduces the capture, the GEMM table, each selected GEMM's waterfall
+    and verdict, Nsight Compute's findings, and every failure's full error text in a collapsible block. It fits
+    GitHub's 65,536-character limit by summarising (grouped failures, top GEMMs by GPU time) and says so.
+    Plots (TFLOP/s vs M, waterfalls) are SVG files beside the Markdown: drag them into the comment too.
+
+    \b
+    Examples:
+      tracekit report runs/h200-probe -o ticket.md
+      tracekit report runs/h200-probe --gemm M=8192 -o ticket.md
+      tracekit report bundle.zip --format html -o report.html
+      tracekit report runs/h200-probe --format json | jq '.waterfalls[0].verdict'
+    """
+    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.report import build_report, write_report
+    from tracekit.commands.explain import _calibration
+
+    if fmt is None:
+        fmt = _SUFFIX_FORMAT.get(out.suffix.lower(), "md") if out is not None else "md"
+    if out is not None and out.exists() and out.is_dir():
+        raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
+    r = open_run(run)
+    frames = load_frames(r)
+    cal, cal_source = _calibration(r, frames, calibration)
+    rep = build_report(r, frames, gemm_filter=gemm_filter, calibration=cal, calibration_source=cal_source)
+    text, files, rendered = write_report(rep, fmt, out)
+    if text is not None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
+    if rendered is not None and rendered.summarised:
+        click.echo(
+            f"summarised to fit GitHub's comment limit ({len(rendered.text):,} characters): "
+            + "; ".join(rendered.summarised),
+            err=True,
+        )

@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tracekit import naming
 from tracekit.naming import DOMAIN, encode
 
 __all__ = [
@@ -55,10 +56,8 @@ __all__ = [
     "suppressed",
 ]
 
-SKIP_DOMAIN = "tk_budget_skip"
-"""NVTX domain for launches beyond the per-range ncu budget. Its name deliberately does not contain ``tracekit``:
-ncu's ``regex:`` filters search (they are not anchored), so a domain such as ``tracekit_skip`` would still match
-``regex:tracekit@.+/`` and defeat the budget."""
+SKIP_DOMAIN = naming.SKIP_DOMAIN
+"""NVTX domain for warm-up launches and launches beyond the per-range ncu budget (see tracekit.naming)."""
 
 ENV_NCU_MAX_PER_RANGE = "TRACEKIT_NCU_MAX_PER_RANGE"
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"

@@ -251,6 +251,12 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     frames: dict[str, pl.DataFrame] = {}
     for name, dfs in parts.items():
         frames[name] = pl.concat(dfs, how="vertical") if dfs else SPECS[name].empty()
+    # A capture with several passes (nsys, then ncu) records the same failure once per pass: keep one.
+    frames["failures"] = frames["failures"].unique(
+        subset=["backend", "op", "m", "n", "k", "kind", "error_type", "message"],
+        keep="first",
+        maintain_order=True,
+    )
     for name in ("measurements", "failures"):
         id_col = SPECS[name].columns[0].name
         frames[name] = frames[name].with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,15 @@ def gemm(
     if any(known[n].timer == "cuda" for n in names):
         _require_gpu(device)
 
-    out = output or Path("runs") / new_run_name("bench-gemm")
+    inside = _capture_run_dir() if output is None else None
+    if (
+        inside is not None
+    ):  # under `tracekit capture`: a private sweep run, records copied into the capture's raw/
+        out = (
+            inside / "raw" / "logs" / new_run_name(f"bench-{os.environ.get('TRACEKIT_CAPTURE_TOOL', 'run')}")
+        )
+    else:
+        out = output or Path("runs") / new_run_name("bench-gemm")
     settings = SweepSettings(
         backends=names,
         shapes=shape_list,
@@ -149,6 +158,8 @@ def gemm(
     except KeyboardInterrupt:
         click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
         raise
+    if inside is not None:
+        _hand_over(result.run, inside)
     if as_json:
         payload = {
             "run": str(result.run.path),
@@ -161,6 +172,32 @@ def gemm(
         _print_table(result)
     if result.status != "complete":
         raise IncompleteError(f"the sweep into {result.run.path} did not finish", result.reason or "")
+
+
+def _capture_run_dir() -> Path | None:
+    """The run of an enclosing `tracekit capture` (it exports TRACEKIT_RUN_DIR), if any."""
+    value = os.environ.get("TRACEKIT_RUN_DIR")
+    if not value:
+        return None
+    path = Path(value)
+    return path if (path / "run.json").is_file() else None
+
+
+def _hand_over(sweep_run: Any, capture_run: Path) -> None:
+    """Copy the sweep's records into the capture's raw/ as ``measurements-<tool>.jsonl`` / ``failures-<tool>.jsonl``.
+
+    Under ncu the timings are distorted by replay and serialisation, so only failures are handed over from an ncu
+    pass; the nsys / PyTorch-profiler / plain passes hand over both. The importer reads these files by content.
+    """
+    import shutil
+
+    tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
+    raw = capture_run / "raw"
+    wanted = ["failures"] if tool == "ncu" else ["measurements", "failures"]
+    for kind in wanted:
+        src = sweep_run.raw_dir / f"{kind}.jsonl"
+        if src.is_file() and src.stat().st_size:
+            shutil.copyfile(src, raw / f"{kind}-{tool}.jsonl")
 
 
 def _require_gpu(device: int) -> None:

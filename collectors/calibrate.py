@@ -13,97 +13,20 @@ message, never hidden.
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors.nvml import Nvml, Sampler
 from tracekit.devices import CALIBRATION_FORMAT, calibration_path
 from tracekit.errors import MissingToolError
 from tracekit.run import write_json_atomic
 
-__all__ = ["NvmlSampler", "calibrate", "save_profile"]
+__all__ = ["calibrate", "save_profile"]
 
 DTYPES = ("bf16", "fp8", "fp4")
-
-
-class NvmlSampler:
-    """Samples SM clock (Hz), board power (W) and throttle reasons every ``interval_s`` in a thread."""
-
-    def __init__(self, device_index: int = 0, interval_s: float = 0.05) -> None:
-        self.interval_s = interval_s
-        self.samples: list[tuple[float, float | None, float | None, int | None]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.power_limit_w: float | None = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            try:
-                self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self._handle) / 1000.0
-            except pynvml.NVMLError:
-                self.power_limit_w = None
-        except Exception:  # no nvidia-ml-py or no driver: calibrate still measures throughput
-            self._nvml = None
-            self._handle = None
-
-    @property
-    def available(self) -> bool:
-        return self._nvml is not None
-
-    def sample(self) -> tuple[float, float | None, float | None, int | None]:
-        nv, h = self._nvml, self._handle
-        clock = power = reasons = None
-        if nv is not None:
-            try:
-                clock = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM) * 1e6
-                power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
-                getter = (
-                    getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                    or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-                )
-                reasons = int(getter(h))
-            except Exception:
-                pass
-        return (time.perf_counter(), clock, power, reasons)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(self.sample())
-            self._stop.wait(self.interval_s)
-
-    def __enter__(self) -> NvmlSampler:
-        self.samples = []
-        if self.available:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-
-    def summary(self, since: float | None = None) -> dict[str, Any]:
-        rows = [s for s in self.samples if since is None or s[0] >= since]
-        clocks = [s[1] for s in rows if s[1]]
-        powers = [s[2] for s in rows if s[2] is not None]
-        mask = 0
-        for s in rows:
-            mask |= s[3] or 0
-        return {
-            "sm_clock_hz": statistics.fmean(clocks) if clocks else None,
-            "power_w": statistics.fmean(powers) if powers else None,
-            "power_limit_w": self.power_limit_w,
-            "throttle_reasons": mask if rows else None,
-            "samples": len(rows),
-        }
 
 
 def _torch() -> Any:
@@ -161,40 +84,41 @@ def _time_launches(torch: Any, fn: Callable[[], Any], count: int) -> list[float]
     return [s.elapsed_time(e) / 1e3 for s, e in events]
 
 
-def _gemm_profile(
-    torch: Any, dtype: str, size: int, seconds: float, first: int, sampler: NvmlSampler
-) -> dict:
+def _gemm_profile(torch: Any, dtype: str, size: int, seconds: float, first: int, nvml: Nvml) -> dict:
     fn = _gemm_fn(torch, dtype, size)
     flops = 2.0 * size**3
     torch.cuda.synchronize()
     time.sleep(1.0)  # let the clock relax: the first launches after idle are what a cold call sees
-    cold = sampler.sample()
+    cold = nvml.read()
     cold_s = _time_launches(torch, fn, 1)[0]
     first_s = _time_launches(torch, fn, first)
-    first_clock = sampler.sample()
+    first_clock = nvml.read()
     batch = max(1, int(0.05 / max(statistics.median(first_s), 1e-6)))
-    rates: list[tuple[float, float]] = []
-    t0 = time.perf_counter()
+
+    def loop(duration: float) -> list[float]:
+        rates, t0 = [], time.perf_counter()
+        while time.perf_counter() - t0 < duration:
+            rates.append(flops / statistics.median(_time_launches(torch, fn, batch)) / 1e12)
+        return rates
+
+    warm = loop(seconds / 2)  # the clock settles under the power cap during the first half ...
+    sampler = Sampler(nvml, interval_s=0.02)
     with sampler:
-        while time.perf_counter() - t0 < seconds:
-            times = _time_launches(torch, fn, batch)
-            rates.append((time.perf_counter(), flops / statistics.median(times) / 1e12))
-    half = t0 + seconds / 2
-    tail = [r for t, r in rates if t >= half] or [r for _, r in rates]
-    nvml = sampler.summary(since=half)
+        tail = loop(seconds / 2)  # ... and the second half is the sustained rate
     return {
         "m": size,
         "n": size,
         "k": size,
         "cold_single_tflops": flops / cold_s / 1e12,
-        "cold_sm_clock_hz": cold[1],
+        "cold_sm_clock_hz": cold.get("sm_clock_hz"),
         "first_tflops": flops / statistics.median(first_s) / 1e12,
         "first_launches": first,
-        "first_sm_clock_hz": first_clock[1],
+        "first_sm_clock_hz": first_clock.get("sm_clock_hz"),
         "sustained_tflops": statistics.median(tail),
         "sustained_seconds": seconds,
-        "launches": batch * len(rates),
-        **nvml,
+        "launches": batch * (len(warm) + len(tail)),
+        **sampler.result.as_columns(),
+        "nvml_samples": sampler.result.samples,
     }
 
 
@@ -220,7 +144,7 @@ def calibrate(
     torch = _torch()
     torch.cuda.set_device(device_index)
     props = torch.cuda.get_device_properties(device_index)
-    sampler = NvmlSampler(device_index)
+    nvml = Nvml(index=device_index)
     profile: dict[str, Any] = {
         "format": CALIBRATION_FORMAT,
         "version": 1,
@@ -232,7 +156,7 @@ def calibrate(
             "memory_bytes": props.total_memory,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
-            "nvml": sampler.available,
+            "nvml": "ok" if nvml.ok else nvml.reason,
         },
         "gemm": {},
         "copy": None,
@@ -242,7 +166,7 @@ def calibrate(
         if on_event:
             on_event(f"{dtype}: {size}^3 GEMM for {seconds:.0f} s")
         try:
-            profile["gemm"][dtype] = _gemm_profile(torch, dtype, size, seconds, first_launches, sampler)
+            profile["gemm"][dtype] = _gemm_profile(torch, dtype, size, seconds, first_launches, nvml)
         except Exception as exc:  # unsupported dtype on this GPU / library: recorded in full
             profile["failures"].append(
                 {

@@ -187,3 +187,35 @@ def test_third_party_reports_without_shapes(shared_data: Path) -> None:
     ffma = warp.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
     assert warp.kernel_tflops == pytest.approx(2 * ffma * warp.sm_clock_hz / 1e12)
     assert explain_case(warp).peak_tflops == pytest.approx(35.0)
+
+
+def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
+    """The planted clock script's measurement rows (benchmarks/planted/_common.py) import into a run and explain
+    as a power-capped clock; the numbers are DEVICE.md's sustained H200 plateau."""
+    import importlib.util
+
+    from tracekit.analyzers.importer import load_frames
+    from tracekit.collectors.nvml import NvmlSample
+    from tracekit.collectors.ranges import gemm_name
+    from tracekit.run import Run
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "planted" / "_common.py"
+    spec = importlib.util.spec_from_file_location("planted_common", path)
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    run = Run.create(tmp_path / "run", environment={})
+    import os
+
+    os.environ["TRACEKIT_RUN_DIR"] = str(run.path)
+    try:
+        name = gemm_name("torch-bf16", "mm", 8192, 8192, 8192, "bf16", "bf16", "bf16", phase="sustained")
+        sample = NvmlSample(sm_clock_hz=1.47e9, power_w=691.0, power_limit_w=700.0, throttle_reasons=4)
+        common.record(common.measurement(name, 8192, 8192, 8192, "bf16", [2 * 8192**3 / 665e12] * 9, sample))
+    finally:
+        del os.environ["TRACEKIT_RUN_DIR"]
+    fr = load_frames(Run.open(run.path))
+    assert fr["measurements"].height == 1
+    (wf,) = explain(fr, gemm_filter="phase=sustained", environment={"gpu_name": "NVIDIA H200"})
+    assert wf.case.device.key == "h200"
+    assert wf.verdict.name == "clock" and "power cap" in wf.verdict.sentence
+    assert wf.achieved_tflops == pytest.approx(665.0)

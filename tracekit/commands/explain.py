@@ -18,9 +18,15 @@ def _calibration(run: Any, frames: dict, explicit: Path | None) -> tuple[dict | 
     carried = run.raw_dir / "calibration.json"
     if carried.is_file():
         return load_calibration(carried), run.relative(carried)
+    names = []
     devices = frames.get("devices")
-    if devices is not None and devices.height and devices["name"].drop_nulls().len():
-        cached = calibration_path(devices["name"].drop_nulls()[0])
+    if devices is not None and devices.height:
+        names += devices["name"].drop_nulls().to_list()[:1]
+    gpu = (run.manifest.get("environment") or {}).get("gpu_name")
+    if gpu:
+        names.append(gpu)
+    for name in names:
+        cached = calibration_path(name)
         if cached.is_file():
             return load_calibration(cached), str(cached)
     return None, None

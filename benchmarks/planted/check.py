@@ -1,0 +1,51 @@
+"""Check that ``tracekit explain`` names the planted cause of each captured planted script.
+
+    tracekit capture --nsys -o runs/planted-b -- python benchmarks/planted/b_waves.py
+    python benchmarks/planted/check.py b_waves runs/planted-b [more SCRIPT RUN pairs ...]
+
+Exits 1 if any verdict differs from expected.json, printing each GEMM's factors either way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tracekit.analyzers.explain import explain
+from tracekit.analyzers.importer import load_frames, open_run
+
+EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
+
+
+def check(script: str, run_path: str) -> bool:
+    want = EXPECTED[script]
+    run = open_run(run_path)
+    wfs = explain(load_frames(run), gemm_filter=want["gemm"], environment=run.manifest.get("environment"))
+    if not wfs:
+        print(f"{script}: no GEMM matching {want['gemm']!r} in {run_path}")
+        return False
+    ok = True
+    for wf in wfs:
+        v = wf.verdict
+        got = (v.name, v.cause) if v else (None, None)
+        good = got[0] == want["verdict"] and ("cause" not in want or got[1] == want["cause"])
+        if good and "sentence_contains" in want:
+            good = want["sentence_contains"] in v.sentence
+        ok &= good
+        factors = ", ".join(f"{f.name} {f.value:.2f}" for f in wf.factors)
+        print(f"{'ok  ' if good else 'FAIL'} {script}: {wf.case.label}: {wf.achieved_tflops or 0:.0f} TF/s; "
+              f"{factors}; verdict {got}")  # fmt: skip
+    return ok
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__)
+        return 2
+    pairs = list(zip(argv[::2], argv[1::2], strict=True))
+    return 0 if all([check(s, r) for s, r in pairs]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

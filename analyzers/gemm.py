@@ -328,9 +328,10 @@ def _device_from_frames(
 
 
 def _device_for_ncu(row: dict[str, Any], fallback: DeviceSpec | None) -> DeviceSpec | None:
-    if row.get("device_name"):
+    """The device of a profiled kernel; a CSV export without a GPU name still gets its architecture's limits."""
+    if row.get("device_name") or (fallback is None and row.get("compute_capability")):
         return match_device(
-            row["device_name"],
+            row.get("device_name"),
             row.get("compute_capability"),
             row.get("sm_count"),
             clock_hz=row.get("boost_clock_hz"),

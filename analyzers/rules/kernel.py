@@ -137,6 +137,8 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
             ev["dram_throughput_pct"] = round(float(dram), 1)
 
     parts: list[str] = []
+    if "dram_throughput_pct" in ev:
+        parts.append(f"DRAM throughput was {ev['dram_throughput_pct']:.0f}% of its peak")
     if tensor_active is not None:
         parts.append(f"the tensor pipe was busy {float(tensor_active):.0f}% of active cycles")
     if stalls:

@@ -23,7 +23,13 @@ def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filte
     console = Console()
     if not waterfalls:
         what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"
-        console.print(Text(f"No GEMMs {what}.", style="yellow"))
+        console.print(
+            Text(
+                f"No GEMMs {what}. tracekit finds GEMMs in tracekit `gemm` ranges on a timeline, in "
+                "`tracekit bench` measurements, and in Nsight Compute profiles.",
+                style="yellow",
+            )
+        )
         return
     if calibration:
         console.print(Text(f"calibration: {calibration}", style="dim"))

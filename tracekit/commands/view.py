@@ -1,0 +1,63 @@
+"""``tracekit view``: browse a run in the terminal UI (tracekit.tui). Textual is imported only when the command
+runs, so ``tracekit view --help`` stays instant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.tui.keys import help_text
+
+_HELP = f"""Browse RUN in the terminal: GEMMs, why each stops short of peak, kernels, failures.
+
+RUN is a run folder (tracekit capture / bench / import), a bundle (.zip), or a folder of runs (opens the
+picker). Without RUN: the picker over ./runs and the bundled samples, or, when ./runs holds none, the newest
+bundled sample.
+
+\b
+Screens:
+  runs       the picker: every run found, newest first
+  overview   device, counts, failures; the GEMM table (backend, M, N, K, dtype, time, TFLOP/s, % of peak, verdict)
+  GEMM       the waterfall from datasheet peak to achieved, each factor's sentence and evidence, the kernels
+             of its range, Nsight Compute's own findings
+  kernels    every kernel launch (a million is fine): search, sort, group by name
+  failures   backend x shape matrix; the full error text and traceback of the selected cell
+  plot       TFLOP/s vs M per backend, datasheet and measured peaks as lines
+  compare    two runs, GEMMs matched on backend + shape: change in time and TFLOP/s
+
+\b
+Keys:
+{help_text(24)}
+
+\b
+Works in 80x24 and larger, over SSH, with the mouse. NO_COLOR=1 draws without colour; --theme light (or
+TRACEKIT_THEME=light) for light terminals; t toggles.
+
+\b
+Examples:
+  tracekit view                                   # the picker, or the bundled sample
+  tracekit view runs/h200-gemm
+  tracekit view runs/new --compare runs/old
+"""
+
+
+@click.command(help=_HELP)
+@click.argument("run", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--compare",
+    "compare",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A second run: open the comparison (RUN = A, this = B) once RUN is read.",
+)
+@click.option(
+    "--theme",
+    type=click.Choice(["dark", "light"]),
+    default=None,
+    help="Colour theme (default: dark, or $TRACEKIT_THEME).",
+)
+def view(run: Path | None, compare: Path | None, theme: str | None) -> None:
+    from tracekit.tui.app import make_app
+
+    make_app(run, compare=compare, theme=theme).run()

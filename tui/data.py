@@ -1,0 +1,532 @@
+"""What the screens show, computed from a run's frames: the UI's only door to the analyzers.
+
+Workers call these functions (never the screens' draw code), and post the results in messages. Everything here
+is plain polars / Python: this module imports no Textual, so it is tested without an app and the analyzers stay
+free of UI imports. Frames here are the run's own (``tracekit/frames.py``); the few derived frames are documented
+where they are built.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.errors import RunNotFoundError
+from tracekit.run import MANIFEST, Run
+
+__all__ = [
+    "Analysis",
+    "FailureMatrix",
+    "RunData",
+    "RunEntry",
+    "analyze",
+    "compare_gemms",
+    "default_run_dirs",
+    "failure_matrix",
+    "filter_frame",
+    "find_runs",
+    "gemm_kernels",
+    "gemm_rules",
+    "gemm_view",
+    "kernel_groups",
+    "kernel_view",
+    "load_run",
+    "newest_sample",
+    "plot_series",
+    "samples_dir",
+]
+
+
+# --- runs on disk ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunEntry:
+    """A run folder found on disk, for the picker."""
+
+    path: Path
+    name: str
+    created: str | None
+    created_unix: float
+    status: str
+    where: str  # the folder it was found in (runs, samples, ...)
+    gpu: str | None = None
+
+
+def samples_dir() -> Path:
+    """The repository's samples/ (shipped runs), beside the tracekit package."""
+    import tracekit
+
+    return Path(tracekit.__file__).resolve().parents[1] / "samples"
+
+
+def default_run_dirs() -> list[Path]:
+    """Where the picker looks when no run is given: ./runs, then the bundled samples."""
+    return [Path("runs"), samples_dir()]
+
+
+def _entry(path: Path, where: str) -> RunEntry | None:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != "tracekit-run":
+        return None
+    env = manifest.get("environment") or {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
+    created_unix = manifest.get("created_unix")
+    return RunEntry(
+        path=path,
+        name=path.name,
+        created=manifest.get("created"),
+        created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
+        status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
+        where=where,
+        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name"),
+    )
+
+
+def find_runs(dirs: list[Path]) -> list[RunEntry]:
+    """Run folders directly inside (or two levels inside) ``dirs``, newest first; a dir that is itself a run
+    counts as one."""
+    found: dict[Path, RunEntry] = {}
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        candidates = [d] if (d / MANIFEST).is_file() else []
+        if not candidates:
+            for child in sorted(d.iterdir()):
+                if (child / MANIFEST).is_file():
+                    candidates.append(child)
+                elif child.is_dir():
+                    candidates.extend(g for g in sorted(child.iterdir()) if (g / MANIFEST).is_file())
+        for c in candidates:
+            e = _entry(c, d.name or str(d))
+            if e is not None:
+                found.setdefault(c.resolve(), e)
+    return sorted(found.values(), key=lambda e: (-e.created_unix, e.name))
+
+
+def newest_sample() -> Path | None:
+    runs = find_runs([samples_dir()])
+    return runs[0].path if runs else None
+
+
+# --- one run ----------------------------------------------------------------------------------------------------
+@dataclass
+class RunData:
+    """A run opened for viewing: its manifest, every frame, the devices it saw."""
+
+    path: Path
+    name: str
+    manifest: dict[str, Any]
+    frames: dict[str, pl.DataFrame]
+    devices: list[dict[str, Any]]
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status", "complete")) + (
+            " (partial)" if self.manifest.get("partial") else ""
+        )
+
+    @property
+    def device_label(self) -> str:
+        if not self.devices:
+            return "device unknown"
+        parts = []
+        for d in self.devices:
+            text = str(d.get("name") or "GPU ?")
+            if d.get("compute_capability"):
+                text += f" (SM {d['compute_capability']}"
+                text += f", {d['sm_count']} SMs)" if d.get("sm_count") else ")"
+            parts.append(text)
+        return " + ".join(parts)
+
+    @property
+    def failure_count(self) -> int:
+        return self.frames["failures"].height
+
+
+def load_run(path: Path | str) -> RunData:
+    """Open a run folder or bundle and read all its frames (rebuilding them from raw/ when stale)."""
+    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.summary import devices
+
+    path = Path(path)
+    run = open_run(path)
+    frames = load_frames(run)
+    return RunData(
+        path=run.path, name=run.name, manifest=run.manifest, frames=frames, devices=devices(frames, run)
+    )
+
+
+@dataclass
+class Analysis:
+    """The explainer's result for a run: the ``gemms`` frame (``gemm_id`` = index into ``explanations``) and,
+    per GEMM, the dict ``tracekit explain --json`` prints."""
+
+    gemms: pl.DataFrame
+    explanations: list[dict[str, Any]] = field(default_factory=list)
+    calibration: str | None = None
+    note: str | None = None
+
+
+def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        from tracekit.commands.explain import _calibration as find
+    except ImportError:
+        return None, None
+    run = Run(data.path, data.manifest)
+    try:
+        return find(run, data.frames, None)
+    except Exception:  # a broken cached profile must not stop the viewer; the explainer runs without it
+        return None, None
+
+
+def analyze(data: RunData) -> Analysis:
+    """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py)."""
+    from tracekit.analyzers.gemm import build_cases, gemm_frame
+
+    cal, cal_source = _calibration(data)
+    env = data.manifest.get("environment")
+    cases = build_cases(data.frames, calibration=cal, environment=env)
+    try:
+        from tracekit.analyzers.explain import explain_case
+    except ImportError:
+        return Analysis(
+            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed"
+        )
+    waterfalls = [explain_case(c) for c in cases]
+    verdicts: dict[int, tuple[str | None, float | None]] = {}
+    for i, wf in enumerate(waterfalls):
+        v = wf.verdict
+        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
+    return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+
+
+# --- derived frames ----------------------------------------------------------------------------------------------
+def gemm_view(gemms: pl.DataFrame) -> pl.DataFrame:
+    """The overview's GEMM table. Columns: gemm_id, backend, m, n, k, dtype, time_ns (per launch: own kernels +
+    aux + gaps), tflops (achieved), pct_of_peak, verdict, range, origin."""
+    return gemms.select(
+        "gemm_id",
+        pl.col("backend").fill_null(pl.col("origin")),
+        "m",
+        "n",
+        "k",
+        pl.coalesce("dtype_a", "dtype_class").alias("dtype"),
+        (
+            pl.col("main_time_ns") + pl.col("aux_time_ns").fill_null(0) + pl.col("gap_time_ns").fill_null(0)
+        ).alias("time_ns"),
+        pl.col("achieved_tflops").alias("tflops"),
+        "pct_of_peak",
+        "verdict",
+        "range",
+        "origin",
+    )
+
+
+_TERM = re.compile(r"^([A-Za-z_]+)(>=|<=|!=|=|>|<)(.+)$")
+
+
+def filter_frame(df: pl.DataFrame, query: str, text_columns: list[str] | None = None) -> pl.DataFrame:
+    """Rows of ``df`` matching every space-separated term of ``query``.
+
+    A term ``col=value`` / ``col>value`` / ``col<=value`` ... compares a column (numbers numerically, text
+    case-insensitively); any other term must appear (case-insensitive substring) in one of ``text_columns``
+    (default: every text column). Substring tests run on the distinct values only, so filtering a million kernels
+    by name costs one pass over their few hundred distinct names.
+    """
+    terms = query.split()
+    if not terms:
+        return df
+    texts = text_columns or [c for c, t in df.schema.items() if t == pl.String]
+    cond: pl.Expr | None = None
+    for term in terms:
+        m = _TERM.match(term)
+        expr: pl.Expr | None = None
+        if m and m.group(1).lower() in {c.lower() for c in df.columns}:
+            col = next(c for c in df.columns if c.lower() == m.group(1).lower())
+            op, raw = m.group(2), m.group(3)
+            dtype = df.schema[col]
+            if dtype.is_numeric():
+                try:
+                    value: Any = float(raw.replace(",", ""))
+                except ValueError:
+                    value = None
+                target = pl.col(col)
+            else:
+                value, target = raw.lower(), pl.col(col).str.to_lowercase()
+            if value is not None:
+                expr = {
+                    "=": target == value,
+                    "!=": target != value,
+                    ">": target > value,
+                    "<": target < value,
+                    ">=": target >= value,
+                    "<=": target <= value,
+                }[op]
+                if op == "=" and not dtype.is_numeric():
+                    expr = target.str.contains(re.escape(str(value)))
+        if expr is None:
+            needle = term.lower()
+            parts = []
+            for col in texts:
+                uniq = df.get_column(col).drop_nulls().unique()
+                hits = uniq.filter(uniq.str.to_lowercase().str.contains(needle, literal=True))
+                if hits.len():
+                    parts.append(pl.col(col).is_in(hits.implode()))
+            expr = pl.any_horizontal(parts) if parts else pl.lit(False)
+        cond = expr if cond is None else cond & expr
+    return df.filter(cond) if cond is not None else df
+
+
+def kernel_view(kernels: pl.DataFrame) -> pl.DataFrame:
+    """The kernels screen's rows: one per launch, in timeline order (no copy of the names is made)."""
+    return kernels.select(
+        "kernel_id",
+        "name",
+        "duration_ns",
+        "start_ns",
+        "device",
+        "stream",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "registers_per_thread",
+        pl.coalesce("smem_bytes", pl.col("static_smem_bytes") + pl.col("dynamic_smem_bytes")).alias(
+            "smem_bytes"
+        ),
+        "range_id",
+    )
+
+
+def kernel_groups(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Kernels grouped by name. Columns: name, launches, total_ns, mean_ns, min_ns, max_ns, pct (of GPU time)."""
+    if kernels.height == 0:
+        return pl.DataFrame(
+            schema={
+                "name": pl.String,
+                "launches": pl.UInt32,
+                "total_ns": pl.Int64,
+                "mean_ns": pl.Float64,
+                "min_ns": pl.Int64,
+                "max_ns": pl.Int64,
+                "pct": pl.Float64,
+            }
+        )
+    total = kernels["duration_ns"].sum() or 1
+    return (
+        kernels.group_by("name")
+        .agg(
+            pl.len().alias("launches"),
+            pl.col("duration_ns").sum().alias("total_ns"),
+            pl.col("duration_ns").mean().alias("mean_ns"),
+            pl.col("duration_ns").min().alias("min_ns"),
+            pl.col("duration_ns").max().alias("max_ns"),
+        )
+        .with_columns((pl.col("total_ns") / total * 100.0).alias("pct"))
+        .sort("total_ns", descending=True, nulls_last=True)
+    )
+
+
+def _range_ids(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> list[int]:
+    """Ranges of one GEMM (its name, under its context) and every range nested in them."""
+    ranges = frames["ranges"]
+    if ranges.height == 0 or not gemm.get("range"):
+        return []
+    own = ranges.filter(pl.col("name") == gemm["range"])
+    if gemm.get("context"):
+        parents = ranges.filter(pl.col("name") == gemm["context"])["range_id"]
+        own = own.filter(pl.col("parent_id").is_in(parents.implode()))
+    ids = set(own["range_id"].to_list())
+    frontier = ids
+    while frontier:
+        children = set(ranges.filter(pl.col("parent_id").is_in(list(frontier)))["range_id"].to_list()) - ids
+        ids |= children
+        frontier = children
+    return sorted(ids)
+
+
+def gemm_kernels(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.DataFrame:
+    """The kernels of one GEMM, grouped by name: from the timeline (its ranges) or, failing that, from Nsight
+    Compute (its NVTX range or its profiled kernel). Columns: name, launches, total_ns, mean_ns, min_ns, max_ns,
+    pct (of the GEMM's kernel time), source."""
+    ids = _range_ids(frames, gemm)
+    if ids:
+        k = frames["kernels"].filter(pl.col("range_id").is_in(ids))
+        if k.height:
+            return kernel_groups(k).with_columns(pl.lit("timeline").alias("source"))
+    ncu = frames["ncu"]
+    rows = ncu.filter(pl.col("nvtx_range") == gemm.get("range")) if gemm.get("range") else ncu.clear()
+    if rows.height == 0 and gemm.get("ncu_id") is not None:
+        rows = ncu.filter(pl.col("ncu_id") == gemm["ncu_id"])
+    if rows.height == 0:
+        return kernel_groups(frames["kernels"].clear()).with_columns(pl.lit(None, pl.String).alias("source"))
+    k = rows.select(pl.coalesce("demangled_name", "name").alias("name"), pl.col("duration_ns").cast(pl.Int64))
+    return kernel_groups(k).with_columns(pl.lit("ncu").alias("source"))
+
+
+def gemm_rules(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.DataFrame:
+    """Nsight Compute's own findings for one GEMM's profiled kernels, largest estimated speed-up first."""
+    ncu = frames["ncu"]
+    ids: list[int] = []
+    if gemm.get("ncu_id") is not None:
+        ids.append(int(gemm["ncu_id"]))
+    if gemm.get("range") and ncu.height:
+        ids.extend(ncu.filter(pl.col("nvtx_range") == gemm["range"])["ncu_id"].to_list())
+    rules = frames["ncu_rules"]
+    if not ids:
+        return rules.clear()
+    order = {"OPTIMIZATION": 0, "WARNING": 1, "ERROR": 0}
+    return (
+        rules.filter(pl.col("ncu_id").is_in(sorted(set(ids))))
+        .with_columns(pl.col("kind").replace_strict(order, default=2, return_dtype=pl.Int32).alias("_o"))
+        .sort("_o", pl.col("speedup_pct").fill_null(-1.0), descending=[False, True])
+        .drop("_o")
+    )
+
+
+# --- failures ------------------------------------------------------------------------------------------------------
+@dataclass
+class FailureMatrix:
+    """Backends x shapes: each cell holds the failures of that backend at that shape (and its best TFLOP/s
+    when it was also measured)."""
+
+    backends: list[str]
+    shapes: list[tuple[int | None, int | None, int | None]]
+    failures: dict[tuple[str, tuple[Any, Any, Any]], list[dict[str, Any]]]
+    tflops: dict[tuple[str, tuple[Any, Any, Any]], float]
+
+    @staticmethod
+    def shape_label(shape: tuple[Any, Any, Any]) -> str:
+        return "x".join("?" if v is None else str(v) for v in shape)
+
+
+def failure_matrix(failures: pl.DataFrame, measurements: pl.DataFrame | None = None) -> FailureMatrix:
+    """The failures screen's matrix (failures are few: at most backends x shapes rows)."""
+    fails: dict[tuple[str, tuple[Any, Any, Any]], list[dict[str, Any]]] = {}
+    for row in failures.sort("failure_id").iter_rows(named=True):
+        key = (str(row["backend"]), (row["m"], row["n"], row["k"]))
+        fails.setdefault(key, []).append(row)
+    tflops: dict[tuple[str, tuple[Any, Any, Any]], float] = {}
+    if measurements is not None and measurements.height:
+        for row in measurements.iter_rows(named=True):
+            if row.get("tflops") is None:
+                continue
+            key = (str(row["backend"]), (row["m"], row["n"], row["k"]))
+            tflops[key] = max(tflops.get(key, 0.0), float(row["tflops"]))
+    keys = set(fails) | set(tflops)
+    backends = sorted({b for b, _ in keys})
+    shapes = sorted({s for _, s in keys}, key=lambda s: tuple(-1 if v is None else v for v in s))
+    return FailureMatrix(backends, shapes, fails, tflops)
+
+
+# --- plot -----------------------------------------------------------------------------------------------------------
+@dataclass
+class PlotData:
+    """TFLOP/s against M per backend, for one N x K (or all), with the peaks drawn as lines."""
+
+    series: dict[str, list[tuple[int, float]]]
+    datasheet: dict[str, float]  # dtype class -> datasheet peak
+    measured: dict[str, float]  # dtype class -> calibrated (or best measured) peak
+    measured_source: str
+    nk: tuple[int, int] | None
+    nk_choices: list[tuple[int, int]]
+
+
+def plot_series(gemms: pl.DataFrame, nk: tuple[int, int] | None = None) -> PlotData:
+    """Points of the plot screen: achieved TFLOP/s vs M, per backend, for GEMMs of one ``(N, K)`` (all when
+    None)."""
+    g = gemms.filter(pl.col("m").is_not_null() & pl.col("achieved_tflops").is_not_null())
+    choices = sorted({(int(n), int(k)) for n, k in g.select("n", "k").unique().iter_rows() if n and k})
+    if nk is not None:
+        g = g.filter((pl.col("n") == nk[0]) & (pl.col("k") == nk[1]))
+    series: dict[str, list[tuple[int, float]]] = {}
+    for b, m, t in g.select(pl.col("backend").fill_null("?"), "m", "achieved_tflops").iter_rows():
+        series.setdefault(str(b), []).append((int(m), float(t)))
+    for pts in series.values():
+        pts.sort()
+    datasheet: dict[str, float] = {}
+    measured: dict[str, float] = {}
+    source = "calibrated"
+    for cls, peak, cal in g.select("dtype_class", "peak_tflops", "calibrated_tflops").iter_rows():
+        if cls and peak:
+            datasheet[str(cls)] = float(peak)
+        if cls and cal:
+            measured[str(cls)] = float(cal)
+    if not measured:
+        source = "best in run"
+        for cls, t in g.group_by("dtype_class").agg(pl.col("achieved_tflops").max()).iter_rows():
+            if cls and t:
+                measured[str(cls)] = float(t)
+    return PlotData(series, datasheet, measured, source, nk, choices)
+
+
+# --- compare ----------------------------------------------------------------------------------------------------
+COMPARE_KEY = ["backend", "m", "n", "k", "dtype"]
+
+
+def compare_gemms(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """GEMMs of two runs matched on backend + shape (+ input dtype). Columns: backend, m, n, k, dtype, time_a_ns,
+    time_b_ns, time_change_pct (B vs A; negative = faster), tflops_a, tflops_b, tflops_change_pct, match
+    (both | only A | only B). GEMMs seen several times in one run (several contexts) are taken at their median."""
+
+    def side(g: pl.DataFrame, tag: str) -> pl.DataFrame:
+        return (
+            gemm_view(g)
+            .group_by(COMPARE_KEY)
+            .agg(
+                pl.col("time_ns").median().alias(f"time_{tag}_ns"),
+                pl.col("tflops").median().alias(f"tflops_{tag}"),
+            )
+            .with_columns(pl.lit(True).alias(f"in_{tag}"))
+        )
+
+    joined = side(a, "a").join(side(b, "b"), on=COMPARE_KEY, how="full", coalesce=True, nulls_equal=True)
+    return (
+        joined.with_columns(
+            ((pl.col("time_b_ns") / pl.col("time_a_ns") - 1) * 100).alias("time_change_pct"),
+            ((pl.col("tflops_b") / pl.col("tflops_a") - 1) * 100).alias("tflops_change_pct"),
+            pl.when(pl.col("in_a") & pl.col("in_b"))
+            .then(pl.lit("both"))
+            .when(pl.col("in_a"))
+            .then(pl.lit("only A"))
+            .otherwise(pl.lit("only B"))
+            .alias("match"),
+        )
+        .select(
+            *COMPARE_KEY,
+            "time_a_ns",
+            "time_b_ns",
+            "time_change_pct",
+            "tflops_a",
+            "tflops_b",
+            "tflops_change_pct",
+            "match",
+        )
+        .sort("backend", "m", "n", "k", nulls_last=True)
+    )
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def require_run(path: Path) -> Path:
+    """``path`` if it is a run folder or bundle, else a RunNotFoundError saying what to give."""
+    if path.is_file() and path.suffix == ".zip":
+        return path
+    if not (path / MANIFEST).is_file():
+        raise RunNotFoundError(
+            f"{path} is not a tracekit run (no {MANIFEST})",
+            "give a run folder made by `tracekit capture` / `tracekit import`, or a folder of runs",
+        )
+    return path

@@ -1,0 +1,141 @@
+"""Every kernel launch of a run: search, sort, group by name. Drawn by FrameTable, so a million launches cost
+only the rows on screen; filtering and sorting run in a worker (FrameScreen)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import polars as pl
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Footer, Static
+
+from tracekit.tui.data import kernel_groups, kernel_view
+from tracekit.tui.screens.base import FrameScreen
+from tracekit.tui.screens.dialogs import TextScreen, fields_content
+from tracekit.tui.text import clean, time_us
+from tracekit.tui.widgets.frame_table import Col, FrameTable
+
+
+def _dims(row: dict[str, Any], prefix: str) -> str:
+    vals = [row.get(f"{prefix}_{a}") for a in "xyz"]
+    if all(v is None for v in vals):
+        return "–"
+    return ",".join("?" if v is None else str(v) for v in vals)
+
+
+LAUNCH_COLUMNS = [
+    Col("name", "kernel", None, min_width=20),
+    Col("duration_ns", "µs", 8, "right", fmt=lambda v, r: time_us(v)),
+    Col("grid_x", "grid", 11, fmt=lambda v, r: _dims(r, "grid")),
+    Col("block_x", "block", 9, fmt=lambda v, r: _dims(r, "block")),
+    Col("registers_per_thread", "regs", 4, "right"),
+    Col("smem_bytes", "smem", 7, "right", hide_below=110),
+    Col("stream", "strm", 4, "right", hide_below=110),
+    Col("start_ns", "start ns", 16, "right", hide_below=140),
+    Col("kernel_id", "id", 8, "right", hide_below=140),
+]
+
+GROUP_COLUMNS = [
+    Col("name", "kernel", None, min_width=20),
+    Col("launches", "launches", 8, "right"),
+    Col("total_ns", "total µs", 10, "right", fmt=lambda v, r: time_us(v)),
+    Col("mean_ns", "mean µs", 9, "right", fmt=lambda v, r: time_us(v)),
+    Col("pct", "%GPU", 5, "right", fmt=lambda v, r: "–" if v is None else f"{v:.1f}"),
+]
+
+
+class KernelsScreen(FrameScreen):
+    """All kernels (one row per launch), or grouped by name with ``g``."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "group", "Group by name")]
+    TEXT_COLUMNS: ClassVar[list[str] | None] = ["name"]
+
+    class KernelsGrouped(Message):
+        """The launches were grouped by kernel name."""
+
+        def __init__(self, groups: pl.DataFrame) -> None:
+            super().__init__()
+            self.groups = groups
+            """One row per kernel name (tracekit.tui.data.kernel_groups)."""
+
+    def __init__(self, kernels: pl.DataFrame, run_name: str) -> None:
+        super().__init__(
+            LAUNCH_COLUMNS, kernel_view(kernels), empty_text="no kernels on a timeline in this run"
+        )
+        self.kernels = kernels
+        self.run_name = run_name
+        self.grouped = False
+        self._groups: pl.DataFrame | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="screen-title")
+        yield from self.compose_table()
+        yield Footer()
+
+    def _title(self) -> Content:
+        mode = "grouped by name" if self.grouped else "every launch, in timeline order"
+        return Content.assemble(
+            ("kernels", "bold $accent"),
+            f" of {clean(self.run_name)} · {self.kernels.height:,} launches · {mode}",
+        )
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.refresh_view()
+
+    def action_group(self) -> None:
+        self.grouped = not self.grouped
+        self.query_one("#screen-title", Static).update(self._title())
+        if not self.grouped:
+            self._switch(LAUNCH_COLUMNS, kernel_view(self.kernels))
+        elif self._groups is not None:
+            self._switch(GROUP_COLUMNS, self._groups)
+        else:
+            self.table.empty_text = "grouping…"
+            self.group()
+
+    @work(thread=True, exclusive=True, group="group")
+    def group(self) -> None:
+        self.post_message(self.KernelsGrouped(kernel_groups(self.kernels)))
+
+    def on_kernels_screen_kernels_grouped(self, message: KernelsScreen.KernelsGrouped) -> None:
+        self._groups = message.groups
+        if self.grouped:
+            self.table.empty_text = "no kernels"
+            self._switch(GROUP_COLUMNS, message.groups)
+
+    def _switch(self, columns: list[Col], base: pl.DataFrame) -> None:
+        self.columns = columns
+        self.sort_key = None
+        self.table.set_columns(columns)
+        self.set_base(base)
+
+    def on_frame_table_row_selected(self, message: FrameTable.RowSelected) -> None:
+        r = message.row
+        if self.grouped:
+            pairs = [
+                ("name", r.get("name")),
+                ("launches", r.get("launches")),
+                ("total", f"{time_us(r.get('total_ns'))} µs"),
+                ("mean", f"{time_us(r.get('mean_ns'))} µs"),
+                ("min / max", f"{time_us(r.get('min_ns'))} / {time_us(r.get('max_ns'))} µs"),
+                ("share of GPU time", f"{r.get('pct') or 0:.2f}%"),
+            ]
+        else:
+            pairs = [
+                ("name", r.get("name")),
+                ("duration", f"{time_us(r.get('duration_ns'))} µs"),
+                ("start", f"{r.get('start_ns')} ns"),
+                ("grid", _dims(r, "grid")),
+                ("block", _dims(r, "block")),
+                ("registers per thread", r.get("registers_per_thread")),
+                ("shared memory per block", r.get("smem_bytes")),
+                ("device / stream", f"{r.get('device')} / {r.get('stream')}"),
+                ("range id", r.get("range_id")),
+                ("kernel id", r.get("kernel_id")),
+            ]
+        self.app.push_screen(TextScreen("kernel", fields_content(pairs, whole={"name"})))

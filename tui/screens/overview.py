@@ -1,0 +1,233 @@
+"""The run overview: device, counts and failures at the top, the GEMM table below (sortable, filterable).
+
+The run is read in a thread worker in two steps, each posting a message named as what happened: the frames
+(:class:`OverviewScreen.RunLoaded`, enough to paint the header and open the kernels screen) and then the
+explainer's result (:class:`OverviewScreen.RunAnalyzed`, the GEMM table). A failure posts
+:class:`OverviewScreen.RunLoadFailed` and is shown as a dialog with what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Footer, Static
+
+from tracekit.errors import TracekitError
+from tracekit.tui.data import Analysis, RunData, analyze, gemm_view, load_run
+from tracekit.tui.screens.base import FrameScreen
+from tracekit.tui.text import clean, time_us
+from tracekit.tui.widgets.frame_table import Col
+
+
+def _pct_tone(value: Any, row: dict[str, Any]) -> str | None:
+    if value is None:
+        return "dim"
+    return "good" if value >= 70 else "warn" if value >= 40 else "bad"
+
+
+GEMM_COLUMNS = [
+    Col("backend", "backend", 12),
+    Col("m", "M", 5, "right"),
+    Col("n", "N", 5, "right"),
+    Col("k", "K", 5, "right"),
+    Col("dtype", "dtype", 5),
+    Col("time_ns", "µs", 7, "right", fmt=lambda v, r: time_us(v)),
+    Col("tflops", "TFLOP/s", 7, "right", fmt=lambda v, r: "–" if v is None else f"{v:,.0f}"),
+    Col(
+        "pct_of_peak", "%peak", 5, "right", fmt=lambda v, r: "–" if v is None else f"{v:.0f}%", tone=_pct_tone
+    ),
+    Col("verdict", "verdict", None, tone=lambda v, r: "dim" if v is None else None, min_width=10),
+    Col("range", "range", None, min_width=20, hide_below=150),
+]
+
+
+class OverviewScreen(FrameScreen):
+    """One run: its GEMMs and the way to every other screen."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("k", "kernels", "Kernels"),
+        Binding("f", "failures", "Failures"),
+        Binding("p", "plot", "Plot"),
+        Binding("c", "compare", "Compare"),
+        Binding("o", "open", "Open run", show=False),
+    ]
+
+    class RunLoaded(Message):
+        """The run's frames were read."""
+
+        def __init__(self, data: RunData) -> None:
+            super().__init__()
+            self.data = data
+            """The run and all its frames."""
+
+    class RunAnalyzed(Message):
+        """The explainer finished: every GEMM with its waterfall."""
+
+        def __init__(self, analysis: Analysis) -> None:
+            super().__init__()
+            self.analysis = analysis
+            """The gemms frame and one explanation per GEMM."""
+
+    class RunLoadFailed(Message):
+        """Reading or analysing the run failed."""
+
+        def __init__(self, title: str, message: str, hint: str | None) -> None:
+            super().__init__()
+            self.title = title
+            """Error title (the TracekitError's, or the exception type)."""
+            self.message = message
+            """What is wrong."""
+            self.hint = hint
+            """What to do about it."""
+
+    def __init__(self, path: Path, *, compare_with: Path | None = None) -> None:
+        super().__init__(GEMM_COLUMNS, empty_text="reading the run…")
+        self.path = path
+        self.compare_with = compare_with
+        self.data: RunData | None = None
+        self.analysis: Analysis | None = None
+        self.info = Static(Content(f"reading {clean(path)} …"), id="run-info")
+
+    def compose(self) -> ComposeResult:
+        yield self.info
+        yield from self.compose_table()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.table.focus()
+        self.load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def load(self) -> None:
+        try:
+            data = load_run(self.path)
+            self.post_message(self.RunLoaded(data))
+            self.post_message(self.RunAnalyzed(analyze(data)))
+        except TracekitError as exc:
+            self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
+        except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive
+            self.post_message(
+                self.RunLoadFailed(
+                    f"internal error: {type(exc).__name__}",
+                    str(exc),
+                    "run `tracekit show --debug RUN` and report it",
+                )
+            )
+
+    # -- messages --------------------------------------------------------------------------------------------------
+    def on_overview_screen_run_loaded(self, message: OverviewScreen.RunLoaded) -> None:
+        self.data = message.data
+        self.table.empty_text = "analysing GEMMs…"
+        self._paint_info()
+
+    def on_overview_screen_run_analyzed(self, message: OverviewScreen.RunAnalyzed) -> None:
+        self.analysis = message.analysis
+        self.table.empty_text = "no GEMMs in this run (no tracekit ranges, measurements or GEMM kernels)"
+        self._paint_info()
+        self.set_base(gemm_view(message.analysis.gemms))
+        if self.compare_with is not None:
+            other, self.compare_with = self.compare_with, None
+            self.compare(other)
+
+    def on_overview_screen_run_load_failed(self, message: OverviewScreen.RunLoadFailed) -> None:
+        from tracekit.tui.screens.dialogs import ErrorScreen
+
+        self.table.empty_text = "this run could not be read (esc: back, o: open another run)"
+        self.table.refresh()
+        self.info.update(
+            Content.assemble((f"{clean(message.title)}: ", "bold $error"), clean(message.message))
+        )
+        self.app.push_screen(ErrorScreen(message.title, message.message, message.hint))
+
+    def _paint_info(self) -> None:
+        d = self.data
+        if d is None:
+            return
+        f = d.frames
+        n_gemms = self.analysis.gemms.height if self.analysis is not None else None
+        fails = d.failure_count
+        parts: list[Any] = [
+            ("run ", "$text-muted"),
+            (clean(d.name), "bold"),
+            ("  ·  ", "$text-muted"),
+            (clean(d.status), "$warning" if d.status != "complete" else "$success"),
+            ("  ·  ", "$text-muted"),
+            clean(d.manifest.get("created") or ""),
+            "\n",
+            (clean(d.device_label), "bold $accent"),
+            ("  ·  ", "$text-muted"),
+            f"{'…' if n_gemms is None else n_gemms} GEMMs · {f['kernels'].height:,} kernels · "
+            + (f"{f['ncu'].height:,} ncu · " if f["ncu"].height else "")
+            + (f"{f['measurements'].height:,} measured · " if f["measurements"].height else ""),
+            (f"{fails} failures" if fails else "no failures", "bold $error" if fails else "$text-muted"),
+        ]
+        if self.analysis is not None and self.analysis.calibration:
+            parts += [("  ·  calibrated: ", "$text-muted"), clean(self.analysis.calibration)]
+        if self.analysis is not None and self.analysis.note:
+            parts += [("\n" + clean(self.analysis.note), "$warning")]
+        self.info.update(Content.assemble(*parts))
+
+    # -- navigation ------------------------------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        if self.data is None:
+            self.notify("the run is still being read", severity="warning")
+            return False
+        return True
+
+    def on_frame_table_row_selected(self, message: Any) -> None:
+        if message.table is not self.table or self.data is None or self.analysis is None:
+            return
+        from tracekit.tui.screens.gemm import GemmScreen
+
+        gid = message.row["gemm_id"]
+        gemm = self.analysis.gemms.row(gid, named=True)
+        expl = self.analysis.explanations[gid] if gid < len(self.analysis.explanations) else {}
+        self.app.push_screen(GemmScreen(self.data.frames, gemm, expl))
+
+    def action_kernels(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.kernels import KernelsScreen
+
+            self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name))  # type: ignore[union-attr]
+
+    def action_failures(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.failures import FailuresScreen
+
+            f = self.data.frames  # type: ignore[union-attr]
+            self.app.push_screen(FailuresScreen(f["failures"], f["measurements"], self.data.name))  # type: ignore[union-attr]
+
+    def action_plot(self) -> None:
+        if self._ready() and self.analysis is not None:
+            from tracekit.tui.screens.plot import PlotScreen
+
+            self.app.push_screen(PlotScreen(self.analysis.gemms, self.data.name))  # type: ignore[union-attr]
+
+    def action_compare(self) -> None:
+        if not self._ready() or self.analysis is None:
+            return
+        target = getattr(self.app, "compare_path", None)
+        if target is not None:
+            self.compare(Path(target))
+            return
+        from tracekit.tui.screens.picker import RunPickerScreen
+
+        self.app.push_screen(RunPickerScreen(compare_to=self.path))
+
+    def compare(self, other: Path) -> None:
+        """Open the comparison of this run (A) with ``other`` (B)."""
+        from tracekit.tui.screens.compare import CompareScreen
+
+        assert self.data is not None and self.analysis is not None
+        self.app.push_screen(CompareScreen(self.data, self.analysis, other))
+
+    def action_open(self) -> None:
+        from tracekit.tui.screens.picker import RunPickerScreen
+
+        self.app.push_screen(RunPickerScreen())

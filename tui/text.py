@@ -1,0 +1,73 @@
+"""Untrusted strings (kernel names, error messages, range names) made safe to draw.
+
+Kernel names are data, never markup: a C++ template name holds ``[...]``, a stranger's trace may hold ANSI
+escapes or Rich markup, and a name may be 10,000 characters long. Everything the UI draws from a frame goes
+through :func:`clean` (control characters shown as ``\\xNN``, so an escape sequence can never reach the
+terminal) and then into a ``rich.text.Text`` or a ``Segment`` (neither parses markup). This module imports no
+Textual, so it is usable (and tested) on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from rich.cells import cell_len, set_cell_size
+
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CTRL_ALL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+ELLIPSIS = "…"
+
+
+def clean(value: Any, *, keep_newlines: bool = False) -> str:
+    """``value`` as text with every control character made visible (``\\x1b`` for ESC)."""
+    text = "" if value is None else str(value)
+    pattern = _CTRL if keep_newlines else _CTRL_ALL
+    text = text.replace("\t", "    ") if keep_newlines else text
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def fit(text: str, width: int, justify: str = "left") -> str:
+    """``text`` padded or elided (with ``…``) to exactly ``width`` cells; wide characters counted right."""
+    if width <= 0:
+        return ""
+    if cell_len(text) > width:
+        return set_cell_size(text, width - 1) + ELLIPSIS
+    if justify == "right":
+        return " " * (width - cell_len(text)) + text
+    return set_cell_size(text, width)
+
+
+def num(value: Any, digits: int | None = None) -> str:
+    """A number for a table cell: ``–`` for missing, thousands separators for large values."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "–"
+        if digits is not None:
+            return f"{value:,.{digits}f}"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        if abs(value) >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}" if abs(value) >= 100_000 else str(value)
+    return clean(value)
+
+
+def time_us(ns: Any) -> str:
+    """Nanoseconds shown as microseconds (``12.3``) or milliseconds (``1.42 ms``) when long."""
+    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
+        return "–"
+    us = float(ns) / 1e3
+    if us >= 10_000:
+        return f"{us / 1e3:,.1f} ms"
+    if us >= 100:
+        return f"{us:,.0f}"
+    return f"{us:.1f}"

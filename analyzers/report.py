@@ -642,7 +642,7 @@ def _gemm_table(rows: Sequence[dict[str, Any]], d: Detail) -> Table:
     out = []
     for r in rows:
         spread = (
-            f"{_fmt(r['time_us_p10'])}–{_fmt(r['time_us_p90'])}"
+            f"{_fmt(r['time_us_p10'], 2)}–{_fmt(r['time_us_p90'], 2)}"
             if r.get("time_us_p10") is not None and r.get("time_us_p90") is not None
             else "–"
         )
@@ -783,6 +783,9 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
     cc = d.cell_chars
     blocks: list[Any] = [Heading(3, [("t", f"Failures ({len(failures)})")])]
     if d.group_failures:
+        notes.append(
+            f"{len(failures)} failures grouped into {len(groups)} (same backend, error type and first message line)"
+        )
         shown_groups = groups if d.failure_groups is None else groups[: d.failure_groups]
         if len(shown_groups) < len(groups):
             notes.append(f"failure table: the {len(shown_groups)} largest of {len(groups)} failure groups")
@@ -1185,8 +1188,10 @@ def write_report(
             target = out.parent / name
             with atomic_path(target) as tmp:
                 tmp.write_text(plot_svg(rep, key), encoding="utf-8")
+                tmp.chmod(0o644)  # a file to share, not mkstemp's private 0600
             files.append(target)
     with atomic_path(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(0o644)
     files.insert(0, out)
     return None, files, rendered

@@ -158,6 +158,8 @@ def _adbc_connect() -> Callable[[str], object] | None:
         import adbc_driver_sqlite.dbapi as dbapi
     except ImportError:
         return None
+    if not hasattr(dbapi.Cursor, "fetch_arrow"):  # older releases returned Arrow only through pyarrow
+        return None
     return dbapi.connect
 
 

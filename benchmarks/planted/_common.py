@@ -11,18 +11,15 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # run from a checkout without an install
-    sys.path.insert(0, str(ROOT))
-
-from tracekit.collectors.nvml import Nvml, Sampler  # noqa: E402
-from tracekit.collectors.ranges import gemm_range, range_for  # noqa: E402
-from tracekit.naming import encode  # noqa: E402
+# tracekit must be installed (pip install -e . here; the built wheel on a GPU machine): putting the checkout on
+# sys.path would not help, since collectors/ maps into tracekit.collectors only through the install.
+from tracekit.collectors.nvml import Nvml, Sampler
+from tracekit.collectors.ranges import gemm_range, range_for
+from tracekit.naming import encode
 
 __all__ = ["event_times", "gemm_range", "measurement", "nvml", "record", "step_range", "torch_cuda"]
 

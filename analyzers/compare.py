@@ -244,6 +244,24 @@ def compare_runs(
                     "error": f"{f['error_type']}: {f['first_line']}",
                 }
             )
+    # The GEMM analysis leaves out measurements with wrong results; a GEMM right in BASE and wrong in NEW broke.
+    meas = new["measurements"]
+    if meas.height:
+        for r in meas.filter(pl.col("status") == "wrong").iter_rows(named=True):
+            key = _key(r["backend"], r["m"], r["n"], r["k"], r["dtype"], r["range"])
+            if key in bp and key not in np_:
+                rows.append(
+                    {
+                        "gemm": _label(bp[key]),
+                        "key": list(key),
+                        "backend": r["backend"],
+                        "m": r["m"],
+                        "n": r["n"],
+                        "k": r["k"],
+                        "status": "broken",
+                        "error": f"wrong result (relative error {r['rel_error']})",
+                    }
+                )
     regressions = [r["gemm"] for r in rows if r["status"] in ("regression", "broken")]
     return {
         "threshold_pct": threshold_pct,

@@ -128,3 +128,11 @@ def test_compare_bundles(shared_data: Path, tmp_path: Path, capsys, monkeypatch)
     assert _gate(run.path, tmp_path / "p.zip") == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["gemms"]) == 5 and out["counts"]["unchanged"] == 5
+
+
+def test_wrong_result_is_broken(base, rows, tmp_path: Path) -> None:
+    meas = [measurement(r) for r in rows]
+    meas[0].update(status="wrong", rel_error=0.5)
+    result = _cmp(base, bench_run(tmp_path / "wrong", meas))
+    broken = [g for g in result["gemms"] if g["status"] == "broken"]
+    assert len(broken) == 1 and "wrong result" in broken[0]["error"] and not result["passed"]

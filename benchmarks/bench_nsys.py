@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import resource
 import shutil
 import sqlite3
@@ -91,10 +92,16 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _timed(rows_of: Callable[[Any], int], fn: Callable[[], Any]) -> tuple[Any, int, float]:
-    t0 = time.perf_counter()
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(rows_of: Callable[[Any], int], fn: Callable[[], Any]) -> tuple[Any, int, float, float]:
+    """``fn()``, its row count, wall seconds and CPU seconds (all threads; the machine may be shared)."""
+    t0, c0 = time.perf_counter(), _cpu_s()
     out = fn()
-    return out, rows_of(out), time.perf_counter() - t0
+    return out, rows_of(out), time.perf_counter() - t0, _cpu_s() - c0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         assign_ranges = nest_ranges = None
         print(f"note: tracekit.analyzers.join not importable ({e}); timing the reader only", file=sys.stderr)
 
-    results: list[tuple[str, int, float, float]] = []
+    results: list[tuple[str, int, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="bench_nsys_") as tmp:
         target = Path(tmp) / "scaled.sqlite"
-        counts, _, t_build = _timed(
+        counts, _, t_build, _ = _timed(
             lambda c: 0, lambda: build_scaled(args.source, target, args.kernels, args.nvtx)
         )
         size_mib = target.stat().st_size / 2**20
@@ -129,24 +136,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{size_mib:,.0f} MiB, built in {t_build:.1f} s",
             file=sys.stderr,
         )
-        ex, _, t_read = _timed(lambda e: 0, lambda: read_nsys_sqlite(target, engine=args.engine))
+        ex, _, t_read, c_read = _timed(lambda e: 0, lambda: read_nsys_sqlite(target, engine=args.engine))
         kernels, ranges = ex.frames["kernels"], ex.frames["ranges"]
-        results.append(("read_nsys_sqlite", kernels.height + ranges.height, t_read, _peak_rss_mib()))
-        total = t_read
+        results.append(("read_nsys_sqlite", kernels.height + ranges.height, t_read, c_read, _peak_rss_mib()))
+        total, total_cpu = t_read, c_read
         if nest_ranges is not None and assign_ranges is not None:
-            nested, n, t = _timed(lambda f: f.height, lambda: nest_ranges(ranges))
-            results.append(("nest_ranges", n, t, _peak_rss_mib()))
-            assigned, n, t2 = _timed(lambda f: f.height, lambda: assign_ranges(kernels, nested))
-            results.append(("assign_ranges", n, t2, _peak_rss_mib()))
-            total += t + t2
+            nested, n, t, c = _timed(lambda f: f.height, lambda: nest_ranges(ranges))
+            results.append(("nest_ranges", n, t, c, _peak_rss_mib()))
+            assigned, n, t2, c2 = _timed(lambda f: f.height, lambda: assign_ranges(kernels, nested))
+            results.append(("assign_ranges", n, t2, c2, _peak_rss_mib()))
+            total, total_cpu = total + t + t2, total_cpu + c + c2
             linked = assigned["range_id"].is_not_null().sum()
             print(f"kernels with a range: {linked:,} of {assigned.height:,}", file=sys.stderr)
-        results.append(("total (read + join)", kernels.height + ranges.height, total, _peak_rss_mib()))
+        results.append(
+            ("total (read + join)", kernels.height + ranges.height, total, total_cpu, _peak_rss_mib())
+        )
 
-    print(f"engine: {args.engine}; kernels {kernels.height:,}, ranges {ranges.height:,}")
-    print(f"{'stage':<22} {'rows':>12} {'seconds':>9} {'rows/s':>13} {'peak RSS MiB':>13}")
-    for stage, rows, secs, rss in results:
-        print(f"{stage:<22} {rows:>12,} {secs:>9.2f} {rows / secs if secs else 0:>13,.0f} {rss:>13,.0f}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"engine: {args.engine}; kernels {kernels.height:,}, ranges {ranges.height:,}; load average {load}")
+    print(f"{'stage':<22} {'rows':>12} {'seconds':>9} {'CPU s':>7} {'rows/s':>13} {'peak RSS MiB':>13}")
+    for stage, rows, secs, cpu, rss in results:
+        rate = rows / secs if secs else 0
+        print(f"{stage:<22} {rows:>12,} {secs:>9.2f} {cpu:>7.2f} {rate:>13,.0f} {rss:>13,.0f}")
     verdict = "within" if total <= args.budget else "OVER"
     print(f"read + join: {total:.2f} s, {verdict} the {args.budget:.0f} s budget")
     return 0 if total <= args.budget else 1

@@ -51,12 +51,22 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20, help="launches per shape")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--bench",
+        metavar="BACKENDS",
+        help="time `tracekit bench gemm --shapes glm5 --backends BACKENDS` instead of the built-in sweep script",
+    )
     ns = parser.parse_args()
     base = ns.keep or Path(tempfile.mkdtemp(prefix="tk-overhead-"))
     script = base / "sweep.py"
     base.mkdir(parents=True, exist_ok=True)
     script.write_text(SWEEP)
     cmd = [sys.executable, str(script), str(ns.shapes), str(ns.reps)]
+    if ns.bench:
+        cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--shapes", "glm5", "--backends", ns.bench]
+        cmd += ["--repeats", str(ns.reps), "--warmup", "5"]
+    # a plain bench run needs its own -o; under capture the sweep writes into the capture's run
+    plain_cmd = [*cmd, "-o", str(base / "bench-plain")] if ns.bench else cmd
 
     modes: list[tuple[str, dict]] = [
         ("plain", {}),
@@ -74,7 +84,7 @@ def main() -> int:
         try:
             if label == "plain":
                 start = time.perf_counter()
-                proc = subprocess.run(cmd, check=False, timeout=ns.timeout)
+                proc = subprocess.run(plain_cmd, check=False, timeout=ns.timeout)
                 plain_s = time.perf_counter() - start
                 rows.append((label, f"{plain_s:.1f}", "1.0x", "0.00", f"exit {proc.returncode}"))
                 continue
@@ -100,7 +110,12 @@ def main() -> int:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    print(f"\nsweep: {ns.shapes} shapes x {ns.reps} launches; runs in {base}")
+    what = (
+        f"tracekit bench gemm --shapes glm5 --backends {ns.bench}"
+        if ns.bench
+        else f"{ns.shapes} shapes x {ns.reps} launches"
+    )
+    print(f"\nsweep: {what}; runs in {base}")
     return 0
 
 

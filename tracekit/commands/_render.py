@@ -4,9 +4,10 @@ through ``rich.text.Text`` (no markup parsing) and control characters are made v
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # polars is imported only where frames are drawn: capture runs on machines without it
+    import polars as pl
 
 _CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -53,6 +54,8 @@ def frame_table(df: pl.DataFrame, title: str, widths: dict[str, int] | None = No
 def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int) -> None:
     from rich.console import Console
     from rich.text import Text
+
+    import polars as pl
 
     from tracekit.analyzers import summary as S
 

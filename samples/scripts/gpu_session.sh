@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One GPU-machine session of tracekit's own captures: `gpu_session.sh PHASE...` with phases
+#   setup     install the carried wheels (tracekit, nvtx) and FlashInfer's Python files into /tmp/site
+#   tests     the GPU tests (tests/gpu, marker gpu)
+#   probe     the h200-gemm-probe sample: samples/scripts/gemm_probe.py under ncu and nsys (raw files)
+#   bench     the h200-bench-gemm sample: `tracekit bench gemm --backends all` (plain timings)
+#   capture   the h200-capture-gemm sample: `tracekit capture --nsys --ncu -- tracekit bench gemm ...`
+#   planted   the planted-cause runs of benchmarks/planted under `tracekit capture`
+#   calibrate `tracekit calibrate`
+#   overhead  benchmarks/bench_capture_overhead.py
+# Results go under $TK_OUT (default ./out); each phase logs to $OUT/<phase>.log. Python runs from /tmp so that the
+# checkout's tracekit/ folder does not shadow the installed package (collectors/ maps into it only when installed).
+set -uo pipefail
+R=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${TK_OUT:-$R/out}; mkdir -p "$OUT"
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs
+export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
+tk() { (cd /tmp && python3 -m tracekit "$@"); }
+phase() { echo "=== $1 $(date +%T)"; }
+for p in "$@"; do
+  phase "$p"
+  case $p in
+    setup)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$R"/.whl/*.whl
+      [ -f "$R/.carry/fi-py.tgz" ] && tar xzf "$R/.carry/fi-py.tgz" -C /tmp/site
+      (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
+    tests)
+      (cd /tmp && timeout 540 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    probe)
+      (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
+    bench)
+      tk bench gemm --backends all --shapes glm5 --repeats 25 --warmup 10 --timeout 300 -o "$OUT/h200-bench-gemm" > "$OUT/bench.log" 2>&1; echo "rc=$?"; tail -30 "$OUT/bench.log" ;;
+    capture)
+      tk capture --nsys --ncu --max-per-range 1 -o "$OUT/h200-capture-gemm" --no-import -- python3 -m tracekit bench gemm \
+        --backends torch-bf16,torch-fp8-tensorwise,torch-fp8-blockwise,torch-nvfp4,flashinfer-fp4-cutlass,sgl-fp4 \
+        --shapes 16x2048x6144,256x2048x6144,4096x2048x6144 --repeats 10 --warmup 3 > "$OUT/capture.log" 2>&1; echo "rc=$?"; tail -15 "$OUT/capture.log" ;;
+    planted)
+      for s in a_clock b_waves c_memory d_smem_occupancy e_launch_gaps f_aux_quantize; do
+        tools="--nsys --ncu"; [ "$s" = a_clock ] && tools="--nsys"
+        tk capture $tools --max-per-range 1 -o "$OUT/planted-$s" --no-import -- python3 "$R/benchmarks/planted/$s.py" > "$OUT/planted-$s.log" 2>&1
+        echo "$s rc=$? $(du -sh "$OUT/planted-$s" | cut -f1)"
+      done ;;
+    calibrate)
+      tk calibrate -o "$OUT/calibration-h200.json" > "$OUT/calibrate.log" 2>&1; echo "rc=$?"; tail -20 "$OUT/calibrate.log" ;;
+    overhead)
+      (cd /tmp && timeout 250 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 20; timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
+  esac
+done

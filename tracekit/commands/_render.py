@@ -52,10 +52,9 @@ def frame_table(df: pl.DataFrame, title: str, widths: dict[str, int] | None = No
 
 
 def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int) -> None:
+    import polars as pl
     from rich.console import Console
     from rich.text import Text
-
-    import polars as pl
 
     from tracekit.analyzers import summary as S
 

@@ -378,6 +378,23 @@ def test_nsys_rep_asks_for_the_export(shared_data: Path, tmp_path: Path) -> None
     assert "Nsight Systems report" in _unreadable(renamed).message
 
 
+def test_mistyped_values_fall_back_then_fail_cleanly(shared_data: Path, tmp_path: Path) -> None:
+    path = _copy(shared_data, PROBE, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 'oops' WHERE rowid = 3")
+    con.commit()
+    con.close()
+    err = _unreadable_sqlite(path)
+    assert "unexpected type" in err.message
+
+
+def _unreadable_sqlite(path: Path) -> UnreadableFileError:
+    with pytest.raises(UnreadableFileError) as info:
+        read_nsys_sqlite(path)
+    assert "\n" not in info.value.one_line()
+    return info.value
+
+
 def test_unknown_engine_is_refused(shared_data: Path) -> None:
     with pytest.raises(ValueError, match="engine"):
         read_nsys_sqlite(shared_data / PROBE, engine="duckdb")

@@ -16,9 +16,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from tracekit.errors import RunNotFoundError
-from tracekit.run import MANIFEST
-from tracekit.tui.data import default_run_dirs, find_runs, newest_sample
+from tracekit.tui.data import Prefetch, first_target
 
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
@@ -75,36 +73,17 @@ class TracekitApp(App[None]):
         self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
 
 
-def _is_run(path: Path) -> bool:
-    return (path / MANIFEST).is_file() or (path.is_file() and path.suffix == ".zip")
-
-
-def first_screen(run: Path | None, *, compare: Path | None = None) -> Screen[None]:
-    """The screen ``tracekit view [RUN]`` opens on (see the module docstring)."""
+def first_screen(
+    run: Path | None, *, compare: Path | None = None, prefetch: Prefetch | None = None
+) -> Screen[None]:
+    """The screen ``tracekit view [RUN]`` opens on (tracekit.tui.data.first_target decides)."""
     from tracekit.tui.screens.overview import OverviewScreen
     from tracekit.tui.screens.picker import RunPickerScreen
 
-    if compare is not None and not compare.exists():
-        raise RunNotFoundError(f"{compare} does not exist", "give --compare a run folder or bundle")
-    if run is not None:
-        if not run.exists():
-            raise RunNotFoundError(
-                f"{run} does not exist", "give a run folder, a bundle, or a folder of runs"
-            )
-        if _is_run(run):
-            return OverviewScreen(run, compare_with=compare)
-        if run.is_dir():
-            return RunPickerScreen([run])
-        raise RunNotFoundError(
-            f"{run} is a file, not a run", f"make a run from it first: `tracekit import {run} -o runs/NAME`"
-        )
-    local = Path("runs")
-    if find_runs([local]):
-        return RunPickerScreen(default_run_dirs())
-    sample = newest_sample()
-    if sample is not None:
-        return OverviewScreen(sample, compare_with=compare)
-    return RunPickerScreen(default_run_dirs())
+    kind, target = first_target(run, compare)
+    if kind == "run":
+        return OverviewScreen(target, compare_with=compare, prefetch=prefetch)
+    return RunPickerScreen(target)
 
 
 def make_app(
@@ -112,9 +91,12 @@ def make_app(
     *,
     compare: Path | str | None = None,
     theme: str | None = None,
+    prefetch: Prefetch | None = None,
 ) -> TracekitApp:
-    """The app for ``tracekit view [RUN] [--compare OTHER]`` (tests build theirs here too)."""
+    """The app for ``tracekit view [RUN] [--compare OTHER]`` (tests build theirs here too). ``prefetch``: a
+    :class:`tracekit.tui.data.Prefetch` already reading the run (the CLI starts one before importing Textual)."""
     run_path = Path(run) if run is not None else None
     compare_path = Path(compare) if compare is not None else None
     theme = theme or os.environ.get("TRACEKIT_THEME")
-    return TracekitApp(first_screen(run_path, compare=compare_path), compare_path=compare_path, theme=theme)
+    screen = first_screen(run_path, compare=compare_path, prefetch=prefetch)
+    return TracekitApp(screen, compare_path=compare_path, theme=theme)

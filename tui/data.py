@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,59 @@ def analyze(data: RunData) -> Analysis:
         v = wf.verdict
         verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
     return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+
+
+class Prefetch:
+    """Reads a run (and analyses it) on a background thread started before the UI is imported, so reading a big
+    run overlaps Textual's start-up; the overview's worker then waits on it instead of starting afresh."""
+
+    def __init__(self, path: Path) -> None:
+        from concurrent.futures import Future
+
+        self.path = path
+        self.data: Future[RunData] = Future()
+        self.analysis: Future[Analysis] = Future()
+        self._thread = threading.Thread(target=self._work, name="tracekit-prefetch", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            data = load_run(self.path)
+        except BaseException as exc:  # handed to the worker that waits on it, which reports it
+            self.data.set_exception(exc)
+            self.analysis.set_exception(exc)
+            return
+        self.data.set_result(data)
+        try:
+            self.analysis.set_result(analyze(data))
+        except BaseException as exc:
+            self.analysis.set_exception(exc)
+
+
+def first_target(run: Path | None, compare: Path | None = None) -> tuple[str, Any]:
+    """What ``tracekit view [RUN]`` opens: ``("run", path)`` or ``("picker", [dirs])``. A run folder or bundle
+    opens its overview; a folder of runs the picker over it; no RUN the picker over ./runs and the samples when
+    ./runs holds runs, else the newest bundled sample (the picker when there is none)."""
+    if compare is not None and not compare.exists():
+        raise RunNotFoundError(f"{compare} does not exist", "give --compare a run folder or bundle")
+    if run is not None:
+        if not run.exists():
+            raise RunNotFoundError(
+                f"{run} does not exist", "give a run folder, a bundle, or a folder of runs"
+            )
+        if (run / MANIFEST).is_file() or (run.is_file() and run.suffix == ".zip"):
+            return "run", run
+        if run.is_dir():
+            return "picker", [run]
+        raise RunNotFoundError(
+            f"{run} is a file, not a run", f"make a run from it first: `tracekit import {run} -o runs/NAME`"
+        )
+    if find_runs([Path("runs")]):
+        return "picker", default_run_dirs()
+    sample = newest_sample()
+    if sample is not None:
+        return "run", sample
+    return "picker", default_run_dirs()
 
 
 # --- derived frames ----------------------------------------------------------------------------------------------

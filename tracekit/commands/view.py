@@ -58,6 +58,11 @@ Examples:
     help="Colour theme (default: dark, or $TRACEKIT_THEME).",
 )
 def view(run: Path | None, compare: Path | None, theme: str | None) -> None:
+    from tracekit.tui.data import Prefetch, first_target
+
+    # Start reading the run before Textual is imported: the two overlap (a 1M-kernel run paints sooner).
+    kind, target = first_target(run, compare)
+    prefetch = Prefetch(target) if kind == "run" else None
     from tracekit.tui.app import make_app
 
-    make_app(run, compare=compare, theme=theme).run()
+    make_app(run, compare=compare, theme=theme, prefetch=prefetch).run()

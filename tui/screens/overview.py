@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, RunData, analyze, gemm_view, load_run
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, gemm_view, load_run
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.frame_table import Col
@@ -86,9 +86,12 @@ class OverviewScreen(FrameScreen):
             self.hint = hint
             """What to do about it."""
 
-    def __init__(self, path: Path, *, compare_with: Path | None = None) -> None:
+    def __init__(
+        self, path: Path, *, compare_with: Path | None = None, prefetch: Prefetch | None = None
+    ) -> None:
         super().__init__(GEMM_COLUMNS, empty_text="reading the run…")
         self.path = path
+        self.prefetch = prefetch if prefetch is not None and prefetch.path == path else None
         self.compare_with = compare_with
         self.data: RunData | None = None
         self.analysis: Analysis | None = None
@@ -106,6 +109,10 @@ class OverviewScreen(FrameScreen):
     @work(thread=True, exclusive=True, group="load")
     def load(self) -> None:
         try:
+            if self.prefetch is not None:  # started by the CLI before Textual was imported
+                self.post_message(self.RunLoaded(self.prefetch.data.result()))
+                self.post_message(self.RunAnalyzed(self.prefetch.analysis.result()))
+                return
             data = load_run(self.path)
             self.post_message(self.RunLoaded(data))
             self.post_message(self.RunAnalyzed(analyze(data)))

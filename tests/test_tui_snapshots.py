@@ -60,7 +60,9 @@ class TestKernels:
 
 class TestFailures:
     def test_matrix_and_text(self, snap_compare: Any, bench_run: Path) -> None:
-        assert snap_compare(make_app(bench_run), terminal_size=(100, 30), run_before=keys("f", "down", "down", "down"))
+        assert snap_compare(
+            make_app(bench_run), terminal_size=(100, 30), run_before=keys("f", "down", "down", "down")
+        )
 
 
 class TestPlot:

@@ -1,198 +1,329 @@
 """Range nesting and the kernel-to-range join, in polars (vectorised; millions of rows).
 
-Two steps, both pure functions over frames:
+Ranges are grouped per timeline: per thread for NVTX push/pop and record_function annotations (source, pid, tid),
+per device and stream for GPU-side annotations (source, device, tid=stream). NVTX start/end ranges may overlap
+and cross threads: they keep null parent and depth.
 
-``nest_ranges``
-    Fills ``parent_id`` and ``depth`` for per-thread ranges (NVTX push/pop and record_function annotations,
-    grouped by source, pid, tid) and for GPU-side annotations (grouped by source, device, tid=stream). Push/pop
-    ranges nest properly on their thread, so depth is the number of ranges open at a range's start (a sweep over
-    +1/-1 events) and the parent is the latest range one level up that started before it (an as-of join).
-    NVTX start/end ranges may overlap and cross threads: they keep null parent and depth.
+One integer key per group and time
+    Each group gets a dense integer id ``g`` and every time ``t`` becomes ``g * span + (t - t_min)`` (``span`` the
+    whole trace's, so groups occupy disjoint stretches of one integer line; where that would overflow, times are
+    replaced by their dense rank first). Unclosed ranges end at the last instant of their group's stretch. After
+    that every step is a single-column sort, ``search_sorted`` or gather: no ``.over()`` and no multi-column sort.
 
-``assign_ranges``
-    Gives each kernel the innermost range open on the thread that launched it, at the moment of the launch call
+``nest_ranges``: depth and parent
+    Ranges are sorted in preorder: by start, then longer first, then ``range_id`` (for identical intervals the
+    lower id is the outer one). A range's depth is the number of ranges open at its start: the ranges before it in
+    preorder minus the ends before its start, where an end at the instant another range starts comes first (the
+    two are siblings) except the end of a zero-length range, which comes after every start at its instant (it
+    nests inside a range that starts with it). This is the +1/-1 event sweep, counted with ``search_sorted``
+    instead of a sort of start and end events. The parent is the last range one level up before it in preorder
+    (an as-of join on preorder position by depth; with proper nesting that range is on the same timeline).
+
+``assign_ranges``: the innermost range of each kernel
+    A kernel belongs to the innermost range open on the thread that launched it at the moment of the launch call
     (``launch_tid``, ``launch_start_ns``, from the runtime API record with the same process and correlation id).
-    The latest range started before the launch either contains it (then it is the innermost) or ended before it;
-    in that case the innermost containing range is one of its ancestors, so we walk up parents until one contains
-    the launch. Kernels with no launch record fall back to time containment on the GPU: the innermost
-    ``gpu_annotation`` on the same device and stream containing the kernel's start.
+    A range contains the instant ``t`` when ``start <= t <= end``; when one range ends at ``t`` and a sibling
+    starts at ``t``, the one starting wins. The answer's depth comes from the same counts: the ranges started by
+    ``t``, minus those ended before ``t``, minus those ended at ``t`` when a range starts at ``t``; the answer is
+    the last range at that depth at or before ``R`` in preorder, ``R`` the last range started by ``t``. Where
+    nesting is improper (annotations that overlap), an answer that does not contain ``t`` is replaced by walking up
+    from ``R`` through parents to the first range containing ``t``. Kernels with no launch record, or none open on
+    their thread, fall back to time containment on the GPU: the innermost ``gpu_annotation`` on the same device
+    and stream containing the kernel's start.
+
+Measured on benchmarks/bench_nsys.py (1.0M kernels, 5.0M NVTX ranges, 2 cores): nest 8.7 s -> see
+docs/BENCHMARKS.md, "nsys SQLite: read + join".
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import polars as pl
 
 _THREAD_KINDS = ("push_pop", "annotation")
 _MAX_DEPTH = 256
+_LIMIT = 2**62
+_THREAD_KEYS = ["source", "pid", "tid"]
+_GPU_KEYS = ["source", "device", "tid"]
 
 
-def _nest_group(ranges: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """parent_id and depth for properly nested ranges within each group of ``keys``."""
-    if ranges.height == 0:
-        return ranges.select(
-            "range_id", pl.lit(None, pl.Int64).alias("parent_id"), pl.lit(None, pl.Int32).alias("depth")
-        )
-    big = pl.lit(2**62, dtype=pl.Int64)
-    base = ranges.select(*keys, "range_id", "start_ns", pl.col("end_ns").fill_null(big).alias("end_ns"))
-    # Events: ends sort before starts at the same instant (a range ending when another begins is its sibling);
-    # among starts at the same instant the longer (outer) one first.
-    starts = base.select(
-        *keys,
-        "range_id",
-        pl.col("start_ns").alias("t"),
-        pl.lit(1, pl.Int8).alias("order"),
-        (-pl.col("end_ns")).alias("tie"),
-        pl.lit(1, pl.Int32).alias("delta"),
+def _key_codes(cols: list[pl.Series]) -> pl.Series:
+    """A dense id (0, 1, ...) per distinct tuple of ``cols`` (equal-length series; nulls are a value)."""
+    parts = []
+    for c in cols:
+        if c.dtype == pl.String:
+            if (
+                c.null_count() == 0 and (c == c[0]).all()
+            ):  # one source: the usual case, 5x cheaper than hashing
+                c = pl.repeat(0, c.len(), dtype=pl.Int64, eager=True)
+            else:
+                c = c.cast(pl.Categorical).to_physical()
+        parts.append(c.cast(pl.Int64).fill_null(-1))
+    raw, size = None, 1
+    for c in parts:
+        lo, hi = c.min(), c.max()
+        width = int(hi) - int(lo) + 1  # type: ignore[arg-type]
+        if size * width >= _LIMIT:
+            raw = None
+            break
+        code = c - lo
+        raw = code if raw is None else raw * width + code
+        size *= width
+    else:
+        assert raw is not None
+        distinct = raw.unique().sort()
+        return distinct.search_sorted(raw).cast(pl.Int64)
+    # Mixed radix would overflow (huge, sparse ids): rank the tuples instead.
+    frame = pl.DataFrame({f"k{i}": c for i, c in enumerate(parts)})
+    return frame.select(pl.struct(pl.all()).rank("dense").cast(pl.Int64) - 1).to_series()
+
+
+@dataclass
+class _Timeline:
+    """Ranges of one family in preorder, on the combined integer line, with depth and parent position."""
+
+    range_id: pl.Series
+    order: pl.Series  # row of each preorder entry in the input frame
+    start: pl.Series  # combined keys, sorted ascending
+    end: pl.Series
+    depth: pl.Series
+    ends_nz: pl.Series  # sorted ends of ranges with end != start
+    ends_z: pl.Series  # sorted ends of zero-length ranges
+
+
+def _combined_times(
+    g: pl.Series, starts: pl.Series, ends: pl.Series, points: pl.Series
+) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """``g * span + (t - t_min)`` for range starts, ends (null: the group's last instant) and points."""
+    ngroups = int(g.max()) + 1 if g.len() else 1  # type: ignore[arg-type]
+    finite = pl.concat([starts, ends.drop_nulls(), points])
+    lo, hi = finite.min(), finite.max()
+    span = int(hi) - int(lo) + 2  # type: ignore[arg-type]
+    if ngroups * span >= _LIMIT:
+        # Replace times by their dense rank (same order, same ties), which always fits.
+        distinct = finite.unique().sort()
+        starts, points = distinct.search_sorted(starts), distinct.search_sorted(points)
+        ends = pl.when(ends.is_null()).then(None).otherwise(distinct.search_sorted(ends.fill_null(0)))
+        ends = pl.select(ends).to_series()
+        lo, span = 0, distinct.len() + 1
+    n = starts.len()
+    base = g * span - lo
+    gs, gp = base.slice(0, n), base.slice(n)
+    start = (gs + starts).rename("start")
+    end = (gs + ends).fill_null(gs + lo + span - 1).rename("end")
+    return start, end, (gp + points).rename("t")
+
+
+def _build(
+    ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame | None = None
+) -> tuple[_Timeline, pl.Series | None]:
+    """The timeline of ``ranges`` grouped by ``keys``; with ``points`` (same keys and a ``t`` column), their keys."""
+    n = ranges.height
+    pts = points if points is not None else pl.DataFrame({k: [] for k in [*keys, "t"]})
+    cols = []
+    for k in keys:
+        dtype = pl.String if ranges[k].dtype == pl.String else pl.Int64
+        cols.append(pl.concat([ranges[k].cast(dtype), pts[k].cast(dtype)]))
+    g = _key_codes(cols)
+    start, end, t = _combined_times(
+        g, ranges["start_ns"].cast(pl.Int64), ranges["end_ns"].cast(pl.Int64), pts["t"].cast(pl.Int64)
     )
-    ends = base.select(
-        *keys,
-        "range_id",
-        pl.col("end_ns").alias("t"),
-        pl.lit(0, pl.Int8).alias("order"),
-        pl.col("start_ns").alias("tie").neg(),
-        pl.lit(-1, pl.Int32).alias("delta"),
+    # Preorder: start, longer first, lower id first. One single-column sort, then ties fixed where they occur.
+    order = start.arg_sort()
+    s_sorted = start.gather(order)
+    tied = s_sorted.diff().fill_null(1) == 0
+    if tied.any():
+        run = tied | tied.shift(-1, fill_value=False)
+        at = run.arg_true()
+        sub = pl.DataFrame({"row": order.gather(at)})
+        sub = sub.with_columns(
+            start.gather(sub["row"]).alias("s"),
+            end.gather(sub["row"]).alias("e"),
+            ranges["range_id"].gather(sub["row"]).alias("id"),
+        ).sort(["s", "e", "id"], descending=[False, True, False])
+        order = order.scatter(at, sub["row"])
+    e_sorted = end.gather(order)
+    zero = e_sorted == s_sorted
+    ends_nz = e_sorted.filter(~zero).sort()
+    ends_z = e_sorted.filter(zero).sort()
+    pos = pl.int_range(n, dtype=pl.Int64, eager=True)
+    closed = ends_nz.search_sorted(s_sorted, side="right").cast(pl.Int64)
+    if ends_z.len():
+        closed = closed + ends_z.search_sorted(s_sorted, side="left").cast(pl.Int64)
+    depth = (pos - closed).cast(pl.Int32).rename("depth")
+    tl = _Timeline(
+        range_id=ranges["range_id"].gather(order),
+        order=order,
+        start=s_sorted,
+        end=e_sorted,
+        depth=depth,
+        ends_nz=ends_nz,
+        ends_z=ends_z,
     )
-    events = (
-        pl.concat([starts, ends])
-        .sort([*keys, "t", "order", "tie"])
-        .with_columns(pl.col("delta").cum_sum().over(keys).alias("open"))
-    )
-    depth = events.filter(pl.col("delta") == 1).select(
-        "range_id", (pl.col("open") - 1).cast(pl.Int32).alias("depth")
-    )
-    nested = base.join(depth, on="range_id", how="left")
-    # Parent: latest range at depth-1 in the same group that started at or before this one.
-    left = nested.with_columns((pl.col("depth") - 1).alias("pdepth")).sort("start_ns")
-    right = nested.select(
-        *keys,
-        pl.col("depth").alias("pdepth"),
-        pl.col("range_id").alias("parent_id"),
-        pl.col("start_ns").alias("pstart"),
-        pl.col("end_ns").alias("pend"),
-    ).sort("pstart")
-    joined = left.join_asof(
-        right,
-        left_on="start_ns",
-        right_on="pstart",
-        by=[*keys, "pdepth"],
+    return tl, (t if points is not None else None)
+
+
+def _parent_pos(tl: _Timeline) -> pl.Series:
+    """Preorder position of each range's parent: the last range one level up before it (null at depth 0)."""
+    pre = pl.DataFrame({"pos": pl.int_range(tl.depth.len(), dtype=pl.Int64, eager=True), "depth": tl.depth})
+    parent = pre.with_columns((pl.col("depth") - 1).alias("d")).join_asof(
+        pre.select(
+            pl.col("pos").alias("ppos"), pl.col("depth").alias("d"), pl.col("pos").alias("parent_pos")
+        ),
+        left_on="pos",
+        right_on="ppos",
+        by="d",
         strategy="backward",
         check_sortedness=False,
-    )
-    # Proper nesting means the latest range one level up that started no later than this one contains it.
-    joined = joined.with_columns(
-        pl.when(pl.col("depth") > 0).then(pl.col("parent_id")).otherwise(None).alias("parent_id")
-    )
-    return joined.select("range_id", "parent_id", "depth")
+    )["parent_pos"]
+    return pl.select(pl.when(tl.depth > 0).then(parent)).to_series().rename("parent_pos")
 
 
 def nest_ranges(ranges: pl.DataFrame) -> pl.DataFrame:
     """Return ``ranges`` with ``parent_id`` and ``depth`` filled where nesting is defined."""
     if ranges.height == 0:
         return ranges
-    thread = ranges.filter(pl.col("kind").is_in(_THREAD_KINDS))
-    gpu = ranges.filter(pl.col("kind") == "gpu_annotation")
-    parts = []
-    if thread.height:
-        parts.append(
-            _nest_group(
-                thread.with_columns(pl.col("pid").fill_null(-1), pl.col("tid").fill_null(-1)),
-                ["source", "pid", "tid"],
-            )
-        )
-    if gpu.height:
-        parts.append(
-            _nest_group(
-                gpu.with_columns(pl.col("device").fill_null(-1), pl.col("tid").fill_null(-1)),
-                ["source", "device", "tid"],
-            )
-        )
-    if not parts:
+    kind = ranges["kind"]
+    parent = pl.repeat(None, ranges.height, dtype=pl.Int64, eager=True)
+    depth = pl.repeat(None, ranges.height, dtype=pl.Int32, eager=True)
+    found = False
+    for mask, keys in ((kind.is_in(_THREAD_KINDS), _THREAD_KEYS), (kind == "gpu_annotation", _GPU_KEYS)):
+        mask = mask & ranges["start_ns"].is_not_null()
+        rows = mask.arg_true()
+        if rows.len() == 0:
+            continue
+        found = True
+        part = ranges.select(*keys, "range_id", "start_ns", "end_ns")
+        if rows.len() != ranges.height:
+            part = part.filter(mask)
+        tl, _ = _build(part, keys)
+        at = rows.gather(tl.order)
+        parent = parent.scatter(at, tl.range_id.gather(_parent_pos(tl))) if at.len() else parent
+        depth = depth.scatter(at, tl.depth)
+    if not found:
         return ranges
-    found = pl.concat(parts)
-    out = ranges.drop("parent_id", "depth").join(found, on="range_id", how="left")
-    return out.select(ranges.columns)
+    return ranges.with_columns(parent.alias("parent_id"), depth.alias("depth"))
 
 
-def _innermost(points: pl.DataFrame, ranges: pl.DataFrame, keys: list[str], t: str) -> pl.DataFrame:
-    """For rows of ``points`` (point_id, keys, t) the innermost range of ``ranges`` (same keys) containing t."""
-    big = 2**62
-    r = ranges.select(
-        *keys,
-        "range_id",
-        "parent_id",
-        pl.col("start_ns").alias("rstart"),
-        pl.col("end_ns").fill_null(big).alias("rend"),
+def _innermost(tl: _Timeline, t: pl.Series) -> pl.Series:
+    """For each point of the combined line ``t``, the preorder position of the innermost range containing it."""
+    n = tl.start.len()
+    last = tl.start.search_sorted(t, side="right").cast(pl.Int64) - 1  # R: last range started by t
+    ended = tl.ends_nz.search_sorted(t, side="left").cast(pl.Int64)
+    if tl.ends_z.len():
+        ended = ended + tl.ends_z.search_sorted(t, side="left").cast(pl.Int64)
+    safe_last = last.clip(0, n - 1)
+    r = pl.DataFrame(
+        {
+            "last": last,
+            "t": t,
+            "ended": ended,
+            "s_last": tl.start.gather(safe_last),
+            "d_last": tl.depth.gather(safe_last),
+        }
     )
-    cand = (
-        points.sort(t)
-        .join_asof(
-            r.sort("rstart"),
-            left_on=t,
-            right_on="rstart",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .select("point_id", t, "range_id", "parent_id", "rend")
+    # Ranges ending at t are closed when a range starts at t (the later sibling wins).
+    touching = r["s_last"] == r["t"]
+    if touching.any():
+        at_t = (
+            tl.ends_nz.search_sorted(r["t"], side="right") - tl.ends_nz.search_sorted(r["t"], side="left")
+        ).cast(pl.Int64)
+        r = r.with_columns(pl.when(touching & (r["last"] >= 0)).then(at_t).otherwise(0).alias("touch"))
+    else:
+        r = r.with_columns(pl.lit(0, pl.Int64).alias("touch"))
+    r = r.with_row_index("i").with_columns(
+        (pl.col("last") - pl.col("ended") - pl.col("touch")).cast(pl.Int32).alias("d")
     )
-    spans = r.select("range_id", pl.col("parent_id").alias("p_parent"), pl.col("rend").alias("p_end"))
-    done = [
-        cand.filter(pl.col("range_id").is_null() | (pl.col("rend") >= pl.col(t))).select(
-            "point_id", "range_id"
-        )
-    ]
-    todo = cand.filter(pl.col("range_id").is_not_null() & (pl.col("rend") < pl.col(t)))
-    for _ in range(_MAX_DEPTH):
-        if todo.height == 0:
-            break
-        step = todo.select("point_id", t, pl.col("parent_id").alias("range_id")).join(
-            spans, on="range_id", how="left"
-        )
-        step = step.rename({"p_parent": "parent_id", "p_end": "rend"})
-        done.append(
-            step.filter(pl.col("range_id").is_null() | (pl.col("rend") >= pl.col(t))).select(
-                "point_id", "range_id"
+    r = r.with_columns(
+        pl.when(pl.col("last") < 0)
+        .then(None)
+        .when(pl.col("d") == pl.col("d_last"))
+        .then(pl.col("last"))
+        .otherwise(None)
+        .alias("pos")
+    )
+    up = r.filter((pl.col("last") >= 0) & (pl.col("d") >= 0) & (pl.col("d") < pl.col("d_last")))
+    if up.height:
+        anc = (
+            up.select("i", "last", "d")
+            .sort("last")
+            .join_asof(
+                pl.DataFrame({"p": pl.int_range(n, dtype=pl.Int64, eager=True), "d": tl.depth}),
+                left_on="last",
+                right_on="p",
+                by="d",
+                strategy="backward",
+                check_sortedness=False,
             )
         )
-        todo = step.filter(pl.col("range_id").is_not_null() & (pl.col("rend") < pl.col(t)))
-    return pl.concat(done)
+        pos = r["pos"].scatter(anc["i"], anc["p"])
+        r = r.with_columns(pos.alias("pos"))
+    # Check containment; a miss only happens with improper nesting: walk up parents from R instead.
+    pos = r["pos"]
+    valid = pos.is_not_null()
+    safe = pos.fill_null(0)
+    ok = valid & (tl.start.gather(safe) <= r["t"]) & (tl.end.gather(safe) >= r["t"])
+    # With proper nesting d < 0 means nothing contains t; R itself containing t shows improper nesting.
+    r_holds = tl.end.gather(safe_last) >= r["t"]
+    redo = (~ok & (r["last"] >= 0) & ((r["d"] >= 0) | r_holds)).arg_true()
+    if redo.len():
+        cur = r["last"].gather(redo)
+        tt = r["t"].gather(redo)
+        ans = pl.repeat(None, redo.len(), dtype=pl.Int64, eager=True)
+        live = pl.Series(range(redo.len()), dtype=pl.Int64)
+        parent_pos = _parent_pos(tl)
+        for _ in range(_MAX_DEPTH):
+            if live.len() == 0:
+                break
+            c, tv = cur.gather(live), tt.gather(live)
+            hit = tl.end.gather(c) >= tv
+            ans = ans.scatter(live.filter(hit), c.filter(hit))
+            nxt = parent_pos.gather(c.filter(~hit))
+            keep = nxt.is_not_null()
+            live = live.filter(~hit).filter(keep)
+            cur = cur.scatter(live, nxt.filter(keep)) if live.len() else cur
+        pos = pos.scatter(redo, ans)
+        ok = pos.is_not_null()
+    return pl.select(pl.when(ok).then(pos)).to_series()
+
+
+def _assign(tl_ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """(point_id, range_id) for the points that fall in a range of ``tl_ranges`` (same keys)."""
+    tl, t = _build(tl_ranges, keys, points)
+    assert t is not None
+    pos = _innermost(tl, t)
+    hit = pos.is_not_null()
+    return points["point_id"].filter(hit), tl.range_id.gather(pos.filter(hit))
 
 
 def assign_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """Return ``kernels`` with ``range_id`` set to the innermost enclosing range (null where none)."""
+    """Return ``kernels`` with ``range_id`` set to the innermost enclosing range (null where none).
+
+    Nesting is computed from the ranges' intervals (any ``parent_id`` / ``depth`` given is not needed)."""
     if kernels.height == 0 or ranges.height == 0:
         return kernels.with_columns(pl.lit(None, pl.Int64).alias("range_id"))
-    if ranges["parent_id"].null_count() == ranges.height and ranges["depth"].null_count() == ranges.height:
-        ranges = nest_ranges(ranges)
-    pts = kernels.with_row_index("point_id")
-    found = []
-    thread_ranges = ranges.filter(pl.col("kind").is_in(_THREAD_KINDS))
-    linked = pts.filter(pl.col("launch_tid").is_not_null() & pl.col("launch_start_ns").is_not_null())
-    if linked.height and thread_ranges.height:
-        found.append(
-            _innermost(
-                linked.select(
-                    "point_id", "source", "pid", pl.col("launch_tid").alias("tid"), "launch_start_ns"
-                ),
-                thread_ranges,
-                ["source", "pid", "tid"],
-                "launch_start_ns",
-            )
-        )
-    gpu_ranges = ranges.filter(pl.col("kind") == "gpu_annotation")
-    already = pl.concat(found).filter(pl.col("range_id").is_not_null())["point_id"] if found else None
-    rest = pts if already is None else pts.filter(~pl.col("point_id").is_in(already.implode()))
-    if rest.height and gpu_ranges.height:
-        found.append(
-            _innermost(
-                rest.select("point_id", "source", "device", pl.col("stream").alias("tid"), "start_ns"),
-                gpu_ranges,
-                ["source", "device", "tid"],
-                "start_ns",
-            )
-        )
-    if not found:
-        return kernels.with_columns(pl.lit(None, pl.Int64).alias("range_id"))
-    result = pl.concat(found).filter(pl.col("range_id").is_not_null()).unique("point_id", keep="first")
-    out = pts.drop("range_id").join(result, on="point_id", how="left").sort("point_id")
-    return out.select(kernels.columns)
+    result = pl.repeat(None, kernels.height, dtype=pl.Int64, eager=True)
+    kind = ranges["kind"]
+    has_start = ranges["start_ns"].is_not_null()
+    cols = ranges.select("source", "pid", "tid", "device", "range_id", "start_ns", "end_ns")
+    thread = kind.is_in(_THREAD_KINDS) & has_start
+    thread_ranges = cols if thread.all() else cols.filter(thread)
+    ids = pl.int_range(kernels.height, dtype=pl.Int64, eager=True).alias("point_id")
+    linked = kernels["launch_tid"].is_not_null() & kernels["launch_start_ns"].is_not_null()
+    if thread_ranges.height and linked.any():
+        pts = kernels.select(
+            ids, "source", "pid", pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("t")
+        ).filter(linked)
+        at, rid = _assign(thread_ranges, _THREAD_KEYS, pts)
+        result = result.scatter(at, rid) if at.len() else result
+    gpu_ranges = cols.filter((kind == "gpu_annotation") & has_start)
+    rest = result.is_null()
+    if gpu_ranges.height and rest.any():
+        pts = kernels.select(
+            ids, "source", "device", pl.col("stream").alias("tid"), pl.col("start_ns").alias("t")
+        ).filter(rest & pl.Series(kernels["start_ns"].is_not_null()))
+        if pts.height:
+            at, rid = _assign(gpu_ranges, _GPU_KEYS, pts)
+            result = result.scatter(at, rid) if at.len() else result
+    return kernels.with_columns(result.alias("range_id"))

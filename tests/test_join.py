@@ -21,7 +21,8 @@ def kernels_frame(rows: list[dict]) -> pl.DataFrame:
     out = []
     for i, r in enumerate(rows):
         row = {**base, "kernel_id": i, "launch_tid": 1, **r}
-        row.setdefault("start_ns", row.get("launch_start_ns", 0) + 5)
+        if "start_ns" not in row:
+            row["start_ns"] = (row.get("launch_start_ns") or 0) + 5
         row.setdefault("end_ns", row["start_ns"] + 1)
         out.append(row)
     return KERNELS.conform(pl.DataFrame(out))
@@ -119,3 +120,121 @@ def test_join_matches_brute_force(case: tuple[pl.DataFrame, pl.DataFrame, list[i
     out = assign_ranges(kernels, ranges)
     assert out.height == kernels.height  # no kernel lost or duplicated
     assert out["range_id"].to_list() == expected
+
+
+INF = float("inf")
+
+
+def _contains(j: tuple, i: tuple) -> bool:
+    """Brute-force nesting on intervals (s, e, id): j encloses i on the same timeline (see analyzers/join.py)."""
+    sj, ej, idj = j
+    si, ei, idi = i
+    if not (sj <= si and ei <= ej):
+        return False
+    if sj < si == ei == ej:  # i is zero-length exactly where j ends: j was popped first, they are siblings
+        return False
+    return (sj, ej) != (si, ei) or idj < idi  # identical intervals: the lower id is the outer
+
+
+def _brute(spans: list[tuple]) -> dict[int, tuple[int, int | None]]:
+    """range id -> (depth, parent id) over one timeline's (s, e, id) spans."""
+    out = {}
+    for i in spans:
+        outer = [j for j in spans if j is not i and _contains(j, i)]
+        depth = len(outer)
+        parent = [
+            j[2] for j in outer if len([k for k in spans if k is not j and _contains(k, j)]) == depth - 1
+        ]
+        out[i[2]] = (depth, parent[0] if parent else None)
+    return out
+
+
+def _brute_innermost(spans: list[tuple], depth: dict[int, tuple[int, int | None]], t: int) -> int | None:
+    inside = [(s, depth[i][0], i) for s, e, i in spans if s <= t <= e]
+    return max(inside)[2] if inside else None
+
+
+@st.composite
+def tied_timelines(draw: st.DrawFn) -> tuple[list[dict], list[dict]]:
+    """Push/pop sequences on several (pid, tid) timelines and GPU annotations, with time steps of 0 or 1 (so equal
+    starts, zero-length ranges, siblings touching), ranges left open at the end, and kernels launched on them."""
+    rows: list[dict] = []
+    next_id = 0
+    for pid, tid, kind in draw(
+        st.lists(
+            st.tuples(st.integers(1, 2), st.integers(1, 2), st.sampled_from(["push_pop", "gpu_annotation"])),
+            min_size=1,
+            max_size=4,
+            unique=True,
+        )
+    ):
+        t, stack = draw(st.integers(0, 3)), []
+        for op in draw(st.lists(st.sampled_from(["push", "pop", "tick", "tick"]), max_size=40)):
+            if op == "tick":
+                t += 1
+            elif op == "push" and len(stack) < 6:
+                row = {
+                    "range_id": next_id,
+                    "kind": kind,
+                    "pid": pid,
+                    "tid": tid,
+                    "start_ns": t,
+                    "end_ns": None,
+                }
+                if kind == "gpu_annotation":
+                    row |= {"pid": None, "device": pid}
+                rows.append(row)
+                stack.append(row)
+                next_id += 1
+            elif op == "pop" and stack:
+                stack.pop()["end_ns"] = t
+    ids = draw(st.permutations(list(range(len(rows)))))  # ids unrelated to push order
+    for row, new in zip(rows, ids, strict=True):
+        row["range_id"] = new
+    kernels = []
+    for _ in range(draw(st.integers(0, 25))):
+        linked = draw(st.booleans())
+        kernels.append(
+            {
+                "pid": draw(st.integers(1, 3)),
+                "launch_tid": draw(st.integers(1, 2)) if linked else None,
+                "launch_start_ns": draw(st.integers(0, 25)) if linked else None,
+                "device": draw(st.integers(1, 2)),
+                "stream": draw(st.integers(1, 2)),
+                "start_ns": draw(st.integers(0, 25)),
+            }
+        )
+    return rows, kernels
+
+
+@settings(max_examples=300, deadline=None)
+@given(tied_timelines())
+def test_nesting_and_join_match_brute_force_with_ties(case: tuple[list[dict], list[dict]]) -> None:
+    rows, krows = case
+    if not rows:
+        return
+    ranges = ranges_frame(rows)
+    timelines: dict[tuple, list[tuple]] = {}
+    for r in rows:
+        key = (r["kind"] == "gpu_annotation", r.get("device"), r["pid"], r["tid"])
+        timelines.setdefault(key, []).append(
+            (r["start_ns"], INF if r["end_ns"] is None else r["end_ns"], r["range_id"])
+        )
+    nest = {rid: v for spans in timelines.values() for rid, v in _brute(spans).items()}
+    got = nest_ranges(ranges).sort("range_id")
+    assert got["depth"].to_list() == [nest[i][0] for i in got["range_id"]]
+    assert got["parent_id"].to_list() == [nest[i][1] for i in got["range_id"]]
+
+    expected: list[int | None] = []
+    for k in krows:
+        found = None
+        if k["launch_tid"] is not None:
+            spans = timelines.get((False, None, k["pid"], k["launch_tid"]), [])
+            found = _brute_innermost(spans, nest, k["launch_start_ns"])
+        if found is None:
+            spans = timelines.get((True, k["device"], None, k["stream"]), [])
+            found = _brute_innermost(spans, nest, k["start_ns"])
+        expected.append(found)
+    if krows:
+        out = assign_ranges(kernels_frame(krows), ranges)
+        assert out["range_id"].to_list() == expected

@@ -88,6 +88,20 @@ def test_unlinked_kernels_fall_back_to_gpu_annotations() -> None:
     assert assign_ranges(k, r)["range_id"].to_list() == [1, 0, None, None]
 
 
+def test_improperly_nested_annotations_walk_up_to_a_containing_range() -> None:
+    # 1 [10,50) and 2 [40,80) overlap (annotations need not nest); the depth arithmetic would pick 1 at t=60.
+    r = ranges_frame(
+        [
+            {"range_id": 0, "kind": "annotation", "start_ns": 0, "end_ns": 100},
+            {"range_id": 1, "kind": "annotation", "start_ns": 10, "end_ns": 50},
+            {"range_id": 2, "kind": "annotation", "start_ns": 40, "end_ns": 80},
+        ]
+    )
+    assert nest_ranges(r).sort("range_id")["depth"].to_list() == [0, 1, 2]
+    k = kernels_frame([{"launch_start_ns": t} for t in (45, 60, 90, 150)])
+    assert assign_ranges(k, r)["range_id"].to_list() == [2, 2, 0, None]
+
+
 @st.composite
 def nested_timeline(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[int | None]]:
     """A random properly nested tree of ranges on one thread, launches at random times, and the brute-force answer."""

@@ -73,6 +73,11 @@ def detect_kind(path: Path) -> str:
     if is_kineto_trace(path):
         return "kineto"
     head = _head(path, 64)
+    if head.startswith(b"SQLite format 3\x00"):
+        from .nsys import _check_file
+
+        _check_file(path)  # raises the precise reason: truncated, malformed, not an nsys export
+        return "nsys"
     if path.suffix == ".nsys-rep" or head.startswith(b"QDSTRM") or b"nsys" in head[:16].lower():
         return "nsys-rep"
     meas = {c.name for c in SPECS["measurements"].columns}
@@ -342,7 +347,8 @@ def import_files(
     problems: list[TracekitError] = []
     for p in paths:
         try:
-            detect_kind(p)
+            if detect_kind(p) == "nsys-rep":
+                read_file(p, "nsys-rep")  # raises: the report is kept only beside its SQLite export
         except TracekitError as exc:
             problems.append(exc)
     if len(problems) == len(paths):
@@ -358,6 +364,15 @@ def import_files(
     for p in paths:
         run.add_raw(p)
     summary = import_into(run, on_event)
+    if summary["files"] and not summary["imported"]:
+        # every file was recognised but none could be read: keep the promise "nothing is written"
+        import shutil
+
+        shutil.rmtree(run.path, ignore_errors=True)
+        first = summary["failed"][0]["message"].split(": ", 1)[-1].replace(f"{run.raw_dir}/", "")
+        if len(paths) == 1:
+            raise UnreadableFileError(paths[0], first.removeprefix(f"{paths[0].name}: "))
+        raise UnreadableFileError(paths[0], f"none of the {len(paths)} files could be read; first: {first}")
     return run, summary
 
 
@@ -382,9 +397,12 @@ def open_run(path: Path | str) -> Run:
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """The run's frames (all, or ``names``), rebuilt from raw/ first if they are missing or stale."""
     if not run.frames_current():
-        if not _raw_files(run) and not run.frames_dir.is_dir():
+        built = run.manifest.get("frames") or any(run.frames_dir.glob("*.parquet"))
+        if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
+            # rebuilding from nothing would replace the run's frames with empty ones
             raise RunNotFoundError(
-                f"{run.path} has neither frames nor raw files", "re-capture or re-import it"
+                f"{run.path} has no current frames and no raw files to rebuild them from",
+                "re-capture or re-import it (an older tracekit may still read its frames)",
             )
         import_into(run)
     wanted = list(names) if names is not None else list(SPECS)

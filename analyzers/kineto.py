@@ -172,10 +172,12 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
     # Not strict JSON (NaN, huge integers) or cut short: the stdlib parser accepts the former.
     try:
         obj = json.loads(text)
+    except UnicodeDecodeError:  # before ValueError, its base class
+        # a name holding bytes that are not UTF-8: keep every event, those bytes become U+FFFD
+        trace, warnings = _decode(path, text.decode("utf-8", "replace").encode())
+        return trace, ["some strings hold bytes that are not UTF-8; they are shown as U+FFFD", *warnings]
     except (ValueError, RecursionError):
         obj = None
-    except UnicodeDecodeError as exc:
-        raise UnreadableFileError(path, f"is not UTF-8 JSON ({exc.reason})") from exc
     if obj is not None:
         # re-encode as strict JSON (NaN -> null, integers past 64 bits -> null) and decode as usual
         try:

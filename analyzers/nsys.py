@@ -184,8 +184,16 @@ def _query_adbc(connect: Callable[[str], object], uri: str, sql: str) -> pl.Data
         con.close()  # type: ignore[attr-defined]
 
 
-def _query_sqlite3(uri: str, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def _replace_bad_utf8(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _query_sqlite3(
+    uri: str, sql: str, schema: dict[str, pl.DataType], *, replace_bad_utf8: bool = False
+) -> pl.DataFrame:
     con = sqlite3.connect(uri, uri=True)
+    if replace_bad_utf8:  # slower (a Python call per text value): only after the plain read failed on one
+        con.text_factory = _replace_bad_utf8
     try:
         cur = con.execute(sql)
         parts = []
@@ -273,14 +281,24 @@ class _Db:
             try:
                 df = _query_adbc(self._connect, self.uri, sql)
                 df.columns = list(schema)
-                return df.cast(schema, strict=True)  # type: ignore[arg-type]
+                df = df.cast(schema, strict=True)  # type: ignore[arg-type]
+                # the driver passes text that is not UTF-8 through unchecked, and such a frame cannot be
+                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back
+                df.select(pl.col(pl.String).cast(pl.Binary).cast(pl.String))
+                return df
             except Exception as e:
                 if not (_is_adbc_error(e) or isinstance(e, pl.exceptions.PolarsError)):
                     raise
                 self.notes.append(
                     f"the ADBC reader failed ({' '.join(str(e).split())[:200]}); read with sqlite3"
                 )
-        return _query_sqlite3(self.uri, sql, schema)
+        try:
+            return _query_sqlite3(self.uri, sql, schema)
+        except sqlite3.OperationalError as e:
+            if "decode" not in str(e):
+                raise
+            self.notes.append("some strings are not UTF-8; the bad bytes are shown as U+FFFD")
+            return _query_sqlite3(self.uri, sql, schema, replace_bad_utf8=True)
 
 
 def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracekit.errors import BadInputError, MissingToolError
+from tracekit.errors import BadInputError, IncompleteError, MissingToolError, StorageError
 from tracekit.naming import NCU_FILTER
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run, new_run_name
 
@@ -223,6 +223,7 @@ class _Child:
         cwd: Path | None,
     ) -> None:
         self.log = log_path.open("ab")
+        self.log_error: OSError | None = None
         self.lock = threading.Lock()
         self.on_output = on_output
         self.proc = subprocess.Popen(
@@ -252,8 +253,12 @@ class _Child:
             if not data:
                 break
             with self.lock:
-                self.log.write(data)
-                self.log.flush()
+                if self.log_error is None:
+                    try:
+                        self.log.write(data)
+                        self.log.flush()
+                    except OSError as exc:  # disk full: keep draining the pipe, or the child blocks on it
+                        self.log_error = exc
             with contextlib.suppress(Exception):  # a broken terminal must not stop the capture
                 self.on_output(stream, data)
 
@@ -294,7 +299,10 @@ class _Child:
             if not t.is_alive() and pipe is not None:
                 pipe.close()
         with self.lock:
-            self.log.close()
+            try:
+                self.log.close()
+            except OSError as exc:  # the buffered tail could not be written (disk full)
+                self.log_error = self.log_error or exc
 
 
 def _run_pass(
@@ -332,6 +340,12 @@ def _run_pass(
     finally:
         child.close()
         result.wall_s = time.monotonic() - start
+        if child.log_error is not None and result.reason is None:
+            result.reason = (
+                f"{result.tool} pass: could not write raw/{log_path.name} "
+                f"({child.log_error.strerror or child.log_error}; is the disk full?); the log is cut short"
+            )
+            result.error = str(child.log_error)
 
 
 # --- the capture ------------------------------------------------------------------------------------------------
@@ -567,10 +581,17 @@ def capture(
     except BaseException as exc:
         run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
         reason = f"capture failed: {type(exc).__name__}: {exc}"
-        try:
+        # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
+        with contextlib.suppress(OSError, StorageError):
             log("error", "capture", reason)
-        finally:
+        with contextlib.suppress(OSError, StorageError):
             run.mark(STATUS_INCOMPLETE, reason)
+        if isinstance(exc, OSError | StorageError):
+            detail = exc.message if isinstance(exc, StorageError) else f"{exc.strerror or exc}"
+            raise IncompleteError(
+                f"capture into {run.path} stopped, a write failed ({detail}); what was captured is kept",
+                f"free disk space, then `tracekit import --rebuild {run.path}`",
+            ) from exc
         raise
     reasons = [r.reason for r in results if r.reason]
     if reasons:

@@ -89,6 +89,12 @@ class SchemaError(BadInputError):
     title = "run format"
 
 
+class StorageError(TracekitError):
+    """tracekit could not write a run's files: the disk is full, a file-size limit, no permission (exit 2)."""
+
+    title = "cannot write"
+
+
 class MissingToolError(TracekitError):
     """ncu, nsys, torch, a GPU or another prerequisite is not available (exit 3)."""
 

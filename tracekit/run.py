@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit._version import SCHEMA_VERSION, __version__
-from tracekit.errors import RunNotFoundError, SchemaError
+from tracekit.errors import RunNotFoundError, SchemaError, StorageError
 
 if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU machines that lack it
     import polars as pl
@@ -56,9 +56,21 @@ def atomic_path(target: Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+def _storage_error(target: Path, exc: BaseException) -> StorageError:
+    detail = getattr(exc, "strerror", None) or str(exc)
+    return StorageError(
+        f"cannot write {target} ({detail})",
+        "free disk space (or check the folder's permissions and size limits), then retry",
+    )
+
+
 def write_json_atomic(target: Path, obj: Any) -> None:
-    with atomic_path(target) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
+    """Write ``obj`` as JSON in one rename; a full disk raises StorageError and leaves the old file intact."""
+    try:
+        with atomic_path(target) as tmp:
+            tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise _storage_error(target, exc) from exc
 
 
 def sha256_file(path: Path, limit: int | None = None) -> str:
@@ -221,8 +233,13 @@ class Run:
 
         if name not in SPECS:
             raise ValueError(f"unknown frame {name!r}")
-        with atomic_path(self.frame_path(name)) as tmp:
-            df.write_parquet(tmp, compression="zstd", statistics=True)
+        import polars as pl
+
+        try:
+            with atomic_path(self.frame_path(name)) as tmp:
+                df.write_parquet(tmp, compression="zstd", statistics=True)
+        except (OSError, pl.exceptions.ComputeError) as exc:  # polars reports a failed write as ComputeError
+            raise _storage_error(self.frame_path(name), exc) from exc
 
     def write_frames(self, frames: dict[str, pl.DataFrame]) -> None:
         """Write all frames, then record in the manifest that they are current."""

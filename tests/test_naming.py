@@ -25,7 +25,9 @@ def test_roundtrip_is_lossless(kind: str, fields: dict[str, str]) -> None:
 
 
 def test_gemm_name_reads_well_and_matches_the_ncu_filter() -> None:
-    name = naming.encode("gemm", backend="torch-fp8", op="scaled_mm", M=1024, N=2048, K=6144, a="e4m3", scale=None)
+    name = naming.encode(
+        "gemm", backend="torch-fp8", op="scaled_mm", M=1024, N=2048, K=6144, a="e4m3", scale=None
+    )
     assert name == "gemm backend=torch-fp8 op=scaled_mm M=1024 N=2048 K=6144 a=e4m3"
     # ncu evaluates `regex:tracekit@.+/` as domain regex "tracekit" and range regex ".+"
     assert re.search(".+", name)

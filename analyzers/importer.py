@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,73 @@ def _head(path: Path, n: int = 4096) -> bytes:
         return f.read(n)
 
 
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+_GZ_MAGIC = b"\x1f\x8b"
+COMPRESSED_SUFFIXES = (".xz", ".gz")
+MAX_DECOMPRESSED_BYTES = 32 << 30
+"""A compressed raw file that expands past this is refused (a decompression bomb, or not a profile)."""
+
+
+def plain_name(name: str) -> str:
+    """The file name without a compression suffix: ``probe.ncu-rep.xz`` -> ``probe.ncu-rep``."""
+    for suffix in COMPRESSED_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _compression(path: Path) -> str | None:
+    head = _head(path, 6)
+    if head.startswith(_XZ_MAGIC):
+        return "xz"
+    if head.startswith(_GZ_MAGIC):
+        return "gz"
+    return None
+
+
+@contextmanager
+def materialized(path: Path) -> Iterator[Path]:
+    """``path`` itself, or for an xz / gzip-compressed profile (``X.ncu-rep.xz``, ``X.sqlite.gz``) a temporary
+    decompressed copy under its plain name. Kineto traces are read compressed by their reader and pass through.
+    Samples keep their reports xz-compressed: an ncu report shrinks 5-40x."""
+    comp = _compression(path) if path.is_file() else None
+    if comp is None:
+        yield path
+        return
+    from .kineto import is_kineto_trace
+
+    if comp == "gz" and is_kineto_trace(path):
+        yield path
+        return
+    import gzip
+    import lzma
+    import tempfile
+    import zlib
+
+    opener = lzma.open if comp == "xz" else gzip.open
+    with tempfile.TemporaryDirectory(prefix="tracekit-raw-") as tmp:
+        target = Path(tmp) / plain_name(path.name)
+        written = 0
+        try:
+            with opener(path, "rb") as src, target.open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > MAX_DECOMPRESSED_BYTES:
+                        raise UnreadableFileError(
+                            path,
+                            f"expands past {MAX_DECOMPRESSED_BYTES >> 30} GiB",
+                            "decompress it yourself if it is real",
+                        )
+                    dst.write(chunk)
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise UnreadableFileError(
+                path, f"is a damaged {comp} file ({exc})", "re-compress or send the uncompressed file"
+            ) from exc
+        if written == 0:
+            raise UnreadableFileError(path, f"is an empty {comp} file (it holds no bytes)", "re-export it")
+        yield target
+
+
 def _is_jsonl_records(path: Path, columns: set[str]) -> bool:
     try:
         first = _head(path, 65536).split(b"\n", 1)[0]
@@ -52,7 +120,7 @@ def _is_jsonl_records(path: Path, columns: set[str]) -> bool:
     return isinstance(obj, dict) and len(columns & set(obj)) >= 3
 
 
-def detect_kind(path: Path) -> str:
+def _detect_plain(path: Path) -> str:
     """The kind of a profiler file, from its content: ``ncu``, ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``,
     ``measurements`` or ``failures``. Raises UnreadableFileError for anything else."""
     from .kineto import is_kineto_trace
@@ -140,7 +208,7 @@ def read_jsonl_records(path: Path, frame: str) -> Extract:
     return ex
 
 
-def read_file(path: Path, kind: str | None = None) -> Extract:
+def _read_plain(path: Path, kind: str | None = None) -> Extract:
     """Read one raw file into an Extract, by detected kind."""
     kind = kind or detect_kind(path)
     if kind == "ncu":
@@ -168,6 +236,22 @@ def read_file(path: Path, kind: str | None = None) -> Extract:
             f"run `nsys export --type sqlite -o {path.with_suffix('.sqlite')} {path}` and import the .sqlite",
         )
     raise UnreadableFileError(path, f"has unknown kind {kind!r}")
+
+
+def detect_kind(path: Path) -> str:
+    """The kind of a profiler file, from its content (compressed files by what they hold): ``ncu``,
+    ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``, ``measurements`` or ``failures``. Raises UnreadableFileError
+    for anything else."""
+    if path.is_file() and path.stat().st_size and _compression(path):
+        with materialized(path) as plain:
+            return _detect_plain(plain)
+    return _detect_plain(path)
+
+
+def read_file(path: Path, kind: str | None = None) -> Extract:
+    """Read one raw file (plain or xz / gzip-compressed) into an Extract, by detected kind."""
+    with materialized(path) as plain:
+        return _read_plain(plain, kind or _detect_plain(plain))
 
 
 # --- combining --------------------------------------------------------------------------------------------------
@@ -278,7 +362,9 @@ def _raw_files(run: Run) -> list[Path]:
     return sorted(
         p
         for p in run.raw_dir.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix not in _IGNORED_SUFFIXES
+        if p.is_file()
+        and not p.name.startswith(".")
+        and Path(plain_name(p.name)).suffix not in _IGNORED_SUFFIXES
     )
 
 
@@ -289,8 +375,11 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
     failed: list[dict[str, str]] = []
     warnings: list[str] = []
     files = _raw_files(run)
+    run.manifest["sources"] = []  # rebuilt from what raw/ holds now
     skipped = [
-        p.name for p in sorted(run.raw_dir.glob("*")) if p.is_file() and p.suffix in (".nsys-rep", ".qdstrm")
+        p.name
+        for p in sorted(run.raw_dir.glob("*"))
+        if p.is_file() and Path(plain_name(p.name)).suffix in (".nsys-rep", ".qdstrm")
     ]
     for path in files:
         rel = run.relative(path)
@@ -298,8 +387,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
             on_event(f"reading {path.name}")
         record: dict[str, Any] = {"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
         try:
-            kind = detect_kind(path)
-            ex = read_file(path, kind)
+            ex = read_file(path)
         except TracekitError as exc:
             record.update(kind=None, status="failed", message=exc.one_line())
             failed.append({"path": rel, "message": exc.one_line()})
@@ -311,8 +399,8 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
             extracts.append(ex)
         run.add_source(record)
     for name in skipped:
-        sqlite = run.raw_dir / (Path(name).stem + ".sqlite")
-        if not sqlite.exists():
+        stem = Path(plain_name(name)).stem
+        if not any((run.raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
             warnings.append(
                 f"{name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
             )

@@ -160,7 +160,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     try:  # the explainer adds % of peak and the verdict where it can
         from .explain import gemm_summary  # type: ignore[attr-defined]
 
-        extra = gemm_summary(frames)
+        extra = gemm_summary(frames, environment=run.manifest.get("environment"))
     except ImportError:
         extra = None
     gemm_rows = _records(gemms)

@@ -5,8 +5,14 @@ A GEMM comes from one of three places, in this order of preference for a given r
 1. a ``measurements`` row (``tracekit bench gemm``: CUDA-graph timing with the NVML sample beside it);
 2. a tracekit ``gemm`` range on a timeline (``ranges`` joined to its ``kernels``): instances of the same name
    under the same parent range are one GEMM; kernels of its descendant ``aux`` ranges, and kernels whose names
-   say quantize / split-K reduce / swizzle, are auxiliary and timed apart; idle time between its kernels (and
-   between consecutive instances, when no other kernel ran there) is its launch gap;
+   say quantize / split-K reduce / swizzle, are auxiliary and timed apart; so are the kernels of ``aux`` ranges
+   outside any GEMM range that name the same backend, M and K (a quantize step launched before the GEMM, as
+   ``tracekit bench gemm`` and instrumented quantize functions do), counted once per GEMM launch at their median
+   kernel time per instance; idle time between its kernels (and between consecutive instances, when no other
+   kernel ran there) is its launch gap. Times are those of the median instance, so one cold first launch does
+   not set them. When a measurement of the same range was timed with CUDA events (under
+   a profiler, where host overhead enters every launch's time), the timeline's kernel times replace it: the GPU's
+   own record of main, auxiliary and idle time is the better evidence; CUDA-graph measurements keep theirs;
 3. Nsight Compute rows (``ncu``): grouped by their NVTX range when it names a GEMM (tracekit's names or the
    older ``gemm/<dtype>/M=..,N=..,K=..``), else every profiled kernel on its own.
 
@@ -21,6 +27,7 @@ import bisect
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +83,8 @@ class GemmCase:
     dtype_out: str | None = None
     scale: str | None = None
     launches: int = 1
+    time_source: str | None = None  # where main / aux / gap times came from (shown as evidence)
+    timing: str | None = None  # a measurement's timing method: cuda-graph | events
     main_ns: float | None = None
     aux_ns: float = 0.0
     gap_ns: float = 0.0
@@ -222,6 +231,21 @@ def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
         "dtype_out": f.get("out"),
         "scale": f.get("scale"),
     }
+
+
+def aux_key(name: str | None) -> tuple[str, int, int] | None:
+    """(backend, M, K) of a tracekit ``aux`` range name: the GEMM it serves has the same three; None otherwise."""
+    decoded = naming.decode(name) if name else None
+    if decoded is None or decoded.kind != "aux":
+        return None
+    backend, m, k = decoded.fields.get("backend"), decoded.get_int("M"), decoded.get_int("K")
+    return (backend, m, k) if backend and m is not None and k is not None else None
+
+
+def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
+    return (
+        (case.backend, case.m, case.k) if case.backend and case.m is not None and case.k is not None else None
+    )
 
 
 _NAME_CLASS = (
@@ -401,14 +425,19 @@ def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules
 
 def _ncu_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, metrics: dict, rules: dict
-) -> tuple[dict[str, list[dict]], list[GemmCase]]:
-    """ncu rows grouped by GEMM range name, and cases for kernels with no GEMM range (one per kernel)."""
+) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase]]:
+    """ncu rows grouped by GEMM range name, rows of tracekit ``aux`` ranges grouped by range name (auxiliary
+    kernels of a GEMM, never GEMMs themselves), and cases for kernels with no such range (one per kernel)."""
     ncu = frames.get("ncu")
     by_range: dict[str, list[dict]] = {}
+    aux_rows: dict[str, list[dict]] = {}
     loose: list[GemmCase] = []
     if ncu is None or ncu.height == 0:
-        return by_range, loose
+        return by_range, aux_rows, loose
     for row in ncu.sort("ncu_id").iter_rows(named=True):
+        if aux_key(row.get("nvtx_range")) is not None:
+            aux_rows.setdefault(row["nvtx_range"], []).append(row)
+            continue
         parsed = parse_gemm_name(row.get("nvtx_range"))
         if parsed is None and row.get("nvtx_stack"):
             try:
@@ -431,7 +460,7 @@ def _ncu_cases(
         _attach_ncu(case, [row], metrics, rules)
         _estimate_achieved(case)
         loose.append(case)
-    return by_range, loose
+    return by_range, aux_rows, loose
 
 
 def _estimate_achieved(case: GemmCase) -> None:
@@ -470,6 +499,58 @@ def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
             if kind.get(cur) == "aux":
                 aux = True
             cur, depth = parent.get(cur), depth + 1
+    return out
+
+
+def _free_aux(ranges: pl.DataFrame, owner: dict[int, tuple[int, bool]]) -> dict[int, int]:
+    """range_id -> the outermost ``aux`` range enclosing it, for ranges under no GEMM range."""
+    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    out: dict[int, int] = {}
+    for rid in kind:
+        if rid in owner:
+            continue
+        cur, top, depth = rid, None, 0
+        while cur is not None and depth < 64:
+            if kind.get(cur) == "aux":
+                top = cur
+            cur, depth = parent.get(cur), depth + 1
+        if top is not None:
+            out[rid] = top
+    return out
+
+
+def _free_aux_time(
+    ranges: pl.DataFrame, kernels: pl.DataFrame, owner: dict[int, tuple[int, bool]]
+) -> dict[tuple[str, int, int], tuple[float, dict[str, int]]]:
+    """Per (backend, M, K): the auxiliary kernel time one GEMM launch carries from ``aux`` ranges outside GEMM
+    ranges (per aux range name, the median kernel time of its instances that launched kernels, summed over names:
+    a quantize and a swizzle step both count), and the aux kernels' names with their launch counts."""
+    free = _free_aux(ranges, owner)
+    if not free:
+        return {}
+    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
+    ks = kernels.filter(pl.col("range_id").is_in(list(free))).select("range_id", "name", "duration_ns")
+    per_instance: dict[int, float] = {}
+    kernel_names: dict[str, dict[str, int]] = {}
+    for r in ks.iter_rows(named=True):
+        top = free[r["range_id"]]
+        per_instance[top] = per_instance.get(top, 0.0) + (r["duration_ns"] or 0)
+        counts = kernel_names.setdefault(names[top], {})
+        counts[r["name"]] = counts.get(r["name"], 0) + 1
+    by_name: dict[str, list[float]] = {}
+    for top, ns in per_instance.items():
+        by_name.setdefault(names[top], []).append(ns)
+    out: dict[tuple[str, int, int], tuple[float, dict[str, int]]] = {}
+    for name, times in by_name.items():
+        key = aux_key(name)
+        if key is None:
+            continue
+        total, counts = out.get(key, (0.0, {}))
+        for kname, c in kernel_names.get(name, {}).items():
+            counts[kname] = counts.get(kname, 0) + c
+        out[key] = (total + statistics.median(times), counts)
     return out
 
 
@@ -528,7 +609,20 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         case = GemmCase(origin="range", name=name, context=ctx, **parsed)
         case.device = device
         case.range_ids = rids
-        main_total = aux_total = gap_total = 0
+        rows_all = [r for rid in rids for r in per_instance[rid]]
+        if not any(
+            r["role"] == "main" for r in rows_all
+        ):  # only aux-looking kernels: the longest is the GEMM
+            main_name = max(rows_all, key=lambda r: r["duration_ns"])["name"]
+            for r in rows_all:
+                if r["name"] == main_name:
+                    r["role"] = "main"
+        # Per instance: own kernel time, auxiliary kernel time, idle time (inside the range, and since the
+        # previous instance when nothing else ran in between). The median instance is reported: one cold
+        # first launch (module load, a lazily created handle) must not set the typical launch's numbers.
+        mains: list[float] = []
+        auxs: list[float] = []
+        gaps: list[float] = []
         aux_names: dict[str, int] = {}
         main_rows: list[dict] = []
         prev_end: int | None = None
@@ -536,36 +630,30 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         for rid in rids:
             rows = per_instance[rid]
             intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
-            span = max(e for _, e in intervals) - min(s for s, _ in intervals)
-            busy = _union_busy(intervals)
-            gap_total += max(span - busy, 0)
+            first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
+            gap = max(last - first - _union_busy(intervals), 0)
+            main_i = aux_i = 0
             for r in rows:
                 if r["role"] == "aux":
-                    aux_total += r["duration_ns"]
+                    aux_i += r["duration_ns"]
                     aux_names[r["name"]] = aux_names.get(r["name"], 0) + 1
                 else:
-                    main_total += r["duration_ns"]
+                    main_i += r["duration_ns"]
                     main_rows.append(r)
-            first = min(s for s, _ in intervals)
             dev = rows[0]["device"]
             if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
                 dev_starts = starts.get(dev, [])
                 i = bisect.bisect_right(dev_starts, prev_end)
                 if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
-                    gap_total += first - prev_end
-            prev_end, prev_dev = max(e for _, e in intervals), dev
-        if not main_rows:  # only aux-looking kernels: the longest is the GEMM
-            longest = max((r for rid in rids for r in per_instance[rid]), key=lambda r: r["duration_ns"])
-            longest["role"] = "main"
-            main_rows = [longest]
-            main_total += longest["duration_ns"]
-            aux_total -= longest["duration_ns"]
-            aux_names.pop(longest["name"], None)
-        n = len(rids)
-        case.launches = n
-        case.main_ns = main_total / n
-        case.aux_ns = max(aux_total, 0) / n
-        case.gap_ns = gap_total / n
+                    gap += first - prev_end
+            prev_end, prev_dev = last, dev
+            mains.append(main_i)
+            auxs.append(aux_i)
+            gaps.append(gap)
+        case.launches = len(rids)
+        case.main_ns = statistics.median(mains)
+        case.aux_ns = statistics.median(auxs)
+        case.gap_ns = statistics.median(gaps)
         case.aux_kernels = sorted(aux_names)
         top = max(main_rows, key=lambda r: r["duration_ns"])
         case.main_kernel = top["name"]
@@ -578,7 +666,15 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         case.registers_per_thread = top.get("registers_per_thread")
         smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
         case.smem_per_block_bytes = smem or None
+        case.time_source = "timeline: kernel durations and idle time inside the GEMM's ranges"
         cases.append(case)
+    free_aux = _free_aux_time(ranges, kernels, owner)
+    for case in cases:
+        key = _gemm_key(case)
+        if key is not None and key in free_aux:
+            ns, counts = free_aux[key]
+            case.aux_ns += ns
+            case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
     return cases
 
 
@@ -605,6 +701,10 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
         )
         case.device = device
         case.measurement_id = r.get("measurement_id")
+        case.timing = r.get("timing")
+        case.time_source = (
+            f"measurement: {case.timing or 'timed'}, median of {r.get('repeats') or '?'} repeats"
+        )
         if r.get("time_us"):
             case.main_ns = r["time_us"] * 1e3
         if r.get("aux_time_us"):
@@ -619,6 +719,50 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
 
 
 # --- all together ------------------------------------------------------------------------------------------------
+_LAUNCH_FIELDS = ("main_kernel", "grid_size", "block_size", "registers_per_thread", "smem_per_block_bytes")
+
+
+def _merge_timeline(mc: GemmCase, tc: GemmCase) -> None:
+    """A measurement and the timeline of the same range. CUDA-graph timing keeps its times (the timeline, often
+    taken under a profiler, lends kernel names and launch configuration); events timing under a profiler carries
+    host overhead in every launch, so the timeline's kernel, auxiliary and idle times replace it."""
+    if mc.timing != "cuda-graph":
+        mc.main_ns, mc.aux_ns, mc.gap_ns, mc.launches = tc.main_ns, tc.aux_ns, tc.gap_ns, tc.launches
+        mc.time_source = f"{tc.time_source} (the {mc.timing or 'untimed'} measurement of the same range is kept as evidence)"
+        mc.aux_kernels = tc.aux_kernels
+    elif not mc.aux_kernels:
+        mc.aux_kernels = tc.aux_kernels
+    mc.range_ids = tc.range_ids
+    for f in _LAUNCH_FIELDS:
+        if getattr(mc, f) is None:
+            setattr(mc, f, getattr(tc, f))
+
+
+def _attach_ncu_aux(cases: list[GemmCase], ncu_aux: dict[str, list[dict]]) -> None:
+    """Profiled kernels of ``aux`` ranges: named as the auxiliary kernels of the GEMMs with the same backend, M
+    and K; for GEMMs known only from ncu, their time too (per aux range name, the summed duration over the number
+    of instances, an instance being one launch of each distinct kernel the range holds)."""
+    by_key: dict[tuple[str, int, int], tuple[float, set[str]]] = {}
+    for name, rows in ncu_aux.items():
+        key = aux_key(name)
+        if key is None:
+            continue
+        kernel_names = [r.get("name") or "" for r in rows]
+        distinct = set(kernel_names)
+        instances = max(kernel_names.count(n) for n in distinct)
+        ns = sum(r.get("duration_ns") or 0.0 for r in rows) / instances
+        total, names = by_key.get(key, (0.0, set()))
+        by_key[key] = (total + ns, names | distinct)
+    for case in cases:
+        key = _gemm_key(case)
+        if key is None or key not in by_key:
+            continue
+        ns, names = by_key[key]
+        if case.origin == "ncu":
+            case.aux_ns += ns
+        case.aux_kernels = sorted(set(case.aux_kernels) | names)
+
+
 def build_cases(
     frames: dict[str, pl.DataFrame],
     *,
@@ -628,22 +772,16 @@ def build_cases(
     """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
     device = _device_from_frames(frames, environment)
     metrics, rules = _ncu_evidence(frames)
-    ncu_by_range, loose = _ncu_cases(frames, device, metrics, rules)
+    ncu_by_range, ncu_aux, loose = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)
-    seen = {c.name for c in cases}
+    measured: dict[str, list[GemmCase]] = {}
+    for mc in cases:
+        measured.setdefault(mc.name, []).append(mc)
     for case in _range_cases(frames, device):
-        if case.name in seen:
-            # The benchmark's timing wins; the timeline lends its launch configuration.
-            for mc in cases:
-                if mc.name == case.name and mc.grid_size is None:
-                    mc.main_kernel, mc.aux_kernels = case.main_kernel, case.aux_kernels
-                    mc.grid_size, mc.block_size = case.grid_size, case.block_size
-                    mc.registers_per_thread, mc.smem_per_block_bytes = (
-                        case.registers_per_thread,
-                        case.smem_per_block_bytes,
-                    )
-            continue
-        cases.append(case)
+        for mc in measured.get(case.name, []):
+            _merge_timeline(mc, case)
+        if case.name not in measured:
+            cases.append(case)
     names = {c.name for c in cases}
     for name, rows in ncu_by_range.items():
         if name in names:
@@ -661,8 +799,10 @@ def build_cases(
         case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / len(mains)
         case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / len(mains)
         case.aux_kernels = sorted({r.get("name") for r in auxs if r.get("name")})
+        case.time_source = "Nsight Compute: duration of each profiled launch (kernel replay)"
         _attach_ncu(case, rows, metrics, rules)
         cases.append(case)
+    _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
     for case in cases:
         if case.device is None:

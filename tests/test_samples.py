@@ -95,3 +95,78 @@ def test_bench_sample_records_every_fp4_failure_in_full(capsys: pytest.CaptureFi
     assert 600 < tf[("torch-bf16", 4096, 2048)] < 989.4
     assert tf[("torch-fp8-tensorwise", 4096, 2048)] > tf[("torch-bf16", 4096, 2048)]
     assert all(g["pct_of_peak"] is not None for g in show["gemms"])
+
+
+def _per_range_kernel_ns(
+    frames: dict[str, pl.DataFrame], name_part: str, kind: str, kernel_prefix: str = ""
+) -> pl.Series:
+    """Kernel time summed per range instance (ranges of ``kind`` whose name holds ``name_part``), by SQL-like
+    polars on the frames: an independent route to the numbers the explainer reports."""
+    ranges = frames["ranges"].filter(
+        (pl.col("range_kind") == kind) & pl.col("name").str.contains(name_part, literal=True)
+    )
+    per = (
+        frames["kernels"]
+        .filter(pl.col("name").str.starts_with(kernel_prefix))
+        .join(ranges.select("range_id"), on="range_id")
+        .group_by("range_id")
+        .agg(pl.col("duration_ns").sum())
+    )
+    return per["duration_ns"]
+
+
+def test_capture_sample_explained_from_its_timeline() -> None:
+    """The sweep ran under nsys with CUDA events, so host overhead entered each timed launch; the explainer takes
+    the GPU's own record instead: per launch, the median instance's kernel time, the quantize step's kernels
+    (an ``aux`` range before the GEMM, same backend, M and K) and the idle time."""
+    from tracekit.analyzers.explain import explain
+
+    run = open_run(SAMPLES / "h200-capture-gemm")
+    fr = load_frames(run)
+    wfs = {w.case.name: w for w in explain(fr, environment=run.manifest.get("environment"))}
+    # only the four GEMMs: the quantize kernels ncu profiled inside aux ranges are not GEMMs of their own
+    assert len(wfs) == 4 and all(n.startswith("gemm ") for n in wfs)
+    fp8 = next(w for n, w in wfs.items() if "fp8" in n and " M=4096 " in n)
+    quant = _per_range_kernel_ns(fr, "backend=torch-fp8-tensorwise op=fp8_quantize M=4096 K=6144", "aux")
+    assert quant.len() > 3
+    assert fp8.case.aux_ns == pytest.approx(quant.median())
+    gemm = _per_range_kernel_ns(fr, "torch-fp8-tensorwise op=scaled_mm M=4096 ", "gemm")
+    assert fp8.case.main_ns == pytest.approx(gemm.median())
+    assert fp8.case.time_source.startswith("timeline")
+    # the naive eager quantizer (bf16 -> fp32 -> amax -> scale -> e4m3, 12 kernels) costs more than the GEMM
+    assert fp8.verdict.name == "aux kernels"
+    assert any("reduce_kernel" in k for k in fp8.case.aux_kernels)
+    assert fp8.complete
+    bf16 = next(w for n, w in wfs.items() if "bf16" in n and " M=16 " in n)
+    assert bf16.case.main_ns == pytest.approx(
+        _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "nvjet_").median()
+    )
+    # cuBLAS split K at M = 16: its reduce kernel is auxiliary
+    assert bf16.case.aux_ns == pytest.approx(
+        _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "void cublasLt::splitKreduce").median()
+    )
+    # the cold first launch (13.7 ms in its range) does not set the typical launch's idle time
+    assert bf16.case.gap_ns < 50_000
+
+
+def test_capture_sample_ncu_alone_keeps_quantize_kernels_auxiliary() -> None:
+    """From the ncu report alone (no timeline, no measurements): the profiled quantize kernels of the fp8
+    GEMMs' aux ranges are that GEMM's auxiliary time, not GEMMs of their own."""
+    from tracekit.analyzers.explain import explain
+    from tracekit.frames import SPECS
+
+    fr = load_frames(open_run(SAMPLES / "h200-capture-gemm"))
+    only = {
+        name: (df if name.startswith("ncu") or name == "devices" else SPECS[name].empty())
+        for name, df in fr.items()
+    }
+    wfs = explain(only)
+    assert {w.case.origin for w in wfs} == {"ncu"} and len(wfs) == 4
+    ncu = fr["ncu"]
+    fp8 = next(w for w in wfs if "fp8" in w.case.name and w.case.m == 4096)
+    quant = ncu.filter(pl.col("nvtx_range").str.contains("fp8_quantize M=4096", literal=True))
+    instances = quant["name"].value_counts()["count"].max()  # each instance launches each of its kernels once
+    assert fp8.case.aux_ns == pytest.approx(quant["duration_ns"].sum() / instances)
+    assert set(quant["name"].to_list()) <= set(fp8.case.aux_kernels)
+    bf16 = next(w for w in wfs if "bf16" in w.case.name and w.case.m == 4096)
+    assert bf16.case.aux_ns == 0

@@ -6,8 +6,8 @@ A GEMM comes from one of three places, in this order of preference for a given r
 2. a tracekit ``gemm`` range on a timeline (``ranges`` joined to its ``kernels``): instances of the same name
    under the same parent range are one GEMM; kernels of its descendant ``aux`` ranges, and kernels whose names
    say quantize / split-K reduce / swizzle, are auxiliary and timed apart; so are the kernels of ``aux`` ranges
-   outside any GEMM range that name the same backend, M and K (a quantize step launched before the GEMM, as
-   ``tracekit bench gemm`` and instrumented quantize functions do), counted once per GEMM launch at their median
+   outside any GEMM range that name the same M and K and the same backend or its family (a quantize step
+   launched before the GEMM, as ``tracekit bench gemm`` and instrumented quantize functions do), counted once per GEMM launch at their median
    kernel time per instance; idle time between its kernels (and between consecutive instances, when no other
    kernel ran there) is its launch gap. Times are those of the median instance, so one cold first launch does
    not set them. When a measurement of the same range was timed with CUDA events (under
@@ -246,6 +246,13 @@ def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
     return (
         (case.backend, case.m, case.k) if case.backend and case.m is not None and case.k is not None else None
     )
+
+
+def _serves(aux: tuple[str, int, int], gemm: tuple[str, int, int]) -> bool:
+    """Whether an aux range's (backend, M, K) feeds a GEMM's: same M and K, and the same backend or its family
+    (an instrumented ``flashinfer.fp4_quantize`` names ``flashinfer-fp4``; the GEMM after it,
+    ``flashinfer-fp4-cutlass``)."""
+    return aux[1:] == gemm[1:] and (gemm[0] == aux[0] or gemm[0].startswith(aux[0] + "-"))
 
 
 _NAME_CLASS = (
@@ -671,10 +678,10 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
     free_aux = _free_aux_time(ranges, kernels, owner)
     for case in cases:
         key = _gemm_key(case)
-        if key is not None and key in free_aux:
-            ns, counts = free_aux[key]
-            case.aux_ns += ns
-            case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
+        for akey, (ns, counts) in free_aux.items() if key is not None else ():
+            if _serves(akey, key):
+                case.aux_ns += ns
+                case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
     return cases
 
 
@@ -755,12 +762,12 @@ def _attach_ncu_aux(cases: list[GemmCase], ncu_aux: dict[str, list[dict]]) -> No
         by_key[key] = (total + ns, names | distinct)
     for case in cases:
         key = _gemm_key(case)
-        if key is None or key not in by_key:
-            continue
-        ns, names = by_key[key]
-        if case.origin == "ncu":
-            case.aux_ns += ns
-        case.aux_kernels = sorted(set(case.aux_kernels) | names)
+        for akey, (ns, names) in by_key.items() if key is not None else ():
+            if not _serves(akey, key):
+                continue
+            if case.origin == "ncu":
+                case.aux_ns += ns
+            case.aux_kernels = sorted(set(case.aux_kernels) | names)
 
 
 def build_cases(

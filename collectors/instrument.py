@@ -9,6 +9,11 @@ torch                     ``torch.matmul``, ``torch.mm``, ``torch.addmm``, ``tor
 flashinfer                ``mm_fp4``, ``bmm_fp8``, ``mm_fp8``, ``gemm_fp8_nt_groupwise`` (as ``flashinfer.X`` and
                           ``flashinfer.gemm.X``)
 sgl_kernel                ``cutlass_scaled_fp4_mm``, ``fp8_scaled_mm``
+quantize steps (aux)      ``flashinfer.fp4_quantize`` / ``nvfp4_quantize`` / ``mxfp4_quantize``,
+                          ``sgl_kernel.scaled_fp4_quant`` / ``sgl_per_token_quant_fp8`` / ``sgl_per_tensor_quant_fp8``
+                          / ``sgl_per_token_group_quant_fp8``: an ``aux role=quantize`` range named with the
+                          backend family and the M, K of the activation, which the explainer counts as the
+                          auxiliary kernels of the GEMM of that family, M and K
 ========================  ==================================================================================
 
 M, N, K come from the operand shapes (FP4 operands are packed two to a byte: K is twice the stored columns),
@@ -126,6 +131,9 @@ class Target:
     operands: tuple[int, int] | None = None
     """Positions of the two operands when the range depends on nothing else: the wrapper then caches the
     scope per (shapes, dtypes, devices) and skips ``describe`` after the first call of a shape."""
+    gemm: bool = True
+    """False for an auxiliary step (an activation quantize): its ``aux`` range neither counts against the ncu
+    budget of GEMM ranges nor hides the GEMM range that follows."""
 
     @property
     def label(self) -> str:
@@ -414,6 +422,25 @@ def _describe_sgl_fp8(args: tuple[Any, ...], kwargs: dict[str, Any]):
     )
 
 
+def _describe_quantize(backend: str, op: str, out: str, arg: str = "input") -> Describe:
+    """An activation quantize ``f(x [..., K], ...)``: an ``aux role=quantize`` range named with the backend
+    family and the M, K of the GEMM it feeds (the explainer joins them on backend, M and K)."""
+
+    def describe(args: tuple[Any, ...], kwargs: dict[str, Any]):
+        x = _arg(args, kwargs, 0, arg)
+        try:
+            shape, dt = tuple(x.shape), _dt(x.dtype)
+        except AttributeError:
+            return None
+        if len(shape) < 1:
+            return None
+        m, k = _numel(shape[:-1]), int(shape[-1])
+        key = ("quantize", backend, op, shape, dt)
+        return key, lambda: ranges.aux_name("quantize", backend=backend, op=op, M=m, K=k, a=dt, out=out)
+
+    return describe
+
+
 TARGETS: tuple[Target, ...] = (
     Target("torch", "matmul", _describe_matmul("matmul"), torch_like=True, operands=(0, 1)),
     Target("torch", "Tensor.__matmul__", _describe_matmul("matmul"), torch_like=True, operands=(0, 1)),
@@ -432,6 +459,46 @@ TARGETS: tuple[Target, ...] = (
     Target("flashinfer", "gemm.gemm_fp8_nt_groupwise", _describe_fi_groupwise),
     Target("sgl_kernel", "cutlass_scaled_fp4_mm", _describe_sgl_fp4),
     Target("sgl_kernel", "fp8_scaled_mm", _describe_sgl_fp8),
+    # activation quantize steps: auxiliary kernels of the GEMM that follows
+    Target(
+        "flashinfer", "fp4_quantize", _describe_quantize("flashinfer-fp4", "fp4_quantize", "e2m1"), gemm=False
+    ),
+    Target(
+        "flashinfer",
+        "nvfp4_quantize",
+        _describe_quantize("flashinfer-fp4", "nvfp4_quantize", "e2m1", "a"),
+        gemm=False,
+    ),
+    Target(
+        "flashinfer",
+        "mxfp4_quantize",
+        _describe_quantize("flashinfer-fp4", "mxfp4_quantize", "e2m1", "a"),
+        gemm=False,
+    ),
+    Target(
+        "sgl_kernel",
+        "scaled_fp4_quant",
+        _describe_quantize("sgl-fp4", "scaled_fp4_quant", "e2m1"),
+        gemm=False,
+    ),
+    Target(
+        "sgl_kernel",
+        "sgl_per_token_quant_fp8",
+        _describe_quantize("sgl-fp8", "per_token_quant_fp8", "e4m3"),
+        gemm=False,
+    ),
+    Target(
+        "sgl_kernel",
+        "sgl_per_tensor_quant_fp8",
+        _describe_quantize("sgl-fp8", "per_tensor_quant_fp8", "e4m3"),
+        gemm=False,
+    ),
+    Target(
+        "sgl_kernel",
+        "sgl_per_token_group_quant_fp8",
+        _describe_quantize("sgl-fp8", "per_token_group_quant_fp8", "e4m3"),
+        gemm=False,
+    ),
 )
 """Every entry point ``instrument()`` knows, in the order it wraps them."""
 
@@ -458,7 +525,7 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
     def scope_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             described = describe(args, kwargs)
-            return None if described is None else range_for(described[0], described[1])
+            return None if described is None else range_for(described[0], described[1], is_gemm=target.gemm)
         except Exception:  # naming must never break the user's call
             return None
 

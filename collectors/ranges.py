@@ -410,12 +410,17 @@ def gemm_name(
     return encode("gemm", backend=backend, op=op, M=m, N=n, K=k, a=a, b=b, out=out, scale=scale, **extra)
 
 
+def aux_name(role: str, **fields: object) -> str:
+    """The name :func:`aux_range` pushes: ``aux role=.. [fields]``."""
+    return encode("aux", role=role, **fields)
+
+
 def aux_range(role: str, **fields: object) -> RangeScope:
     """An ``aux`` range (activation quantize, scale swizzle, split-K reduce): ``aux role=.. [fields]``."""
     key = ("aux", role, *fields.items())
     scope = _CACHE.get(key)
     if scope is None:
-        return range_for(key, lambda: encode("aux", role=role, **fields), is_gemm=False)
+        return range_for(key, lambda: aux_name(role, **fields), is_gemm=False)
     return scope
 
 

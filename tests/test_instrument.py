@@ -310,3 +310,42 @@ def test_lazy_wraps_on_first_import(tmp_path, monkeypatch, sink):
 
 def test_site_dir_holds_sitecustomize():
     assert (I.site_dir() / "sitecustomize.py").is_file()
+
+
+def test_quantize_steps_get_aux_ranges_that_the_explainer_joins(monkeypatch, sink):
+    """An instrumented ``flashinfer.fp4_quantize`` / ``sgl_kernel.scaled_fp4_quant`` pushes an ``aux`` range named
+    with the backend family and the activation's M, K; the explainer's join takes it as the auxiliary step of the
+    GEMM of that family, M and K that follows, and of no other."""
+    from tracekit.analyzers.gemm import GemmCase, _gemm_key, _serves, aux_key
+
+    fi = types.ModuleType("flashinfer")
+    fi.fp4_quantize, fi.mm_fp4 = _seen, _seen
+    sgl = types.ModuleType("sgl_kernel")
+    sgl.scaled_fp4_quant, sgl.sgl_per_token_group_quant_fp8 = _seen, _seen
+    monkeypatch.setitem(sys.modules, "flashinfer", fi)
+    monkeypatch.setitem(sys.modules, "sgl_kernel", sgl)
+    wrapped = I.instrument(torch=False)
+    assert {"flashinfer.fp4_quantize", "sgl_kernel.scaled_fp4_quant"} <= set(wrapped)
+
+    fi.fp4_quantize(T(2, 8, 6144), T(dtype=FP32))  # [..., K]: M counts every leading row
+    fi.fp4_quantize(T(2, 8, 6144), T(dtype=FP32))
+    sgl.sgl_per_token_group_quant_fp8(T(16, 6144), T(16, 6144, dtype=E4M3), T(16, 48, dtype=FP32), 128)
+    names = [n for _, n in sink.pushes()]
+    assert len(names) == 3 and not ranges.gemm_open()
+    fi_aux = decode(names[0])
+    assert fi_aux is not None and fi_aux.kind == "aux"
+    assert (fi_aux.fields["role"], fi_aux.fields["backend"], fi_aux.fields["M"], fi_aux.fields["K"]) == (
+        "quantize",
+        "flashinfer-fp4",
+        "16",
+        "6144",
+    )
+    gemm = GemmCase(origin="range", name="g", backend="flashinfer-fp4-cutlass", m=16, n=2048, k=6144)
+    assert _serves(aux_key(names[0]), _gemm_key(gemm))
+    other = GemmCase(origin="range", name="g", backend="flashinfer-fp4-cutlass", m=32, n=2048, k=6144)
+    assert not _serves(aux_key(names[0]), _gemm_key(other))
+    assert not _serves(aux_key(names[2]), _gemm_key(gemm))  # sgl-fp8 feeds no FlashInfer GEMM
+    # aux ranges do not count as GEMM ranges: a GEMM launched inside one still gets its own range
+    scope = ranges.range_for(("quantize", "flashinfer-fp4"), lambda: names[0], is_gemm=False)
+    with scope:
+        assert not ranges.gemm_open()

@@ -8,7 +8,7 @@ was searched and how to fix it.
 
 The nsys copy shipped inside Nsight Compute cannot turn its ``.qdstrm`` into a report: its ``QdstrmImporter``
 needs ``libdw.so.1``/``libelf.so.1`` (DEVICE.md). ``check_nsys_importer`` detects that before a capture starts;
-``TRACEKIT_NSYS_LIBS=DIR`` names a folder holding the two libraries (made by ``tools/nsys-libs.sh``) which the
+``TRACEKIT_NSYS_LIBS=DIR`` names a folder holding the two libraries (libdw.so.1, libelf.so.1) which the
 capture prepends to ``LD_LIBRARY_PATH`` for nsys.
 
 The command builders are pure functions, so tests pin the exact lists. This module imports only the standard
@@ -69,8 +69,9 @@ _FIX_NSYS = (
     "(Nsight Compute ships a copy at /opt/nvidia/nsight-compute/<version>/host/target-linux-x64/nsys)"
 )
 _FIX_LIBDW = (
-    "run tools/nsys-libs.sh DIR where a package registry is reachable (it fetches libdw.so.1 and libelf.so.1), "
-    "copy DIR to this machine and export TRACEKIT_NSYS_LIBS=DIR (or add DIR to LD_LIBRARY_PATH)"
+    "install elfutils' libdw1 and libelf1 (apt-get install libdw1 libelf1); without a package manager, fetch them "
+    "where one works (apt-get download libdw1 libelf1; dpkg-deb -x each .deb into DIR), copy libdw.so.1 and "
+    "libelf.so.1 to this machine and export TRACEKIT_NSYS_LIBS=DIR (or add DIR to LD_LIBRARY_PATH)"
 )
 
 

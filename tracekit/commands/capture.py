@@ -35,8 +35,8 @@ Missing tools (exit 3):
   ncu:  comes with the CUDA toolkit (/usr/local/cuda/bin/ncu); else --ncu-path or TRACEKIT_NCU=PATH
   nsys: Nsight Systems, or the copy inside Nsight Compute
         (/opt/nvidia/nsight-compute/<v>/host/target-linux-x64/nsys); else --nsys-path or TRACEKIT_NSYS=PATH.
-        If that copy writes only a .qdstrm (libdw.so.1 missing): run tools/nsys-libs.sh DIR where a package
-        registry is reachable, bring DIR along and export TRACEKIT_NSYS_LIBS=DIR.
+        If that copy writes only a .qdstrm (libdw.so.1 missing): apt-get install libdw1 libelf1, or put
+        libdw.so.1 and libelf.so.1 in a folder DIR and export TRACEKIT_NSYS_LIBS=DIR.
   ncu ERR_NVGPUCTRPERM: run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0.
 
 \b

@@ -9,6 +9,10 @@ torch                     ``torch.matmul``, ``torch.mm``, ``torch.addmm``, ``tor
 flashinfer                ``mm_fp4``, ``bmm_fp8``, ``mm_fp8``, ``gemm_fp8_nt_groupwise`` (as ``flashinfer.X`` and
                           ``flashinfer.gemm.X``)
 sgl_kernel                ``cutlass_scaled_fp4_mm``, ``fp8_scaled_mm``
+grouped / MoE             ``torch._grouped_mm``, ``torch._scaled_grouped_mm``, FlashInfer ``cutlass_fused_moe``,
+                          ``trtllm_fp4_block_scale_moe``, sgl-kernel ``fp8_blockwise_scaled_grouped_mm``,
+                          ``cutlass_fp4_group_mm``: ``moe`` ranges, per-expert counts in a sidecar
+                          (tracekit.collectors.moe_ranges)
 ========================  ==================================================================================
 
 M, N, K come from the operand shapes (FP4 operands are packed two to a byte: K is twice the stored columns),
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import ranges
+from tracekit.collectors.moe_ranges import moe_targets
 from tracekit.naming import canonical_dtype
 
 __all__ = ["TARGETS", "instrument", "instrumented", "site_dir", "uninstrument"]
@@ -126,6 +131,9 @@ class Target:
     operands: tuple[int, int] | None = None
     """Positions of the two operands when the range depends on nothing else: the wrapper then caches the
     scope per (shapes, dtypes, devices) and skips ``describe`` after the first call of a shape."""
+    record: Callable[[tuple[Any, ...], dict[str, Any], Any], None] | None = None
+    """Called after each wrapped launch with (args, kwargs, scope): MoE targets record their per-expert token
+    counts in the routing sidecar (tracekit.collectors.moe_ranges)."""
 
     @property
     def label(self) -> str:
@@ -433,6 +441,7 @@ TARGETS: tuple[Target, ...] = (
     Target("sgl_kernel", "cutlass_scaled_fp4_mm", _describe_sgl_fp4),
     Target("sgl_kernel", "fp8_scaled_mm", _describe_sgl_fp8),
 )
+TARGETS += moe_targets(Target)  # grouped / MoE entry points: tracekit.collectors.moe_ranges
 """Every entry point ``instrument()`` knows, in the order it wraps them."""
 
 
@@ -491,6 +500,7 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
                 return fn(*args, **kwargs)
 
     else:
+        record = target.record
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if R._gemm_depth or compiling():
@@ -499,7 +509,11 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
             if scope is None:
                 return fn(*args, **kwargs)
             with scope:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            if record is not None:
+                with contextlib.suppress(Exception):  # recording must never break the user's call
+                    record(args, kwargs, scope)
+            return result
 
     with contextlib.suppress(AttributeError, TypeError):  # builtins lacking some attributes
         functools.update_wrapper(wrapper, fn, updated=())

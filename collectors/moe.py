@@ -31,11 +31,11 @@ Per-expert time: a grouped launch is one kernel, so its experts are not timed ap
 attributed to experts by the analyzer (analyzers/moe.py: in proportion to each expert's CTA tiles). The loop
 backends time each distinct per-expert row count on its own (a dense ``m x N x K`` GEMM on a cold expert weight,
 rotated over enough experts to defeat the L2), which is both each expert's measured time and the time-vs-M curve
-the what-if analysis reads; those curve points are written to ``raw/measurements.jsonl`` as GEMM measurements.
+the what-if analysis reads; those curve points are written to ``raw/moe_curve.jsonl`` (the keys of a GEMM measurement).
 
 Worker: ``python -m tracekit.collectors.moe --backend NAME --cases raw/moe_cases.json --ids 0,1 --out EVENTS``
 speaks the event protocol of tracekit.collectors.worker; measurement rows go to ``raw/moe.jsonl``
-(:data:`MOE_KEYS`), curve rows to ``raw/measurements.jsonl``, failures to ``raw/failures.jsonl``. Imports no polars;
+(:data:`MOE_KEYS`), curve rows to ``raw/moe_curve.jsonl``, failures to ``raw/failures.jsonl``. Imports no polars;
 torch only inside the backends.
 """
 
@@ -77,6 +77,7 @@ __all__ = [
 ]
 
 MOE_FILE = "moe.jsonl"
+CURVE_FILE = "moe_curve.jsonl"
 CASES_FILE = "moe_cases.json"
 ROUTING_FORMAT = "tracekit-moe-routing"
 
@@ -879,7 +880,7 @@ class MoeSettings:
     measurements_file: str = field(default=MOE_FILE, init=False, repr=False)
     measurement_keys: tuple[str, ...] = field(default=MOE_KEYS, init=False, repr=False)
     side_files: dict[str, tuple[str, tuple[str, ...]]] = field(
-        default_factory=lambda: {"curve": ("measurements.jsonl", MEASUREMENT_KEYS)}, init=False, repr=False
+        default_factory=lambda: {"curve": (CURVE_FILE, MEASUREMENT_KEYS)}, init=False, repr=False
     )
     moe_cases: list[MoeCase] = field(default_factory=list, init=False, repr=False)
 

@@ -18,7 +18,7 @@ asynchronously into pinned host buffers after the call, records a CUDA event, an
 once the copy is done (at the latest when the process exits)::
 
     {"range": "moe backend=torch-bf16 op=grouped_mm E=256 M=2048 ...", "instance": 3, "pid": 4242,
-     "tool": "nsys", "experts": 256, "counts": [12, 0, 7, ...], "source": "offsets"}
+     "tool": "nsys", "experts": 256, "counts": [12, 0, 7, ...], "counts_from": "offsets"}
 
 ``instance`` is the 1-based count of launches of that range name in this process, so the importer pairs a line with
 the n-th range of that name on the process's timeline. The sidecar goes to ``$TRACEKIT_RUN_DIR/raw/moe_routing-<tool>-
@@ -145,7 +145,7 @@ class RoutingRecorder:
             "tool": self.tool,
             "experts": experts,
             "counts": counts,
-            "source": source,
+            "counts_from": source,
         }
 
     # -- recording --------------------------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ def _hand_over(sweep_run: Any, capture_run: Path) -> None:
 
     tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
     raw = capture_run / "raw"
-    wanted = ["failures"] if tool == "ncu" else ["measurements", "moe", "failures"]
+    wanted = ["failures"] if tool == "ncu" else ["measurements", "moe", "moe_curve", "failures"]
     for kind in wanted:
         src = sweep_run.raw_dir / f"{kind}.jsonl"
         if src.is_file() and src.stat().st_size:
@@ -412,7 +412,7 @@ def moe(
     Each case is a step of T tokens routed top-k over the experts (uniform, Zipf-skewed, or read from a file);
     every expert gets the rows routed to it, and a backend runs all experts' GEMMs (one grouped launch, or one
     GEMM per expert for the loop reference). Rows: raw/moe.jsonl (one per backend x case, with the per-expert
-    counts), per-expert curve points of the loop backends in raw/measurements.jsonl, failures in
+    counts), per-expert curve points of the loop backends in raw/moe_curve.jsonl, failures in
     raw/failures.jsonl. `tracekit show/explain/report/view RUN` then give the per-expert analysis (docs/MOE.md).
 
     \b
@@ -483,7 +483,7 @@ def moe(
             "run": str(result.run.path),
             "status": result.status,
             "moe": result.measurements,
-            "curve": _read_jsonl(result.run.raw_dir / "measurements.jsonl"),
+            "curve": _read_jsonl(result.run.raw_dir / "moe_curve.jsonl"),
             "failures": result.failures,
         }
         click.echo(json.dumps(payload, indent=2, default=str))

@@ -193,13 +193,21 @@ class RoutingRecorder:
         del self._pending[:done]
 
     def flush(self) -> None:
-        """Wait for every pending copy and write its line (called at exit)."""
+        """Wait for every pending copy and write its line."""
         with self._lock:
             try:
                 self._drain(block=True)
             finally:
                 if self._file is not None:
                     self._file.flush()
+
+    def close(self) -> None:
+        """Flush, then close the file (called at exit); a later launch opens it again for appending."""
+        self.flush()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 _recorder: RoutingRecorder | None = None
@@ -227,7 +235,7 @@ def get_recorder() -> RoutingRecorder | None:
         _recorder_checked = True
         _recorder = _default_recorder()
         if _recorder is not None:
-            atexit.register(_recorder.flush)
+            atexit.register(_recorder.close)
     return _recorder
 
 

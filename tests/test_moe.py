@@ -357,3 +357,47 @@ def test_timeline_launches_use_kernel_tile_and_sidecar_counts():
         64_000 * 2 / 8
     )
     assert r["padding_waste_pct"] == pytest.approx(100 * (256 - 130) / 256)
+
+
+# --- the TUI: overview -> e -------------------------------------------------------------------------------------------
+def test_tui_moe_screen_shows_histogram_of_the_highlighted_launch(real):
+    import asyncio
+
+    from tracekit.tui.app import make_app
+    from tracekit.tui.screens.moe import MoeScreen
+
+    run, _frames, _a = real
+
+    async def drive() -> None:
+        app = make_app(run.path)
+        async with app.run_test(size=(160, 50)) as pilot:
+            for _ in range(100):
+                await pilot.app.workers.wait_for_complete()
+                await pilot.pause()
+                if getattr(app.screen, "analysis", None) is not None and not app.workers._workers:
+                    break
+            await pilot.press("e")
+            for _ in range(100):
+                await pilot.app.workers.wait_for_complete()
+                await pilot.pause()
+                if (
+                    isinstance(app.screen, MoeScreen)
+                    and app.screen.analysis is not None
+                    and not app.workers._workers
+                ):
+                    break
+            screen = app.screen
+            assert isinstance(screen, MoeScreen) and screen.table.row_count == 36
+            screen.table.focus()
+            screen.filter_input.value = ""
+            screen.filter_query = "zipf1.2 tokens=4096 torch-bf16-loop"
+            screen.refresh_view()
+            for _ in range(20):
+                await pilot.app.workers.wait_for_complete()
+                await pilot.pause()
+            assert screen.table.row_count == 1
+            text = str(screen.detail.render())
+            assert "torch-bf16-loop zipf1.2 tokens=4096" in text and "dominates" in text
+            assert "2048-4095*" in text and "what-if" in text
+
+    asyncio.run(drive())

@@ -54,7 +54,7 @@ class OverviewScreen(FrameScreen):
         Binding("k", "kernels", "Kernels"),
         Binding("f", "failures", "Failures"),
         Binding("p", "plot", "Plot"),
-        Binding("e", "moe", "MoE"),
+        Binding("e", "moe", "MoE", show=False),  # listed in the help (?); the footer stays as it was
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
     ]

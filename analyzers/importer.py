@@ -120,6 +120,27 @@ def _is_jsonl_records(path: Path, columns: set[str]) -> bool:
     return isinstance(obj, dict) and len(columns & set(obj)) >= 3
 
 
+def _moe_jsonl_kind(path: Path) -> str | None:
+    """``moe`` for ``tracekit bench moe`` rows, ``moe-curve`` for its per-expert curve, ``moe-routing`` for
+    instrument()'s routing sidecar, else None."""
+    try:
+        first = _head(path, 1 << 20).split(b"\n", 1)[0]
+        obj = json.loads(first)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if str(obj.get("range") or "").startswith("gemm ") and " of=moe" in str(obj.get("range")):
+        return "moe-curve"
+    if "counts" not in obj:
+        return None
+    if "instance" in obj and "range" in obj:
+        return "moe-routing"
+    if "route" in obj and "rows" in obj:
+        return "moe"
+    return None
+
+
 def _detect_plain(path: Path) -> str:
     """The kind of a profiler file, from its content: ``ncu``, ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``,
     ``measurements`` or ``failures``. Raises UnreadableFileError for anything else."""
@@ -148,6 +169,9 @@ def _detect_plain(path: Path) -> str:
         return "nsys"
     if path.suffix == ".nsys-rep" or head.startswith(b"QDSTRM") or b"nsys" in head[:16].lower():
         return "nsys-rep"
+    moe_kind = _moe_jsonl_kind(path)
+    if moe_kind is not None:
+        return moe_kind
     meas = {c.name for c in SPECS["measurements"].columns}
     fail = {c.name for c in SPECS["failures"].columns}
     if _is_jsonl_records(path, fail - meas):
@@ -191,10 +215,11 @@ def read_jsonl_records(path: Path, frame: str) -> Extract:
                 bad += 1
                 continue
             rows.append({k: _clean_json_value(obj.get(k)) for k in names})
+    text_cols = [c.name for c in spec.columns if c.dtype == pl.String]
     for row in rows:
-        for key in ("versions",):
-            if key in row and row[key] is not None and not isinstance(row[key], str):
-                row[key] = json.dumps(row[key], sort_keys=True)
+        for key in text_cols:  # lists and objects (versions, per-expert counts) are kept as JSON text
+            if row.get(key) is not None and not isinstance(row[key], str):
+                row[key] = json.dumps(row[key], sort_keys=key == "versions")
     if rows:
         df = pl.DataFrame(rows, schema={c.name: c.dtype for c in spec.columns}, strict=False)
     else:
@@ -229,6 +254,8 @@ def _read_plain(path: Path, kind: str | None = None) -> Extract:
         return read_kineto(path)
     if kind in ("measurements", "failures"):
         return read_jsonl_records(path, kind)
+    if kind in ("moe", "moe-routing", "moe-curve"):
+        return read_jsonl_records(path, kind.replace("-", "_"))
     if kind == "nsys-rep":
         raise UnreadableFileError(
             path,
@@ -346,7 +373,7 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
         keep="first",
         maintain_order=True,
     )
-    for name in ("measurements", "failures"):
+    for name in ("measurements", "failures", "moe", "moe_curve", "moe_routing"):
         id_col = SPECS[name].columns[0].name
         frames[name] = frames[name].with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col))
     ranges = parse_range_names(nest_ranges(frames["ranges"]))

@@ -441,7 +441,137 @@ def build_report(
         "ncu_findings": findings,
         "failures": failures,
         "failure_groups": groups,
+        "moe": moe_section(frames, env),
     }
+
+
+def moe_section(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The report's MoE data (analyzers/moe.py): launches, the focus launch's expert histogram, the what-if; None
+    for a run without grouped launches."""
+    from .moe import analyze_moe, expert_histogram, focus_launch, moe_json
+
+    analysis = analyze_moe(frames, environment=environment)
+    if analysis.empty:
+        return None
+    data = moe_json(analysis, experts=False)
+    focus = focus_launch(analysis.launches)
+    data["focus_launch"] = focus
+    data["histogram"] = expert_histogram(analysis.experts, focus) if focus is not None else []
+    return data
+
+
+def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[str]]:
+    """The Markdown section on grouped / MoE launches: launches, the focus launch's expert histogram, the what-if."""
+    from .moe import PER_EXPERT_NOTE
+
+    if not moe:
+        return [], []
+    notes: list[str] = []
+    blocks: list[Any] = [Heading(3, [("t", "Mixture of experts: grouped GEMMs per expert")])]
+    blocks.append(Para([("t", md_text(PER_EXPERT_NOTE))]))
+    launches = moe["launches"]
+    shown = launches
+    if d.gemm_rows is not None and len(launches) > d.gemm_rows:
+        shown = sorted(launches, key=lambda r: -(r.get("time_ns") or 0.0))[: d.gemm_rows]
+        notes.append(f"MoE table: the {len(shown)} of {len(launches)} launches with the most time")
+    rows = []
+    for r in shown:
+        hot = (
+            f"e{r['hot_expert']}: {_fmt(r.get('hot_rows_share_pct'))}% rows, {_fmt(r.get('hot_time_share_pct'))}% "
+            f"time, {_fmt(r.get('hot_vs_median'))}× median"
+            if r.get("hot_expert") is not None
+            else "–"
+        )
+        rows.append(
+            [
+                [("c", _one_line(r.get("backend") or "?", d.cell_chars))],
+                [("t", md_text(r.get("route") or "–"))],
+                [("t", str(r.get("tokens") if r.get("tokens") is not None else "–"))],
+                [("t", f"{r.get('active')}/{r.get('experts')}")],
+                [("t", _fmt((r.get("time_ns") or 0) / 1e3 if r.get("time_ns") else None))],
+                [("t", _fmt(r.get("tflops")))],
+                [("t", _fmt(r.get("pct_of_peak"), 2))],
+                [("t", _fmt(r.get("pct_of_roofline")))],
+                [("t", _fmt(r.get("padding_waste_pct")))],
+                [("t", md_text(hot))],
+                [("t", md_text(r.get("verdict") or "–", d.cell_chars))],
+            ]
+        )
+    blocks.append(
+        Table(
+            [
+                "backend",
+                "route",
+                "tokens",
+                "active/E",
+                "µs",
+                "TFLOP/s",
+                "% peak",
+                "% roofline",
+                "padding %",
+                "hot expert",
+                "verdict",
+            ],
+            rows,
+            ["l", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"],
+        )
+    )
+    focus = next((r for r in launches if r["launch_id"] == moe.get("focus_launch")), None)
+    if focus is not None and moe.get("histogram"):
+        title = f"Expert histogram: {focus.get('backend')} {focus.get('route') or ''} tokens={focus.get('tokens')}"
+        blocks.append(Heading(4, [("t", md_text(title))]))
+        hrows = []
+        for b in moe["histogram"]:
+            bar = "█" * max(1, round((b.get("time_share_pct") or 0) / 5)) if b.get("time_share_pct") else ""
+            hrows.append(
+                [
+                    [("t", b["rows"] + (" (hot)" if b.get("hot") else ""))],
+                    [("t", str(b["experts"]))],
+                    [("t", _fmt(b.get("rows_share_pct")))],
+                    [("t", _fmt(b.get("time_share_pct")))],
+                    [("t", bar)],
+                    [("t", _fmt(b.get("median_pct_of_peak"), 2))],
+                    [("t", str(b.get("memory_bound")))],
+                ]
+            )
+        blocks.append(
+            Table(
+                ["rows / expert", "experts", "% rows", "% time", "", "median % peak", "memory-bound"],
+                hrows,
+                ["l", "r", "r", "r", "l", "r", "r"],
+            )
+        )
+    if moe.get("whatif"):
+        blocks.append(Heading(4, [("t", "What would reach peak: rows per expert, from the measured curve")]))
+        wrows = []
+        for w in moe["whatif"]:
+            wrows.append(
+                [
+                    [("c", _one_line(w.get("backend") or "?", d.cell_chars))],
+                    [("t", w.get("curve") or "")],
+                    [("t", _fmt(w.get("target_pct"), 0))],
+                    [("t", _fmt(w.get("m_needed")))],
+                    [("t", md_text(w.get("how") or ""))],
+                    [("t", _fmt(w.get("tokens_per_step")))],
+                    [("t", _fmt(w.get("ep_degree")))],
+                ]
+            )
+        blocks.append(
+            Table(
+                [
+                    "backend",
+                    "curve",
+                    "% of peak",
+                    "rows/expert",
+                    "how",
+                    "tokens/step (uniform)",
+                    "EP degree (64 tokens/GPU)",
+                ],
+                wrows,
+                ["l", "l", "r", "r", "l", "r", "r"],
+            )
+        )
+    return blocks, notes
 
 
 # --- the document: blocks shared by the Markdown and HTML writers -----------------------------------------------------
@@ -936,6 +1066,9 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             blocks.append(Heading(3, [("t", "Nsight Compute findings")]))
             blocks.append(_findings_table(shown_f, d))
 
+    mblocks, mnotes = _moe_blocks(rep.get("moe"), d)
+    blocks += mblocks
+    notes += mnotes
     fblocks, fnotes = _failure_blocks(rep, d)
     blocks += fblocks
     notes += fnotes

@@ -151,6 +151,19 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.write_json()) if df.height else []
 
 
+def moe_summary(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``moe`` of ``show --json`` / ``explain --json``: grouped launches, each with its per-expert rows, and the
+    what-if (analyzers/moe.py); None for a run without grouped launches."""
+    from .moe import analyze_moe, moe_json
+
+    has_rows = frames.get("moe") is not None and frames["moe"].height > 0
+    ranges = frames["ranges"]
+    if not has_rows and not (ranges.height and ranges.filter(pl.col("range_kind") == "moe").height):
+        return None
+    analysis = analyze_moe(frames, environment=environment)
+    return None if analysis.empty else moe_json(analysis)
+
+
 def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     """The JSON object of ``tracekit show --json``."""
     from tracekit.frames import SCHEMA_VERSION
@@ -193,6 +206,9 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
             for s in run.manifest.get("sources", [])
         ],
     }
+    moe = moe_summary(frames, run.manifest.get("environment"))
+    if moe is not None:
+        out["moe"] = moe
     if len(devs) > 1:
         out["devices"] = devs
         out["device"] = None

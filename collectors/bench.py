@@ -94,11 +94,30 @@ class SweepSettings:
     seed: int = 0
     python: str = field(default_factory=lambda: sys.executable)
 
+    tool: str = field(default="tracekit bench gemm", init=False, repr=False)
+    measurements_file: str = field(default="measurements.jsonl", init=False, repr=False)
+    measurement_keys: tuple[str, ...] = field(default=MEASUREMENT_KEYS, init=False, repr=False)
+    side_files: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict, init=False, repr=False)
+    """Worker events other than ``measurement`` / ``failure`` and where their rows go (event -> (file, keys))."""
+
     def manifest(self) -> dict[str, Any]:
         d = asdict(self)
+        for internal in ("measurements_file", "measurement_keys", "side_files"):
+            d.pop(internal, None)
         d["shapes"] = [f"{m}x{n}x{k}" for m, n, k in self.shapes]
-        d["tool"] = "tracekit bench gemm"
         return d
+
+    # The sweep driver speaks of cases: tuples whose first three items are (M, N, K), the rest is the worker's.
+    @property
+    def cases(self) -> list[tuple[int, ...]]:
+        return list(self.shapes)
+
+    def case_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        """The case a measurement row belongs to."""
+        return (row.get("m"), row.get("n"), row.get("k"))
+
+    def worker_cmd(self, backend: str, cases: Iterable[tuple[int, ...]], out: Path) -> list[str]:
+        return _worker_cmd(self, backend, cases, out)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -128,18 +147,40 @@ class SweepResult:
 class _Sink:
     """Appends rows to the run's raw JSONL files and keeps them for the result."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(
+        self,
+        run: Run,
+        measurements_file: str = MEASUREMENTS_FILE,
+        measurement_keys: tuple[str, ...] = MEASUREMENT_KEYS,
+        side_files: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    ) -> None:
         self.run = run
+        self.keys = measurement_keys
         self.measurements: list[dict[str, Any]] = []
         self.failures: list[dict[str, Any]] = []
-        self._m = open(run.raw_dir / MEASUREMENTS_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self.side: dict[str, list[dict[str, Any]]] = {}
+        self._m = open(run.raw_dir / measurements_file, "a", encoding="utf-8")  # noqa: SIM115
         self._f = open(run.raw_dir / FAILURES_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self._side = {
+            event: (open(run.raw_dir / name, "a", encoding="utf-8"), keys)  # noqa: SIM115
+            for event, (name, keys) in (side_files or {}).items()
+        }
 
     def measurement(self, row: dict[str, Any]) -> None:
-        row = {k: row.get(k) for k in MEASUREMENT_KEYS}
+        row = {k: row.get(k) for k in self.keys}
         self.measurements.append(row)
         self._m.write(json.dumps(row, allow_nan=False, default=str) + "\n")
         self._m.flush()
+
+    def handles(self, event: str | None) -> bool:
+        return event in self._side
+
+    def side_row(self, event: str, row: dict[str, Any]) -> None:
+        f, keys = self._side[event]
+        row = {k: row.get(k) for k in keys}
+        self.side.setdefault(event, []).append(row)
+        f.write(json.dumps(row, allow_nan=False, default=str) + "\n")
+        f.flush()
 
     def failure(self, row: dict[str, Any]) -> None:
         row = {k: row.get(k) for k in FAILURE_KEYS}
@@ -150,6 +191,8 @@ class _Sink:
     def close(self) -> None:
         self._m.close()
         self._f.close()
+        for f, _keys in self._side.values():
+            f.close()
 
 
 def _worker_cmd(
@@ -267,7 +310,7 @@ def _run_backend(
     environment: dict[str, Any],
 ) -> None:
     """All shapes of one backend, restarting the worker after a crash, a poisoned context or a timeout."""
-    remaining = list(settings.shapes)
+    remaining = list(settings.cases)
     attempt = 0
     logs = run.raw_dir / LOG_DIR
     logs.mkdir(parents=True, exist_ok=True)
@@ -281,7 +324,7 @@ def _run_backend(
         had_result: dict[tuple[int, int, int], str] = {}
         with stderr_path.open("wb") as ferr:
             proc = subprocess.Popen(
-                _worker_cmd(settings, backend, remaining, events_path),
+                settings.worker_cmd(backend, remaining, events_path),
                 stdout=subprocess.DEVNULL,
                 stderr=ferr,
                 stdin=subprocess.DEVNULL,
@@ -299,13 +342,15 @@ def _run_backend(
                     sink.measurement(event["row"])
                     if shape is not None:
                         had_result[shape] = event["row"].get("status") or "ok"  # type: ignore[index]
+                elif sink.handles(kind):
+                    sink.side_row(kind, event["row"])  # type: ignore[arg-type]
                 elif kind == "failure":
                     sink.failure(event["row"])
                     emit(SweepEvent("failure", backend, shape, dict(event["row"])))  # type: ignore[arg-type]
                     if shape is not None and shape not in had_result:
                         had_result[shape] = event["row"].get("kind")  # type: ignore[index]
                 elif kind in ("done", "poisoned") and shape is not None:
-                    _finish_shape(remaining, shape, had_result, emit, backend, sink)  # type: ignore[arg-type]
+                    _finish_shape(remaining, shape, had_result, emit, backend, sink, settings)  # type: ignore[arg-type]
                     current = None
 
             try:
@@ -342,7 +387,9 @@ def _run_backend(
                             )
                             sink.failure(row)
                             emit(SweepEvent("failure", backend, victim, row))
-                            _finish_shape(remaining, victim, {victim: F.TIMEOUT}, emit, backend, sink)
+                            _finish_shape(
+                                remaining, victim, {victim: F.TIMEOUT}, emit, backend, sink, settings
+                            )
                         rc = None
                         break
                     time.sleep(0.05)
@@ -379,16 +426,17 @@ def _run_backend(
         )
         sink.failure(row)
         emit(SweepEvent("failure", backend, victim, row))
-        _finish_shape(remaining, victim, {victim: F.CRASHED}, emit, backend, sink)
+        _finish_shape(remaining, victim, {victim: F.CRASHED}, emit, backend, sink, settings)
 
 
 def _finish_shape(
-    remaining: list[tuple[int, int, int]],
-    shape: tuple[int, int, int],
-    results: dict[tuple[int, int, int], str],
+    remaining: list[tuple[int, ...]],
+    shape: tuple[int, ...],
+    results: dict[tuple[int, ...], str],
     emit: Callable[[SweepEvent], None],
     backend: str,
     sink: _Sink,
+    settings: Any = None,
 ) -> None:
     if shape not in remaining:
         return
@@ -396,7 +444,8 @@ def _finish_shape(
     status = results.get(shape) or F.CRASHED
     data: dict[str, Any] = {"status": status}
     for row in reversed(sink.measurements):
-        if row.get("backend") == backend and (row.get("m"), row.get("n"), row.get("k")) == shape:
+        case = settings.case_of(row) if settings is not None else (row.get("m"), row.get("n"), row.get("k"))
+        if row.get("backend") == backend and tuple(case) == tuple(shape):
             data["tflops"] = row.get("tflops")
             data["time_us"] = row.get("time_us")
             break
@@ -419,12 +468,15 @@ def run_sweep(
     emit = on_event or (lambda _e: None)
     run = Run.create(
         path,
-        command=command or [sys.executable, "-m", "tracekit", "bench", "gemm"],
+        command=command or [sys.executable, "-m", "tracekit", *settings.tool.split()[1:]],
         capture=settings.manifest(),
         status=STATUS_CAPTURING,
         exist_ok=exist_ok,
     )
-    sink = _Sink(run)
+    prepare = getattr(settings, "prepare_run", None)
+    if prepare is not None:  # e.g. the MoE sweep writes its routing cases into raw/ for the workers
+        prepare(run)
+    sink = _Sink(run, settings.measurements_file, settings.measurement_keys, settings.side_files)
     try:
         run.log("fingerprint", "reading the environment in a worker")
         environment = fingerprint_environment(settings, run)
@@ -432,12 +484,12 @@ def run_sweep(
         run.save()
         emit(
             SweepEvent(
-                "sweep_started", data={"backends": list(settings.backends), "shapes": list(settings.shapes)}
+                "sweep_started", data={"backends": list(settings.backends), "shapes": list(settings.cases)}
             )
         )
         for backend in settings.backends:
             run.log("backend", f"running {backend}", backend=backend)
-            emit(SweepEvent("backend_started", backend, data={"shapes": len(settings.shapes)}))
+            emit(SweepEvent("backend_started", backend, data={"shapes": len(settings.cases)}))
             _run_backend(settings, run, sink, backend, emit, environment)
             emit(SweepEvent("backend_done", backend))
     except KeyboardInterrupt:
@@ -451,17 +503,20 @@ def run_sweep(
         emit(SweepEvent("sweep_done", data={"status": STATUS_INCOMPLETE}))
         raise
     sink.close()
-    _add_sources(run)
+    _add_sources(run, settings)
     run.mark(STATUS_COMPLETE)
     emit(SweepEvent("sweep_done", data={"status": STATUS_COMPLETE}))
     return SweepResult(run, sink.measurements, sink.failures, STATUS_COMPLETE)
 
 
-def _add_sources(run: Run) -> None:
-    for name, kind in ((MEASUREMENTS_FILE, "measurements"), (FAILURES_FILE, "failures")):
+def _add_sources(run: Run, settings: Any = None) -> None:
+    tool = getattr(settings, "tool", "tracekit bench gemm")
+    files = [(getattr(settings, "measurements_file", MEASUREMENTS_FILE), None), (FAILURES_FILE, "failures")]
+    files += [(name, None) for name, _keys in (getattr(settings, "side_files", None) or {}).values()]
+    for name, kind in files:
         p = run.raw_dir / name
         if p.exists():
-            run.add_source({"path": run.relative(p), "kind": kind, "tool": "tracekit bench gemm"})
+            run.add_source({"path": run.relative(p), "kind": kind or name.split(".")[0], "tool": tool})
 
 
 def read_rows(run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

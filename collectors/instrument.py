@@ -14,6 +14,10 @@ quantize steps (aux)      ``flashinfer.fp4_quantize`` / ``nvfp4_quantize`` / ``m
                           / ``sgl_per_token_group_quant_fp8``: an ``aux role=quantize`` range named with the
                           backend family and the M, K of the activation, which the explainer counts as the
                           auxiliary kernels of the GEMM of that family, M and K
+grouped / MoE             ``torch._grouped_mm``, ``torch._scaled_grouped_mm``, FlashInfer ``cutlass_fused_moe``,
+                          ``trtllm_fp4_block_scale_moe``, sgl-kernel ``fp8_blockwise_scaled_grouped_mm``,
+                          ``cutlass_fp4_group_mm``: ``moe`` ranges, per-expert counts in a sidecar
+                          (tracekit.collectors.moe_ranges)
 ========================  ==================================================================================
 
 M, N, K come from the operand shapes (FP4 operands are packed two to a byte: K is twice the stored columns),
@@ -46,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import ranges
+from tracekit.collectors.moe_ranges import moe_targets
 from tracekit.naming import canonical_dtype
 
 __all__ = ["TARGETS", "instrument", "instrumented", "site_dir", "uninstrument"]
@@ -134,6 +139,9 @@ class Target:
     gemm: bool = True
     """False for an auxiliary step (an activation quantize): its ``aux`` range neither counts against the ncu
     budget of GEMM ranges nor hides the GEMM range that follows."""
+    record: Callable[[tuple[Any, ...], dict[str, Any], Any], None] | None = None
+    """Called after each wrapped launch with (args, kwargs, scope): MoE targets record their per-expert token
+    counts in the routing sidecar (tracekit.collectors.moe_ranges)."""
 
     @property
     def label(self) -> str:
@@ -500,6 +508,7 @@ TARGETS: tuple[Target, ...] = (
         gemm=False,
     ),
 )
+TARGETS += moe_targets(Target)  # grouped / MoE entry points: tracekit.collectors.moe_ranges
 """Every entry point ``instrument()`` knows, in the order it wraps them."""
 
 
@@ -558,6 +567,7 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
                 return fn(*args, **kwargs)
 
     else:
+        record = target.record
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if R._gemm_depth or compiling():
@@ -566,7 +576,11 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
             if scope is None:
                 return fn(*args, **kwargs)
             with scope:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+            if record is not None:
+                with contextlib.suppress(Exception):  # recording must never break the user's call
+                    record(args, kwargs, scope)
+            return result
 
     with contextlib.suppress(AttributeError, TypeError):  # builtins lacking some attributes
         functools.update_wrapper(wrapper, fn, updated=())

@@ -49,6 +49,8 @@ __all__ = [
     "gemm_open",
     "gemm_range",
     "get_sink",
+    "moe_name",
+    "moe_range",
     "range_for",
     "reload_settings",
     "reset_counts",
@@ -413,6 +415,53 @@ def gemm_name(
 def aux_name(role: str, **fields: object) -> str:
     """The name :func:`aux_range` pushes: ``aux role=.. [fields]``."""
     return encode("aux", role=role, **fields)
+
+
+def moe_name(
+    backend: str,
+    op: str,
+    experts: int,
+    m: int,
+    n: int,
+    k: int,
+    a: str,
+    b: str,
+    out: str,
+    scale: str | None = None,
+    **extra: object,
+) -> str:
+    """The name of a grouped / MoE launch: ``moe backend=.. op=.. E=.. M=.. N=.. K=.. a=.. b=.. out=.. [extra]``.
+
+    ``E`` is the number of experts in the weight tensor, ``M`` the routed rows of the launch (tokens x top-k; the
+    sum of the per-expert counts), ``N`` and ``K`` one expert's GEMM. The per-expert counts are not in the name
+    (names stay short and filter-safe): the benchmark keeps them in ``raw/moe.jsonl``, ``instrument()`` in the
+    routing sidecar (tracekit.collectors.moe_ranges).
+    """
+    return encode(
+        "moe", backend=backend, op=op, E=experts, M=m, N=n, K=k, a=a, b=b, out=out, scale=scale, **extra
+    )
+
+
+def moe_range(
+    backend: str,
+    op: str,
+    experts: int,
+    m: int,
+    n: int,
+    k: int,
+    a: str,
+    b: str,
+    out: str,
+    scale: str | None = None,
+    **extra: object,
+) -> RangeScope:
+    """A ``moe`` range (see :func:`moe_name`); it counts as an open GEMM range, so instrument wrappers of the
+    per-expert calls inside it push nothing."""
+    key = ("moe", backend, op, experts, m, n, k, a, b, out, scale, *extra.items())
+    scope = _CACHE.get(key)
+    if scope is None:
+        return range_for(key, lambda: moe_name(backend, op, experts, m, n, k, a, b, out, scale, **extra))
+    return scope
 
 
 def aux_range(role: str, **fields: object) -> RangeScope:

@@ -74,3 +74,69 @@ class Missing(_Cpu):
 
 for cls in (Ok, Segv, Hang, Unsupported, Missing):
     register(cls())
+
+
+# --- MoE test backends (wall-clock, no torch): `tracekit bench moe` with real worker processes -----------------
+from tracekit.collectors.moe import MoeBackend, register_moe  # noqa: E402
+
+
+def _spin(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+class _CpuMoe(MoeBackend):
+    timer = "wall"
+    requires = ()
+    packages = ()
+    op = "grouped_mm"
+
+    def prepare_weights(self, config, device, seed):
+        return {"experts": config.experts}
+
+    def prepare(self, config, case, weights, device, seed):
+        return {"counts": case.counts}
+
+    def run(self, state):
+        # cost of a grouped launch: one 64-row tile per started 64 rows of each active expert
+        _spin(20 * sum(-(-c // 64) for c in state["counts"] if c))
+        return 0
+
+    def reference(self, state):
+        return None
+
+
+class MoeGrouped(_CpuMoe):
+    name = "test-moe-grouped"
+
+
+class MoeLoop(_CpuMoe):
+    name = "test-moe-loop"
+    op = "loop_mm"
+    per_expert = True
+
+    def expert_fns(self, config, weights, m, count, device, seed):
+        return [lambda m=m: _spin(30 + m * 0.5) for _ in range(count)]
+
+    def tile(self, config, case):
+        return None, None, None
+
+
+class MoeSegv(_CpuMoe):
+    name = "test-moe-segv"
+
+    def run(self, state):
+        if sum(state["counts"]) == 16:  # 2 tokens x top-8
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return 0
+
+
+class MoeMissing(_CpuMoe):
+    name = "test-moe-missing"
+    requires = ("tracekit_no_such_module_xyz",)
+    packages = ("tracekit-no-such-package",)
+
+
+for _moe_cls in (MoeGrouped, MoeLoop, MoeSegv, MoeMissing):
+    register_moe(_moe_cls())

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "tracekit.commands.bench:bench",
-        "Benchmark GEMM backends over model shapes (tracekit bench gemm).",
+        "Benchmark GEMM backends (bench gemm) and grouped MoE expert GEMMs (bench moe).",
     ),
     "import": (
         "tracekit.commands.importing:import_",

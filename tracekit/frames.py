@@ -334,9 +334,202 @@ GEMMS = FrameSpec(
     ),
 )
 
+MOE = FrameSpec(
+    "moe",
+    "Grouped (MoE) launches timed by ``tracekit bench moe``: one row per backend x routing case, read from "
+    "``raw/moe*.jsonl`` (collectors/moe.py, docs/MOE.md). The per-expert counts ride along as JSON.",
+    (
+        Column("moe_id", I64, "id within the run"),
+        Column("range", STR, "tracekit ``moe`` range name of the launch"),
+        Column("backend", STR, "backend, e.g. torch-bf16-grouped, torch-bf16-loop"),
+        Column("op", STR, "entry point: grouped_mm, scaled_grouped_mm, loop_mm, cutlass_fused_moe, ..."),
+        Column("proj", STR, "gate_up | down | fused (both expert GEMMs in one call)"),
+        Column("route", STR, "routing case: uniform, zipf<S>, file:<stem>#<step>"),
+        Column("tokens", I64, "tokens in the step"),
+        Column("topk", I64, "experts per token"),
+        Column("experts", I64, "experts in the weight tensor (E)"),
+        Column("active", I64, "experts that got at least one row"),
+        Column("rows", I64, "routed rows: sum of the per-expert counts (tokens x top-k)"),
+        Column("n", I64, "one expert's GEMM N"),
+        Column("k", I64, "one expert's GEMM K"),
+        Column("inter", I64, "expert intermediate size of the second GEMM, for fused launches (else null)"),
+        Column("dtype", STR, "A (activation) dtype"),
+        Column("dtype_b", STR, "B (expert weight) dtype"),
+        Column("dtype_out", STR, "output dtype"),
+        Column("scale", STR, "scale layout"),
+        Column("time_us", F64, "median time of the whole launch, microseconds"),
+        Column("time_us_p10", F64, "10th percentile, microseconds"),
+        Column("time_us_p90", F64, "90th percentile, microseconds"),
+        Column("repeats", I32, "timed repeats"),
+        Column("tflops", F64, "FLOPs of every expert's GEMM(s) / median time, TFLOP/s"),
+        Column("rel_error", F64, "||out - ref|| / ||ref|| against an fp32 reference"),
+        Column("status", STR, "ok | wrong"),
+        Column("sm_clock_hz", F64, "mean SM clock during the timing (NVML), Hz"),
+        Column("power_w", F64, "mean board power (NVML), W"),
+        Column("power_limit_w", F64, "enforced power limit, W"),
+        Column("temperature_c", F64, "GPU temperature, C"),
+        Column("throttle_reasons", I64, "NVML clocks-event reasons bitmask seen during the timing (OR)"),
+        Column("timing", STR, "cuda-graph | events | wall"),
+        Column("counts", STR, "tokens routed to each expert, JSON list of E integers"),
+        Column(
+            "expert_time_us", STR, "measured per-expert times (loop backends), JSON list (null = inactive)"
+        ),
+        Column("expert_time_source", STR, "how expert_time_us was measured, null when not measured"),
+        Column(
+            "tile_m", I64, "CTA tile M of the grouped kernel as the backend's dispatch rule says, if known"
+        ),
+        Column("tile_n", I64, "CTA tile N, if known"),
+        Column("tile_source", STR, "where tile_m / tile_n came from"),
+    ),
+)
+
+MOE_CURVE = FrameSpec(
+    "moe_curve",
+    "One expert's GEMM timed on its own at each per-expert row count a loop backend met (``raw/moe_curve.jsonl``, "
+    "same keys as ``measurements``): the measured time-vs-M curve behind per-expert times and the what-if.",
+    (Column("curve_id", I64, "id within the run"), *MEASUREMENTS.columns[1:]),
+)
+
+MOE_ROUTING = FrameSpec(
+    "moe_routing",
+    "Per-launch expert counts that ``instrument()`` recorded beside a capture (``raw/moe_routing-<tool>-<pid>"
+    ".jsonl``, collectors/moe_ranges.py): the i-th launch of a ``moe`` range name in a process.",
+    (
+        Column("routing_id", I64, "id within the run"),
+        Column("range", STR, "the launch's ``moe`` range name"),
+        Column("instance", I64, "1-based launch number of that name in its process"),
+        Column("pid", I64, "process id (matches ranges.pid of the same capture pass)"),
+        Column("tool", STR, "capture pass that recorded it: nsys, ncu, torch, run"),
+        Column("experts", I64, "experts in the weight tensor"),
+        Column("counts", STR, "tokens per expert, JSON list (null when unknown or skipped)"),
+        Column("counts_from", STR, "offsets | sizes | ids | counts | unknown"),
+        Column("skipped", STR, "why no counts were read (cuda-graph-capture), else null"),
+    ),
+)
+
+MOE_LAUNCHES = FrameSpec(
+    "moe_launches",
+    "The analysis per grouped launch (analyzers/moe.py): from ``moe`` rows (benchmark) or ``moe`` ranges with "
+    "their kernels and routing sidecar (timeline). Times are per launch.",
+    (
+        Column("launch_id", I64, "index of the launch in this analysis"),
+        Column("origin", STR, "measurement | range (timeline)"),
+        Column("range", STR, "moe range name"),
+        Column("backend", STR, "backend"),
+        Column("op", STR, "entry point"),
+        Column("route", STR, "routing case (null on a timeline)"),
+        Column("tokens", I64, "tokens per step (null where unknown)"),
+        Column("topk", I64, "experts per token (null where unknown)"),
+        Column("experts", I64, "experts in the weight tensor"),
+        Column("active", I64, "experts with at least one row"),
+        Column("rows", F64, "routed rows per launch (mean over launches on a timeline)"),
+        Column("n", I64, "one expert's N"),
+        Column("k", I64, "one expert's K"),
+        Column("dtype_class", STR, "tensor-core rate class of the peak"),
+        Column("launches", I64, "launches aggregated (1 for a benchmark row)"),
+        Column("time_ns", F64, "time of the launch's GEMM kernel(s), ns"),
+        Column("aux_time_ns", F64, "other kernels in the range (e.g. grouped-GEMM argument setup), ns"),
+        Column("flops", F64, "FLOPs of every expert's GEMM(s) per launch"),
+        Column("tflops", F64, "flops / time_ns, TFLOP/s"),
+        Column("peak_tflops", F64, "dense datasheet peak for dtype_class, TFLOP/s"),
+        Column("pct_of_peak", F64, "tflops, % of peak: the FLOP-weighted efficiency of the launch"),
+        Column(
+            "roofline_tflops",
+            F64,
+            "the launch's attainable rate: flops / sum over experts of max(flops_e / "
+            "peak, bytes_e / bandwidth), TFLOP/s",
+        ),
+        Column("pct_of_roofline", F64, "tflops, % of roofline_tflops"),
+        Column("kernel", STR, "the main kernel's name, if a timeline has it"),
+        Column("tile_m", I64, "CTA tile M used for padding and attribution"),
+        Column("tile_n", I64, "CTA tile N"),
+        Column("tile_source", STR, "kernel name | backend dispatch rule | assumed"),
+        Column("padded_rows", F64, "rows after padding each active expert up to a multiple of tile_m"),
+        Column("padding_waste_pct", F64, "(padded_rows - rows) / padded_rows, %: MMA work spent on padding"),
+        Column("time_source", STR, "how per-expert times were obtained (measured, or attributed by tiles)"),
+        Column("hot_expert", I64, "expert with the most rows"),
+        Column("hot_rows_share_pct", F64, "its share of the routed rows, %"),
+        Column("hot_time_share_pct", F64, "its share of the launch's per-expert time, %"),
+        Column("hot_vs_median", F64, "its time over the median active expert's time"),
+        Column("memory_bound_experts", I64, "active experts below the ridge (memory-bound at their M)"),
+        Column("memory_bound_time_pct", F64, "share of the launch time spent in memory-bound experts, %"),
+        Column(
+            "skewed", BOOL, "the routing is skewed: the hot expert has >= 4x the mean rows of active experts"
+        ),
+        Column(
+            "hot_dominates",
+            BOOL,
+            "the hot expert is the slowest expert and takes >= 4x the median active expert's time",
+        ),
+        Column("verdict", STR, "one sentence: what bounds this launch"),
+        Column("sm_clock_hz", F64, "SM clock (NVML), Hz"),
+        Column("status", STR, "ok | wrong"),
+    ),
+)
+
+MOE_EXPERTS = FrameSpec(
+    "moe_experts",
+    "Per expert of each analysed launch (analyzers/moe.py); only experts with at least one row.",
+    (
+        Column("launch_id", I64, "moe_launches.launch_id"),
+        Column("expert", I64, "expert index"),
+        Column("m", F64, "effective M: rows routed to the expert per launch"),
+        Column("padded_m", F64, "m rounded up to the tile's M"),
+        Column("tiles", F64, "CTA tiles of the expert: ceil(m / tile_m) x ceil(N / tile_n)"),
+        Column("time_ns", F64, "time of the expert's GEMM(s) per launch, ns"),
+        Column("time_source", STR, "measured | attributed (launch time x the expert's share of tiles)"),
+        Column("time_share_pct", F64, "share of the launch's per-expert time, %"),
+        Column("flops", F64, "2 x m x N x K (both GEMMs for fused launches)"),
+        Column("tflops", F64, "flops / time_ns, TFLOP/s"),
+        Column("pct_of_peak", F64, "tflops, % of the dense peak"),
+        Column("min_bytes", F64, "weights of the expert read once + its rows of A and C, bytes"),
+        Column("intensity_flops_per_byte", F64, "flops / min_bytes"),
+        Column("roofline_bound", STR, "memory | compute (intensity vs the device ridge)"),
+        Column("roofline_tflops", F64, "min(peak, intensity x bandwidth), TFLOP/s"),
+        Column("pct_of_roofline", F64, "tflops, % of roofline_tflops"),
+        Column("hot", BOOL, "the launch's hot expert"),
+    ),
+)
+
+MOE_WHATIF = FrameSpec(
+    "moe_whatif",
+    "Rows per expert needed to reach a share of peak, read off a measured TFLOP/s-vs-M curve (analyzers/moe.py).",
+    (
+        Column("backend", STR, "backend the curve belongs to"),
+        Column("curve", STR, "expert (each expert's GEMM timed alone) | launch (uniform-routing launches)"),
+        Column("dtype_class", STR, "tensor-core rate class of the peak"),
+        Column("n", I64, "N"),
+        Column("k", I64, "K"),
+        Column("target_pct", F64, "share of peak asked for, %"),
+        Column("m_needed", F64, "rows per expert that reach it (null: not reachable on this curve)"),
+        Column("how", STR, "interpolated | extrapolated | below the curve | not reached"),
+        Column("curve_m_min", F64, "smallest M measured on the curve"),
+        Column("curve_m_max", F64, "largest M measured"),
+        Column("best_pct", F64, "best % of peak measured on the curve"),
+        Column(
+            "tokens_per_step",
+            F64,
+            "tokens per step that give m_needed rows per expert with uniform routing (m_needed x E / top-k)",
+        ),
+        Column(
+            "ep_degree",
+            F64,
+            "expert-parallel degree that gives m_needed when each GPU runs ep_batch tokens per step "
+            "(every GPU's experts see the tokens of all EP ranks: m = degree x ep_batch x top-k / E)",
+        ),
+        Column(
+            "ep_batch", F64, "tokens per step per GPU the EP degree assumes (analysis option, default 64)"
+        ),
+    ),
+)
+
 SPECS: dict[str, FrameSpec] = {
-    s.name: s for s in (KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS)
-}
+    s.name: s
+    for s in (
+        KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS,
+        MOE, MOE_CURVE, MOE_ROUTING, MOE_LAUNCHES, MOE_EXPERTS, MOE_WHATIF,
+    )
+}  # fmt: skip
 """Every frame a run may hold, by name."""
 
 

@@ -584,3 +584,18 @@ def require_run(path: Path) -> Path:
             "give a run folder made by `tracekit capture` / `tracekit import`, or a folder of runs",
         )
     return path
+
+
+# --- MoE ------------------------------------------------------------------------------------------------------------
+def moe_analysis(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> Any:
+    """The run's grouped launches, per-expert rows and what-if (analyzers/moe.py ``MoeAnalysis``)."""
+    from tracekit.analyzers.moe import analyze_moe
+
+    return analyze_moe(frames, environment=environment)
+
+
+def moe_histogram(experts: pl.DataFrame, launch_id: int) -> list[dict[str, Any]]:
+    """One launch's experts binned by rows (analyzers/moe.py ``expert_histogram``)."""
+    from tracekit.analyzers.moe import expert_histogram
+
+    return expert_histogram(experts, launch_id)

@@ -32,6 +32,7 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
             ("k", "kernels: every kernel launch, searchable; g groups by name"),
             ("f", "failures: backend x shape matrix with each error's full text"),
             ("p", "plot: TFLOP/s vs M per backend, with datasheet and measured peaks"),
+            ("e", "MoE: grouped launches, the highlighted one's expert histogram and the what-if"),
             ("c", "compare with another run (the --compare run, else pick one)"),
             ("o", "open another run"),
         ],
@@ -55,6 +56,7 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
         [("arrows", "move across backends (rows) and shapes (columns); the full error text shows below")],
     ),
     ("Plot", [("n", "next N x K shape (all shapes first)")]),
+    ("MoE", [("↑ ↓", "choose a launch; its expert histogram and what-if show below")]),
 ]
 
 

@@ -81,6 +81,8 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
     for src in data["sources"]:
         if src.get("status") == "failed":
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
+    if data.get("moe"):
+        _render_moe(console, data["moe"], limit)
     gemms = S.gemm_table(frames)
     if gemms.height:
         console.print(
@@ -123,3 +125,27 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
     kt = S.kernel_table(frames, limit)
     if kt.height:
         console.print(frame_table(kt, "Top kernels", {"name": 70}))
+
+
+def _render_moe(console: Any, moe: dict[str, Any], limit: int) -> None:
+    """Grouped / MoE launches: one row each with its efficiency, padding, hot expert and verdict."""
+    from rich.table import Table
+
+    table = Table(title="MoE grouped launches (per-expert rows: show --json, report, view key e)")
+    for col in ("backend", "route", "tokens", "active/E", "µs", "TFLOP/s", "%peak", "pad%", "hot", "verdict"):
+        table.add_column(col, overflow="fold")
+    for r in moe["launches"][:limit]:
+        us = r["time_ns"] / 1e3 if r.get("time_ns") else None
+        table.add_row(
+            safe(r.get("backend")),
+            safe(r.get("route") or "–"),
+            str(r.get("tokens") if r.get("tokens") is not None else "–"),
+            f"{r.get('active')}/{r.get('experts')}",
+            "–" if us is None else f"{us:,.1f}",
+            "–" if r.get("tflops") is None else f"{r['tflops']:,.1f}",
+            "–" if r.get("pct_of_peak") is None else f"{r['pct_of_peak']:.2f}",
+            "–" if r.get("padding_waste_pct") is None else f"{r['padding_waste_pct']:.0f}",
+            "–" if r.get("hot_expert") is None else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
+            safe(r.get("verdict") or ""),
+        )
+    console.print(table)

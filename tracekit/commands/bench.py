@@ -44,7 +44,7 @@ class _GemmCommand(click.Command):
 
 @click.group()
 def bench() -> None:
-    """Benchmark GEMM backends (see `tracekit bench gemm --help`)."""
+    """Benchmark GEMM backends (`tracekit bench gemm --help`) and grouped MoE GEMMs (`tracekit bench moe --help`)."""
 
 
 @bench.command("gemm", cls=_GemmCommand)
@@ -193,7 +193,7 @@ def _hand_over(sweep_run: Any, capture_run: Path) -> None:
 
     tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
     raw = capture_run / "raw"
-    wanted = ["failures"] if tool == "ncu" else ["measurements", "failures"]
+    wanted = ["failures"] if tool == "ncu" else ["measurements", "moe", "moe_curve", "failures"]
     for kind in wanted:
         src = sweep_run.raw_dir / f"{kind}.jsonl"
         if src.is_file() and src.stat().st_size:
@@ -327,3 +327,224 @@ def _print_table(result: Any) -> None:
                 f"{r.get('error_type')}: {msg[0][:120] if msg else ''}",
             )
         console.print(ft)
+
+
+# --- tracekit bench moe ------------------------------------------------------------------------------------------
+def _moe_backend_lines() -> str:
+    from tracekit.collectors.moe import BUILTIN_MOE, MOE_BACKENDS
+
+    width = max(len(n) for n in BUILTIN_MOE)
+    return "\n".join(f"  {name.ljust(width)}  {MOE_BACKENDS[name].description}" for name in BUILTIN_MOE)
+
+
+class _MoeCommand(click.Command):
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        text = "\b\nBackends (--backends all = every one):\n" + _moe_backend_lines() + "\n\n" + _KINDS_HELP
+        with formatter.indentation():
+            formatter.write_text(text)
+
+
+@bench.command("moe", cls=_MoeCommand)
+@click.option(
+    "--backends",
+    default="torch-bf16-grouped,torch-fp8-grouped,torch-bf16-loop",
+    show_default=True,
+    help="Comma-separated MoE backend names, or 'all'.",
+)
+@click.option(
+    "--tokens", default="glm5", show_default=True, help="Tokens per step: 'glm5' (1,4,16,...,4096) or a list."
+)
+@click.option(
+    "--routing",
+    default="uniform,zipf:1.2",
+    show_default=True,
+    help="uniform, zipf:S (expert 0 hottest) and/or file:PATH (captured routing, docs/MOE.md).",
+)
+@click.option("--hidden", default=6144, show_default=True, help="Model hidden size.")
+@click.option("--inter", default=2048, show_default=True, help="Expert intermediate size.")
+@click.option("--experts", default=256, show_default=True, help="Routed experts.")
+@click.option("--topk", default=8, show_default=True, help="Experts per token.")
+@click.option(
+    "--proj",
+    type=click.Choice(["gate_up", "down"]),
+    default="gate_up",
+    show_default=True,
+    help="gate_up: N = 2 x inter, K = hidden; down: N = hidden, K = inter.",
+)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Run folder [runs/<time>-bench-moe-<id>]."
+)
+@click.option("--repeats", default=25, show_default=True, help="Timed samples per case (median, p10, p90).")
+@click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
+@click.option(
+    "--timeout", default=300.0, show_default=True, help="Seconds without progress before a worker is killed."
+)
+@click.option(
+    "--timing",
+    type=click.Choice(["auto", "graph", "events"]),
+    default="auto",
+    show_default=True,
+    help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
+)
+@click.option("--device", default=0, show_default=True, help="CUDA device ordinal.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the routing draws and the inputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print {run, status, moe, curve, failures} on stdout.")
+def moe(
+    backends: str,
+    tokens: str,
+    routing: str,
+    hidden: int,
+    inter: int,
+    experts: int,
+    topk: int,
+    proj: str,
+    output: Path | None,
+    repeats: int,
+    warmup: int,
+    timeout: float,
+    timing: str,
+    device: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Time grouped (MoE) expert GEMMs over tokens per step and routings into a new run.
+
+    Each case is a step of T tokens routed top-k over the experts (uniform, Zipf-skewed, or read from a file);
+    every expert gets the rows routed to it, and a backend runs all experts' GEMMs (one grouped launch, or one
+    GEMM per expert for the loop reference). Rows: raw/moe.jsonl (one per backend x case, with the per-expert
+    counts), per-expert curve points of the loop backends in raw/moe_curve.jsonl, failures in
+    raw/failures.jsonl. `tracekit show/explain/report/view RUN` then give the per-expert analysis (docs/MOE.md).
+
+    \b
+    Examples:
+      tracekit bench moe                                        # GLM-5 experts, uniform and zipf:1.2
+      tracekit bench moe --tokens 1,64,4096 --routing zipf:2 --backends torch-fp8-grouped
+      tracekit bench moe --routing file:routing.jsonl --proj down
+      tracekit capture --nsys -- tracekit bench moe --tokens 16,256   # kernel names give the tile size
+    """
+    from tracekit.collectors.bench import run_sweep
+    from tracekit.collectors.moe import MoeConfig, MoeSettings, all_moe_backends, parse_routing, parse_tokens
+    from tracekit.errors import BadInputError
+    from tracekit.run import new_run_name
+
+    known = all_moe_backends()
+    names = (
+        list(known)
+        if backends.strip().lower() == "all"
+        else [b.strip() for b in backends.split(",") if b.strip()]
+    )
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise BadInputError(
+            f"unknown MoE backend(s): {', '.join(unknown) or '(none given)'}",
+            f"choose from: {', '.join(known)} (or 'all')",
+        )
+    if min(hidden, inter, experts, topk) < 1 or topk > experts:
+        raise BadInputError("--hidden, --inter, --experts, --topk must be >= 1 and --topk <= --experts")
+    if repeats < 1 or warmup < 0 or timeout <= 0:
+        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
+    config = MoeConfig(hidden=hidden, inter=inter, experts=experts, topk=topk, proj=proj)
+    settings = MoeSettings(
+        backends=names,
+        config=config,
+        tokens=parse_tokens(tokens),
+        routing=parse_routing(routing),
+        warmup=warmup,
+        repeats=repeats,
+        timeout=timeout,
+        timing=timing,
+        device=device,
+        seed=seed,
+    )
+    if any(known[n].timer == "cuda" for n in names):
+        _require_gpu(device)
+    inside = _capture_run_dir() if output is None else None
+    if inside is not None:
+        out = (
+            inside
+            / "raw"
+            / "logs"
+            / new_run_name(f"bench-moe-{os.environ.get('TRACEKIT_CAPTURE_TOOL', 'run')}")
+        )
+    else:
+        out = output or Path("runs") / new_run_name("bench-moe")
+    command = ["tracekit", "bench", "moe", *sys.argv[3:]] if sys.argv[1:3] == ["bench", "moe"] else None
+    progress = _Progress(len(names) * len(settings.cases))
+    try:
+        with progress:
+            result = run_sweep(out, settings, on_event=progress.on_event, command=command)
+    except KeyboardInterrupt:
+        click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
+        raise
+    if inside is not None:
+        _hand_over(result.run, inside)
+    if as_json:
+        payload = {
+            "run": str(result.run.path),
+            "status": result.status,
+            "moe": result.measurements,
+            "curve": _read_jsonl(result.run.raw_dir / "moe_curve.jsonl"),
+            "failures": result.failures,
+        }
+        click.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        _print_moe_table(result)
+    if result.status != "complete":
+        raise IncompleteError(f"the sweep into {result.run.path} did not finish", result.reason or "")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _print_moe_table(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"MoE grouped GEMMs — {result.run.path}")
+    for col, just in (
+        ("backend", "left"),
+        ("route", "left"),
+        ("tokens", "right"),
+        ("rows", "right"),
+        ("active", "right"),
+        ("max/expert", "right"),
+        ("µs", "right"),
+        ("TFLOP/s", "right"),
+        ("rel err", "right"),
+        ("SM MHz", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+
+    def f(x: Any, fmt: str) -> str:
+        return "" if x is None else format(x, fmt)
+
+    for r in result.measurements:
+        table.add_row(
+            r["backend"],
+            r["route"],
+            str(r["tokens"]),
+            str(r["rows"]),
+            f"{r['active']}/{r['experts']}",
+            str(max(r["counts"] or [0])),
+            f(r["time_us"], ".1f"),
+            f(r["tflops"], ".1f"),
+            f(r["rel_error"], ".2g"),
+            f(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
+            r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]",
+        )
+    console.print(table)
+    if result.failures:
+        ft = Table(title="Failures (full messages in raw/failures.jsonl)")
+        for col in ("backend", "rows", "N", "K", "kind", "error"):
+            ft.add_column(col)
+        for r in result.failures:
+            msg = (r.get("message") or "").strip().splitlines()
+            ft.add_row(r["backend"], str(r.get("m")), str(r.get("n")), str(r.get("k")), r["kind"],
+                       f"{r.get('error_type')}: {msg[0][:120] if msg else ''}")  # fmt: skip
+        console.print(ft)
+    console.print("per-expert analysis: tracekit show RUN · tracekit report RUN · tracekit view RUN (key e)")

@@ -53,7 +53,8 @@ def explain(run: Path, gemm_filter: str | None, as_json: bool, calibration: Path
 
     \b
     --json: {"gemms": [{range, achieved_tflops, peak_tflops, factors: [{name, value, sentence, evidence}],
-             verdict: {factor, cause, sentence, remedy, gain_pct}, ncu_rules, notes, ...}], "calibration": FILE}
+             verdict: {factor, cause, sentence, remedy, gain_pct}, ncu_rules, notes, ...}], "calibration": FILE,
+             "moe": {launches: [{..., per_expert: [...]}], whatif: [...]} for runs with grouped launches}
 
     \b
     Examples:
@@ -71,6 +72,11 @@ def explain(run: Path, gemm_filter: str | None, as_json: bool, calibration: Path
     )
     if as_json:
         out = {"run": str(run), "calibration": cal_source, "gemms": [w.to_dict() for w in waterfalls]}
+        from tracekit.analyzers.summary import moe_summary
+
+        moe = moe_summary(frames, r.manifest.get("environment"))
+        if moe is not None:  # grouped launches: per-expert rows and the what-if (docs/MOE.md)
+            out["moe"] = moe
         click.echo(json.dumps(out, indent=2, default=str, allow_nan=False))
         return
     from tracekit.commands._explain_render import render_waterfalls

@@ -54,6 +54,7 @@ class OverviewScreen(FrameScreen):
         Binding("k", "kernels", "Kernels"),
         Binding("f", "failures", "Failures"),
         Binding("p", "plot", "Plot"),
+        Binding("e", "moe", "MoE", show=False),  # listed in the help (?); the footer stays as it was
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
     ]
@@ -209,6 +210,13 @@ class OverviewScreen(FrameScreen):
 
             f = self.data.frames  # type: ignore[union-attr]
             self.app.push_screen(FailuresScreen(f["failures"], f["measurements"], self.data.name))  # type: ignore[union-attr]
+
+    def action_moe(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.moe import MoeScreen
+
+            d = self.data
+            self.app.push_screen(MoeScreen(d.frames, d.manifest.get("environment"), d.name))  # type: ignore[union-attr]
 
     def action_plot(self) -> None:
         if self._ready() and self.analysis is not None:

@@ -421,6 +421,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
         "warnings": warnings,
         "partial": partial,
         "rows": {name: df.height for name, df in frames.items()},
+        "ranks": run_ranks(frames),
     }
 
 

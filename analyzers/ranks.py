@@ -528,7 +528,7 @@ def analyze_ranks(
         if rows:
             notes.append(
                 "no tracekit GEMM ranges or Nsight Compute rows: GEMMs compared by kernel name, timeline only "
-                "(capture with `tracekit capture --ranks --nsys --ncu` for each rank's waterfall)"
+                "(capture with 'tracekit capture --ranks --nsys --ncu' for each rank's waterfall)"
             )
     gemms = (
         pl.DataFrame(rows, schema=_GEMM_SCHEMA).sort("gemm", "rank")
@@ -598,6 +598,11 @@ extra time the others wait in collectives, as a share of the span; without colle
 
 def _ms(ns: float | None) -> str:
     return "?" if ns is None else f"{ns / 1e6:.3f} ms"
+
+
+def _short(name: str, limit: int = 90) -> str:
+    """A kernel or range name cut for a sentence (template arguments make demangled names long)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def _more(ns: float, more: str = "more", less: str = "less") -> str:
@@ -682,6 +687,9 @@ def _straggler(
     mine = spread.filter(pl.col("slowest_rank") == r)
     if mine.height:
         top = mine.row(0, named=True)
-        line = f"its largest GEMM gap: {top['gemm']} is {top['spread_pct']:.1f}% slower than on rank {top['fastest_rank']}"
+        line = (
+            f"its largest GEMM gap: {_short(top['gemm'])} is {top['spread_pct']:.1f}% slower than on rank "
+            f"{top['fastest_rank']}"
+        )
         reasons.append(line + (f"; why: {top['why']}" if top["why"] else ""))
     return r, reasons

@@ -351,3 +351,60 @@ def test_same_gemm_kernel_side_by_side_matches_sql(shared_data: Path, runs: dict
 def test_single_rank_run_has_no_rank_analysis(shared_data: Path) -> None:
     ex = read_file(shared_data / "h200-probe/probe.sqlite")
     assert analyze_ranks(combine([ex])) is None
+
+
+# --- views: show --json and the report --------------------------------------------------------------------------------------
+def test_show_json_lists_ranks(shared_data: Path, runs: dict[str, Path]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = _export(shared_data, "mfu_2gpu_after")
+    out = subprocess.run(
+        [sys.executable, "-m", "tracekit", "show", str(runs["mfu_2gpu_after"]), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    expected = _ranks_by_sql(path)
+    assert [(r["rank"], r["pid"], r["device"]) for r in data["ranks"]] == [
+        (k, *v) for k, v in expected.items()
+    ]
+    comm = {
+        dev: ns
+        for dev, ns in _sql(
+            path,
+            f"SELECT deviceId, sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE {NCCL} GROUP BY 1",
+        )
+    }
+    assert [r["comm_ns"] for r in data["ranks"]] == [comm[v[1]] for v in expected.values()]
+    waited_for = min(expected, key=lambda r: comm[expected[r][1]])
+    assert data["straggler"]["rank"] == waited_for
+    assert [r["rank"] for r in data["ranks"] if r["straggler"]] == [waited_for]
+
+
+def test_show_json_of_a_single_process_run_has_no_ranks(shared_data: Path, tmp_path: Path) -> None:
+    from tracekit.analyzers.summary import summary
+
+    run, _ = import_files([shared_data / "h200-probe/probe.sqlite"], tmp_path / "probe")
+    data = summary(run, load_frames(run))
+    assert "ranks" not in data and "straggler" not in data
+
+
+def test_report_has_a_ranks_section(runs: dict[str, Path]) -> None:
+    from tracekit.analyzers.report import build_report, render_markdown
+
+    run = Run.open(runs["mfu_2gpu_before"])
+    frames = load_frames(run)
+    rep = build_report(run, frames)
+    ra = analyze_ranks(frames)
+    assert ra is not None
+    assert rep["ranks"]["straggler"] == ra.straggler and len(rep["ranks"]["ranks"]) == 2
+    text = render_markdown(rep).text
+    section = text[text.index("### Ranks") :]
+    assert f"Rank {ra.straggler} is the straggler." in section
+    assert f"| **{ra.straggler}** |" in section  # the straggler's row is bold
+    assert ra.reasons[0].split(":")[0] in section
+    top = ra.gemm_spread.row(0, named=True)
+    assert f"`{top['gemm'][:60]}" in section

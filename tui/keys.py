@@ -55,6 +55,14 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
         [("arrows", "move across backends (rows) and shapes (columns); the full error text shows below")],
     ),
     ("Plot", [("n", "next N x K shape (all shapes first)")]),
+    (
+        "Ranks (multi-GPU runs)",
+        [
+            ("d", "in the run overview: every rank side by side, the straggler and why"),
+            ("g", "switch between ranks and the same GEMM on every rank"),
+            ("enter", "a rank's steps, or a GEMM's time on every rank"),
+        ],
+    ),
 ]
 
 

@@ -372,3 +372,24 @@ def test_cli_ranks_needs_a_launcher(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) <= 2 and "not torchrun" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_real_torchrun_on_cpu(tmp_path: Path) -> None:
+    """The real torchrun accepts the rewritten command: two CPU ranks of samples/scripts/tp_gemm_gloo.py (gloo)
+    under the PyTorch profiler, one trace per rank, merged with a rank on every range. Needs torch (CPU is
+    enough); skipped where it is not installed."""
+    pytest.importorskip("torch.distributed.run", reason="needs torch (a CPU build is enough)")
+    from tracekit.analyzers.importer import import_into
+
+    script = Path(__file__).resolve().parents[1] / "samples/scripts/tp_gemm_gloo.py"
+    steps, warmup = 3, 2
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29400 + os.getpid() % 500),
+           str(script), "--device", "cpu", "--steps", str(steps), "--warmup", str(warmup), "--m", "64",
+           "--hidden", "256", "--ffn", "512"]  # fmt: skip
+    run = capture(cmd, torch_profiler=True, ranks=plan_ranks(cmd), out=tmp_path / "run", timeout=240,
+                  on_output=lambda s, b: None)  # fmt: skip
+    assert run.status == "complete", run.manifest["incomplete_reason"]
+    assert sorted(rank_files(run.raw_dir, "torch_trace", ".json.gz")) == [0, 1]
+    assert import_into(run)["ranks"] == [0, 1]
+    gemm = load_frames(run)["ranges"].filter(pl.col("range_kind") == "gemm")
+    assert dict(gemm.group_by("rank").len().iter_rows()) == {0: 2 * (steps + warmup), 1: 2 * (steps + warmup)}

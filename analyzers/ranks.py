@@ -176,15 +176,7 @@ def _roles(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         pl.col("name")
         .map_elements(lambda s: bool(COMM_PATTERN.search(s)), return_dtype=pl.Boolean)
         .alias("_c"),
-        pl.col("name")
-        .map_elements(
-            lambda s: (
-                bool(_GEMM_PATTERN.search(s))
-                and not (_AUX_PATTERN.search(s) and not re.match(r"^(nvjet|sm\d+_xmma|cutlass)", s))
-            ),
-            return_dtype=pl.Boolean,
-        )
-        .alias("_g"),
+        pl.col("name").map_elements(_is_gemm_kernel, return_dtype=pl.Boolean).alias("_g"),
     )
     k = k.join(names, on="name", how="left", maintain_order="left")
     in_gemm = pl.col("range_id").is_in(gemm_ids) & ~pl.col("range_id").is_in(aux_ids)
@@ -309,38 +301,64 @@ def _collectives(k: pl.DataFrame, one_clock: bool) -> tuple[pl.DataFrame, list[s
 
 
 # --- GEMMs per rank ------------------------------------------------------------------------------------------------------
+def _is_gemm_kernel(name: str | None) -> bool:
+    """A GEMM kernel by its name (gemm.py's patterns): named like a GEMM and not like an auxiliary kernel."""
+    if not name or not _GEMM_PATTERN.search(name):
+        return False
+    return not (_AUX_PATTERN.search(name) and not re.match(r"^(nvjet|sm\d+_xmma|cutlass)", name))
+
+
 def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: Any, calibration: Any):
-    """Each rank's GEMM cases explained; ``(rows, waterfalls by (key, rank))``."""
+    """Each rank's GEMM cases explained; ``(rows, waterfalls by (key, rank))``. Profiled kernels outside GEMM
+    ranges count only when named like a GEMM; several cases of one label on a rank (the same kernel profiled in
+    several launches) are one row, its time the launch-weighted mean and its waterfall the most-launched case's."""
     from .explain import explain_case
     from .gemm import build_cases
 
-    rows: list[dict[str, Any]] = []
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
     wfs: dict[tuple[str, int], Any] = {}
     for r in ranks:
         for case in build_cases(rank_frames(frames, r), calibration=calibration, environment=environment):
+            if case.origin == "ncu-kernel" and not _is_gemm_kernel(case.main_kernel or case.name):
+                continue
+            key = (case.label, r)
+            launches = max(case.launches, 1)
+            row = rows.get(key)
+            if row is not None:
+                total = row["launches"] + launches
+                for col, new in (("time_ns", case.total_ns), ("tflops", case.achieved_tflops)):
+                    if row[col] is not None and new is not None:
+                        row[col] = (row[col] * row["launches"] + new * launches) / total
+                row["launches"] = total
+                if launches <= row["_top"]:
+                    continue
             wf = explain_case(case)
             v = wf.verdict
-            key = case.label
-            wfs[(key, r)] = wf
-            rows.append(
-                {
-                    "gemm": key,
-                    "origin": case.origin,
-                    "rank": r,
-                    "launches": case.launches,
-                    "main_kernel": case.main_kernel,
-                    "time_ns": case.total_ns,
-                    "tflops": case.achieved_tflops,
-                    "pct_of_peak": (
-                        100.0 * case.achieved_tflops / case.peak_tflops
-                        if case.achieved_tflops and case.peak_tflops
-                        else None
-                    ),
-                    "sm_clock_hz": case.sm_clock_hz,
-                    "verdict": (v.name + (f": {v.cause}" if v.cause else "")) if v else None,
-                }
-            )
-    return rows, wfs
+            wfs[key] = wf
+            fresh = {
+                "gemm": case.label,
+                "origin": case.origin,
+                "rank": r,
+                "launches": launches,
+                "main_kernel": case.main_kernel,
+                "time_ns": case.total_ns,
+                "tflops": case.achieved_tflops,
+                "pct_of_peak": (
+                    100.0 * case.achieved_tflops / case.peak_tflops
+                    if case.achieved_tflops and case.peak_tflops
+                    else None
+                ),
+                "sm_clock_hz": case.sm_clock_hz,
+                "verdict": (v.name + (f": {v.cause}" if v.cause else "")) if v else None,
+                "_top": launches,
+            }
+            if row is None:
+                rows[key] = fresh
+            else:  # the most-launched case speaks for the row; the mean time stays the mean
+                keep = {c: row[c] for c in ("launches", "time_ns", "tflops")}
+                row.update(fresh)
+                row.update(keep)
+    return [{k: v for k, v in row.items() if k != "_top"} for row in rows.values()], wfs
 
 
 def _kernel_rows(k: pl.DataFrame) -> list[dict[str, Any]]:
@@ -432,7 +450,7 @@ def _spread(gemms: pl.DataFrame, wfs: dict[tuple[str, int], Any], nranks: int) -
         g.sort("rank")
         .group_by("gemm", "origin", maintain_order=True)
         .agg(
-            pl.len().cast(pl.UInt32).alias("ranks"),
+            pl.col("rank").n_unique().cast(pl.UInt32).alias("ranks"),
             pl.col("time_ns").min().alias("min_ns"),
             pl.col("time_ns").median().alias("median_ns"),
             pl.col("time_ns").max().alias("max_ns"),
@@ -621,7 +639,11 @@ def _straggler(
     outside collectives, when that exceeds the least by STRAGGLER_MIN_PCT."""
     t = table.filter(pl.col("busy_ns").fill_null(0) > 0)
     if t.height < 2:
-        return None, []
+        reasons = ["no timeline kernels on two ranks, so who waits for whom is unknown (capture with --nsys)"]
+        if spread.height:
+            top = spread.row(0, named=True)
+            reasons.append(_gemm_gap(top, top["slowest_rank"]))
+        return None, reasons
     comm = t.filter(pl.col("comm_ns") > 0)
     reasons: list[str] = []
     if comm.height == t.height:
@@ -686,10 +708,10 @@ def _straggler(
         )
     mine = spread.filter(pl.col("slowest_rank") == r)
     if mine.height:
-        top = mine.row(0, named=True)
-        line = (
-            f"its largest GEMM gap: {_short(top['gemm'])} is {top['spread_pct']:.1f}% slower than on rank "
-            f"{top['fastest_rank']}"
-        )
-        reasons.append(line + (f"; why: {top['why']}" if top["why"] else ""))
+        reasons.append("its largest GEMM gap: " + _gemm_gap(mine.row(0, named=True), r))
     return r, reasons
+
+
+def _gemm_gap(top: dict[str, Any], r: int) -> str:
+    line = f"{_short(top['gemm'])} is {top['spread_pct']:.1f}% slower on rank {r} than on rank {top['fastest_rank']}"
+    return line + (f"; why: {top['why']}" if top["why"] else "")

@@ -408,3 +408,80 @@ def test_report_has_a_ranks_section(runs: dict[str, Path]) -> None:
     assert ra.reasons[0].split(":")[0] in section
     top = ra.gemm_spread.row(0, named=True)
     assert f"`{top['gemm'][:60]}" in section
+
+
+def test_same_gemm_on_two_ranks_explained_by_its_waterfall(samples_dir: Path, tmp_path: Path) -> None:
+    """Two real H200 Nsight Compute reports of the same GEMM ranges (the probe sample and the capture sample),
+    imported as rank 0 and rank 1: the fp8 4096x2048x6144 GEMM is slower on the rank whose SM clock was lower, and
+    the clock factor of the two waterfalls says so."""
+    r0 = samples_dir / "h200-gemm-probe/raw/probe.ncu-rep.xz"
+    r1 = samples_dir / "h200-capture-gemm/raw/ncu.ncu-rep.xz"
+    files = []
+    for rank, src in enumerate((r0, r1)):
+        files.append(tmp_path / f"ncu.rank{rank}.ncu-rep.xz")
+        shutil.copyfile(src, files[-1])
+    run, _ = import_files(files, tmp_path / "two")
+    frames = load_frames(run)
+    ra = analyze_ranks(frames)
+    assert ra is not None
+    name = "gemm backend=torch-fp8-tensorwise op=scaled_mm M=4096 N=2048 K=6144 a=e4m3 b=e4m3 out=bf16 scale=tensorwise"
+    ncu = frames["ncu"].filter(pl.col("nvtx_range") == name).sort("rank")
+    assert ncu["rank"].to_list() == [0, 1]  # one profiled kernel of it per report
+    dur = dict(zip(ncu["rank"], ncu["duration_ns"], strict=True))
+    clock = dict(zip(ncu["rank"], ncu["sm_clock_hz"], strict=True))
+    slow, fast = max(dur, key=dur.get), min(dur, key=dur.get)
+    row = ra.gemm_spread.filter(pl.col("gemm") == name).row(0, named=True)
+    assert (row["ranks"], row["slowest_rank"], row["fastest_rank"]) == (2, slow, fast)
+    assert row["spread_pct"] == pytest.approx((dur[slow] / dur[fast] - 1) * 100)
+    assert clock[slow] < clock[fast]
+    assert row["why"].startswith("clock factor ") and f"on rank {slow} vs " in row["why"]
+    assert f"SM clock {clock[slow] / 1e6:.0f} vs {clock[fast] / 1e6:.0f} MHz" in row["why"]
+    # only GEMMs are compared: the reports' elementwise kernels (quantize, copies) are left out
+    assert all(g.startswith("gemm ") for g in ra.gemm_spread["gemm"])
+    # ncu alone has no timeline: nobody is named the straggler, the GEMM gap is still reported
+    assert ra.straggler is None and "who waits for whom is unknown" in ra.reasons[0]
+
+
+def _frames(kernels: list[dict], ranges: list[dict]) -> dict[str, pl.DataFrame]:
+    from tracekit.analyzers.importer import parse_range_names
+
+    frames = {name: spec.empty() for name, spec in SPECS.items()}
+    frames["kernels"] = SPECS["kernels"].conform(pl.DataFrame(kernels))
+    r = SPECS["ranges"].conform(pl.DataFrame(ranges).with_columns(pl.lit(0, pl.Int32).alias("depth")))
+    frames["ranges"] = parse_range_names(r)
+    return frames
+
+
+def test_steps_take_the_kernels_launched_inside_them() -> None:
+    """Two ranks, two steps each: a kernel belongs to the step open on its process when it was launched (not when
+    it ran); kernels launched outside every step count in no step. Rank 1 does more GEMM work each step and is
+    waited for in both."""
+    ranges, kernels = [], []
+    for rank, pid in ((0, 100), (1, 200)):
+        for step in (0, 1):
+            t0 = 1_000_000 * (step + 1)
+            ranges.append({"range_id": len(ranges), "rank": rank, "pid": pid, "tid": pid, "kind": "push_pop",
+                           "name": f"step i={step}", "start_ns": t0, "end_ns": t0 + 500_000})  # fmt: skip
+            gemm = 100_000 + 50_000 * rank  # rank 1's GEMM is slower
+            comm = 60_000 - 40_000 * rank  # so rank 0 waits longer in the all-reduce
+            for name, dur, launch in (("nvjet_tst_128x128", gemm, t0 + 10), ("ncclDevKernel_AllReduce", comm, t0 + 20),
+                                      ("vectorized_elementwise_kernel", 5_000, t0 + 30)):  # fmt: skip
+                kernels.append({"kernel_id": len(kernels), "source": "s", "rank": rank, "pid": pid, "device": rank,
+                                "name": name, "start_ns": launch + 100, "end_ns": launch + 100 + dur, "duration_ns": dur,
+                                "launch_tid": pid, "launch_start_ns": launch})  # fmt: skip
+        # launched before the first step: in no step (it runs inside step 0's time, which must not matter)
+        kernels.append({"kernel_id": len(kernels), "source": "s", "rank": rank, "pid": pid, "device": rank,
+                        "name": "vectorized_elementwise_kernel", "start_ns": 1_000_050, "end_ns": 1_000_060,
+                        "duration_ns": 10, "launch_tid": pid, "launch_start_ns": 999_000})  # fmt: skip
+    ra = analyze_ranks(_frames(kernels, ranges))
+    assert ra is not None
+    steps = ra.steps.select("rank", "step", "kernels", "gemm_ns", "comm_ns", "other_ns", "compute_ns").rows()
+    assert steps == [
+        (0, 0, 3, 100_000, 60_000, 5_000, 105_000),
+        (0, 1, 3, 100_000, 60_000, 5_000, 105_000),
+        (1, 0, 3, 150_000, 20_000, 5_000, 155_000),
+        (1, 1, 3, 150_000, 20_000, 5_000, 155_000),
+    ]
+    assert ra.straggler == 1
+    assert "it was waited for in 2 of 2 steps" in ra.reasons
+    assert dict(ra.ranks.select("rank", "last_arrivals").iter_rows()) == {0: 0, 1: 2}

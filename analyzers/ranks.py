@@ -428,7 +428,7 @@ def _why(key: str, slow: int, fast: int, wfs: dict[tuple[str, int], Any]) -> str
     return text + (f" ({cause})" if cause else "") + (": " + ", ".join(details) if details else "")
 
 
-def _spread(gemms: pl.DataFrame, wfs: dict[tuple[str, int], Any], nranks: int) -> pl.DataFrame:
+def _spread(gemms: pl.DataFrame, wfs: dict[tuple[str, int], Any]) -> pl.DataFrame:
     """One row per GEMM seen on two or more ranks: ``ranks``, ``min_ns`` / ``median_ns`` / ``max_ns`` (time per
     launch), ``spread_pct`` (max / min - 1, %), ``fastest_rank``, ``slowest_rank``, ``why``."""
     schema = {
@@ -553,7 +553,7 @@ def analyze_ranks(
         if rows
         else pl.DataFrame(schema=_GEMM_SCHEMA)
     )
-    spread = _spread(gemms, wfs, len(ranks))
+    spread = _spread(gemms, wfs)
 
     per = _role_sums(k.sort("rank"), ["rank"]) if k.height else pl.DataFrame(schema={"rank": pl.Int32})
     spans = k.group_by("rank").agg(

@@ -198,8 +198,9 @@ def _torchrun_start(cmd: Sequence[str]) -> int | None:
     return None
 
 
-def _world(nnodes: str | None, nproc: str | None) -> int | None:
-    """Ranks on this node: ``--nproc-per-node`` when it is a number (torchrun's default is 1)."""
+def _world(nproc: str | None) -> int | None:
+    """Ranks on this node: ``--nproc-per-node`` when it is a number (torchrun's default is 1). With several nodes
+    each node's capture holds its own ranks (the file names carry the global RANK)."""
     text = (nproc or "1").strip()
     return int(text) if text.isdigit() and int(text) > 0 else None
 
@@ -268,7 +269,7 @@ def split_torchrun(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> 
         launcher=tuple(launcher),
         command=tuple(command),
         rank_env=("RANK",),
-        world_size=_world(values.get("--nnodes"), values.get("--nproc-per-node")),
+        world_size=_world(values.get("--nproc-per-node")),
         kind="torchrun",
     )
 

@@ -128,3 +128,23 @@ async def test_ranks_screen_on_a_single_process_run(shared_data: Path, tmp_path:
         assert isinstance(screen, RanksScreen)
         assert screen.analysis is None and screen.table.row_count == 0
         assert "single-process run" in screen.table.empty_text
+
+
+class TestRanksSnapshot:
+    """Appearance of the ranks screen (update with --snapshot-update after a deliberate change)."""
+
+    @staticmethod
+    def _keys(*presses: str) -> Any:
+        async def run_before(pilot: Any) -> None:
+            await settle(pilot)
+            for key in presses:
+                await pilot.press(key)
+                await settle(pilot)
+
+        return run_before
+
+    def test_ranks_and_gemms(self, snap_compare: Any, two_gpu_run: Path) -> None:
+        from tracekit.tui.app import make_app
+
+        assert snap_compare(make_app(two_gpu_run), terminal_size=(120, 30), run_before=self._keys("d"))
+        assert snap_compare(make_app(two_gpu_run), terminal_size=(120, 30), run_before=self._keys("d", "g"))

@@ -20,10 +20,11 @@ import polars as pl
 from tracekit import naming
 from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
-from tracekit.run import Run, new_run_name, sha256_file
+from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
 
 from .base import Extract
 from .join import assign_ranges, nest_ranges
+from .ranks import label_extract, run_ranks
 
 # Files a capture leaves in raw/ that hold no frames.
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep")
@@ -422,6 +423,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
             record.update(
                 kind=ex.kind, status="partial" if ex.partial else "ok", message=None, warnings=ex.warnings
             )
+            record.update(label_extract(ex, path.name))  # which rank(s) the file holds, and how that is known
             warnings.extend(ex.warnings)
             extracts.append(ex)
         run.add_source(record)
@@ -432,7 +434,8 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
                 f"{name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
             )
     frames = combine(extracts)
-    run.write_frames(frames)
+    # several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily
+    run.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
     partial = bool(failed) or any(ex.partial for ex in extracts)
     run.manifest["partial"] = partial
     run.manifest["import_warnings"] = warnings
@@ -445,6 +448,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
         "warnings": warnings,
         "partial": partial,
         "rows": {name: df.height for name, df in frames.items()},
+        "ranks": run_ranks(frames),
     }
 
 
@@ -512,7 +516,7 @@ def open_run(path: Path | str) -> Run:
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """The run's frames (all, or ``names``), rebuilt from raw/ first if they are missing or stale."""
     if not run.frames_current():
-        built = run.manifest.get("frames") or any(run.frames_dir.glob("*.parquet"))
+        built = run.manifest.get("frames") or bool(run.frame_files())
         if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
             # rebuilding from nothing would replace the run's frames with empty ones
             raise RunNotFoundError(

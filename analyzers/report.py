@@ -408,6 +408,9 @@ def build_report(
     findings = _ncu_findings(waterfalls)
     failures, groups = _failures(frames)
     selected = [g for g in gemms if g["selected"]]
+    from .ranks import analyze_ranks
+
+    cross = analyze_ranks(frames, environment=env, calibration=calibration)
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -442,6 +445,7 @@ def build_report(
         "failures": failures,
         "failure_groups": groups,
         "moe": moe_section(frames, env),
+        "ranks": cross.to_dict() if cross is not None else None,
     }
 
 
@@ -1031,6 +1035,8 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             )
         )
 
+    blocks += _rank_blocks(rep, d, notes)
+
     wfs = rep["waterfalls"]
     if wfs:
         shown_w = wfs
@@ -1109,6 +1115,100 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             ),
         )
     return blocks, notes
+
+
+def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
+    """The per-rank section of a multi-rank run (analyzers/ranks.py): the rank table, who the others wait for and
+    why, and the GEMMs whose time differs most between ranks."""
+    cross = rep.get("ranks")
+    if not cross:
+        return []
+    cc = d.cell_chars
+
+    def ms(v: Any) -> str:
+        return _fmt(v / 1e6 if isinstance(v, int | float) else None, 2)
+
+    blocks: list[Any] = [Heading(3, [("t", "Ranks")])]
+    n = len(cross["ranks"])
+    lead = f"{n} ranks. "
+    lead += (
+        f"Rank {cross['straggler']} is the straggler."
+        if cross.get("straggler") is not None
+        else "No straggler stands out."
+    )
+    blocks.append(Para([("t", md_text(lead))]))
+    rows = []
+    for r in cross["ranks"]:
+        rows.append(
+            [
+                [("b" if r.get("straggler") else "t", str(r["rank"]))],
+                [("t", "–" if r.get("pid") is None else str(r["pid"]))],
+                [("t", "–" if r.get("device") is None else str(r["device"]))],
+                [("t", md_text(r.get("gpu") or "–", 60))],
+                [("t", f"{r.get('kernels') or 0:,}")],
+                [("t", ms(r.get("gemm_ns")))],
+                [("t", ms(r.get("comm_ns")))],
+                [("t", ms(r.get("compute_ns")))],
+                [("t", ms(r.get("idle_ns")))],
+                [("t", str(r.get("last_arrivals") or 0))],
+            ]
+        )
+    headers = [
+        "rank",
+        "pid",
+        "device",
+        "GPU",
+        "kernels",
+        "GEMM ms",
+        "comm ms",
+        "compute ms",
+        "idle ms",
+        "last in",
+    ]
+    blocks.append(Table(headers, rows, ["r", "r", "r", "l", "r", "r", "r", "r", "r", "r"]))
+    blocks.append(
+        Para(
+            [
+                (
+                    "t",
+                    "Kernel time per rank: compute is kernel time outside collectives, idle the GPU's idle time in "
+                    "its span, last in the collectives it reached last (the others waited inside theirs).",
+                )
+            ]
+        )
+    )
+    if cross.get("reasons"):
+        blocks.append(Bullets([[("t", md_text(x, cc))] for x in cross["reasons"]]))
+    spread = [g for g in cross.get("gemm_spread") or [] if g.get("spread_pct") is not None]
+    if spread:
+        shown = spread if d.gemm_rows is None else spread[: d.gemm_rows]
+        if len(shown) < len(spread):
+            notes.append(f"GEMMs across ranks: the {len(shown)} of {len(spread)} that differ most")
+        blocks.append(
+            Para([("t", "The same GEMM on every rank (time per launch), largest difference first:")])
+        )
+        srows = [
+            [
+                [("c", _one_line(g["gemm"], min(cc, 120)))],
+                [("t", str(g["ranks"]))],
+                [("t", _fmt(g["min_ns"] / 1e3, 2))],
+                [("t", _fmt(g["max_ns"] / 1e3, 2))],
+                [("t", _fmt(g["spread_pct"], 1))],
+                [("t", f"{g['slowest_rank']} (fastest {g['fastest_rank']})")],
+                [("t", md_text(g.get("why") or "–", cc))],
+            ]
+            for g in shown
+        ]
+        blocks.append(
+            Table(
+                ["GEMM", "ranks", "min µs", "max µs", "spread %", "slowest rank", "why"],
+                srows,
+                ["l", "r", "r", "r", "r", "l", "l"],
+            )
+        )
+    for note in cross.get("notes") or []:
+        blocks.append(Para([("i", md_text(note, cc))]))
+    return blocks
 
 
 # --- Markdown -----------------------------------------------------------------------------------------------------------

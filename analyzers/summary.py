@@ -214,4 +214,17 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
         out["device"] = None
     else:
         out["device"] = devs[0] if devs else {"name": None, "compute_capability": None, "sm_count": None}
+    out.update(rank_summary(frames, run))
     return out
+
+
+def rank_summary(frames: dict[str, pl.DataFrame], run: Run | None = None) -> dict[str, Any]:
+    """``ranks`` (one object per rank: the columns of analyzers/ranks.py's rank table, times in ns) and
+    ``straggler`` ({rank, reasons}) for a run of two or more ranks; nothing for a single-process run."""
+    from .ranks import analyze_ranks
+
+    env = run.manifest.get("environment") if run is not None else None
+    ra = analyze_ranks(frames, environment=env)
+    if ra is None:
+        return {}
+    return {"ranks": _records(ra.ranks), "straggler": {"rank": ra.straggler, "reasons": ra.reasons}}

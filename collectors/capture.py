@@ -34,6 +34,7 @@ from tracekit.naming import NCU_FILTER
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run, new_run_name
 
 from . import tools
+from .ranks import RANK_TOKEN, RankLaunch, rank_files
 from .torchprof import append_jsonl, failure_record
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -461,8 +462,12 @@ def capture(
     grace_s: float = 20.0,
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
+    ranks: RankLaunch | None = None,
 ) -> Run:
     """Run ``cmd`` under each chosen tool into a new run folder and return it, ``complete`` or ``incomplete``.
+
+    With ``ranks`` (:func:`tracekit.collectors.ranks.plan_ranks` of ``cmd``), every pass runs the launcher once
+    and one profiler per rank inside it, each writing files named with its rank (collectors/ranks.py).
 
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
     run (with a warning). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
@@ -477,6 +482,8 @@ def capture(
     emit = on_event or (lambda ev: None)
     output = on_output or _default_output
     _check_command(cmd, base_env, work)
+    if ranks is not None and ranks.kind == "launcher":
+        _check_command(list(ranks.launcher), base_env, work)
     if clock_control not in tools.CLOCK_CONTROLS:
         raise BadInputError(
             f"clock control {clock_control!r} is not one of {', '.join(tools.CLOCK_CONTROLS)}",
@@ -486,7 +493,7 @@ def capture(
     if per_range < 1:
         raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
     plan = _plan(
-        cmd,
+        list(ranks.command) if ranks is not None else cmd,
         ncu=ncu,
         nsys=nsys,
         torch_profiler=torch_profiler,
@@ -500,7 +507,7 @@ def capture(
             "reinstall tracekit, or wrap your GEMMs in tracekit ranges yourself",
         )
 
-    path = _reserve_run_dir(out, runs_dir, _label(cmd))
+    path = _reserve_run_dir(out, runs_dir, _label(list(ranks.command) if ranks is not None else cmd))
     settings: dict[str, Any] = {
         "tools": plan.passes,
         "instrument": instrument,
@@ -526,6 +533,8 @@ def capture(
         }
     if "torch" in plan.passes and plan.python:
         settings["torch_profiler"] = {"python": plan.python[0][0], "activities": ["cpu", "cuda"]}
+    if ranks is not None:
+        settings["ranks"] = ranks.as_dict()
     run = Run.create(path, command=cmd, capture=settings, status=STATUS_CAPTURING, exist_ok=True)
     run_dir = run.path.absolute()
     raw = run_dir / "raw"
@@ -556,6 +565,7 @@ def capture(
                 output=output,
                 log=log,
                 cwd=work,
+                ranks=ranks,
                 ncu_opts={
                     "sections": sections,
                     "metrics": metrics,
@@ -617,8 +627,12 @@ def _one_pass(
     log: Callable[..., None],
     cwd: Path | None,
     ncu_opts: dict[str, Any],
+    ranks: RankLaunch | None = None,
 ) -> PassResult:
     env = dict(base_env)
+    # with ranks, each tool wraps one rank's command and names its files raw/<tool>.rank<R>.* (rankwrap.py)
+    inner = list(ranks.command) if ranks is not None else cmd
+    tag = f".rank{RANK_TOKEN}" if ranks is not None else ""
     env[ENV_RUN_DIR] = str(run_dir)
     env[ENV_CAPTURE_TOOL] = tool
     # the per-range budget belongs to the ncu pass only: elsewhere it would hide launches from the timeline
@@ -632,8 +646,8 @@ def _one_pass(
         env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])
         argv = tools.ncu_command(
             plan.ncu.path,
-            raw / "ncu",
-            cmd,
+            raw / f"ncu{tag}",
+            inner,
             sections=ncu_opts["sections"],
             metrics=ncu_opts["metrics"],
             nvtx_include=ncu_opts["nvtx_include"],
@@ -644,7 +658,7 @@ def _one_pass(
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
-        argv = tools.nsys_command(plan.nsys.path, raw / "nsys", cmd)
+        argv = tools.nsys_command(plan.nsys.path, raw / f"nsys{tag}", inner)
     elif tool == "torch":
         assert plan.python is not None
         interp, target = plan.python
@@ -652,7 +666,7 @@ def _one_pass(
             *interp,
             str(TORCHPROF_PY),
             "--out",
-            str(raw / TORCH_TRACE),
+            str(raw / TORCH_TRACE.replace(".json.gz", f"{tag}.json.gz")),
             "--failures",
             str(raw / FAILURES_FILE),
             "--",
@@ -660,6 +674,8 @@ def _one_pass(
         ]
     else:
         argv = list(cmd)
+    if ranks is not None and tool != "plain":
+        argv = ranks.wrap(argv)
     result = PassResult(tool, argv)
     log_path = raw / f"{tool}.log"
     failures_before = _count_lines(raw / FAILURES_FILE)
@@ -679,7 +695,9 @@ def _one_pass(
                 problem = _ncu_problem(log_path)
                 if problem:
                     result.reason += f" ({problem})"
-    if tool == "nsys":
+    if ranks is not None:
+        _finish_ranks(result, tool, ranks, plan, raw, log_path, log, grace_s, ncu_opts["nvtx_include"])
+    elif tool == "nsys":
         _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
     elif tool == "ncu":
         _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
@@ -733,14 +751,15 @@ def _finish_nsys(
     log_path: Path,
     log: Callable[..., None],
     grace_s: float,
+    stem: str = "nsys",
 ) -> None:
     """Make sure an .sqlite exists: export it from the .nsys-rep when the profile's own export did not finish;
     explain a lone .qdstrm (the importer could not run)."""
-    rep, sqlite = raw / "nsys.nsys-rep", raw / "nsys.sqlite"
+    rep, sqlite = raw / f"{stem}.nsys-rep", raw / f"{stem}.sqlite"
     if sqlite.is_file() and sqlite.stat().st_size > 0:
         return
     if rep.is_file() and nsys is not None:
-        log("start", "nsys-export", f"no nsys.sqlite yet; exporting it from {rep.name}")
+        log("start", "nsys-export", f"no {sqlite.name} yet; exporting it from {rep.name}")
         argv = tools.nsys_export_command(nsys.path, rep)
         try:
             with log_path.open("ab") as f:
@@ -758,7 +777,7 @@ def _finish_nsys(
             ok = False
             log("error", "nsys-export", f"nsys export failed: {exc}")
         if ok:
-            log("done", "nsys-export", "exported nsys.sqlite")
+            log("done", "nsys-export", f"exported {sqlite.name}")
             return
         extra = f"nsys export of {rep.name} failed (see raw/{log_path.name}); run `{' '.join(argv)}` later"
     elif list(raw.glob("*.qdstrm")):
@@ -790,3 +809,52 @@ def _finish_ncu(result: PassResult, raw: Path, log_path: Path, nvtx_include: str
     if result.reason and extra.removeprefix("ncu wrote no report (").rstrip(")") in result.reason:
         extra = "ncu wrote no report"
     result.reason = f"{result.reason}; {extra}" if result.reason else extra
+
+
+_RANK_OUTPUTS = {
+    "nsys": ("nsys", ".nsys-rep"),
+    "ncu": ("ncu", ".ncu-rep"),
+    "torch": ("torch_trace", ".json.gz"),
+}
+
+
+def _finish_ranks(
+    result: PassResult,
+    tool: str,
+    ranks: RankLaunch,
+    plan: _Plan,
+    raw: Path,
+    log_path: Path,
+    log: Callable[..., None],
+    grace_s: float,
+    nvtx_include: str | None,
+) -> None:
+    """After a pass with one profiler per rank: every rank's report there (nsys ones exported to SQLite), and the
+    ranks the launcher should have started all accounted for; what is missing becomes the pass's reason."""
+    if tool not in _RANK_OUTPUTS:
+        return
+    stem, suffix = _RANK_OUTPUTS[tool]
+    found = rank_files(raw, stem, suffix)
+    if tool == "nsys":
+        for rank in found:
+            sub = PassResult(tool, result.argv)
+            nsys = plan.nsys if not result.interrupted else None
+            _finish_nsys(sub, nsys, raw, log_path, log, grace_s, stem=f"{stem}.rank{rank}")
+            if sub.reason:
+                result.reason = f"{result.reason}; rank {rank}: {sub.reason}" if result.reason else sub.reason
+    if not found:
+        extra = f"no rank wrote a {stem}.rank<R>{suffix} (see raw/{log_path.name})"
+        if tool == "ncu":
+            probe = PassResult(tool, result.argv)
+            _finish_ncu(probe, raw, log_path, nvtx_include)
+            extra = probe.reason or extra
+        result.reason = f"{result.reason}; {extra}" if result.reason else extra
+        return
+    if ranks.world_size is not None:
+        missing = sorted(set(range(ranks.world_size)) - set(found))
+        if missing and len(found) < ranks.world_size:
+            extra = (
+                f"{tool}: {len(found)} of {ranks.world_size} ranks wrote a report (missing ranks "
+                f"{', '.join(map(str, missing[:16]))}; see raw/{log_path.name})"
+            )
+            result.reason = f"{result.reason}; {extra}" if result.reason else extra

@@ -1,6 +1,6 @@
 """Bundles: a run packed into one zip file to attach to a ticket, and opened safely from a stranger.
 
-A bundle holds ``run.json``, ``frames/<name>.parquet`` and, when made with ``raw=True``, ``raw/...`` (the tools'
+A bundle holds ``run.json``, the frames (``frames/<name>.parquet``, or partitioned by rank) and, when made with ``raw=True``, ``raw/...`` (the tools'
 own files). :func:`open_bundle` extracts it into a private cache folder (``$TRACEKIT_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/tracekit``, else ``~/.cache/tracekit``; then ``bundles/<sha256 of the zip>``) and returns the
 :class:`~tracekit.run.Run` there, so every command that takes a run takes a bundle too.
@@ -11,7 +11,8 @@ a single byte is written, every member is checked; a bundle is refused, with one
 - has an absolute path, a drive letter, a backslash, a ``..`` / ``.`` / empty component or a control character;
 - is a symlink or another special file (zip external attributes), is encrypted or uses an unknown compression;
 - repeats another member's name (also when they differ only in case: they collide on macOS / Windows);
-- is not one of the expected members (``run.json``, ``frames/<known frame>.parquet``, ``raw/...``);
+- is not one of the expected members (``run.json``, ``frames/<known frame>.parquet`` or, for a multi-rank run,
+  ``frames/<known frame>/rank=<r>/part-<n>.parquet``, ``raw/...``);
 - or the bundle is implausibly large: too many members, a member or total too big, or a compression ratio that
   only a decompression bomb has (see :class:`Limits`). Sizes are enforced while extracting too, not only as
   declared in the zip's directory.
@@ -56,7 +57,11 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CTRL = re.compile(r"[\x00-\x1f\x7f]")
-_FRAME_MEMBER = re.compile(r"^frames/([a-z][a-z0-9_]*)\.parquet$")
+_FRAME_MEMBER = re.compile(
+    r"^frames/([a-z][a-z0-9_]*)(?:\.parquet|/rank=(?:-?\d{1,9}|__HIVE_DEFAULT_PARTITION__)/part-\d{1,6}\.parquet)$"
+)
+"""A frame file: ``frames/<name>.parquet``, or one rank's part of a partitioned frame (tracekit/run.py)."""
+_FRAME_DIR = re.compile(r"^frames/([a-z][a-z0-9_]*)/(?:rank=(?:-?\d{1,9}|__HIVE_DEFAULT_PARTITION__)/)?$")
 _OK_COMPRESSION = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)  # bundles of the same run are byte-identical
 
@@ -96,6 +101,8 @@ def _expected(name: str, is_dir: bool) -> bool:
     from tracekit.frames import SPECS
 
     if is_dir:
+        if (m := _FRAME_DIR.match(name)) is not None:
+            return m.group(1) in SPECS
         return name in ("frames/", "raw/") or (name.startswith("raw/") and not name[4:].startswith("."))
     if name == MANIFEST:
         return True
@@ -328,11 +335,7 @@ def write_bundle(run: Run, out: Path | str, *, raw: bool = False) -> dict[str, A
     manifest = json.loads(json.dumps(run.manifest, default=str))
     manifest.pop("bundle", None)
     manifest["bundle"] = {"from": run.name, "raw": raw}
-    frames = sorted(p for p in run.frames_dir.glob("*.parquet") if _FRAME_MEMBER.match(f"frames/{p.name}"))
-    from tracekit.frames import SPECS
-
-    frames = [p for p in frames if p.stem in SPECS]
-    members: list[tuple[str, Path]] = [(f"frames/{p.name}", p) for p in frames]
+    members: list[tuple[str, Path]] = [(rel, p) for rel, p in run.frame_files() if _FRAME_MEMBER.match(rel)]
     if raw:
         members += _raw_members(run, warnings)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,14 @@
 """The frames of a run: names, columns, dtypes and units, written down once.
 
 Every reader builds its frames to these schemas (``conform`` casts and orders columns, adding missing ones as
-nulls), the run stores them as ``frames/<name>.parquet``, and ``tests/test_frames.py`` pins them. Bump
+nulls), the run stores them as ``frames/<name>.parquet`` (a run of several distributed ranks stores the frames with
+a ``rank`` column hive-partitioned, ``frames/<name>/rank=<r>/part-0.parquet``: tracekit/run.py), and
+``tests/test_frames.py`` pins them.
+
+``rank`` (kernels, ranges, ncu, devices): the distributed rank, filled at import from the file itself (Kineto's
+``distributedInfo``), its name (``nsys.rank3.sqlite``, as ``tracekit capture --ranks`` writes) or, in an Nsight
+Systems export of a whole process tree, the process that launched the kernels (analyzers/ranks.py); null in a
+single-process run. Bump
 ``SCHEMA_VERSION`` (tracekit/_version.py) whenever a column changes: runs whose frames are older are rebuilt from ``raw/``.
 
 Units: times are integer nanoseconds on the capture's own clock (``*_ns``); sizes are bytes; ``*_pct`` are

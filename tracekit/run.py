@@ -5,7 +5,11 @@ Layout::
     RUN/
       run.json          manifest (format, schema version, command, environment, capture settings, sources, status)
       raw/              the tools' own files, untouched (.ncu-rep, .sqlite, .json.gz, ranges.jsonl, failures.jsonl)
-      frames/           polars frames as parquet, rebuilt from raw/ when missing or older than SCHEMA_VERSION
+      frames/           polars frames as parquet, rebuilt from raw/ when missing or older than SCHEMA_VERSION:
+                        frames/<name>.parquet, or for a run of several distributed ranks the frames that have a
+                        ``rank`` column partitioned hive-style, frames/<name>/rank=<r>/part-0.parquet (the rank
+                        lives in the folder name, not in the file), so a fleet of runs scans lazily with
+                        ``polars.scan_parquet(..., hive_partitioning=True)``, DuckDB or Spark (docs/RANKS.md)
 
 Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
 leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. This module
@@ -35,6 +39,12 @@ if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU mac
 
 MANIFEST = "run.json"
 FORMAT = "tracekit-run"
+
+PARTITION_KEY = "rank"
+"""The only partition key: frames of a multi-rank run are written one folder per rank."""
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+"""The folder name of rows whose key is null (Hive's, and what polars, DuckDB and Spark read as null)."""
+_PART_FILE = "part-0.parquet"
 
 STATUS_CAPTURING = "capturing"
 STATUS_COMPLETE = "complete"
@@ -226,29 +236,94 @@ class Run:
 
     # -- frames --------------------------------------------------------------------------------------------
     def frame_path(self, name: str) -> Path:
+        """Where an unpartitioned frame lives: ``frames/<name>.parquet``."""
         return self.frames_dir / f"{name}.parquet"
 
-    def write_frame(self, name: str, df: pl.DataFrame) -> None:
+    def frame_dir(self, name: str) -> Path:
+        """Where a partitioned frame lives: ``frames/<name>/<key>=<value>/part-0.parquet``."""
+        return self.frames_dir / name
+
+    def frame_layout(self, name: str) -> str | None:
+        """``file``, ``partitioned`` or None (no such frame on disk). The manifest's word wins when both exist
+        (a rebuild that switched layouts was interrupted between its two steps)."""
+        has_file, has_dir = self.frame_path(name).is_file(), self.frame_dir(name).is_dir()
+        if has_file and has_dir:
+            said = ((self.manifest.get("frames") or {}).get("partitioned") or {}).get(name)
+            return "partitioned" if said else "file"
+        return "file" if has_file else "partitioned" if has_dir else None
+
+    def frame_files(self) -> list[tuple[str, Path]]:
+        """Every frame file as (path relative to the run, absolute path), both layouts, sorted."""
+        from tracekit.frames import SPECS
+
+        out: list[tuple[str, Path]] = []
+        for name in SPECS:
+            layout = self.frame_layout(name)
+            if layout == "file":
+                out.append((f"frames/{name}.parquet", self.frame_path(name)))
+            elif layout == "partitioned":
+                for p in sorted(self.frame_dir(name).glob("*=*/*.parquet")):
+                    if not any(part.startswith(".") for part in p.relative_to(self.frames_dir).parts):
+                        out.append((p.relative_to(self.path).as_posix(), p))
+        return sorted(out)
+
+    def _write_partitioned(self, name: str, df: pl.DataFrame, key: str) -> None:
+        """One folder per value of ``key`` (the column dropped from the files), swapped in with two renames."""
+        self.frames_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=self.frames_dir))
+        old: Path | None = None
+        try:
+            for (value,), part in df.partition_by(key, as_dict=True, maintain_order=True).items():
+                sub = tmp / f"{key}={HIVE_NULL if value is None else value}"
+                sub.mkdir()
+                part.drop(key).write_parquet(sub / _PART_FILE, compression="zstd", statistics=True)
+            target = self.frame_dir(name)
+            if target.exists():
+                old = self.frames_dir / f".{name}.old-{secrets.token_hex(3)}"
+                os.replace(target, old)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        self.frame_path(name).unlink(missing_ok=True)
+
+    def write_frame(self, name: str, df: pl.DataFrame, *, partition_by: str | None = None) -> None:
+        """Write one frame atomically: one file, or with ``partition_by`` (a column of the frame, which must be
+        ``rank``) one folder per value. An empty frame is always one file."""
         from tracekit.frames import SPECS
 
         if name not in SPECS:
             raise ValueError(f"unknown frame {name!r}")
+        if partition_by is not None and partition_by != PARTITION_KEY:
+            raise ValueError(f"frames are partitioned by {PARTITION_KEY!r} only, not {partition_by!r}")
         import polars as pl
 
+        partitioned = partition_by is not None and partition_by in df.columns and df.height > 0
+        target = self.frame_dir(name) if partitioned else self.frame_path(name)
         try:
-            with atomic_path(self.frame_path(name)) as tmp:
-                df.write_parquet(tmp, compression="zstd", statistics=True)
+            if partitioned:
+                self._write_partitioned(name, df, partition_by)  # type: ignore[arg-type]
+            else:
+                with atomic_path(self.frame_path(name)) as tmp:
+                    df.write_parquet(tmp, compression="zstd", statistics=True)
+                shutil.rmtree(self.frame_dir(name), ignore_errors=True)
         except (OSError, pl.exceptions.ComputeError) as exc:  # polars reports a failed write as ComputeError
-            raise _storage_error(self.frame_path(name), exc) from exc
+            raise _storage_error(target, exc) from exc
 
-    def write_frames(self, frames: dict[str, pl.DataFrame]) -> None:
-        """Write all frames, then record in the manifest that they are current."""
+    def write_frames(self, frames: dict[str, pl.DataFrame], *, partition_by: str | None = None) -> None:
+        """Write all frames (those with a ``partition_by`` column partitioned by it), then record in the manifest
+        that they are current and how each is laid out."""
+        partitioned: dict[str, str] = {}
         for name, df in frames.items():
-            self.write_frame(name, df)
+            self.write_frame(name, df, partition_by=partition_by)
+            if self.frame_layout(name) == "partitioned":
+                partitioned[name] = str(partition_by)
         self.manifest["frames"] = {
             "schema_version": SCHEMA_VERSION,
             "built_unix": time.time(),
             "rows": {name: df.height for name, df in frames.items()},
+            "partitioned": partitioned,
         }
         self.save()
 
@@ -256,20 +331,29 @@ class Run:
         info = self.manifest.get("frames") or {}
         if info.get("schema_version") != SCHEMA_VERSION:
             return False
-        return all(self.frame_path(n).is_file() for n in (info.get("rows") or {}))
+        return all(self.frame_layout(n) is not None for n in (info.get("rows") or {}))
 
     def read_frame(self, name: str, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
-        """A frame as written; an empty frame of the right schema if the run has none of that kind."""
+        """A frame as written (either layout, columns in the schema's order); an empty frame of the right schema
+        if the run has none of that kind."""
         import polars as pl
 
         from tracekit.frames import SPECS
 
-        path = self.frame_path(name)
-        if not path.is_file():
-            empty = SPECS[name].empty()
+        spec = SPECS[name]
+        layout = self.frame_layout(name)
+        if layout is None:
+            empty = spec.empty()
             return empty.lazy() if lazy else empty
+        path = self.frame_path(name) if layout == "file" else self.frame_dir(name)
         try:
-            return pl.scan_parquet(path) if lazy else pl.read_parquet(path)
+            if layout == "file":
+                return pl.scan_parquet(path) if lazy else pl.read_parquet(path)
+            key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
+            scan = pl.scan_parquet(
+                path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
+            ).select(spec.schema.names())
+            return scan if lazy else scan.collect()
         except Exception as exc:  # polars raises several types for corrupt parquet
             raise SchemaError(
                 f"frame {path} cannot be read ({type(exc).__name__}: {exc})",

@@ -40,6 +40,7 @@ __all__ = [
     "load_run",
     "newest_sample",
     "plot_series",
+    "rank_analysis",
     "samples_dir",
 ]
 
@@ -207,6 +208,22 @@ def analyze(data: RunData) -> Analysis:
         v = wf.verdict
         verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
     return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+
+
+def rank_analysis(data: RunData) -> Any:
+    """The cross-rank view of a run of two or more ranks (:class:`tracekit.analyzers.ranks.RankAnalysis`), None
+    for a single-process run."""
+    from tracekit.analyzers.ranks import analyze_ranks
+
+    cal, _ = _calibration(data)
+    return analyze_ranks(data.frames, environment=data.manifest.get("environment"), calibration=cal)
+
+
+def rank_count(frames: dict[str, pl.DataFrame]) -> int:
+    """How many distributed ranks the run's frames hold (0 for a single-process run)."""
+    from tracekit.analyzers.ranks import run_ranks
+
+    return len(run_ranks(frames))
 
 
 class Prefetch:

@@ -57,6 +57,14 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("Plot", [("n", "next N x K shape (all shapes first)")]),
     ("MoE", [("↑ ↓", "choose a launch; its expert histogram and what-if show below")]),
+    (
+        "Ranks (multi-GPU runs)",
+        [
+            ("d", "in the run overview: every rank side by side, the straggler and why"),
+            ("g", "switch between ranks and the same GEMM on every rank"),
+            ("enter", "a rank's steps, or a GEMM's time on every rank"),
+        ],
+    ),
 ]
 
 

@@ -8,6 +8,8 @@
 #   planted   the planted-cause runs of benchmarks/planted under `tracekit capture`
 #   calibrate `tracekit calibrate`
 #   overhead  benchmarks/bench_capture_overhead.py
+#   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
+#             into $OUT/h200-ranks-gloo, then tests/gpu/test_ranks_gpu.py (nsys and ncu, one report per rank)
 # Results go under $TK_OUT (default ./out); each phase logs to $OUT/<phase>.log. Python runs from /tmp so that the
 # checkout's tracekit/ folder does not shadow the installed package (collectors/ maps into it only when installed).
 set -uo pipefail
@@ -43,6 +45,11 @@ for p in "$@"; do
       done ;;
     calibrate)
       tk calibrate -o "$OUT/calibration-h200.json" > "$OUT/calibrate.log" 2>&1; echo "rc=$?"; tail -20 "$OUT/calibrate.log" ;;
+    ranks)
+      tk capture --ranks --nsys -o "$OUT/h200-ranks-gloo" --no-import -- python3 -m torch.distributed.run --nproc-per-node 2 \
+        --master-port 29611 "$R/samples/scripts/tp_gemm_gloo.py" --steps 8 --slow-rank 1 --extra-gemms 4 > "$OUT/ranks-capture.log" 2>&1
+      echo "capture rc=$? $(du -sh "$OUT/h200-ranks-gloo" | cut -f1)"; tail -8 "$OUT/ranks-capture.log"
+      (cd /tmp && timeout 420 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
     overhead)
       (cd /tmp && timeout 250 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 20; timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
   esac

@@ -78,6 +78,24 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
             f"{len(data['failures'])} failures"
         )
     )
+    if data.get("ranks"):
+        ranks = pl.DataFrame(data["ranks"]).select(
+            "rank",
+            "pid",
+            "device",
+            "kernels",
+            *[
+                (pl.col(c) / 1e6).alias(c.replace("_ns", "_ms"))
+                for c in ("gemm_ns", "comm_ns", "compute_ns", "idle_ns")
+            ],
+            "last_arrivals",
+            "straggler",
+        )
+        console.print(
+            frame_table(ranks, "Ranks (kernel time; the straggler is the rank the others wait for)")
+        )
+        for reason in (data.get("straggler") or {}).get("reasons") or []:
+            console.print(Text(f"  {safe(reason, 300)}"))
     for src in data["sources"]:
         if src.get("status") == "failed":
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))

@@ -19,6 +19,15 @@ Examples:
   tracekit capture --ncu --instrument -- python serve.py # tracekit ranges around torch's GEMMs, no code change
   tracekit capture --ncu --clock-control base -- ./gemm  # ncu's locked base clock instead of your clocks
   tracekit capture --torch-profiler --timeout 600 -o runs/fp8 -- python -m mypkg.bench
+  tracekit capture --ranks --nsys -- torchrun --nproc-per-node 8 bench.py         # one timeline per rank
+  tracekit capture --ranks --launcher 'mpirun -np 8' --nsys --ncu -- python bench.py
+
+\b
+Multi-GPU (--ranks): the profilers go inside the launcher, one per rank, each writing raw/<tool>.rank<R>.*;
+the import merges them into one run whose frames carry the rank (partitioned by rank on disk). A torchrun command
+is rewritten with --no-python so each worker runs `<profiler> python bench.py`; any other launcher is named with
+--launcher, and the rank is read from --rank-env (default: the first set of RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
+PMIX_RANK, SLURM_PROCID). See docs/RANKS.md.
 
 \b
 What each tool gives:
@@ -185,6 +194,23 @@ class _Event:
     help="ncu: profile at most N launches of each range name (default $TRACEKIT_NCU_MAX_PER_RANGE or 2).",
 )
 @click.option(
+    "--ranks",
+    "use_ranks",
+    is_flag=True,
+    help="One profiler per rank inside the launcher (torchrun after --, or --launcher); files named by rank.",
+)
+@click.option(
+    "--launcher",
+    metavar="TEXT",
+    help="With --ranks: the launcher that starts the ranks, e.g. 'mpirun -np 8' or 'srun -n 8' (CMD is one rank).",
+)
+@click.option(
+    "--rank-env",
+    metavar="VAR",
+    help="With --ranks: environment variable holding each process's rank (default: RANK, OMPI_COMM_WORLD_RANK, "
+    "PMI_RANK, PMIX_RANK, SLURM_PROCID).",
+)
+@click.option(
     "-o", "--out", type=click.Path(path_type=Path), help="Run folder to create (default: RUNS_DIR/<name>)."
 )
 @click.option(
@@ -219,6 +245,9 @@ def capture(
     all_kernels: bool,
     launch_count: int | None,
     max_per_range: int | None,
+    use_ranks: bool,
+    launcher: str | None,
+    rank_env: str | None,
     out: Path | None,
     runs_dir: Path,
     timeout: float | None,
@@ -236,6 +265,11 @@ def capture(
     argv = list(cmd)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    ranks = None
+    if use_ranks or launcher or rank_env:
+        from tracekit.collectors.ranks import plan_ranks
+
+        ranks = plan_ranks(argv, launcher=launcher, rank_env=rank_env)
 
     def split(text: str | None, default: tuple[str, ...]) -> list[str]:
         if text is None:
@@ -265,6 +299,7 @@ def capture(
                 nvtx_include=None if all_kernels else NCU_FILTER,
                 max_per_range=max_per_range,
                 launch_count=launch_count,
+                ranks=ranks,
             )
         except CaptureInterrupted as exc:
             run, interrupted = exc.run, True
@@ -312,6 +347,7 @@ def capture(
                     f"  frames: {rows.get('kernels', 0)} kernels, {rows.get('ranges', 0)} ranges, "
                     f"{rows.get('ncu', 0)} ncu kernels, {rows.get('measurements', 0)} measurements, "
                     f"{rows.get('failures', 0)} failures"
+                    + (f", {len(summary['ranks'])} ranks" if summary.get("ranks") else "")
                     + (" (partial import)" if summary.get("partial") else "")
                 )
             )

@@ -69,7 +69,13 @@ def import_(
         click.echo(
             f"{run.path}: {summary['imported']}/{summary['files']} files, {rows.get('kernels', 0)} kernels, "
             f"{rows.get('ranges', 0)} ranges, {rows.get('ncu', 0)} ncu kernels, {rows.get('measurements', 0)} "
-            f"measurements, {rows.get('failures', 0)} failures" + (" (partial)" if summary["partial"] else "")
+            f"measurements, {rows.get('failures', 0)} failures"
+            + (
+                f", ranks {', '.join(map(str, summary['ranks']))}"
+                if len(summary.get("ranks") or []) > 1
+                else ""
+            )
+            + (" (partial)" if summary["partial"] else "")
         )
     if summary["partial"]:
         sys.exit(EXIT_INCOMPLETE)

@@ -21,8 +21,9 @@ def show(run: Path, as_json: bool, limit: int) -> None:
 
     \b
     --json keys: schema_version, run, device {name, compute_capability, sm_count} (or devices: [...] when the run
-    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...],
-    and for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md).
+    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...];
+    for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
+    for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
 
     \b
     Examples:

@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, gemm_view, load_run
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, gemm_view, load_run, rank_count
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.frame_table import Col
@@ -57,6 +57,7 @@ class OverviewScreen(FrameScreen):
         Binding("e", "moe", "MoE", show=False),  # listed in the help (?); the footer stays as it was
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
+        Binding("d", "ranks", "Ranks", show=False),
     ]
 
     class RunLoaded(Message):
@@ -175,6 +176,13 @@ class OverviewScreen(FrameScreen):
             + (f"{f['measurements'].height:,} measured · " if f["measurements"].height else ""),
             (f"{fails} failures" if fails else "no failures", "bold $error" if fails else "$text-muted"),
         ]
+        ranks = rank_count(f)
+        if ranks > 1:
+            parts += [
+                ("  ·  ", "$text-muted"),
+                (f"{ranks} ranks", "bold"),
+                (" (d: compare ranks)", "$text-muted"),
+            ]
         if self.analysis is not None and self.analysis.calibration:
             parts += [("  ·  calibrated: ", "$text-muted"), clean(self.analysis.calibration)]
         if self.analysis is not None and self.analysis.note:
@@ -241,6 +249,12 @@ class OverviewScreen(FrameScreen):
 
         assert self.data is not None and self.analysis is not None
         self.app.push_screen(CompareScreen(self.data, self.analysis, other))
+
+    def action_ranks(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.ranks import RanksScreen
+
+            self.app.push_screen(RanksScreen(self.data))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

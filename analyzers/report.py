@@ -257,15 +257,25 @@ def _matches(row: dict[str, Any], pattern: str | None) -> bool:
 _NCU_LINK = re.compile(r"@(section|url):([^:@]*):([^@]*)@")
 
 
-def _ncu_text(text: Any) -> str | None:
+def ncu_text(text: Any) -> str | None:
     """ncu's own link markup (``@section:Id:Title@``, ``@url:Title:https://...@``) as plain words."""
     if text is None:
         return None
 
     def sub(m: re.Match[str]) -> str:
-        return f"{m.group(3)} section" if m.group(1) == "section" else f"{m.group(2)} ({m.group(3)})"
+        if m.group(1) == "url":
+            return f"{m.group(2)} ({m.group(3)})"
+        # ncu writes both "see @section:X:Title@" and "the @section:X:Title@ section"
+        said = m.string[m.end() :].lstrip().lower().startswith("section")
+        return m.group(3) if said else f"{m.group(3)} section"
 
     return _NCU_LINK.sub(sub, str(text))
+
+
+def ncu_noise(kind: Any, message: Any) -> bool:
+    """True for ncu rule results that say nothing about the kernel: ``OK`` results and notes that an optional
+    metric could not be found (tooling noise; the report and the terminal UI leave them out)."""
+    return str(kind or "").upper() in ("OK", "") or str(message or "").startswith("The optional metric")
 
 
 def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -274,11 +284,8 @@ def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for wf in waterfalls:
         for r in wf.get("ncu_rules") or []:
-            kind = (r.get("kind") or "").upper()
-            message = _ncu_text(r.get("message"))
-            if kind in ("OK", "") or not (r.get("title") or message):
-                continue
-            if (message or "").startswith("The optional metric"):
+            message = ncu_text(r.get("message"))
+            if ncu_noise(r.get("kind"), message) or not (r.get("title") or message):
                 continue
             key = (r.get("rule"), r.get("title"), message)
             entry = found.get(key)

@@ -90,8 +90,20 @@ def _entry(path: Path, where: str) -> RunEntry | None:
         created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
         status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
         where=where,
-        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name"),
+        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name") or _frame_gpu(path),
     )
+
+
+def _frame_gpu(path: Path) -> str | None:
+    """The GPU an imported run's files name (its devices frame, a few KB), when run.json records none."""
+    frame = path / "frames" / "devices.parquet"
+    if not frame.is_file():
+        return None
+    try:
+        names = pl.read_parquet(frame, columns=["name"])["name"].drop_nulls().unique(maintain_order=True)
+    except Exception:  # a damaged frame: the picker shows "–", opening the run says what is wrong
+        return None
+    return " + ".join(str(n) for n in names.to_list()) or None
 
 
 def find_runs(dirs: list[Path]) -> list[RunEntry]:

@@ -54,7 +54,13 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
         "Failures",
         [("arrows", "move across backends (rows) and shapes (columns); the full error text shows below")],
     ),
-    ("Plot", [("n", "next N x K shape (all shapes first)")]),
+    (
+        "Compare",
+        [
+            ("enter", "one GEMM's pair in full: times and spreads, noise band, factors that moved, verdicts"),
+        ],
+    ),
+    ("Plot", [("n", "next N x K shape, then all shapes together")]),
 ]
 
 

@@ -44,6 +44,8 @@ def _evidence_text(value: Any, key: str = "") -> str:
             return f"{value / 1e6:,.0f} MHz"
         if key.endswith("_bytes") and abs(value) >= 1024:
             return f"{value / 1024:,.1f} KiB"
+        if key.endswith("_bytes_per_s"):
+            return f"{value / 1e12:.2f} TB/s" if abs(value) >= 1e11 else f"{value / 1e9:.1f} GB/s"
         if key.endswith("_per_s"):
             return f"{value:.3g}/s"
     if isinstance(value, float):

@@ -21,8 +21,8 @@ from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 RUN_COLUMNS = [
     Col("name", "run", None, min_width=16),
-    Col("where", "in", 8),
-    Col("created", "created", 19, fmt=lambda v, r: (v or "–").replace("T", " ")[:19]),
+    Col("where", "in", 8, hide_below=100),
+    Col("created", "created", 16, fmt=lambda v, r: (v or "–").replace("T", " ")[:16]),
     Col("status", "status", 10, tone=lambda v, r: None if v == "complete" else "warn"),
     Col("gpu", "GPU", 14),
 ]

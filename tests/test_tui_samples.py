@@ -300,3 +300,37 @@ async def test_view_with_no_argument_paints_the_sample(
         assert isinstance(app.screen, OverviewScreen)
         assert _info_lines(app.screen)[0].startswith("h200-gemm-probe")
         assert app.screen.table.row_count >= 6
+
+
+@run_async
+async def test_mouse_sorts_by_header_scrolls_and_opens_a_row() -> None:
+    from tracekit.tui.app import make_app
+    from tracekit.tui.screens.gemm import GemmScreen
+
+    app = make_app(BENCH)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_loaded(pilot)
+        screen = app.screen
+        table = screen.table
+        x = 0
+        for col, w in table._layout(table.size.width):
+            if col.key == "tflops":
+                break
+            x += w + 1
+        await pilot.click("#table", offset=(x + 2, 0))  # the TFLOP/s header
+        await wait_loaded(pilot)
+        assert screen.sort_key == "tflops" and screen.descending
+        tf = [table.row(i)["tflops"] for i in range(table.row_count)]
+        assert tf == sorted(tf, reverse=True)
+        from textual import events
+
+        table.post_message(events.MouseScrollDown(table, 5, 5, 0, 1, 0, False, False, False))  # the wheel
+        await pilot.pause()
+        assert table.top == 3  # the wheel scrolls three rows
+        await pilot.click("#table", offset=(5, 2))  # the second row on screen: the cursor moves there
+        await pilot.pause()
+        assert table.cursor == table.top + 1
+        picked = table.cursor_row
+        await pilot.click("#table", offset=(5, 2))  # a click on the highlighted row opens it
+        await wait_loaded(pilot)
+        assert isinstance(app.screen, GemmScreen) and app.screen.gemm["m"] == picked["m"]

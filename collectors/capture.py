@@ -599,7 +599,12 @@ def capture(
         run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
     else:
         run.mark(STATUS_COMPLETE)
-    log("done", "capture", f"capture {run.status}: {len(results)} pass(es)")
+    # an incomplete capture is not a success: the terminal shows it as a warning, not with a tick
+    log(
+        "done" if run.status == STATUS_COMPLETE else "warning",
+        "capture",
+        f"capture {run.status}: {len(results)} pass(es)",
+    )
     return run
 
 

@@ -380,8 +380,9 @@ def _interrupt_when(marker: Path, timeout: float = 20.0) -> threading.Thread:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not marker.exists():
             time.sleep(0.02)
-        time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGINT)
+        if marker.exists():  # never a stray Ctrl-C into a later test
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()

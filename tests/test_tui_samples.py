@@ -334,3 +334,22 @@ async def test_mouse_sorts_by_header_scrolls_and_opens_a_row() -> None:
         await pilot.click("#table", offset=(5, 2))  # a click on the highlighted row opens it
         await wait_loaded(pilot)
         assert isinstance(app.screen, GemmScreen) and app.screen.gemm["m"] == picked["m"]
+
+
+def test_run_header_fits_any_width_and_keeps_the_failure_count() -> None:
+    from dataclasses import replace
+
+    from tracekit.tui.data import analyze, load_run
+    from tracekit.tui.screens.overview import run_header
+
+    data = load_run(BENCH)
+    analysis = analyze(data)
+    long = replace(data, name="a-run-whose-name-is-far-too-long-" * 4)
+    for width in (78, 100, 198):
+        for d in (data, long):
+            lines = str(run_header(d, analysis, width)).split("\n")
+            assert len(lines) == 2 and all(len(line) <= width for line in lines), (width, lines)
+            assert "120 failures" in lines[0] and "48 GEMMs" in lines[1]
+    wide = str(run_header(data, analysis, 198)).split("\n")
+    assert "NVIDIA H200" in wide[1] and "2026-12-02 18:48 UTC" in wide[0]
+    assert "…" in str(run_header(long, analysis, 78)).split("\n")[0]

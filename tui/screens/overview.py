@@ -75,7 +75,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     created = _short_created(d.manifest.get("created"))
     name = clean(d.name)
     fixed = cell_len(d.status) + cell_len(fail_part[0]) + 2 * 5
-    if fixed + cell_len(name) + 5 + cell_len(created) <= width:
+    if created and fixed + cell_len(name) + 5 + cell_len(created) <= width:
         line1: list[Any] = [(name, "bold"), sep, (clean(d.status), status_tone), sep, fail_part, sep, created]
     else:
         room = max(8, width - fixed)
@@ -89,15 +89,11 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
         counts.append(f"{f['ncu'].height:,} ncu")
     if f["measurements"].height:
         counts.append(f"{f['measurements'].height:,} measured")
+    counts_text = " · ".join(counts)
     device = clean(d.device_label)
-    for candidate in (device, _short_device(device)):
-        line2_text = " · ".join(counts)
-        if cell_len(candidate) + 5 + cell_len(line2_text) <= width:
-            device = candidate
-            break
-    else:
+    if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
-    parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, " · ".join(counts)]
+    parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
     extra: list[Any] = []
     if analysis is not None and analysis.calibration:
         extra += [("calibrated: ", "$text-muted"), clean(analysis.calibration)]

@@ -273,3 +273,35 @@ def test_explain_reads_at_80_columns_and_json_ignores_the_width(samples_dir: Pat
     wide = _explain_cli(run, 160)
     assert any(re.search(r"\bfactor\b.*\bwhy\b", ln) for ln in wide.splitlines())
     assert _explain_cli(run, 80, "--json") == _explain_cli(run, 200, "--json")
+
+
+def test_show_reads_at_80_columns(samples_dir: Path) -> None:
+    """`tracekit show` at 80 columns: one line per row (numbers whole, names elided, never folded over several
+    lines), the least important columns left out and named; at 200 columns they are all there."""
+    import os
+    import subprocess
+    import sys
+
+    def show(columns: int) -> str:
+        env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+        res = subprocess.run(
+            [sys.executable, "-m", "tracekit", "show", str(samples_dir / "h200-bench-gemm")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    narrow = show(80)
+    lines = narrow.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    rows = [ln for ln in lines if ln.startswith("│ torch-bf16")]
+    assert len(rows) == 12  # the 12 glm5 shapes of bf16, one line each, every shape whole
+    for m, n in ((16, 768), (4096, 2048)):
+        assert any(f"│ {m:>4} │ {n:>4} │ 6144 │" in r for r in rows), (m, n)
+    assert "left out at this width: op, dtype_out, scale, sm_clock_hz, power_w" in narrow.replace("\n", " ")
+    assert any("│ torch-nvfp4" in ln and "CUDA error: CUBLAS" in ln for ln in lines)
+    wide = show(200)
+    assert "left out" not in wide and "power_w" in wide

@@ -119,6 +119,21 @@ def gemm_points(
     return out
 
 
+def _point(p: GemmPoint) -> dict[str, Any]:
+    """A GEMM found in one run only, as the JSON lists it."""
+    return {
+        "gemm": _label(p),
+        "backend": p.backend,
+        "m": p.m,
+        "n": p.n,
+        "k": p.k,
+        "dtype": p.dtype,
+        "time_us": p.time_us,
+        "tflops": p.tflops,
+        "verdict": p.verdict,
+    }
+
+
 def _failure_keys(frames: dict[str, pl.DataFrame]) -> dict[Key, dict[str, Any]]:
     out: dict[Key, dict[str, Any]] = {}
     for r in frames["failures"].iter_rows(named=True):
@@ -176,7 +191,8 @@ def compare_runs(
     new_environment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The comparison as a JSON-able dict: ``gemms`` (matched pairs with status), ``only_in_base``,
-    ``only_in_new``, ``new_failures``, ``fixed_failures``, ``changed_failures``, ``regressions`` (labels) and
+    ``only_in_new`` (labels; ``only_in_base_gemms`` / ``only_in_new_gemms`` the same GEMMs with shape, time and
+    TFLOP/s), ``new_failures``, ``fixed_failures``, ``changed_failures``, ``regressions`` (labels) and
     ``passed`` (no regression and nothing broken)."""
     bp, np_ = gemm_points(base, base_environment), gemm_points(new, new_environment)
     bf, nf = _failure_keys(base), _failure_keys(new)
@@ -280,6 +296,8 @@ def compare_runs(
         },
         "only_in_base": [_label(p) for k, p in bp.items() if k not in np_],
         "only_in_new": [_label(p) for k, p in np_.items() if k not in bp],
+        "only_in_base_gemms": [_point(p) for k, p in bp.items() if k not in np_],
+        "only_in_new_gemms": [_point(p) for k, p in np_.items() if k not in bp],
         "new_failures": new_failures,
         "fixed_failures": fixed,
         "changed_failures": changed,

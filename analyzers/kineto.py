@@ -85,6 +85,13 @@ _BUCKET: dict[str, int] = {
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SNIFF_BYTES = 1 << 20
+MAX_GZIP_RATIO = 200
+"""A gzip-compressed trace may expand at most this many times its size (trace JSON compresses 10-30x)..."""
+MIN_GZIP_ALLOWANCE = 256 << 20
+"""... or to this many bytes, whichever is more: a small file of repetitive events may compress further."""
+MAX_GZIP_BYTES = 32 << 30
+"""... and never past this: the trace is held in memory to be decoded."""
+_INFLATE_CHUNK = 16 << 20
 _SALVAGE_TRIES = 64
 
 
@@ -137,16 +144,33 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
         raise UnreadableFileError(path, "is empty", "capture the trace again; the profiler wrote nothing")
     if not raw.startswith(_GZIP_MAGIC):
         return raw, None
+    # Inflated in bounded chunks so a decompression bomb is refused before it fills memory.
+    limit = min(MAX_GZIP_BYTES, max(MAX_GZIP_RATIO * len(raw), MIN_GZIP_ALLOWANCE))
     parts: list[bytes] = []
+    total = 0
     data = raw
     while data:
         d = _zlib.decompressobj(wbits=31)
+        pending = data
         try:
-            parts.append(d.decompress(data))
+            while not d.eof:
+                chunk = d.decompress(pending, _INFLATE_CHUNK)
+                total += len(chunk)
+                if total > limit:
+                    raise UnreadableFileError(
+                        path,
+                        f"expands past {limit:,} bytes, more than {MAX_GZIP_RATIO}x its size (a decompression "
+                        "bomb, or not a trace)",
+                        "if it is a real trace, decompress it yourself and import the .json",
+                    )
+                parts.append(chunk)
+                pending = d.unconsumed_tail
+                if not pending and len(chunk) < _INFLATE_CHUNK:
+                    break  # the input is used up and no output is held back: the end, or a cut stream
         except _zlib.error as exc:
             if not parts:
                 raise UnreadableFileError(path, f"is not a valid gzip file ({exc})") from exc
-            return b"".join(parts), f"gzip data is corrupt after {sum(map(len, parts))} bytes ({exc})"
+            return b"".join(parts), f"gzip data is corrupt after {total} bytes ({exc})"
         if not d.eof:
             with contextlib.suppress(_zlib.error):
                 parts.append(d.flush())

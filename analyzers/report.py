@@ -198,14 +198,14 @@ def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
     cap = manifest.get("capture") or {}
     cmd = [str(c) for c in cmd] if isinstance(cmd, list) else None
     tools = cap.get("tools") or []
-    if cmd and len(cmd) >= 3 and cmd[0] == "tracekit" and cmd[1] == "bench":
-        return {"command": shlex.join(cmd), "note": "tracekit's own benchmark"}
-    if cmd and "bench" in cmd and "tracekit" in cmd:
-        return {
-            "command": shlex.join(["tracekit", *cmd[cmd.index("bench") :]]),
-            "note": "tracekit's own benchmark",
-        }
-    if cmd and tools:
+    bench = None
+    if (
+        cmd
+        and "bench" in cmd
+        and any(c == "tracekit" or c.endswith("/tracekit") for c in cmd[: cmd.index("bench")])
+    ):
+        bench = ["tracekit", *cmd[cmd.index("bench") :]]  # `python3 -m tracekit bench ...` as the CLI
+    if cmd and tools:  # captured under ncu / nsys / the profiler: the capture is what reproduces it
         flags = []
         for tool, flag in (("ncu", "--ncu"), ("nsys", "--nsys"), ("torch", "--torch-profiler")):
             if tool in tools:
@@ -215,10 +215,16 @@ def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
             flags += ["--clock-control", str(ncu["clock_control"])]
         if cap.get("instrument"):
             flags.append("--instrument")
-        return {
-            "command": shlex.join(["tracekit", "capture", *flags, "--", *cmd]),
-            "note": f"run from {cap.get('cwd')}" if cap.get("cwd") else None,
-        }
+        note = f"run from {cap.get('cwd')}" if cap.get("cwd") else None
+        if bench:
+            note = (
+                "tracekit's own benchmark under "
+                + " and ".join(t for t in tools if t != "plain")
+                + (f"; {note}" if note else "")
+            )
+        return {"command": shlex.join(["tracekit", "capture", *flags, "--", *(bench or cmd)]), "note": note}
+    if bench:
+        return {"command": shlex.join(bench), "note": "tracekit's own benchmark"}
     if cmd:
         return {"command": shlex.join(cmd), "note": "the command recorded in run.json"}
     imported = [Path(str(p)).name for p in cap.get("imported_from") or []]
@@ -257,15 +263,25 @@ def _matches(row: dict[str, Any], pattern: str | None) -> bool:
 _NCU_LINK = re.compile(r"@(section|url):([^:@]*):([^@]*)@")
 
 
-def _ncu_text(text: Any) -> str | None:
+def ncu_text(text: Any) -> str | None:
     """ncu's own link markup (``@section:Id:Title@``, ``@url:Title:https://...@``) as plain words."""
     if text is None:
         return None
 
     def sub(m: re.Match[str]) -> str:
-        return f"{m.group(3)} section" if m.group(1) == "section" else f"{m.group(2)} ({m.group(3)})"
+        if m.group(1) == "url":
+            return f"{m.group(2)} ({m.group(3)})"
+        # ncu writes both "see @section:X:Title@" and "the @section:X:Title@ section"
+        said = m.string[m.end() :].lstrip().lower().startswith("section")
+        return m.group(3) if said else f"{m.group(3)} section"
 
     return _NCU_LINK.sub(sub, str(text))
+
+
+def ncu_noise(kind: Any, message: Any) -> bool:
+    """True for ncu rule results that say nothing about the kernel: ``OK`` results and notes that an optional
+    metric could not be found (tooling noise; the report and the terminal UI leave them out)."""
+    return str(kind or "").upper() in ("OK", "") or str(message or "").startswith("The optional metric")
 
 
 def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -274,11 +290,8 @@ def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for wf in waterfalls:
         for r in wf.get("ncu_rules") or []:
-            kind = (r.get("kind") or "").upper()
-            message = _ncu_text(r.get("message"))
-            if kind in ("OK", "") or not (r.get("title") or message):
-                continue
-            if (message or "").startswith("The optional metric"):
+            message = ncu_text(r.get("message"))
+            if ncu_noise(r.get("kind"), message) or not (r.get("title") or message):
                 continue
             key = (r.get("rule"), r.get("title"), message)
             entry = found.get(key)
@@ -642,6 +655,9 @@ class Detail:
 LEVELS: tuple[Detail, ...] = (
     Detail("full"),
     Detail("grouped failures", group_failures=True),
+    # GEMM sections shrink before error texts are cut: a failure's whole text is what a maintainer needs
+    Detail("top", True, 200, 20, 60, 40, 400, None, 600),
+    Detail("top", True, 100, 10, 30, 40, 400, None, 400),
     Detail("top", True, 200, 20, 60, 40, 400, 8000, 400),
     Detail("top", True, 100, 10, 30, 20, 200, 4000, 300),
     Detail("top", True, 50, 5, 15, 10, 100, 2000, 200),
@@ -664,13 +680,13 @@ def _shape(r: dict[str, Any]) -> str:
     return f"{r['m']}×{r['n']}×{r['k']}" if r.get("m") is not None else "–"
 
 
+_CUT_MARK = " more characters: see `tracekit report --format json` or the bundle)"
+
+
 def _cut(text: str, limit: int | None) -> str:
     if limit is None or len(text) <= limit:
         return text
-    return (
-        text[:limit]
-        + f"\n… ({len(text) - limit:,} more characters: see `tracekit report --format json` or the bundle)"
-    )
+    return text[:limit] + f"\n… ({len(text) - limit:,}{_CUT_MARK}"
 
 
 def _gemm_label(r: dict[str, Any]) -> str:
@@ -1078,7 +1094,9 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     fblocks, fnotes = _failure_blocks(rep, d)
     blocks += fblocks
     notes += fnotes
-    if d.detail_chars is not None:
+    if d.detail_chars is not None and any(
+        isinstance(c, Code) and _CUT_MARK in c.text for b in fblocks if isinstance(b, Details) for c in b.body
+    ):
         notes.append(f"error texts cut at {d.detail_chars:,} characters")
     if d.cell_chars < LEVELS[0].cell_chars:
         notes.append(f"table cells cut at {d.cell_chars} characters")

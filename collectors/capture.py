@@ -584,7 +584,8 @@ def capture(
     except KeyboardInterrupt:
         run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
         where = results[-1].tool if results else "setup"
-        reason = f"interrupted (Ctrl-C) during the {where} pass"
+        said = results[-1].reason if results and results[-1].interrupted else None
+        reason = said if said and "interrupted" in said else f"interrupted (Ctrl-C) during the {where} pass"
         log("error", where, reason)
         run.mark(STATUS_INCOMPLETE, reason)
         raise CaptureInterrupted(run) from None
@@ -608,7 +609,12 @@ def capture(
         run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
     else:
         run.mark(STATUS_COMPLETE)
-    log("done", "capture", f"capture {run.status}: {len(results)} pass(es)")
+    # an incomplete capture is not a success: the terminal shows it as a warning, not with a tick
+    log(
+        "done" if run.status == STATUS_COMPLETE else "warning",
+        "capture",
+        f"capture {run.status}: {len(results)} pass(es)",
+    )
     return run
 
 
@@ -698,7 +704,17 @@ def _one_pass(
     if ranks is not None:
         _finish_ranks(result, tool, ranks, plan, raw, log_path, log, grace_s, ncu_opts["nvtx_include"])
     elif tool == "nsys":
-        _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
+        try:
+            _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
+        except KeyboardInterrupt:  # Ctrl-C while `nsys export` ran (subprocess.run has killed it)
+            result.interrupted = True
+            rep = "raw/nsys.nsys-rep"
+            result.reason = (
+                f"interrupted (Ctrl-C) during the nsys export; {rep} is kept: "
+                f"`nsys export --type sqlite -o {run_dir / 'raw/nsys.sqlite'} {run_dir / rep}`, then "
+                f"`tracekit import --rebuild {run_dir}`"
+            )
+            log("error", "nsys-export", result.reason)
     elif tool == "ncu":
         _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
     elif tool == "torch" and not (raw / TORCH_TRACE).is_file() and result.reason is None:
@@ -763,16 +779,16 @@ def _finish_nsys(
         argv = tools.nsys_export_command(nsys.path, rep)
         try:
             with log_path.open("ab") as f:
-                proc = subprocess.run(
-                    argv,
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=tools.nsys_env(),
-                    timeout=max(600.0, grace_s),
-                    check=False,
+                proc = subprocess.Popen(
+                    argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=tools.nsys_env()
                 )
-            ok = proc.returncode == 0 and sqlite.is_file()
+                try:
+                    code = proc.wait(timeout=max(600.0, grace_s))
+                except BaseException:  # timeout or Ctrl-C: stop the export and reap it before going on
+                    proc.kill()
+                    proc.wait()
+                    raise
+            ok = code == 0 and sqlite.is_file()
         except (OSError, subprocess.TimeoutExpired) as exc:
             ok = False
             log("error", "nsys-export", f"nsys export failed: {exc}")

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 SAMPLES = ROOT / "samples"
 TIME_LIMIT_S = 30.0
+MEMORY_LIMIT_MB = 1024.0
+"""Peak resident memory any one CLI call on the corpus may reach (the files are small; a bomb must not grow it)."""
 
 HOSTILE_NAMES = [
     "[bold red]x[/]",
@@ -185,6 +187,20 @@ def hostile_jsonl(dst: Path) -> Path:
     return dst
 
 
+def _gzip_bomb(dst: Path, mib: int = 300) -> Path:
+    """A Kineto trace's first bytes, then ``mib`` MiB of whitespace (valid JSON once closed), gzip'd ~1000x."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with dst.open("wb") as f:
+        f.write(c.compress(b'{"schemaVersion": 1, "traceEvents": ['))
+        block = b" " * (1 << 20)
+        for _ in range(mib):
+            f.write(c.compress(block))
+        f.write(c.compress(b"]}") + c.flush())
+    return dst
+
+
 def _nan_json(dst: Path) -> Path:
     events = [_kernel_event(i, f"k{i}") for i in range(6)]
     events[1]["dur"] = "NaN@"
@@ -309,6 +325,12 @@ CASES: list[Case] = [
         _bytes(lambda s: _flip(_rb(s.kineto), start=0.2)),
     ),
     Case("empty.json.gz", "gzip of nothing", None, _bytes(lambda s: gzip.compress(b""))),
+    Case(
+        "bomb.json.gz",
+        "gzip bomb: a trace header then 300 MiB of spaces, in 0.3 MB",
+        None,
+        lambda s, d: _gzip_bomb(d),
+    ),
     Case(
         "nan-huge-missing.json",
         "JSON with NaN, Infinity, 2**80, missing fields",
@@ -458,34 +480,58 @@ def build_bad_runs(good: Path, out: Path) -> dict[str, Path]:
 # --- the CLI ----------------------------------------------------------------------------------------------------
 @dataclass
 class Result:
-    """What one ``python -m tracekit`` call did."""
+    """What one ``python -m tracekit`` call did; ``max_rss_mb``: its peak resident memory (children included)."""
 
     args: list[str]
     rc: int
     stdout: str
     stderr: str
     seconds: float
+    max_rss_mb: float | None = None
 
     def error_line(self) -> str:
         lines = [ln for ln in self.stderr.splitlines() if ln.strip()]
         return lines[-1] if lines else ""
 
 
+# ``python -m tracekit ARGS`` that also writes its peak RSS (KiB; its own or a child's, e.g. the ncu reader's
+# worker, whichever is larger) to $TRACEKIT_TEST_MAXRSS when it ends, however it ends.
+_MEASURED = (
+    "import os, resource, runpy, sys\n"
+    "sys.argv = ['tracekit', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('tracekit', run_name='__main__', alter_sys=True)\n"
+    "finally:\n"
+    "    kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
+    "              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "    with open(os.environ['TRACEKIT_TEST_MAXRSS'], 'w') as f:\n"
+    "        f.write(str(kib))\n"
+)
+
+
 def cli(*args: str | Path, env: dict[str, str] | None = None, timeout: float = TIME_LIMIT_S) -> Result:
     """Run the CLI in a fresh process, as a user would; a run past ``timeout`` comes back as rc -9."""
-    argv = [sys.executable, "-m", "tracekit", *map(str, args)]
+    import tempfile
+
+    argv = [sys.executable, "-c", _MEASURED, *map(str, args)]
     start = time.monotonic()
-    try:
-        p = subprocess.run(
-            argv, capture_output=True, timeout=timeout, env={**os.environ, **(env or {}), "COLUMNS": "100"}
-        )
-        rc, out, err = p.returncode, p.stdout, p.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, out, err = -9, exc.stdout or b"", exc.stderr or b""
+    with tempfile.TemporaryDirectory(prefix="tracekit-rss-") as tmp:
+        rss_file = Path(tmp) / "maxrss"
+        full_env = {**os.environ, **(env or {}), "COLUMNS": "100", "TRACEKIT_TEST_MAXRSS": str(rss_file)}
+        try:
+            p = subprocess.run(argv, capture_output=True, timeout=timeout, env=full_env)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, out, err = -9, exc.stdout or b"", exc.stderr or b""
+        try:
+            max_rss_mb: float | None = int(rss_file.read_text()) / 1024
+        except (OSError, ValueError):
+            max_rss_mb = None
     return Result(
         [str(a) for a in args],
         rc,
         out.decode("utf-8", "replace"),
         err.decode("utf-8", "replace"),
         time.monotonic() - start,
+        max_rss_mb,
     )

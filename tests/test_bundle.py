@@ -54,6 +54,32 @@ def test_round_trip_show_equal(probe, tmp_path: Path, capsys: pytest.CaptureFixt
     assert open_bundle(out).path == first.path and len(list((tmp_path / "cache" / "bundles").iterdir())) == 1
 
 
+@pytest.mark.parametrize("raw", [False, True])
+def test_sample_round_trip_every_command(
+    samples_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bool
+) -> None:
+    """The committed capture sample (nsys + ncu + measurements) through a zip: show, explain and report read
+    the bundle as they read the folder, and the bundle keeps the run's name."""
+    from tracekit.analyzers.importer import open_run
+
+    src = samples_dir / "h200-capture-gemm"
+    out = tmp_path / "capture.zip"
+    write_bundle(open_run(src), out, raw=raw)
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+    assert ("raw/ncu.ncu-rep.xz" in names) == raw and ("raw/nsys.sqlite.xz" in names) == raw
+    original = _show(src, capsys)
+    assert original["ncu_kernel_count"] == 30 and original["gemms"]
+    assert _show(out, capsys) == original
+    main(["explain", str(src), "--json"])
+    a = json.loads(capsys.readouterr().out)
+    main(["explain", str(out), "--json"])
+    b = json.loads(capsys.readouterr().out)
+    assert a["gemms"] == b["gemms"]
+    main(["report", str(out)])
+    assert capsys.readouterr().out.startswith("## tracekit report: `h200-capture-gemm`")
+
+
 def test_bundles_are_reproducible(probe, tmp_path: Path) -> None:
     write_bundle(probe, tmp_path / "a.zip")
     write_bundle(probe, tmp_path / "b.zip")

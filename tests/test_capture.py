@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -370,6 +371,140 @@ def test_ctrl_c_in_process_raises_with_run(tmp_path):
         _capture(tmp_path, code, grace_s=2.0)
     run = Run.open(info.value.run.path)
     assert run.status == "incomplete" and "interrupted" in run.manifest["incomplete_reason"]
+
+
+def _interrupt_when(marker: Path, timeout: float = 20.0) -> threading.Thread:
+    """SIGINT to this process (Ctrl-C) as soon as ``marker`` exists: the phase under test has started."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not marker.exists():
+            time.sleep(0.02)
+        if marker.exists():  # never a stray Ctrl-C into a later test
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def test_ctrl_c_during_the_ncu_pass_keeps_the_partial_report(tmp_path):
+    marker = tmp_path / "ncu-started"
+    ncu = _exe(
+        tmp_path / "bin/ncu",
+        'if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0"; exit 0; fi\n'
+        'out=""; prev=""\nfor a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'printf partial > "$out.ncu-rep"; touch {marker}\n'
+        "trap 'echo ncu: interrupted; exit 130' INT\nsleep 30 & wait\n",
+    )
+    _interrupt_when(marker)
+    with pytest.raises(CaptureInterrupted) as info:
+        _capture(tmp_path, "pass", ncu=True, ncu_path=ncu, grace_s=5.0)
+    run = Run.open(info.value.run.path)
+    assert run.status == "incomplete"
+    assert run.manifest["incomplete_reason"] == "interrupted (Ctrl-C) during the ncu pass"
+    (p,) = run.manifest["capture"]["passes"]
+    assert p["tool"] == "ncu" and p["interrupted"] is True
+    assert (run.raw_dir / "ncu.ncu-rep").read_bytes() == b"partial"
+    assert "ncu: interrupted" in (run.raw_dir / "ncu.log").read_text()
+
+
+def test_ctrl_c_during_the_nsys_export_keeps_the_report(tmp_path):
+    """nsys profiled (the .nsys-rep exists), its export is running when Ctrl-C comes: the run says so and how
+    to finish by hand."""
+    marker = tmp_path / "export-started"
+    nsys = _exe(
+        tmp_path / "bin/nsys",
+        'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2025.3.1.90-1"; exit 0; fi\n'
+        'out=""; prev=""\nfor a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'if [ "$1" = "export" ]; then touch {marker}; exec sleep 30; fi\n'
+        'printf rep > "$out.nsys-rep"\nexit 0\n',
+    )
+    _interrupt_when(marker)
+    start = time.monotonic()
+    with pytest.raises(CaptureInterrupted) as info:
+        _capture(tmp_path, "pass", nsys=True, nsys_path=nsys)
+    assert time.monotonic() - start < 20  # the export was stopped, not waited for
+    run = Run.open(info.value.run.path)
+    assert run.status == "incomplete"
+    reason = run.manifest["incomplete_reason"]
+    assert reason.startswith("interrupted (Ctrl-C) during the nsys export")
+    assert "nsys export --type sqlite" in reason and "tracekit import --rebuild" in reason
+    (p,) = run.manifest["capture"]["passes"]
+    assert p["tool"] == "nsys" and p["interrupted"] is True
+    assert (run.raw_dir / "nsys.nsys-rep").read_bytes() == b"rep"
+    assert ("nsys-export", "error") in [(e["phase"], e["level"]) for e in run.manifest["events"]]
+
+
+def _bench_records(samples_dir: Path, n: int) -> str:
+    lines = (samples_dir / "h200-bench-gemm/raw/measurements.jsonl").read_text().splitlines()
+    return "\n".join(lines[:n]) + "\n"
+
+
+def test_ctrl_c_mid_benchmark_then_import_completes_it(tmp_path, samples_dir):
+    """The benchmark wrote 5 real records, then Ctrl-C: the run is incomplete, holds them, and a later
+    `tracekit import --rebuild` builds frames with those 5 measurements."""
+    from tracekit.cli import main
+
+    records = tmp_path / "records.jsonl"
+    records.write_text(_bench_records(samples_dir, 5))
+    marker = tmp_path / "wrote"
+    code = (
+        "import os, pathlib, shutil, time\n"
+        f"shutil.copy({str(records)!r}, pathlib.Path(os.environ['TRACEKIT_RUN_DIR']) / 'raw/measurements.jsonl')\n"
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "time.sleep(30)\n"
+    )
+    _interrupt_when(marker)
+    with pytest.raises(CaptureInterrupted) as info:
+        _capture(tmp_path, code, grace_s=2.0)
+    run = Run.open(info.value.run.path)
+    assert run.status == "incomplete" and "interrupted" in run.manifest["incomplete_reason"]
+    assert len((run.raw_dir / "measurements.jsonl").read_text().splitlines()) == 5
+    assert not run.frames_current()
+    main(["import", "--rebuild", str(run.path)])  # returns (exit 0)
+    run = Run.open(run.path)
+    assert run.frames_current() and run.read_frame("measurements").height == 5
+
+
+def test_ctrl_c_while_building_frames(tmp_path, samples_dir, monkeypatch, capsys):
+    """Ctrl-C after the capture, while the importer writes frames (here: after the first frame file): exit 130,
+    the run and its raw files kept, no frames recorded as current; `import --rebuild` builds them."""
+    from tracekit.cli import main
+
+    records = tmp_path / "records.jsonl"
+    records.write_text(_bench_records(samples_dir, 5))
+    code = (
+        "import os, pathlib, shutil\n"
+        f"shutil.copy({str(records)!r}, pathlib.Path(os.environ['TRACEKIT_RUN_DIR']) / 'raw/measurements.jsonl')\n"
+    )
+    real = Run.write_frame
+    written: list[str] = []
+
+    def write_then_ctrl_c(self, name, df, **kw):  # a Ctrl-C that lands between two frame files
+        real(self, name, df, **kw)
+        written.append(name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Run, "write_frame", write_then_ctrl_c)
+    for k in [k for k in os.environ if k.startswith("TRACEKIT_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("PATH", f"{Path(PY).parent}:/usr/bin:/bin")
+    with pytest.raises(SystemExit) as exc:
+        main(["capture", "--runs-dir", str(tmp_path / "runs"), "--json", "--", PY, "-c", code])
+    assert exc.value.code == 130 and len(written) == 1
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["interrupted"] is True and "import --rebuild" in data["import_problem"]
+    assert "Traceback" not in out.err
+    run = Run.open(Path(data["run"]))
+    assert run.status == "complete" and not run.frames_current()
+    assert any(e["phase"] == "import" and e["level"] == "error" for e in run.manifest["events"])
+    monkeypatch.setattr(Run, "write_frame", real)
+    main(["import", "--rebuild", str(run.path)])  # returns (exit 0)
+    run = Run.open(run.path)
+    assert run.frames_current() and run.read_frame("measurements").height == 5
 
 
 def test_two_captures_at_once(tmp_path):

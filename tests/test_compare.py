@@ -136,3 +136,50 @@ def test_wrong_result_is_broken(base, rows, tmp_path: Path) -> None:
     result = _cmp(base, bench_run(tmp_path / "wrong", meas))
     broken = [g for g in result["gemms"] if g["status"] == "broken"]
     assert len(broken) == 1 and "wrong result" in broken[0]["error"] and not result["passed"]
+
+
+# --- the committed samples (no ../shared needed) ----------------------------------------------------------------------
+def test_capture_sample_compared_with_itself_passes(samples_dir: Path, capsys) -> None:
+    run = samples_dir / "h200-capture-gemm"
+    assert _gate(run, run) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] and out["gemms"]
+    assert {g["status"] for g in out["gemms"]} == {"unchanged"}
+    assert not out["only_in_base"] and not out["new_failures"]
+
+
+def test_bench_sample_against_its_bundle_and_a_slower_copy(
+    samples_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The glm5 sweep against its own bundle passes; a copy whose bf16 4096x2048x6144 median is 20% slower (the
+    real record, time scaled, re-imported) fails the gate on that GEMM alone; its 120 failures match up."""
+    import shutil
+
+    from tracekit.analyzers.importer import import_into, open_run
+
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    src = samples_dir / "h200-bench-gemm"
+    write_bundle(open_run(src), tmp_path / "bench.zip")
+    assert _gate(src, tmp_path / "bench.zip") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["gemms"]) == 48 and out["counts"]["unchanged"] == 48
+    slow = tmp_path / "slow"
+    shutil.copytree(src, slow)
+    shutil.rmtree(slow / "frames")
+    lines = (slow / "raw/measurements.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    target = next(r for r in recs if (r["backend"], r["m"], r["n"]) == ("torch-bf16", 4096, 2048))
+    for key in ("time_us", "time_us_p10", "time_us_p90"):
+        target[key] *= 1.2
+    target["tflops"] /= 1.2
+    (slow / "raw/measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    import_into(open_run(slow))
+    assert _gate(src, slow) == 5
+    out = json.loads(capsys.readouterr().out)
+    bad = [g for g in out["gemms"] if g["status"] != "unchanged"]
+    assert [(g["backend"], g["m"], g["n"], g["status"]) for g in bad] == [
+        ("torch-bf16", 4096, 2048, "regression")
+    ]
+    assert bad[0]["time_change_pct"] == pytest.approx(20.0)
+    assert bad[0]["noise_pct"] < 5  # the real p10-p90 spread of that GEMM
+    assert not out["new_failures"] and not out["fixed_failures"]

@@ -237,3 +237,85 @@ def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
     assert wf.case.device.key == "h200"
     assert wf.verdict.name == "clock" and "power cap" in wf.verdict.sentence
     assert wf.achieved_tflops == pytest.approx(665.0)
+
+
+def _explain_cli(run: Path, columns: int, *extra: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+    res = subprocess.run(
+        [sys.executable, "-m", "tracekit", "explain", str(run), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_explain_reads_at_80_columns_and_json_ignores_the_width(samples_dir: Path) -> None:
+    """At 80 columns each factor's sentence sits on whole lines under its row (not one or two words per line in a
+    squeezed column); from 140 columns it sits in the 'why' column; --json is the same at any width."""
+    import re
+
+    run = samples_dir / "h200-capture-gemm"
+    sentences = [
+        f["sentence"]
+        for g in json.loads(_explain_cli(run, 200, "--json"))["gemms"]
+        for f in g["factors"]
+        if len(f["sentence"]) > 60
+    ]
+    assert sentences
+    narrow = _explain_cli(run, 80)
+    lines = narrow.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "why" not in {w for line in lines[:8] for w in line.split()}
+
+    def words_per_line(text: str) -> float:
+        bodies = [re.sub(r"^│\s*|\s*│$", "", ln).strip() for ln in text.splitlines()]
+        counts = [len(b.split()) for b in bodies if b and not set(b) <= set("─╭╮╰╯│ ")]
+        return sum(counts) / len(counts)
+
+    assert words_per_line(narrow) > 6  # was about 2 with the squeezed column
+    # every long sentence is there, reflowed: its words in order, at most a panel border between them
+    flat = " ".join(re.sub(r"^│\s*|\s*│$", "", ln).strip() for ln in lines)
+    for s in sentences:
+        assert " ".join(s.split()) in flat, s
+    wide = _explain_cli(run, 160)
+    assert any(re.search(r"\bfactor\b.*\bwhy\b", ln) for ln in wide.splitlines())
+    assert _explain_cli(run, 80, "--json") == _explain_cli(run, 200, "--json")
+
+
+def test_show_reads_at_80_columns(samples_dir: Path) -> None:
+    """`tracekit show` at 80 columns: one line per row (numbers whole, names elided, never folded over several
+    lines), the least important columns left out and named; at 200 columns they are all there."""
+    import os
+    import subprocess
+    import sys
+
+    def show(columns: int) -> str:
+        env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+        res = subprocess.run(
+            [sys.executable, "-m", "tracekit", "show", str(samples_dir / "h200-bench-gemm")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    narrow = show(80)
+    lines = narrow.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    rows = [ln for ln in lines if ln.startswith("│ torch-bf16")]
+    assert len(rows) == 12  # the 12 glm5 shapes of bf16, one line each, every shape whole
+    for m, n in ((16, 768), (4096, 2048)):
+        assert any(f"│ {m:>4} │ {n:>4} │ 6144 │" in r for r in rows), (m, n)
+    assert "left out at this width: op, dtype_out, scale, sm_clock_hz, power_w" in narrow.replace("\n", " ")
+    assert any("│ torch-nvfp4" in ln and "CUDA error: CUBLAS" in ln for ln in lines)
+    wide = show(200)
+    assert "left out" not in wide and "power_w" in wide

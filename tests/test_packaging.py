@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MAPPING = {"tracekit": "tracekit", "collectors": "tracekit/collectors", "analyzers": "tracekit/analyzers"}
 MAPPING["tui"] = "tracekit/tui"
-DATA_SUFFIXES = {".py", ".json", ".tcss", ".typed"}
+DATA_SUFFIXES = {".py", ".json", ".tcss", ".typed", ".zip"}
 
 
 def _expected_members() -> set[str]:

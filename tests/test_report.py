@@ -267,3 +267,78 @@ def test_analyzers_import_no_ui() -> None:
         "bad = [m for m in sys.modules if m.split('.')[0] in ('rich', 'textual')]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the committed samples (no ../shared needed) ----------------------------------------------------------------------
+def test_bench_sample_report_holds_every_fp4_failure_in_full(samples_dir: Path, tmp_path: Path) -> None:
+    """The glm5 sweep on the H200: 48 GEMMs and 120 failures (FP4 unsupported on SM 9.0, FlashInfer's JIT build
+    failing). The Markdown fits one GitHub comment by grouping the failures and showing the slowest GEMMs'
+    waterfalls, never by cutting an error text or a table row."""
+    from tracekit.analyzers.importer import open_run
+
+    run = open_run(samples_dir / "h200-bench-gemm")
+    frames = load_frames(run)
+    out = tmp_path / "bench.md"
+    rep = build_report(run, frames)
+    _, files, rendered = write_report(rep, "md", out)
+    tokens = check_markdown(out)
+    text = out.read_text()
+    assert len(text) <= GITHUB_COMMENT_LIMIT
+    assert rendered.summarised and not any("cut" in s for s in rendered.summarised)
+    assert "120 failures grouped into" in text and "more characters" not in text
+    # the GEMM table keeps all 48 rows (one per line, as many cells as its header: check_markdown)
+    gemm_rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "` | `" in ln and "×" in ln]
+    assert len(gemm_rows) >= 48
+    # each failure group's example in a <details> block holds its whole message and traceback
+    html = MD.render(text)
+    details = re.findall(r"<details>(.*?)</details>", html, flags=re.S)
+    fences = [t.content for t in tokens if t.type == "fence" and t.info == "text"]
+    groups = rep["failure_groups"]
+    assert len(details) == len(groups) == len(fences) == 10
+    for g in groups:
+        ex = rep["failures"][g["example"]]
+        body = next(f for f in fences if f.startswith(ex["message"].rstrip()))
+        assert ex["traceback"].rstrip() in body
+    assert {g["backend"] for g in groups} >= {
+        "torch-nvfp4",
+        "torch-mxfp4",
+        "flashinfer-fp4-cutlass",
+        "sgl-fp4",
+    }
+    assert any("CUBLAS_STATUS_NOT_SUPPORTED" in f for f in fences)
+    assert any("ninja: error:" in f for f in fences)
+    assert {f.name for f in files} >= {"bench.md", "bench-tflops.svg"}
+
+
+def test_capture_sample_report_environment_and_reproduce(samples_dir: Path, tmp_path: Path) -> None:
+    """`tracekit capture --nsys --ncu -- tracekit bench gemm ...`: the report says how to capture it again, the
+    ncu settings (clock control none), the versions, and ncu's findings with its link markup as words."""
+    from tracekit.analyzers.importer import open_run
+
+    run = open_run(samples_dir / "h200-capture-gemm")
+    out = tmp_path / "cap.md"
+    write_report(build_report(run, load_frames(run)), "md", out)
+    tokens = check_markdown(out)
+    text = out.read_text()
+    assert len(text) <= GITHUB_COMMENT_LIMIT
+    assert "| ncu clock control | `none`" in text and "NVIDIA H200 (CC 9.0, 132 SMs)" in text
+    assert "| torch | `2.11.0` |" in text and "| driver | `580.159.04` |" in text
+    (cmd,) = [t.content for t in tokens if t.type == "fence" and t.info == "sh"]
+    assert cmd.startswith("tracekit capture") and "--ncu" in cmd and "--nsys" in cmd
+    assert "tracekit bench gemm --backends torch-bf16,torch-fp8-tensorwise" in cmd
+    assert "### Nsight Compute findings" in text and "@section:" not in text and "section section" not in text
+    html = tmp_path / "cap.html"
+    write_report(build_report(run, load_frames(run)), "html", html)
+    assert "<svg" in html.read_text() and "<script" not in html.read_text()
+
+
+def test_ncu_link_markup_as_words() -> None:
+    from tracekit.analyzers.report import ncu_noise, ncu_text
+
+    assert (
+        ncu_text("See @section:LaunchStats:Launch Statistics@ and the @section:X:Warp State@ section.")
+        == "See Launch Statistics section and the Warp State section."
+    )
+    assert ncu_text("@url:Guide:https://docs.nvidia.com/x@") == "Guide (https://docs.nvidia.com/x)"
+    assert ncu_noise("OK", "fine") and ncu_noise("WARNING", "The optional metric x could not be found.")
+    assert not ncu_noise("OPTIMIZATION", "Small Grid")

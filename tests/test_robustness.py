@@ -33,6 +33,7 @@ EXPECT_IMPORT: dict[str, tuple[int, str | None]] = {
     "truncated-header.ncu-rep": (2, "impossible header size"),
     "bitflip.ncu-rep": (2, "damaged"),
     "empty.ncu-rep": (2, "is empty"),
+    "bomb.json.gz": (2, "decompression bomb"),
     "text.ncu-rep": (2, "is not a file tracekit reads"),
     "kineto-inside.ncu-rep": (0, None),
     "truncated.ncu-rep.xz": (2, "damaged xz file"),
@@ -158,6 +159,7 @@ def _check_answer(r: C.Result, *, json_out: bool = False) -> None:
     assert r.rc in (0, 2, 4), (r.args, r.rc, r.stderr[-2000:])
     assert "Traceback" not in r.stderr and "panicked" not in r.stderr, r.stderr[-2000:]
     assert r.seconds < C.TIME_LIMIT_S
+    assert r.max_rss_mb is not None and r.max_rss_mb < C.MEMORY_LIMIT_MB, (r.args, r.max_rss_mb)
     if r.rc == 2:
         # import's progress lines ("tracekit: reading F") may come first; the error itself is one line
         lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("tracekit: reading ")]

@@ -186,6 +186,11 @@ class Run:
 
     @property
     def name(self) -> str:
+        """The run's name: its folder's, or for a bundle opened into the cache (a folder named by the zip's
+        hash) the name of the run it was packed from."""
+        bundle = self.manifest.get("bundle")
+        if isinstance(bundle, dict) and isinstance(bundle.get("from"), str) and bundle["from"].strip():
+            return bundle["from"]
         return self.path.name
 
     @property

@@ -2,8 +2,8 @@
 
 ``make_app(run, compare=..., theme=...)`` decides the first screen without reading any frame: a run folder (or
 bundle) opens its overview; a folder of runs opens the picker over it; no argument opens the picker over ./runs
-and the bundled samples when ./runs holds runs, else the newest bundled sample. Frames are read by the screens'
-workers, never here.
+and the bundled samples when ./runs holds runs, else the bundled sample (samples/h200-gemm-probe, or its copy
+inside the package). Frames are read by the screens' workers, never here.
 """
 
 from __future__ import annotations
@@ -57,6 +57,18 @@ class TracekitApp(App[None]):
 
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide ``esc Back`` on the first screen when there is nothing to go back from (the footer of the
+        overview then fits 80 columns)."""
+        if action == "back" and len(self.screen_stack) <= 2:
+            from tracekit.tui.screens.base import FrameScreen
+
+            screen = self.screen
+            return isinstance(screen, FrameScreen) and bool(
+                screen.filter_query or screen.has_class("filtering")
+            )
+        return True
 
     def action_back(self) -> None:
         from tracekit.tui.screens.base import FrameScreen

@@ -23,12 +23,14 @@ from tracekit.run import MANIFEST, Run
 
 __all__ = [
     "Analysis",
+    "Comparison",
     "FailureMatrix",
     "RunData",
     "RunEntry",
     "analyze",
-    "compare_gemms",
+    "compare_data",
     "default_run_dirs",
+    "default_sample",
     "failure_matrix",
     "filter_frame",
     "find_runs",
@@ -39,6 +41,7 @@ __all__ = [
     "kernel_view",
     "load_run",
     "newest_sample",
+    "packaged_sample",
     "plot_series",
     "rank_analysis",
     "samples_dir",
@@ -88,8 +91,20 @@ def _entry(path: Path, where: str) -> RunEntry | None:
         created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
         status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
         where=where,
-        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name"),
+        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name") or _frame_gpu(path),
     )
+
+
+def _frame_gpu(path: Path) -> str | None:
+    """The GPU an imported run's files name (its devices frame, a few KB), when run.json records none."""
+    frame = path / "frames" / "devices.parquet"
+    if not frame.is_file():
+        return None
+    try:
+        names = pl.read_parquet(frame, columns=["name"])["name"].drop_nulls().unique(maintain_order=True)
+    except Exception:  # a damaged frame: the picker shows "–", opening the run says what is wrong
+        return None
+    return " + ".join(str(n) for n in names.to_list()) or None
 
 
 def find_runs(dirs: list[Path]) -> list[RunEntry]:
@@ -113,9 +128,34 @@ def find_runs(dirs: list[Path]) -> list[RunEntry]:
     return sorted(found.values(), key=lambda e: (-e.created_unix, e.name))
 
 
+DEFAULT_SAMPLE = "h200-gemm-probe"
+"""The sample ``tracekit view`` opens when given nothing and ./runs holds no run: the H200 probe (bf16 and fp8
+GEMMs under nsys and ncu; the README's first example)."""
+
+
+def packaged_sample() -> Path:
+    """The default sample as a bundle inside the package (tracekit/data), for installs without samples/;
+    tests/test_tui_samples.py checks that it holds the committed sample's manifest and frames."""
+    import tracekit
+
+    return Path(tracekit.__file__).resolve().parent / "data" / f"{DEFAULT_SAMPLE}.zip"
+
+
 def newest_sample() -> Path | None:
     runs = find_runs([samples_dir()])
     return runs[0].path if runs else None
+
+
+def default_sample() -> Path | None:
+    """What ``tracekit view`` opens with no argument and no runs: samples/h200-gemm-probe in a checkout, else
+    the same run bundled in the package, else the newest run under samples/."""
+    folder = samples_dir() / DEFAULT_SAMPLE
+    if (folder / MANIFEST).is_file():
+        return folder
+    bundled = packaged_sample()
+    if bundled.is_file():
+        return bundled
+    return newest_sample()
 
 
 # --- one run ----------------------------------------------------------------------------------------------------
@@ -256,7 +296,7 @@ class Prefetch:
 def first_target(run: Path | None, compare: Path | None = None) -> tuple[str, Any]:
     """What ``tracekit view [RUN]`` opens: ``("run", path)`` or ``("picker", [dirs])``. A run folder or bundle
     opens its overview; a folder of runs the picker over it; no RUN the picker over ./runs and the samples when
-    ./runs holds runs, else the newest bundled sample (the picker when there is none)."""
+    ./runs holds runs, else the bundled sample (:func:`default_sample`; the picker when there is none)."""
     if compare is not None and not compare.exists():
         raise RunNotFoundError(f"{compare} does not exist", "give --compare a run folder or bundle")
     if run is not None:
@@ -273,7 +313,7 @@ def first_target(run: Path | None, compare: Path | None = None) -> tuple[str, An
         )
     if find_runs([Path("runs")]):
         return "picker", default_run_dirs()
-    sample = newest_sample()
+    sample = default_sample()
     if sample is not None:
         return "run", sample
     return "picker", default_run_dirs()
@@ -446,23 +486,56 @@ def gemm_kernels(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.Da
 
 
 def gemm_rules(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.DataFrame:
-    """Nsight Compute's own findings for one GEMM's profiled kernels, largest estimated speed-up first."""
+    """Nsight Compute's own findings for one GEMM's profiled kernels: one row per distinct finding (rule, kind,
+    title, message with ncu's ``@section:``/``@url:`` link markup as words, largest speed-up, speedup_type, and
+    ``kernels``: how many profiled launches it was made for), optimizations and the largest estimated speed-up
+    first. ``OK`` results and ncu's notes about optional metrics are left out, as in the report."""
+    from tracekit.analyzers.report import ncu_noise, ncu_text
+
     ncu = frames["ncu"]
     ids: list[int] = []
     if gemm.get("ncu_id") is not None:
         ids.append(int(gemm["ncu_id"]))
     if gemm.get("range") and ncu.height:
         ids.extend(ncu.filter(pl.col("nvtx_range") == gemm["range"])["ncu_id"].to_list())
-    rules = frames["ncu_rules"]
-    if not ids:
-        return rules.clear()
-    order = {"OPTIMIZATION": 0, "WARNING": 1, "ERROR": 0}
-    return (
-        rules.filter(pl.col("ncu_id").is_in(sorted(set(ids))))
-        .with_columns(pl.col("kind").replace_strict(order, default=2, return_dtype=pl.Int32).alias("_o"))
-        .sort("_o", pl.col("speedup_pct").fill_null(-1.0), descending=[False, True])
-        .drop("_o")
+    rules = frames["ncu_rules"].filter(pl.col("ncu_id").is_in(sorted(set(ids))))
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rules.iter_rows(named=True):
+        message = ncu_text(r.get("message"))
+        if ncu_noise(r.get("kind"), message) or not (r.get("title") or message):
+            continue
+        key = (r.get("rule"), r.get("kind"), r.get("title"), message)
+        entry = found.setdefault(
+            key,
+            {
+                "rule": r.get("rule"),
+                "kind": r.get("kind"),
+                "title": r.get("title"),
+                "message": message,
+                "speedup_pct": None,
+                "speedup_type": r.get("speedup_type"),
+                "kernels": set(),
+            },
+        )
+        entry["kernels"].add(r["ncu_id"])
+        sp = r.get("speedup_pct")
+        if sp is not None and (entry["speedup_pct"] is None or sp > entry["speedup_pct"]):
+            entry["speedup_pct"], entry["speedup_type"] = sp, r.get("speedup_type")
+    order = {"OPTIMIZATION": 0, "ERROR": 0, "WARNING": 1}
+    rows = sorted(
+        ({**e, "kernels": len(e["kernels"])} for e in found.values()),
+        key=lambda e: (order.get(str(e["kind"]).upper(), 2), -(e["speedup_pct"] or -1.0)),
     )
+    schema = {
+        "rule": pl.String,
+        "kind": pl.String,
+        "title": pl.String,
+        "message": pl.String,
+        "speedup_pct": pl.Float64,
+        "speedup_type": pl.String,
+        "kernels": pl.Int64,
+    }
+    return pl.DataFrame(rows, schema=schema)
 
 
 # --- failures ------------------------------------------------------------------------------------------------------
@@ -511,13 +584,16 @@ class PlotData:
     measured_source: str
     nk: tuple[int, int] | None
     nk_choices: list[tuple[int, int]]
+    nk_counts: list[int] = field(default_factory=list)  # GEMMs plotted at each of nk_choices
 
 
 def plot_series(gemms: pl.DataFrame, nk: tuple[int, int] | None = None) -> PlotData:
     """Points of the plot screen: achieved TFLOP/s vs M, per backend, for GEMMs of one ``(N, K)`` (all when
     None)."""
     g = gemms.filter(pl.col("m").is_not_null() & pl.col("achieved_tflops").is_not_null())
-    choices = sorted({(int(n), int(k)) for n, k in g.select("n", "k").unique().iter_rows() if n and k})
+    per_nk = g.filter(pl.col("n").is_not_null() & pl.col("k").is_not_null()).group_by("n", "k").len()
+    counted = {(int(n), int(k)): int(c) for n, k, c in per_nk.iter_rows() if n and k}
+    choices = sorted(counted)
     if nk is not None:
         g = g.filter((pl.col("n") == nk[0]) & (pl.col("k") == nk[1]))
     series: dict[str, list[tuple[int, float]]] = {}
@@ -538,53 +614,97 @@ def plot_series(gemms: pl.DataFrame, nk: tuple[int, int] | None = None) -> PlotD
         for cls, t in g.group_by("dtype_class").agg(pl.col("achieved_tflops").max()).iter_rows():
             if cls and t:
                 measured[str(cls)] = float(t)
-    return PlotData(series, datasheet, measured, source, nk, choices)
+    return PlotData(series, datasheet, measured, source, nk, choices, [counted[c] for c in choices])
 
 
 # --- compare ----------------------------------------------------------------------------------------------------
-COMPARE_KEY = ["backend", "m", "n", "k", "dtype"]
+COMPARE_SCHEMA = {
+    "row": pl.Int64,
+    "backend": pl.String,
+    "m": pl.Int64,
+    "n": pl.Int64,
+    "k": pl.Int64,
+    "dtype": pl.String,
+    "time_a_ns": pl.Float64,
+    "time_b_ns": pl.Float64,
+    "time_change_pct": pl.Float64,
+    "tflops_a": pl.Float64,
+    "tflops_b": pl.Float64,
+    "tflops_change_pct": pl.Float64,
+    "status": pl.String,
+}
+_STATUS_ORDER = ["broken", "regression", "improvement", "within threshold", "noise", "unchanged", "untimed"]
 
 
-def compare_gemms(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
-    """GEMMs of two runs matched on backend + shape (+ input dtype). Columns: backend, m, n, k, dtype, time_a_ns,
-    time_b_ns, time_change_pct (B vs A; negative = faster), tflops_a, tflops_b, tflops_change_pct, match
-    (both | only A | only B). GEMMs seen several times in one run (several contexts) are taken at their median."""
+@dataclass
+class Comparison:
+    """Two runs compared by :func:`tracekit.analyzers.compare.compare_runs` (what ``tracekit compare`` prints):
+    ``frame`` is one table row per GEMM (``row`` indexes ``details``), ``result`` the whole comparison dict
+    (counts, new / fixed failures, ``passed``)."""
 
-    def side(g: pl.DataFrame, tag: str) -> pl.DataFrame:
-        return (
-            gemm_view(g)
-            .group_by(COMPARE_KEY)
-            .agg(
-                pl.col("time_ns").median().alias(f"time_{tag}_ns"),
-                pl.col("tflops").median().alias(f"tflops_{tag}"),
-            )
-            .with_columns(pl.lit(True).alias(f"in_{tag}"))
-        )
+    frame: pl.DataFrame
+    details: list[dict[str, Any]]
+    result: dict[str, Any]
 
-    joined = side(a, "a").join(side(b, "b"), on=COMPARE_KEY, how="full", coalesce=True, nulls_equal=True)
-    return (
-        joined.with_columns(
-            ((pl.col("time_b_ns") / pl.col("time_a_ns") - 1) * 100).alias("time_change_pct"),
-            ((pl.col("tflops_b") / pl.col("tflops_a") - 1) * 100).alias("tflops_change_pct"),
-            pl.when(pl.col("in_a") & pl.col("in_b"))
-            .then(pl.lit("both"))
-            .when(pl.col("in_a"))
-            .then(pl.lit("only A"))
-            .otherwise(pl.lit("only B"))
-            .alias("match"),
-        )
-        .select(
-            *COMPARE_KEY,
-            "time_a_ns",
-            "time_b_ns",
-            "time_change_pct",
-            "tflops_a",
-            "tflops_b",
-            "tflops_change_pct",
-            "match",
-        )
-        .sort("backend", "m", "n", "k", nulls_last=True)
+
+def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> Comparison:
+    """Run A against run B, GEMM by GEMM, with the CLI's matching, noise band and statuses (regression,
+    improvement, noise, broken, ...); GEMMs found in one run only get status ``only in A`` / ``only in B``.
+    Columns: row, backend, m, n, k, dtype, time_a_ns, time_b_ns, time_change_pct (B vs A; negative = faster),
+    tflops_a, tflops_b, tflops_change_pct, status. Worst first: broken, regressions, improvements, ...."""
+    from tracekit.analyzers.compare import DEFAULT_THRESHOLD_PCT, compare_runs
+
+    result = compare_runs(
+        a.frames,
+        b.frames,
+        threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
+        base_environment=a.manifest.get("environment"),
+        new_environment=b.manifest.get("environment"),
     )
+
+    def ns(us: Any) -> float | None:
+        return None if us is None else float(us) * 1e3
+
+    details: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for g in result["gemms"]:
+        details.append(g)
+        rows.append(
+            {
+                "row": len(rows),
+                **{k: g.get(k) for k in ("backend", "m", "n", "k", "dtype")},
+                "backend": g.get("backend") or g.get("gemm"),  # a bare profiled kernel: its name
+                "time_a_ns": ns(g.get("base_time_us")),
+                "time_b_ns": ns(g.get("new_time_us")),
+                "time_change_pct": g.get("time_change_pct"),
+                "tflops_a": g.get("base_tflops"),
+                "tflops_b": g.get("new_tflops"),
+                "tflops_change_pct": g.get("tflops_change_pct"),
+                "status": g.get("status"),
+            }
+        )
+    for side, status in (("only_in_base_gemms", "only in A"), ("only_in_new_gemms", "only in B")):
+        for g in result.get(side) or []:
+            details.append({**g, "status": status})
+            tag = "a" if status == "only in A" else "b"
+            rows.append(
+                {
+                    "row": len(rows),
+                    **{k: g.get(k) for k in ("backend", "m", "n", "k", "dtype")},
+                    "backend": g.get("backend") or g.get("gemm"),
+                    f"time_{tag}_ns": ns(g.get("time_us")),
+                    f"tflops_{tag}": g.get("tflops"),
+                    "status": status,
+                }
+            )
+    order = {s: i for i, s in enumerate([*_STATUS_ORDER, "only in A", "only in B"])}
+    frame = (
+        pl.DataFrame(rows, schema=COMPARE_SCHEMA)
+        .with_columns(pl.col("status").replace_strict(order, default=99, return_dtype=pl.Int32).alias("_o"))
+        .sort("_o", "backend", "m", "n", "k", nulls_last=True)
+        .drop("_o")
+    )
+    return Comparison(frame, details, result)
 
 
 def is_number(value: Any) -> bool:

@@ -55,7 +55,13 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
         "Failures",
         [("arrows", "move across backends (rows) and shapes (columns); the full error text shows below")],
     ),
-    ("Plot", [("n", "next N x K shape (all shapes first)")]),
+    (
+        "Compare",
+        [
+            ("enter", "one GEMM's pair in full: times and spreads, noise band, factors that moved, verdicts"),
+        ],
+    ),
+    ("Plot", [("n", "next N x K shape, then all shapes together")]),
     ("MoE", [("↑ ↓", "choose a launch; its expert histogram and what-if show below")]),
     (
         "Ranks (multi-GPU runs)",

@@ -35,19 +35,65 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def frame_table(df: pl.DataFrame, title: str, widths: dict[str, int] | None = None) -> Any:
+def frame_table(
+    df: pl.DataFrame,
+    title: str,
+    widths: dict[str, int] | None = None,
+    *,
+    width: int | None = None,
+    priority: list[str] | None = None,
+    min_widths: dict[str, int] | None = None,
+) -> Any:
+    """``df`` as a Rich table of one line per row that fits ``width`` cells: numbers whole, text elided with
+    ``…`` (never folded over several lines). When even that does not fit, the least important columns are left
+    out (the last ones, or those not in ``priority``, which lists the columns most important first) and the
+    title says which; ``--json`` holds them all. A text column keeps at least ``min_widths[col]`` cells (12 by
+    default) before a less important column gives way."""
     from rich.table import Table
     from rich.text import Text
 
     widths = widths or {}
+    cells = {c: [safe(fmt(v), widths.get(c, 60)) for v in df[c].to_list()] for c in df.columns}
+    numeric = {c: df.schema[c].is_numeric() for c in df.columns}
+
+    def need(c: str) -> int:
+        natural = max([len(c), *(len(t) for t in cells[c])])
+        return natural if numeric[c] else min(natural, max(len(c), (min_widths or {}).get(c, 12)))
+
+    shown = list(df.columns)
+    if width is not None:
+        order = [c for c in (priority or []) if c in shown] + [c for c in shown if c not in (priority or [])]
+        while len(shown) > 1 and sum(need(c) for c in shown) + 3 * len(shown) + 1 > width:
+            drop = next(c for c in reversed(order) if c in shown)
+            shown.remove(drop)
+    left_out = [c for c in df.columns if c not in shown]
+    if left_out:
+        title += f" (left out at this width: {', '.join(left_out)}; --json has them)"
+    # Exact column widths: numbers whole; text columns get their minimum, then what is left, in priority order
+    # (left to Rich, a squeezed table collapses whole columns to nothing).
+    exact: dict[str, int | None] = dict.fromkeys(shown)
+    if width is not None:
+        exact = {c: need(c) for c in shown}
+        spare = width - (sum(exact.values()) + 3 * len(shown) + 1)
+        ranked = [c for c in (priority or []) if c in shown] + [c for c in shown if c not in (priority or [])]
+        for c in ranked:
+            if numeric[c] or spare <= 0:
+                continue
+            natural = max([len(c), *(len(t) for t in cells[c])])
+            grow = min(spare, natural - exact[c])
+            exact[c] += grow
+            spare -= grow
     table = Table(title=title, title_justify="left", show_lines=False)
-    for col in df.columns:
-        numeric = df.schema[col].is_numeric()
+    for col in shown:
         table.add_column(
-            col, justify="right" if numeric else "left", overflow="fold" if not numeric else "ellipsis"
+            col,
+            justify="right" if numeric[col] else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            width=exact[col],
         )
-    for row in df.iter_rows():
-        table.add_row(*[Text(safe(fmt(v), widths.get(c, 60))) for c, v in zip(df.columns, row, strict=True)])
+    for i in range(df.height):
+        table.add_row(*[Text(cells[c][i]) for c in shown])
     return table
 
 
@@ -59,6 +105,7 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
     from tracekit.analyzers import summary as S
 
     console = Console()
+    w = console.width
     run = data["run"]
     status = run["status"] + (" (partial)" if run["partial"] else "")
     console.print(Text(f"run {run['path']}  status: {status}", style="bold"))
@@ -104,7 +151,12 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
     gemms = S.gemm_table(frames)
     if gemms.height:
         console.print(
-            frame_table(gemms.drop([c for c in ("range",) if c in gemms.columns]).head(limit), "GEMMs")
+            frame_table(
+                gemms.drop([c for c in ("range",) if c in gemms.columns]).head(limit),
+                "GEMMs",
+                width=w,
+                priority=["backend", "m", "n", "k", "dtype", "time_us", "tflops", "status", "launches"],
+            )
         )
     fails = frames["failures"]
     if fails.height:
@@ -117,7 +169,16 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
             "error_type",
             pl.col("message").str.split("\n").list.first().alias("message"),
         ).head(limit)
-        console.print(frame_table(short, "Failures (full text: --json, tracekit report)", {"message": 100}))
+        console.print(
+            frame_table(
+                short,
+                "Failures (full text: --json, tracekit report)",
+                {"message": 100},
+                width=w,
+                priority=["backend", "m", "n", "k", "kind", "message"],
+                min_widths={"message": 24},
+            )
+        )
     ncu = frames["ncu"]
     if ncu.height:
         cols = [
@@ -134,15 +195,19 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
         ]
         console.print(
             frame_table(
-                ncu.select(cols).head(limit), "Nsight Compute kernels", {"name": 50, "nvtx_range": 50}
+                ncu.select(cols).head(limit),
+                "Nsight Compute kernels",
+                {"name": 50, "nvtx_range": 50},
+                width=w,
+                priority=["name", "duration_ns", "tensor_pipe_pct", "sm_clock_hz"],
             )
         )
     rt = S.range_table(frames, limit)
     if rt.height:
-        console.print(frame_table(rt, "Top ranges", {"name": 70}))
+        console.print(frame_table(rt, "Top ranges", {"name": 70}, width=w))
     kt = S.kernel_table(frames, limit)
     if kt.height:
-        console.print(frame_table(kt, "Top kernels", {"name": 70}))
+        console.print(frame_table(kt, "Top kernels", {"name": 70}, width=w))
 
 
 def _render_moe(console: Any, moe: dict[str, Any], limit: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -305,7 +306,18 @@ def capture(
             run, interrupted = exc.run, True
         summary, import_problem = (None, None)
         if not no_import and not interrupted:
-            summary, import_problem = _import(run, progress)
+            try:
+                summary, import_problem = _import(run, progress)
+            except KeyboardInterrupt:
+                # The capture is complete and kept; frames are recorded as current only once all are written,
+                # so the next command (or import --rebuild) builds them from raw/.
+                interrupted = True
+                import_problem = (
+                    f"interrupted (Ctrl-C) while building frames; the capture is complete and kept — "
+                    f"`tracekit import --rebuild {run.path}` builds them"
+                )
+                with contextlib.suppress(Exception):
+                    run.log("import", import_problem, level="error")
     finally:
         progress.close()
     if import_problem:

@@ -12,8 +12,8 @@ from tracekit.tui.keys import help_text
 _HELP = f"""Browse RUN in the terminal: GEMMs, why each stops short of peak, kernels, failures.
 
 RUN is a run folder (tracekit capture / bench / import), a bundle (.zip), or a folder of runs (opens the
-picker). Without RUN: the picker over ./runs and the bundled samples, or, when ./runs holds none, the newest
-bundled sample.
+picker). Without RUN: the picker over ./runs and the bundled samples, or, when ./runs holds none, the bundled
+H200 sample (h200-gemm-probe).
 
 \b
 Screens:

@@ -110,6 +110,7 @@ class FrameScreen(Screen[None]):
     def action_filter(self) -> None:
         self.add_class("filtering")
         self.filter_input.focus()
+        self.app.refresh_bindings()  # esc now clears the filter: the footer shows it
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
@@ -159,5 +160,6 @@ class FrameScreen(Screen[None]):
             self.remove_class("filtering")
             self.table.focus()
             self.refresh_view()
+            self.app.refresh_bindings()
             return True
         return False

@@ -23,16 +23,32 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "dismiss", "Close"),
     ]
 
+    KEY_WIDTH = 24
+
     def compose(self) -> ComposeResult:
+        with VerticalScroll(id="dialog"):
+            yield Static(self._content(self.app.size.width), id="help-text")
+
+    def _content(self, screen_width: int) -> Content:
+        """The key table with each description wrapped under its own column (a hanging indent), for a dialog
+        90% of ``screen_width`` wide (at most 110) less its border, padding and scrollbar."""
+        import textwrap
+
+        inner = min(110, int(screen_width * 0.9)) - 6
+        desc_width = max(24, inner - self.KEY_WIDTH - 3)
+        indent = " " * (self.KEY_WIDTH + 3)
         parts: list[Any] = [("tracekit view — keys\n", "bold $accent")]
         for section, keys in HELP:
             parts.append((f"\n{section}\n", "bold"))
             for key, what in keys:
-                parts.append((f"  {key:<24}", "$accent"))
-                parts.append(f" {what}\n")
+                parts.append((f"  {key:<{self.KEY_WIDTH}}", "$accent"))
+                lines = textwrap.wrap(what, desc_width) or [""]
+                parts.append(" " + ("\n" + indent).join(lines) + "\n")
         parts.append(("\nesc closes this help", "$text-muted"))
-        with VerticalScroll(id="dialog"):
-            yield Static(Content.assemble(*parts), id="help-text")
+        return Content.assemble(*parts)
+
+    def on_resize(self) -> None:
+        self.query_one("#help-text", Static).update(self._content(self.app.size.width))
 
     def action_dismiss(self, result: None = None) -> None:  # type: ignore[override]
         self.dismiss(None)

@@ -12,10 +12,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tracekit.tui.data import FailureMatrix, failure_matrix
 from tracekit.tui.text import clean
+from tracekit.tui.widgets.footer import KeyFooter
 
 
 def failure_content(rows: list[dict[str, Any]]) -> Content:
@@ -73,7 +74,7 @@ class FailuresScreen(Screen[None]):
         yield table
         with VerticalScroll(id="failure-scroll"):
             yield self.detail
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#matrix", DataTable)

@@ -20,11 +20,12 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tracekit.tui.data import gemm_kernels, gemm_rules
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
 from tracekit.tui.text import clean, time_us
+from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
 from tracekit.tui.widgets.waterfall import Waterfall
 
@@ -43,6 +44,8 @@ def _evidence_text(value: Any, key: str = "") -> str:
             return f"{value / 1e6:,.0f} MHz"
         if key.endswith("_bytes") and abs(value) >= 1024:
             return f"{value / 1024:,.1f} KiB"
+        if key.endswith("_bytes_per_s"):
+            return f"{value / 1e12:.2f} TB/s" if abs(value) >= 1e11 else f"{value / 1e9:.1f} GB/s"
         if key.endswith("_per_s"):
             return f"{value:.3g}/s"
     if isinstance(value, float):
@@ -92,7 +95,7 @@ class GemmScreen(Screen[None]):
             self.kernels = kernels
             """Kernels of the GEMM grouped by name (tracekit.tui.data.gemm_kernels)."""
             self.rules = rules
-            """ncu_rules rows of its profiled kernels."""
+            """Distinct Nsight Compute findings for its profiled kernels (tracekit.tui.data.gemm_rules)."""
 
     def __init__(
         self, frames: dict[str, pl.DataFrame], gemm: dict[str, Any], explanation: dict[str, Any]
@@ -124,7 +127,7 @@ class GemmScreen(Screen[None]):
             yield self.kernels_table
             yield Static(Content("Nsight Compute findings").stylize("bold"), classes="section")
             yield self.rules_text
-        yield Footer()
+        yield KeyFooter()
 
     def _summary(self) -> Content:
         g = self.gemm
@@ -171,7 +174,9 @@ class GemmScreen(Screen[None]):
         rules = message.rules
         if rules.height == 0:
             self.rules_text.update(
-                Content("none (the GEMM was not profiled by Nsight Compute)").stylize("$text-muted")
+                Content(
+                    "none (the GEMM was not profiled by Nsight Compute, or ncu found nothing to say)"
+                ).stylize("$text-muted")
             )
             return
         parts: list[Any] = []
@@ -184,6 +189,8 @@ class GemmScreen(Screen[None]):
             parts.append((clean(r.get("rule") or ""), "bold"))
             if r.get("title"):
                 parts.append(f" — {clean(r['title'])}")
+            if (r.get("kernels") or 0) > 1:
+                parts.append((f"  ({r['kernels']} kernels)", "$text-muted"))
             if r.get("speedup_pct") is not None:
                 parts.append(
                     (

@@ -11,12 +11,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tracekit.tui.data import kernel_groups, kernel_view
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
 from tracekit.tui.text import clean, time_us
+from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 
@@ -74,7 +75,7 @@ class KernelsScreen(FrameScreen):
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="screen-title")
         yield from self.compose_table()
-        yield Footer()
+        yield KeyFooter()
 
     def _title(self) -> Content:
         mode = "grouped by name" if self.grouped else "every launch, in timeline order"

@@ -11,17 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tracekit.errors import TracekitError
 from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, gemm_view, load_run, rank_count
 from tracekit.tui.screens.base import FrameScreen
-from tracekit.tui.text import clean, time_us
+from tracekit.tui.text import clean, fit, time_us
+from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col
 
 
@@ -45,6 +47,64 @@ GEMM_COLUMNS = [
     Col("verdict", "verdict", None, tone=lambda v, r: "dim" if v is None else None, min_width=10),
     Col("range", "range", None, min_width=20, hide_below=150),
 ]
+
+
+def _short_created(created: Any) -> str:
+    """``2026-12-02T19:09:06+00:00`` as ``2026-12-02 19:09 UTC`` (the seconds and offset say little here)."""
+    text = clean(created or "")
+    if len(text) >= 16 and text[10] == "T":
+        return text[:10] + " " + text[11:16] + (" UTC" if text.endswith(("+00:00", "Z")) else "")
+    return text
+
+
+def _short_device(label: str) -> str:
+    """``NVIDIA H200 (SM 9.0, 132 SMs)`` as ``H200 (SM 9.0, 132 SMs)``, for narrow terminals."""
+    return label.replace("NVIDIA ", "")
+
+
+def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
+    """The overview's header in two lines that fit ``width`` cells: the run, its status and failure count (and
+    when it was made, where room is left); then the device and the counts. A third line holds the explainer's
+    note or the calibration, when there is one. Parts are shortened before anything wraps: the date goes first,
+    then ``NVIDIA``; the failure count always stays."""
+    f = d.frames
+    fails = d.failure_count
+    sep = ("  ·  ", "$text-muted")
+    status_tone = "$warning" if d.status != "complete" else "$success"
+    fail_part = (f"{fails:,} failures" if fails else "no failures", "bold $error" if fails else "$text-muted")
+    created = _short_created(d.manifest.get("created"))
+    name = clean(d.name)
+    fixed = cell_len(d.status) + cell_len(fail_part[0]) + 2 * 5
+    if created and fixed + cell_len(name) + 5 + cell_len(created) <= width:
+        line1: list[Any] = [(name, "bold"), sep, (clean(d.status), status_tone), sep, fail_part, sep, created]
+    else:
+        room = max(8, width - fixed)
+        line1 = [(fit(name, room) if cell_len(name) > room else name, "bold"), sep]
+        line1 += [(clean(d.status), status_tone), sep, fail_part]
+    n_gemms = analysis.gemms.height if analysis is not None else None
+    counts = [f"{'…' if n_gemms is None else f'{n_gemms:,}'} GEMMs"]
+    if f["kernels"].height:
+        counts.append(f"{f['kernels'].height:,} kernels")
+    if f["ncu"].height:
+        counts.append(f"{f['ncu'].height:,} ncu")
+    if f["measurements"].height:
+        counts.append(f"{f['measurements'].height:,} measured")
+    ranks = rank_count(f)
+    if ranks > 1:
+        counts.append(f"{ranks} ranks (d)")
+    counts_text = " · ".join(counts)
+    device = clean(d.device_label)
+    if cell_len(device) + 5 + cell_len(counts_text) > width:
+        device = _short_device(device)
+    parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
+    extra: list[Any] = []
+    if analysis is not None and analysis.calibration:
+        extra += [("calibrated: ", "$text-muted"), clean(analysis.calibration)]
+    if analysis is not None and analysis.note:
+        extra += [("  " if extra else "", ""), (clean(analysis.note), "$warning")]
+    if extra:
+        parts += ["\n", *extra]
+    return Content.assemble(*parts)
 
 
 class OverviewScreen(FrameScreen):
@@ -102,7 +162,7 @@ class OverviewScreen(FrameScreen):
     def compose(self) -> ComposeResult:
         yield self.info
         yield from self.compose_table()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -155,39 +215,13 @@ class OverviewScreen(FrameScreen):
         self.app.push_screen(ErrorScreen(message.title, message.message, message.hint))
 
     def _paint_info(self) -> None:
-        d = self.data
-        if d is None:
+        if self.data is None:
             return
-        f = d.frames
-        n_gemms = self.analysis.gemms.height if self.analysis is not None else None
-        fails = d.failure_count
-        parts: list[Any] = [
-            ("run ", "$text-muted"),
-            (clean(d.name), "bold"),
-            ("  ·  ", "$text-muted"),
-            (clean(d.status), "$warning" if d.status != "complete" else "$success"),
-            ("  ·  ", "$text-muted"),
-            clean(d.manifest.get("created") or ""),
-            "\n",
-            (clean(d.device_label), "bold $accent"),
-            ("  ·  ", "$text-muted"),
-            f"{'…' if n_gemms is None else n_gemms} GEMMs · {f['kernels'].height:,} kernels · "
-            + (f"{f['ncu'].height:,} ncu · " if f["ncu"].height else "")
-            + (f"{f['measurements'].height:,} measured · " if f["measurements"].height else ""),
-            (f"{fails} failures" if fails else "no failures", "bold $error" if fails else "$text-muted"),
-        ]
-        ranks = rank_count(f)
-        if ranks > 1:
-            parts += [
-                ("  ·  ", "$text-muted"),
-                (f"{ranks} ranks", "bold"),
-                (" (d: compare ranks)", "$text-muted"),
-            ]
-        if self.analysis is not None and self.analysis.calibration:
-            parts += [("  ·  calibrated: ", "$text-muted"), clean(self.analysis.calibration)]
-        if self.analysis is not None and self.analysis.note:
-            parts += [("\n" + clean(self.analysis.note), "$warning")]
-        self.info.update(Content.assemble(*parts))
+        width = (self.info.size.width or self.app.size.width or 80) - 2  # the header's padding
+        self.info.update(run_header(self.data, self.analysis, width))
+
+    def on_resize(self) -> None:
+        self._paint_info()
 
     # -- navigation ------------------------------------------------------------------------------------------------
     def _ready(self) -> bool:

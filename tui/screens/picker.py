@@ -11,17 +11,18 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tracekit.tui.data import RunEntry, default_run_dirs, find_runs
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean
+from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 RUN_COLUMNS = [
     Col("name", "run", None, min_width=16),
-    Col("where", "in", 8),
-    Col("created", "created", 19, fmt=lambda v, r: (v or "–").replace("T", " ")[:19]),
+    Col("where", "in", 8, hide_below=100),
+    Col("created", "created", 16, fmt=lambda v, r: (v or "–").replace("T", " ")[:16]),
     Col("status", "status", 10, tone=lambda v, r: None if v == "complete" else "warn"),
     Col("gpu", "GPU", 14),
 ]
@@ -56,7 +57,7 @@ class RunPickerScreen(FrameScreen):
             Content.assemble(("tracekit runs", "bold $accent"), f" · {what} · in {where}"), id="screen-title"
         )
         yield from self.compose_table()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.table.focus()

@@ -9,15 +9,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tracekit.tui.data import plot_series
 from tracekit.tui.text import clean
+from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.plot import TflopsPlot
 
 
 class PlotScreen(Screen[None]):
-    """TFLOP/s vs M; ``n`` steps through the N x K shapes of the run (all of them first)."""
+    """TFLOP/s vs M; ``n`` steps through the N x K shapes of the run, then all of them together. It opens on the
+    N x K with the most GEMMs (all of them when the run has one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("n", "next_shape", "Next N×K")]
 
@@ -27,6 +29,12 @@ class PlotScreen(Screen[None]):
         self.run_name = run_name
         self.data = plot_series(gemms)
         self.choice = -1  # -1: every shape
+        if len(self.data.nk_choices) > 1:
+            # Start on the N×K with the most points: one line per backend reads as the plateau; "all N×K"
+            # puts several shapes at one M and is one press of n away.
+            counts = self.data.nk_counts
+            self.choice = max(range(len(self.data.nk_choices)), key=lambda i: (counts[i], -i))
+            self.data = plot_series(gemms, self.data.nk_choices[self.choice])
         self.plot = TflopsPlot(self.data, id="plot")
         self.title_bar = Static(self._title(), id="screen-title")
 
@@ -41,7 +49,7 @@ class PlotScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield self.title_bar
         yield self.plot
-        yield Footer()
+        yield KeyFooter()
 
     def action_next_shape(self) -> None:
         choices = self.data.nk_choices

@@ -30,7 +30,8 @@ def _x(m: int, lo: float, hi: float, width: int) -> int:
 
 def plot_lines(data: PlotData, width: int, height: int) -> list[Content]:
     """The plot as ``height`` lines of ``Content``, ``width`` cells wide (legend included)."""
-    legend_rows = 2
+    legend = _legend_lines(sorted(data.series), width)
+    legend_rows = len(legend) + 1
     h = max(4, height - 2 - legend_rows)  # 2: x axis + x labels
     w = max(10, width - AXIS_W - 1)
     points = [(b, m, t) for b, pts in data.series.items() for m, t in pts if m > 0]
@@ -62,6 +63,8 @@ def plot_lines(data: PlotData, width: int, height: int) -> list[Content]:
     for bi, b in enumerate(backends):
         marker, tone = MARKERS[bi % len(MARKERS)], TONES[bi % len(TONES)]
         pts = sorted(data.series[b])
+        if len({m for m, _ in pts}) < len(pts):
+            continue  # several N×K at one M (the "all N×K" view): joins would zigzag between shapes
         for (m0, t0), (m1, t1) in itertools.pairwise(pts):  # faint joins between a backend's points
             x0, x1 = _x(m0, lo, hi, w), _x(m1, lo, hi, w)
             for x in range(x0 + 1, x1):
@@ -95,10 +98,7 @@ def plot_lines(data: PlotData, width: int, height: int) -> list[Content]:
         ticks[start : start + len(text)] = list(text)
         last_end = start + len(text)
     lines.append(Content(f"{'M':>{AXIS_W - 1}} " + "".join(ticks)).stylize("$text-muted"))
-    legend: list[Any] = ["  "]
-    for bi, b in enumerate(backends):
-        legend += [(MARKERS[bi % len(MARKERS)], f"bold {TONES[bi % len(TONES)]}"), f" {clean(b)}   "]
-    lines.append(Content.assemble(*legend))
+    lines.extend(legend)
     lines.append(
         Content.assemble(
             ("  ═ datasheet peak", "$text-muted"),
@@ -106,6 +106,22 @@ def plot_lines(data: PlotData, width: int, height: int) -> list[Content]:
             (f" ({clean(data.measured_source)})   y: TFLOP/s", "$text-muted"),
         )
     )
+    return lines
+
+
+def _legend_lines(backends: list[str], width: int) -> list[Content]:
+    """The backends' markers and names, as many to a line as fit ``width`` (an item is never split)."""
+    lines: list[Content] = []
+    items: list[Any] = ["  "]
+    used = 2
+    for bi, b in enumerate(backends):
+        text = f" {clean(b)}   "
+        if used + 1 + len(text) > width and len(items) > 1:
+            lines.append(Content.assemble(*items))
+            items, used = ["  "], 2
+        items += [(MARKERS[bi % len(MARKERS)], f"bold {TONES[bi % len(TONES)]}"), text]
+        used += 1 + len(text)
+    lines.append(Content.assemble(*items))
     return lines
 
 

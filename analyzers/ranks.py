@@ -4,7 +4,8 @@ Labelling (at import, :func:`label_extract`)
     A file's frames get their ``rank`` from, in order: the file itself (Kineto's ``distributedInfo.rank``); the
     file's name (``nsys.rank3.sqlite``, ``ncu.rank3.ncu-rep``, ``trace_rank-3.json.gz``: what
     ``tracekit capture --ranks`` writes, one file per rank); or, for an Nsight Systems export of a whole process
-    tree (``nsys profile torchrun ...``: every rank a process of one file), the processes that launched kernels,
+    tree (``nsys profile torchrun ...``: every rank a process of one file), the processes that launched kernels
+    when they ran on different devices or at the same time (sequential worker processes are not ranks),
     ordered by the lowest device each used, then pid. The last is an inference (torchrun's convention: local rank
     = device), recorded as such in the run's ``sources`` with the process and device behind each rank. A file
     with one process keeps a null rank (a single-process run).
@@ -85,6 +86,21 @@ def _set_rank(df: pl.DataFrame, value: pl.Expr) -> pl.DataFrame:
     return df.with_columns(pl.coalesce(pl.col("rank"), value.cast(pl.Int32)).alias("rank"))
 
 
+def _concurrent(procs: pl.DataFrame) -> bool:
+    """Whether processes look like ranks of one job: they used different devices, or their kernels ran at the
+    same time. Processes that ran one after another on one device are a single job's workers (``tracekit bench
+    gemm`` runs each backend in a process of its own), not ranks."""
+    if procs["device"].n_unique() > 1:
+        return True
+    spans = procs.select("first", "last").drop_nulls().sort("first")
+    reach = None
+    for first, last in spans.iter_rows():
+        if reach is not None and first < reach:
+            return True
+        reach = last if reach is None else max(reach, last)
+    return False
+
+
 def label_extract(ex: Extract, file_name: str) -> dict[str, Any]:
     """Fill the ``rank`` column of one file's frames (see the module docstring); returns what to record about it
     in the run's ``sources``: ``rank_source`` (``file`` | ``file name`` | ``processes``) and ``ranks`` (each rank
@@ -106,10 +122,15 @@ def label_extract(ex: Extract, file_name: str) -> dict[str, Any]:
     procs = (
         kernels.filter(pl.col("pid").is_not_null())
         .group_by("pid")
-        .agg(pl.col("device").min().alias("device"), pl.col("device").n_unique().alias("devices"))
+        .agg(
+            pl.col("device").min().alias("device"),
+            pl.col("device").n_unique().alias("devices"),
+            pl.col("start_ns").min().alias("first"),
+            pl.col("end_ns").max().alias("last"),
+        )
         .sort("device", "pid", nulls_last=True)
     )
-    if procs.height < 2:
+    if procs.height < 2 or not _concurrent(procs):
         return {}
     mapping = procs.with_columns(pl.int_range(pl.len(), dtype=pl.Int32).alias("_rank"))
     by_pid = mapping.select("pid", "_rank")

@@ -488,3 +488,13 @@ def test_steps_take_the_kernels_launched_inside_them() -> None:
     assert ra.straggler == 1
     assert "it was waited for in 2 of 2 steps" in ra.reasons
     assert dict(ra.ranks.select("rank", "last_arrivals").iter_rows()) == {0: 0, 1: 2}
+
+
+def test_sequential_worker_processes_are_not_ranks(samples_dir: Path) -> None:
+    """`tracekit bench gemm` under nsys runs each backend in a worker process of its own, one after another on
+    one GPU: several processes in one export, but one job. They get no ranks (the 2-GPU exports above do)."""
+    from tracekit.analyzers.ranks import run_ranks
+
+    frames = load_frames(Run.open(samples_dir / "h200-capture-gemm"))
+    assert frames["kernels"]["pid"].n_unique() > 1
+    assert run_ranks(frames) == []

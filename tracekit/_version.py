@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the run format (manifest + frames). Bump it whenever a frame's columns change: runs whose frames
-are older are rebuilt from raw/."""
+are older are rebuilt from raw/. 2: MoE frames (moe, moe_curve, moe_routing) and rank-partitioned multi-rank frames."""

@@ -859,6 +859,7 @@ def gemm_frame(
                 "scale": c.scale,
                 "dtype_class": c.dtype_class,
                 "launches": c.launches,
+                "time_source": c.time_source,
                 "main_kernel": c.main_kernel,
                 "aux_kernels": json.dumps(c.aux_kernels) if c.aux_kernels else None,
                 "device_name": c.device_name,

@@ -305,6 +305,9 @@ GEMMS = FrameSpec(
         Column("scale", STR, "scale layout"),
         Column("dtype_class", STR, "tensor-core rate class used for the peak (fp4, fp8, bf16, ...)"),
         Column("launches", I64, "launches (range instances or profiled GEMM kernels) aggregated"),
+        Column(
+            "time_source", STR, "where the main / aux / gap times came from: measurement, timeline or ncu"
+        ),
         Column("main_kernel", STR, "the GEMM's own (longest) kernel"),
         Column("aux_kernels", STR, "auxiliary kernels in the range, JSON list of names"),
         Column("device_name", STR, "GPU name"),

@@ -137,7 +137,9 @@ class GemmScreen(Screen[None]):
         parts: list[Any] = [
             (clean(g.get("backend") or g.get("origin") or "?"), "bold"),
             f"  {shape}  {dtype or clean(g.get('dtype_class') or '')}",
-            f"  {g.get('launches') or 0} launch(es) · from {clean(g.get('origin'))}\n",
+            f"  {g.get('launches') or 0} launch(es) · from {clean(g.get('origin'))}"
+            + _times_from(g.get("time_source"))
+            + "\n",
             ("achieved ", "$text-muted"),
             ("–" if ach is None else f"{ach:,.0f} TFLOP/s", "bold"),
             ("  of peak ", "$text-muted"),
@@ -218,3 +220,11 @@ class GemmScreen(Screen[None]):
 
     def action_name(self) -> None:
         self.app.push_screen(TextScreen("range", Content(clean(self.gemm.get("range") or ""))))
+
+
+def _times_from(source: str | None) -> str:
+    """`` · times from the timeline`` when the times are not the GEMM's origin's own (a measurement timed with
+    CUDA events under a profiler takes the timeline's kernel, aux and idle times)."""
+    if source and source.startswith("timeline"):
+        return " · times from the timeline"
+    return ""

@@ -258,7 +258,10 @@ def test_plain_capture(tmp_path):
     events = []
     run = _capture(
         tmp_path,
-        "import os, sys; print('out', os.environ['TRACEKIT_RUN_DIR']); print('err', file=sys.stderr)",
+        # one write each, stdout flushed first: both streams go to one log, and unbuffered print() writes its
+        # arguments separately, so stderr could land between 'out' and the path
+        "import os, sys; sys.stdout.write('out ' + os.environ['TRACEKIT_RUN_DIR'] + '\\n'); sys.stdout.flush(); "
+        "sys.stderr.write('err\\n')",
         on_event=events.append,
     )
     reopened = Run.open(run.path)

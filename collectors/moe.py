@@ -394,39 +394,19 @@ class MoeBackend:
             return False, f"{', '.join(missing)} not installed (pip install {' '.join(self.packages)})"
         return True, ""
 
+    def name_fields(self, config: MoeConfig, case: MoeCase) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments of this case's ``moe`` range name (ranges.moe_name / moe_range)."""
+        args = (self.name, self.op, config.experts, case.rows, config.n, config.k)
+        args += (self.dtype, self.dtype, self.dtype_out, self.scale)
+        return args, {"T": case.tokens, "topk": config.topk, "route": case.route}
+
     def range_name(self, config: MoeConfig, case: MoeCase) -> str:
-        return ranges.moe_name(
-            self.name,
-            self.op,
-            config.experts,
-            case.rows,
-            config.n,
-            config.k,
-            self.dtype,
-            self.dtype,
-            self.dtype_out,
-            self.scale,
-            T=case.tokens,
-            topk=config.topk,
-            route=case.route,
-        )
+        args, extra = self.name_fields(config, case)
+        return ranges.moe_name(*args, **extra)
 
     def scope(self, config: MoeConfig, case: MoeCase) -> Any:
-        return ranges.moe_range(
-            self.name,
-            self.op,
-            config.experts,
-            case.rows,
-            config.n,
-            config.k,
-            self.dtype,
-            self.dtype,
-            self.dtype_out,
-            self.scale,
-            T=case.tokens,
-            topk=config.topk,
-            route=case.route,
-        )
+        args, extra = self.name_fields(config, case)
+        return ranges.moe_range(*args, **extra)
 
     def curve_name(self, config: MoeConfig, m: int) -> str:
         return ranges.gemm_name(
@@ -743,41 +723,10 @@ class FlashinferCutlassMoe(MoeBackend):
         "flashinfer cutlass_fused_moe, bf16: both expert GEMMs + SwiGLU in one call (FLOPs count both)"
     )
 
-    def range_name(self, config: MoeConfig, case: MoeCase) -> str:
-        return ranges.moe_name(
-            self.name,
-            self.op,
-            config.experts,
-            case.rows,
-            2 * config.inter,
-            config.hidden,
-            "bf16",
-            "bf16",
-            "bf16",
-            None,
-            T=case.tokens,
-            topk=config.topk,
-            route=case.route,
-            I=config.inter,
-        )
-
-    def scope(self, config: MoeConfig, case: MoeCase) -> Any:
-        return ranges.moe_range(
-            self.name,
-            self.op,
-            config.experts,
-            case.rows,
-            2 * config.inter,
-            config.hidden,
-            "bf16",
-            "bf16",
-            "bf16",
-            None,
-            T=case.tokens,
-            topk=config.topk,
-            route=case.route,
-            I=config.inter,
-        )
+    def name_fields(self, config: MoeConfig, case: MoeCase) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args = (self.name, self.op, config.experts, case.rows, 2 * config.inter, config.hidden)
+        args += ("bf16", "bf16", "bf16", None)
+        return args, {"T": case.tokens, "topk": config.topk, "route": case.route, "I": config.inter}
 
     def flops(self, config: MoeConfig, case: MoeCase) -> float:
         return 2.0 * case.rows * (2 * config.inter * config.hidden + config.hidden * config.inter)

@@ -5,7 +5,7 @@
 #   probe     the h200-gemm-probe sample: samples/scripts/gemm_probe.py under ncu and nsys (raw files)
 #   bench     the h200-bench-gemm sample: `tracekit bench gemm --backends all` (plain timings)
 #   capture   the h200-capture-gemm sample: `tracekit capture --nsys --ncu -- tracekit bench gemm ...`
-#   planted   the planted-cause runs of benchmarks/planted under `tracekit capture`
+#   planted   the planted-cause runs of benchmarks/planted under `tracekit capture` (PLANTED="b_waves" for some)
 #   calibrate `tracekit calibrate`
 #   overhead  benchmarks/bench_capture_overhead.py
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
@@ -38,7 +38,7 @@ for p in "$@"; do
         --backends torch-bf16,torch-fp8-tensorwise,torch-fp8-blockwise,torch-nvfp4,flashinfer-fp4-cutlass,sgl-fp4 \
         --shapes 16x2048x6144,256x2048x6144,4096x2048x6144 --repeats 10 --warmup 3 > "$OUT/capture.log" 2>&1; echo "rc=$?"; tail -15 "$OUT/capture.log" ;;
     planted)
-      for s in a_clock b_waves c_memory d_smem_occupancy e_launch_gaps f_aux_quantize; do
+      for s in ${PLANTED:-a_clock b_waves c_memory d_smem_occupancy e_launch_gaps f_aux_quantize}; do
         tools="--nsys --ncu"; [ "$s" = a_clock ] && tools="--nsys"
         tk capture $tools --max-per-range 1 -o "$OUT/planted-$s" --no-import -- python3 "$R/benchmarks/planted/$s.py" > "$OUT/planted-$s.log" 2>&1
         echo "$s rc=$? $(du -sh "$OUT/planted-$s" | cut -f1)"

@@ -110,9 +110,8 @@ def gemm(
       tracekit capture --ncu -- tracekit bench gemm --shapes 1024x2048x6144   # profile the same GEMMs
     """
     from tracekit.collectors.backends import all_backends
-    from tracekit.collectors.bench import SweepSettings, parse_shapes, run_sweep
+    from tracekit.collectors.bench import SweepSettings, parse_shapes
     from tracekit.errors import BadInputError
-    from tracekit.run import new_run_name
 
     known = all_backends()
     names = (
@@ -132,15 +131,7 @@ def gemm(
     if any(known[n].timer == "cuda" for n in names):
         _require_gpu(device)
 
-    inside = _capture_run_dir() if output is None else None
-    if (
-        inside is not None
-    ):  # under `tracekit capture`: a private sweep run, records copied into the capture's raw/
-        out = (
-            inside / "raw" / "logs" / new_run_name(f"bench-{os.environ.get('TRACEKIT_CAPTURE_TOOL', 'run')}")
-        )
-    else:
-        out = output or Path("runs") / new_run_name("bench-gemm")
+    out, inside = _sweep_dir(output, "gemm")
     settings = SweepSettings(
         backends=names,
         shapes=shape_list,
@@ -150,14 +141,7 @@ def gemm(
         timing=timing,
         device=device,
     )
-    command = ["tracekit", "bench", "gemm", *sys.argv[3:]] if sys.argv[1:3] == ["bench", "gemm"] else None
-    progress = _Progress(len(names) * len(shape_list))
-    try:
-        with progress:
-            result = run_sweep(out, settings, on_event=progress.on_event, command=command)
-    except KeyboardInterrupt:
-        click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
-        raise
+    result = _sweep(out, settings, len(names) * len(shape_list), "gemm")
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -422,10 +406,8 @@ def moe(
       tracekit bench moe --routing file:routing.jsonl --proj down
       tracekit capture --nsys -- tracekit bench moe --tokens 16,256   # kernel names give the tile size
     """
-    from tracekit.collectors.bench import run_sweep
     from tracekit.collectors.moe import MoeConfig, MoeSettings, all_moe_backends, parse_routing, parse_tokens
     from tracekit.errors import BadInputError
-    from tracekit.run import new_run_name
 
     known = all_moe_backends()
     names = (
@@ -458,24 +440,8 @@ def moe(
     )
     if any(known[n].timer == "cuda" for n in names):
         _require_gpu(device)
-    inside = _capture_run_dir() if output is None else None
-    if inside is not None:
-        out = (
-            inside
-            / "raw"
-            / "logs"
-            / new_run_name(f"bench-moe-{os.environ.get('TRACEKIT_CAPTURE_TOOL', 'run')}")
-        )
-    else:
-        out = output or Path("runs") / new_run_name("bench-moe")
-    command = ["tracekit", "bench", "moe", *sys.argv[3:]] if sys.argv[1:3] == ["bench", "moe"] else None
-    progress = _Progress(len(names) * len(settings.cases))
-    try:
-        with progress:
-            result = run_sweep(out, settings, on_event=progress.on_event, command=command)
-    except KeyboardInterrupt:
-        click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
-        raise
+    out, inside = _sweep_dir(output, "moe")
+    result = _sweep(out, settings, len(names) * len(settings.cases), "moe")
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -548,3 +514,30 @@ def _print_moe_table(result: Any) -> None:
                        f"{r.get('error_type')}: {msg[0][:120] if msg else ''}")  # fmt: skip
         console.print(ft)
     console.print("per-expert analysis: tracekit show RUN · tracekit report RUN · tracekit view RUN (key e)")
+
+
+def _sweep_dir(output: Path | None, verb: str) -> tuple[Path, Path | None]:
+    """(the sweep's run folder, the capture's run folder when running under `tracekit capture`, else None).
+    Under a capture the sweep gets a private run in the capture's raw/logs; its records are handed over after."""
+    from tracekit.run import new_run_name
+
+    inside = _capture_run_dir() if output is None else None
+    if inside is not None:
+        tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
+        prefix = "bench" if verb == "gemm" else f"bench-{verb}"
+        return inside / "raw" / "logs" / new_run_name(f"{prefix}-{tool}"), inside
+    return output or Path("runs") / new_run_name(f"bench-{verb}"), None
+
+
+def _sweep(out: Path, settings: Any, total: int, verb: str) -> Any:
+    """Run the sweep with a progress bar; Ctrl-C says where the partial results are kept."""
+    from tracekit.collectors.bench import run_sweep
+
+    command = ["tracekit", "bench", verb, *sys.argv[3:]] if sys.argv[1:3] == ["bench", verb] else None
+    progress = _Progress(total)
+    try:
+        with progress:
+            return run_sweep(out, settings, on_event=progress.on_event, command=command)
+    except KeyboardInterrupt:
+        click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
+        raise

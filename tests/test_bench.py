@@ -245,3 +245,25 @@ def test_collectors_import_without_polars_textual_rich():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_failure_table_shows_messages_as_written() -> None:
+    """The end-of-sweep table prints error text as data: ninja's ``[1/2]`` and a bracketed word are not markup."""
+    from rich.console import Console
+
+    from tracekit.commands.bench import _failures_table
+
+    msg = "Ninja build failed. [1/2] nvcc [bold]bmm_fp8.cu[/bold]\nsecond line"
+    row = {
+        "backend": "flashinfer-fp8",
+        "m": 16,
+        "n": 768,
+        "k": 6144,
+        "kind": "crashed",
+        "error_type": "RuntimeError",
+    }
+    console = Console(record=True, width=300)
+    console.print(_failures_table([{**row, "message": msg}], "M"))
+    text = console.export_text()
+    assert "RuntimeError: Ninja build failed. [1/2] nvcc [bold]bmm_fp8.cu[/bold]" in text
+    assert "second line" not in text

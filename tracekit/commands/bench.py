@@ -260,6 +260,7 @@ class _Progress:
 def _print_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     table = Table(title=f"GEMMs — {result.run.path}", show_lines=False)
@@ -278,39 +279,23 @@ def _print_table(result: Any) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
 
-    def f(x: Any, fmt: str) -> str:
-        return "" if x is None else format(x, fmt)
-
     for r in result.measurements:
         table.add_row(
-            r["backend"],
+            Text(r["backend"]),
             str(r["m"]),
             str(r["n"]),
             str(r["k"]),
-            f(r["time_us"], ".1f"),
-            f"{f(r['time_us_p10'], '.1f')}–{f(r['time_us_p90'], '.1f')}",
-            f(r["tflops"], ".1f"),
-            f(r["rel_error"], ".2g"),
-            f(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
-            f(r["power_w"], ".0f"),
-            r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]",
+            _num(r["time_us"], ".1f"),
+            f"{_num(r['time_us_p10'], '.1f')}–{_num(r['time_us_p90'], '.1f')}",
+            _num(r["tflops"], ".1f"),
+            _num(r["rel_error"], ".2g"),
+            _num(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
+            _num(r["power_w"], ".0f"),
+            _status(r["status"]),
         )
     console.print(table)
     if result.failures:
-        ft = Table(title="Failures (full messages in raw/failures.jsonl)")
-        for col in ("backend", "M", "N", "K", "kind", "error"):
-            ft.add_column(col)
-        for r in result.failures:
-            msg = (r.get("message") or "").strip().splitlines()
-            ft.add_row(
-                r["backend"],
-                str(r.get("m")),
-                str(r.get("n")),
-                str(r.get("k")),
-                r["kind"],
-                f"{r.get('error_type')}: {msg[0][:120] if msg else ''}",
-            )
-        console.print(ft)
+        console.print(_failures_table(result.failures, "M"))
 
 
 # --- tracekit bench moe ------------------------------------------------------------------------------------------
@@ -468,6 +453,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _print_moe_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     table = Table(title=f"MoE grouped GEMMs — {result.run.path}")
@@ -486,33 +472,23 @@ def _print_moe_table(result: Any) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
 
-    def f(x: Any, fmt: str) -> str:
-        return "" if x is None else format(x, fmt)
-
     for r in result.measurements:
         table.add_row(
-            r["backend"],
-            r["route"],
+            Text(r["backend"]),
+            Text(r["route"] or ""),
             str(r["tokens"]),
             str(r["rows"]),
             f"{r['active']}/{r['experts']}",
             str(max(r["counts"] or [0])),
-            f(r["time_us"], ".1f"),
-            f(r["tflops"], ".1f"),
-            f(r["rel_error"], ".2g"),
-            f(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
-            r["status"] if r["status"] == "ok" else f"[red]{r['status']}[/]",
+            _num(r["time_us"], ".1f"),
+            _num(r["tflops"], ".1f"),
+            _num(r["rel_error"], ".2g"),
+            _num(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
+            _status(r["status"]),
         )
     console.print(table)
     if result.failures:
-        ft = Table(title="Failures (full messages in raw/failures.jsonl)")
-        for col in ("backend", "rows", "N", "K", "kind", "error"):
-            ft.add_column(col)
-        for r in result.failures:
-            msg = (r.get("message") or "").strip().splitlines()
-            ft.add_row(r["backend"], str(r.get("m")), str(r.get("n")), str(r.get("k")), r["kind"],
-                       f"{r.get('error_type')}: {msg[0][:120] if msg else ''}")  # fmt: skip
-        console.print(ft)
+        console.print(_failures_table(result.failures, "rows"))
     console.print("per-expert analysis: tracekit show RUN · tracekit report RUN · tracekit view RUN (key e)")
 
 
@@ -541,3 +517,32 @@ def _sweep(out: Path, settings: Any, total: int, verb: str) -> Any:
     except KeyboardInterrupt:
         click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
         raise
+
+
+def _num(x: Any, fmt: str) -> str:
+    """A number formatted, or '' when missing."""
+    return "" if x is None else format(x, fmt)
+
+
+def _status(status: str) -> Any:
+    """A result's status cell: plain when ok, red otherwise (the text itself is data, never markup)."""
+    from rich.text import Text
+
+    return Text(status, style="" if status == "ok" else "red")
+
+
+def _failures_table(failures: list[dict[str, Any]], m_label: str) -> Any:
+    """The sweep's failures, one line each (backend, shape, kind, first message line). Messages are data: a
+    ninja log's ``[1/2]`` or a C++ ``<...>`` must show as written, so every cell is a Text, never markup."""
+    from rich.table import Table
+    from rich.text import Text
+
+    ft = Table(title="Failures (full messages in raw/failures.jsonl)")
+    for col in ("backend", m_label, "N", "K", "kind", "error"):
+        ft.add_column(col)
+    for r in failures:
+        msg = (r.get("message") or "").strip().splitlines()
+        first = f"{r.get('error_type')}: {msg[0][:120] if msg else ''}"
+        cells = (r["backend"], str(r.get("m")), str(r.get("n")), str(r.get("k")), r["kind"], first)
+        ft.add_row(*(Text(c) for c in cells))
+    return ft

@@ -408,8 +408,8 @@ class MoeBackend:
         args, extra = self.name_fields(config, case)
         return ranges.moe_range(*args, **extra)
 
-    def curve_name(self, config: MoeConfig, m: int) -> str:
-        return ranges.gemm_name(
+    def _expert_args(self, config: MoeConfig, m: int) -> tuple[Any, ...]:
+        return (
             self.name,
             "expert",
             m,
@@ -419,8 +419,15 @@ class MoeBackend:
             self.dtype,
             self.dtype_out,
             self.scale,
-            of="moe",
         )
+
+    def curve_name(self, config: MoeConfig, m: int) -> str:
+        """The ``gemm`` range name of one expert's GEMM of ``m`` rows (the loop backends' curve points)."""
+        return ranges.gemm_name(*self._expert_args(config, m), of="moe")
+
+    def expert_scope(self, config: MoeConfig, m: int) -> Any:
+        """The range :meth:`curve_name` names, to open around each per-expert launch."""
+        return ranges.gemm_range(*self._expert_args(config, m), of="moe")
 
     def tile(self, config: MoeConfig, case: MoeCase) -> tuple[int | None, int | None, str | None]:
         t = tile_rule(self.op, case.rows, config.experts, config.n, config.k)
@@ -621,18 +628,7 @@ class TorchBf16Loop(TorchBf16Grouped):
         torch = _torch()
         w = weights["w"]
         x = _randn((m, config.k), device, seed, 7)
-        scope = ranges.gemm_range(
-            self.name,
-            "expert",
-            m,
-            config.n,
-            config.k,
-            self.dtype,
-            self.dtype,
-            self.dtype_out,
-            self.scale,
-            of="moe",
-        )
+        scope = self.expert_scope(config, m)
 
         def one(e: int) -> Any:
             def fn() -> Any:
@@ -684,18 +680,7 @@ class TorchFp8Loop(TorchFp8Grouped):
     ) -> list[Any]:
         torch = _torch()
         qx, sx = _rowwise_fp8(_randn((m, config.k), device, seed, 7))
-        scope = ranges.gemm_range(
-            self.name,
-            "expert",
-            m,
-            config.n,
-            config.k,
-            self.dtype,
-            self.dtype,
-            self.dtype_out,
-            self.scale,
-            of="moe",
-        )
+        scope = self.expert_scope(config, m)
         qw, sw = weights["qw"], weights["sw"]
 
         def one(e: int) -> Any:

@@ -42,8 +42,10 @@ __all__ = [
     "GemmCase",
     "build_cases",
     "classify_kernel",
+    "device_from_frames",
     "dtype_class",
     "gemm_frame",
+    "is_gemm_kernel",
     "min_bytes",
     "parse_gemm_name",
 ]
@@ -328,6 +330,11 @@ def min_bytes(
     )
 
 
+def is_gemm_kernel(name: str | None) -> bool:
+    """A GEMM kernel by its name alone: named like a GEMM, and classified ``main`` (not an auxiliary kernel)."""
+    return bool(name) and bool(_GEMM_PATTERN.search(name)) and classify_kernel(name) == "main"
+
+
 def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
     """``main`` for a GEMM kernel, ``aux`` for quantize / split-K reduce / scale swizzle / copies."""
     if in_aux_range:
@@ -339,7 +346,7 @@ def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
 
 
 # --- devices ------------------------------------------------------------------------------------------------------
-def _device_from_frames(
+def device_from_frames(
     frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None
 ) -> DeviceSpec | None:
     dev = frames.get("devices")
@@ -777,7 +784,7 @@ def build_cases(
     environment: dict[str, Any] | None = None,
 ) -> list[GemmCase]:
     """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
-    device = _device_from_frames(frames, environment)
+    device = device_from_frames(frames, environment)
     metrics, rules = _ncu_evidence(frames)
     ncu_by_range, ncu_aux, loose = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)

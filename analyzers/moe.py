@@ -42,7 +42,7 @@ from tracekit import naming
 from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
 
-from .gemm import _device_from_frames, classify_kernel, dtype_class
+from .gemm import classify_kernel, device_from_frames, dtype_class
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -303,7 +303,7 @@ def launch_cases(
     frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None = None
 ) -> list[MoeLaunch]:
     """Every grouped launch of a run with its evidence (see the module docstring for the sources)."""
-    device = _device_from_frames(frames, environment)
+    device = device_from_frames(frames, environment)
     launches = _measurement_launches(frames, device)
     by_name = {launch.name: launch for launch in launches}
     for launch in _range_launches(frames, device):
@@ -657,7 +657,7 @@ def analyze_moe(
         lr, er = _analyze_launch(i, launch)
         lrows.append(lr)
         erows.extend(er)
-    device = _device_from_frames(frames, environment)
+    device = device_from_frames(frames, environment)
     wrows = _whatif_rows(_curves(frames, launches, device), targets, ep_batch)
 
     def frame(name: str, rows: list[dict[str, Any]]) -> pl.DataFrame:

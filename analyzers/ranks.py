@@ -48,7 +48,7 @@ import polars as pl
 from tracekit.frames import SPECS
 
 from .base import Extract
-from .gemm import _AUX_PATTERN, _GEMM_PATTERN
+from .gemm import is_gemm_kernel
 
 __all__ = [
     "COMM_PATTERN",
@@ -197,7 +197,7 @@ def _roles(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         pl.col("name")
         .map_elements(lambda s: bool(COMM_PATTERN.search(s)), return_dtype=pl.Boolean)
         .alias("_c"),
-        pl.col("name").map_elements(_is_gemm_kernel, return_dtype=pl.Boolean).alias("_g"),
+        pl.col("name").map_elements(is_gemm_kernel, return_dtype=pl.Boolean).alias("_g"),
     )
     k = k.join(names, on="name", how="left", maintain_order="left")
     in_gemm = pl.col("range_id").is_in(gemm_ids) & ~pl.col("range_id").is_in(aux_ids)
@@ -322,13 +322,6 @@ def _collectives(k: pl.DataFrame, one_clock: bool) -> tuple[pl.DataFrame, list[s
 
 
 # --- GEMMs per rank ------------------------------------------------------------------------------------------------------
-def _is_gemm_kernel(name: str | None) -> bool:
-    """A GEMM kernel by its name (gemm.py's patterns): named like a GEMM and not like an auxiliary kernel."""
-    if not name or not _GEMM_PATTERN.search(name):
-        return False
-    return not (_AUX_PATTERN.search(name) and not re.match(r"^(nvjet|sm\d+_xmma|cutlass)", name))
-
-
 def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: Any, calibration: Any):
     """Each rank's GEMM cases explained; ``(rows, waterfalls by (key, rank))``. Profiled kernels outside GEMM
     ranges count only when named like a GEMM; several cases of one label on a rank (the same kernel profiled in
@@ -340,7 +333,7 @@ def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: A
     wfs: dict[tuple[str, int], Any] = {}
     for r in ranks:
         for case in build_cases(rank_frames(frames, r), calibration=calibration, environment=environment):
-            if case.origin == "ncu-kernel" and not _is_gemm_kernel(case.main_kernel or case.name):
+            if case.origin == "ncu-kernel" and not is_gemm_kernel(case.main_kernel or case.name):
                 continue
             key = (case.label, r)
             launches = max(case.launches, 1)

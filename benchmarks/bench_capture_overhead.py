@@ -39,6 +39,24 @@ torch.cuda.synchronize()
 """
 
 
+# key -> (table label, capture() options). "ncu-full-all" is what an engineer runs by hand (`ncu --set full
+# python bench.py`: every kernel, every section); "ncu-full" keeps tracekit's range filter and launch budget.
+MODES: dict[str, tuple[str, dict]] = {
+    "plain": ("plain", {}),
+    "nsys": ("nsys", {"nsys": True}),
+    "torch-profiler": ("torch-profiler", {"torch_profiler": True}),
+    "ncu": ("ncu ranges (6 sections)", {"ncu": True}),
+    "ncu-full": (
+        "ncu --set full (ranges)",
+        {"ncu": True, "sections": (), "metrics": (), "ncu_extra": ["--set", "full"]},
+    ),
+    "ncu-full-all": (
+        "ncu --set full (every kernel)",
+        {"ncu": True, "sections": (), "metrics": (), "nvtx_include": None, "ncu_extra": ["--set", "full"]},
+    ),
+}
+
+
 def _size(run_raw: Path) -> int:
     return sum(p.stat().st_size for p in run_raw.iterdir() if p.is_file() and not p.name.endswith(".log"))
 
@@ -50,7 +68,12 @@ def main() -> int:
     parser.add_argument("--shapes", type=int, default=5, help="M = 16, 64, 256, ... (N=2048, K=6144)")
     parser.add_argument("--reps", type=int, default=20, help="launches per shape")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="limit of each pass, seconds")
+    parser.add_argument(
+        "--modes",
+        default="all",
+        help=f"comma-separated subset of: {', '.join(MODES)} (plain always runs: it is the baseline)",
+    )
     parser.add_argument(
         "--bench",
         metavar="BACKENDS",
@@ -68,16 +91,11 @@ def main() -> int:
     # a plain bench run needs its own -o; under capture the sweep writes into the capture's run
     plain_cmd = [*cmd, "-o", str(base / "bench-plain")] if ns.bench else cmd
 
-    modes: list[tuple[str, dict]] = [
-        ("plain", {}),
-        ("nsys", {"nsys": True}),
-        ("torch-profiler", {"torch_profiler": True}),
-        ("ncu ranges (6 sections)", {"ncu": True}),
-        (
-            "ncu --set full (ranges)",
-            {"ncu": True, "sections": (), "metrics": (), "ncu_extra": ["--set", "full"]},
-        ),
-    ]
+    wanted = set(MODES) if ns.modes == "all" else {m.strip() for m in ns.modes.split(",")} | {"plain"}
+    unknown = wanted - set(MODES)
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; choose from {', '.join(MODES)}")
+    modes = [(MODES[key][0], MODES[key][1]) for key in MODES if key in wanted]
     rows: list[tuple[str, str, str, str, str]] = []
     plain_s: float | None = None
     for label, opts in modes:

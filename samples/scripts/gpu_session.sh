@@ -8,6 +8,8 @@
 #   planted   the planted-cause runs of benchmarks/planted under `tracekit capture` (PLANTED="b_waves" for some)
 #   calibrate `tracekit calibrate`
 #   overhead  benchmarks/bench_capture_overhead.py
+#   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
+#             8 files, 2 folders down: a run folder's frames/ and raw/ need packing)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
 #             into $OUT/h200-ranks-gloo, then tests/gpu/test_ranks_gpu.py (nsys and ncu, one report per rank)
 # Results go under $TK_OUT (default ./out); each phase logs to $OUT/<phase>.log. Python runs from /tmp so that the
@@ -28,7 +30,7 @@ for p in "$@"; do
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
     tests)
-      (cd /tmp && timeout 540 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)
@@ -40,17 +42,25 @@ for p in "$@"; do
     planted)
       for s in ${PLANTED:-a_clock b_waves c_memory d_smem_occupancy e_launch_gaps f_aux_quantize}; do
         tools="--nsys --ncu"; [ "$s" = a_clock ] && tools="--nsys"
-        tk capture $tools --max-per-range 1 -o "$OUT/planted-$s" --no-import -- python3 "$R/benchmarks/planted/$s.py" > "$OUT/planted-$s.log" 2>&1
+        timeout 200 bash -c "cd /tmp && python3 -m tracekit capture $tools --max-per-range 1 -o "$OUT/planted-$s" --no-import -- python3 '$R/benchmarks/planted/$s.py'" > "$OUT/planted-$s.log" 2>&1
         echo "$s rc=$? $(du -sh "$OUT/planted-$s" | cut -f1)"
       done ;;
     calibrate)
-      tk calibrate -o "$OUT/calibration-h200.json" > "$OUT/calibrate.log" 2>&1; echo "rc=$?"; tail -20 "$OUT/calibrate.log" ;;
+      timeout 120 bash -c "cd /tmp && python3 -m tracekit calibrate -o '$OUT/calibration-h200.json'" > "$OUT/calibrate.log" 2>&1; echo "rc=$?"; tail -20 "$OUT/calibrate.log" ;;
     ranks)
-      tk capture --ranks --nsys -o "$OUT/h200-ranks-gloo" --no-import -- python3 -m torch.distributed.run --nproc-per-node 2 \
-        --master-port 29611 "$R/samples/scripts/tp_gemm_gloo.py" --steps 8 --slow-rank 1 --extra-gemms 4 > "$OUT/ranks-capture.log" 2>&1
+      timeout 150 bash -c "cd /tmp && python3 -m tracekit capture --ranks --nsys -o '$OUT/h200-ranks-gloo' --no-import -- \
+        python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29611 '$R/samples/scripts/tp_gemm_gloo.py' \
+        --steps 8 --slow-rank 1 --extra-gemms 4" > "$OUT/ranks-capture.log" 2>&1
       echo "capture rc=$? $(du -sh "$OUT/h200-ranks-gloo" | cut -f1)"; tail -8 "$OUT/ranks-capture.log"
-      (cd /tmp && timeout 420 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
+      [ -n "${RANKS_TESTS:-}" ] && (cd /tmp && timeout 300 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
     overhead)
-      (cd /tmp && timeout 250 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 20; timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
+      # ncu: targeted vs --set full on the built-in sweep (M = 16..4096, N = 2048, K = 6144); timelines: nsys and the
+      # PyTorch profiler vs plain on `tracekit bench gemm --shapes glm5`
+      (cd /tmp && timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 10 --modes ncu,ncu-full,ncu-full-all --timeout 200
+       timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes nsys,torch-profiler --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
+    pack)
+      dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
+      for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done
+      (cd "$OUT" && tar czf "$dest/logs.tgz" --exclude='*/' $(ls -p | grep -v /)); ls -la "$dest" ;;
   esac
 done

@@ -30,7 +30,7 @@ for p in "$@"; do
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
     tests)
-      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)
@@ -52,7 +52,7 @@ for p in "$@"; do
         python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29611 '$R/samples/scripts/tp_gemm_gloo.py' \
         --steps 8 --slow-rank 1 --extra-gemms 4" > "$OUT/ranks-capture.log" 2>&1
       echo "capture rc=$? $(du -sh "$OUT/h200-ranks-gloo" | cut -f1)"; tail -8 "$OUT/ranks-capture.log"
-      [ -n "${RANKS_TESTS:-}" ] && (cd /tmp && timeout 300 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
+      [ -n "${RANKS_TESTS:-}" ] && (cd /tmp && timeout 300 python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
     overhead)
       # ncu: targeted vs --set full on the built-in sweep (M = 16..4096, N = 2048, K = 6144); timelines: nsys and the
       # PyTorch profiler vs plain on `tracekit bench gemm --shapes glm5`

@@ -18,7 +18,7 @@ for p in $phases; do
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$R"/.whl/*.whl
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv ;;
     tests)
-      (cd /tmp && timeout 200 python3 -m pytest -c "$R/pyproject.toml" --rootdir "$R" -p no:cacheprovider -m gpu \
+      (cd /tmp && timeout 200 python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu \
         "$R/tests/gpu/test_moe_gpu.py" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/moe-tests.log" | tail -20 ;;
     capture)
       # bf16 and fp8 grouped GEMMs + the bf16 per-expert loop, uniform and skewed routing, under nsys: the timeline

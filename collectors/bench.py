@@ -26,6 +26,7 @@ from typing import Any
 
 from tracekit.collectors import failures as F
 from tracekit.collectors.failures import FAILURE_KEYS
+from tracekit.collectors.torchprof import ENV_TORCH_PROFILER
 from tracekit.collectors.worker import EXIT_POISONED, MEASUREMENT_KEYS
 from tracekit.errors import BadInputError
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
@@ -223,6 +224,22 @@ def _worker_cmd(
     ]
 
 
+def profiled_worker_cmd(
+    cmd: list[str], trace: Path, failures: Path, env: dict[str, str] | os._Environ[str] | None = None
+) -> list[str]:
+    """``cmd`` (``python [options] -m module args``) run inside tracekit's PyTorch-profiler runner when this process
+    runs under one (``tracekit capture --torch-profiler``): the parent's profiler records only its own process, so
+    without this the workers' GEMM kernels would be missing from the trace. Each worker writes ``trace`` (a Kineto
+    trace in the run's raw/, imported beside the parent's); the runner's own crash lines go to ``failures`` (a log
+    file), since the sweep already records a worker that dies. Unchanged when no profiler runs."""
+    env = os.environ if env is None else env
+    if not env.get(ENV_TORCH_PROFILER) or "-m" not in cmd:
+        return cmd
+    i = cmd.index("-m")
+    runner = ["-m", "tracekit.collectors.torchprof", "--out", str(trace), "--failures", str(failures), "--"]
+    return [*cmd[:i], *runner, *cmd[i:]]
+
+
 class _LineReader:
     """Reads complete JSON lines appended to a file by another process."""
 
@@ -323,8 +340,13 @@ def _run_backend(
         current: tuple[int, int, int] | None = None
         had_result: dict[tuple[int, int, int], str] = {}
         with stderr_path.open("wb") as ferr:
-            proc = subprocess.Popen(
+            cmd = profiled_worker_cmd(
                 settings.worker_cmd(backend, remaining, events_path),
+                run.raw_dir / f"torch_trace.{safe}.{attempt}.json.gz",
+                logs / f"{safe}.{attempt}.torchprof-failures.jsonl",
+            )
+            proc = subprocess.Popen(
+                cmd,
                 stdout=subprocess.DEVNULL,
                 stderr=ferr,
                 stdin=subprocess.DEVNULL,

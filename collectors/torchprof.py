@@ -53,6 +53,9 @@ FAILURE_KEYS = (
 
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
+ENV_TORCH_PROFILER = "TRACEKIT_TORCH_PROFILER"
+"""Set to the trace path while a program runs under this profiler: a tracekit benchmark then starts each of its
+worker processes under a profiler of its own (the parent's profiler does not see other processes' kernels)."""
 
 
 def failure_record(
@@ -153,7 +156,10 @@ def _export(prof: Any, out: Path) -> None:
         prof.export_chrome_trace(tmp)
         if out.name.endswith(".gz"):
             gz = tmp + ".gz"
-            with open(tmp, "rb") as fin, gzip.open(gz, "wb") as fout:
+            with (
+                open(tmp, "rb") as fin,
+                gzip.open(gz, "wb", compresslevel=1) as fout,
+            ):  # level 9 took seconds per trace
                 shutil.copyfileobj(fin, fout)
             os.replace(gz, out)
         else:
@@ -169,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = ns.out.absolute()
     failures: Path = (ns.failures or _default_failures(out)).absolute()
     os.environ[ENV_RECORD_FUNCTION] = "1"
+    os.environ[ENV_TORCH_PROFILER] = str(out)
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile

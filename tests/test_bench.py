@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tracekit.collectors import failures as F
-from tracekit.collectors.bench import GLM5_SHAPES, SweepSettings, parse_shapes, read_rows, run_sweep
+from tracekit.collectors.bench import (
+    GLM5_SHAPES,
+    SweepSettings,
+    parse_shapes,
+    profiled_worker_cmd,
+    read_rows,
+    run_sweep,
+)
 from tracekit.collectors.failures import FAILURE_KEYS
 from tracekit.collectors.worker import MEASUREMENT_KEYS, quantile
 from tracekit.errors import BadInputError
@@ -267,3 +274,26 @@ def test_failure_table_shows_messages_as_written() -> None:
     text = console.export_text()
     assert "RuntimeError: Ninja build failed. [1/2] nvcc [bold]bmm_fp8.cu[/bold]" in text
     assert "second line" not in text
+
+
+def test_worker_runs_under_its_own_profiler_only_under_the_torch_profiler(tmp_path: Path) -> None:
+    cmd = SweepSettings(backends=["torch-bf16"], shapes=[(16, 768, 6144)], python="py").worker_cmd(
+        "torch-bf16", [(16, 768, 6144)], tmp_path / "ev.jsonl"
+    )
+    trace, fails = tmp_path / "raw" / "torch_trace.torch-bf16.1.json.gz", tmp_path / "f.jsonl"
+    assert profiled_worker_cmd(cmd, trace, fails, env={}) == cmd
+    wrapped = profiled_worker_cmd(
+        cmd, trace, fails, env={"TRACEKIT_TORCH_PROFILER": "/r/raw/torch_trace.json.gz"}
+    )
+    assert wrapped[:3] == ["py", "-X", "faulthandler"]
+    assert wrapped[3:11] == [
+        "-m",
+        "tracekit.collectors.torchprof",
+        "--out",
+        str(trace),
+        "--failures",
+        str(fails),
+        "--",
+        "-m",
+    ]
+    assert wrapped[11:] == cmd[4:]  # tracekit.collectors.worker and its arguments, unchanged

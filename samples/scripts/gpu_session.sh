@@ -7,7 +7,8 @@
 #   capture   the h200-capture-gemm sample: `tracekit capture --nsys --ncu -- tracekit bench gemm ...`
 #   planted   the planted-cause runs of benchmarks/planted under `tracekit capture` (PLANTED="b_waves" for some)
 #   calibrate `tracekit calibrate`
-#   overhead  benchmarks/bench_capture_overhead.py
+#   overhead  benchmarks/bench_capture_overhead.py: ncu modes on its sweep, timelines on a short bench
+#   timeline  benchmarks/bench_capture_overhead.py: nsys and the PyTorch profiler on the four torch backends' glm5 bench
 #   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
 #             8 files, 2 folders down: a run folder's frames/ and raw/ need packing)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
@@ -25,7 +26,7 @@ for p in "$@"; do
   phase "$p"
   case $p in
     setup)
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$R"/.whl/*.whl
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/.whl/*.whl
       [ -f "$R/.carry/fi-py.tgz" ] && tar xzf "$R/.carry/fi-py.tgz" -C /tmp/site
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
@@ -58,6 +59,9 @@ for p in "$@"; do
       # PyTorch profiler vs plain on `tracekit bench gemm --shapes glm5`
       (cd /tmp && timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 10 --modes ncu,ncu-full,ncu-full-all --timeout 200
        timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes nsys,torch-profiler --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
+    timeline)
+      (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise,torch-fp8-rowwise,torch-fp8-blockwise \
+        --reps 25 --modes nsys,torch-profiler --timeout 160) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
       for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done

@@ -120,3 +120,25 @@ def test_capture_under_nsys_writes_sqlite_with_ranges(tmp_path):
     assert kernels >= 5
     assert sum(r.startswith("gemm backend=torch-bf16 op=mm M=256") for r in ranges) == 3
     assert "done" in (run.raw_dir / "nsys.log").read_text()
+
+
+def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
+    """The benchmark runs each backend in a worker process; the PyTorch profiler of the parent sees none of their
+    kernels, so each worker runs under its own profiler and writes its own trace into the run's raw/."""
+    pl = pytest.importorskip("polars")
+    from tracekit.analyzers.importer import load_frames
+
+    cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--backends", "torch-bf16"]
+    cmd += ["--shapes", "256x2048x6144", "--repeats", "3", "--warmup", "1"]
+    run = capture(cmd, torch_profiler=True, runs_dir=tmp_path / "runs")
+    run = Run.open(run.path)
+    assert run.status == "complete", run.manifest["incomplete_reason"]
+    traces = sorted(p.name for p in run.raw_dir.glob("torch_trace*.json.gz"))
+    assert any(name.startswith("torch_trace.torch-bf16.") for name in traces), traces
+    frames = load_frames(run)
+    gemm_ranges = frames["ranges"].filter(
+        pl.col("name").str.starts_with("gemm backend=torch-bf16 op=mm M=256 N=2048 K=6144")
+    )
+    assert gemm_ranges.height >= 4, gemm_ranges  # warm-up + 3 repeats, each a record_function range
+    in_gemm = frames["kernels"].filter(pl.col("range_id").is_in(gemm_ranges["range_id"].implode()))
+    assert in_gemm.height >= 4 and in_gemm["duration_ns"].min() > 0, in_gemm

@@ -34,6 +34,16 @@ from typing import Any
 import polars as pl
 
 from tracekit import naming
+
+_COUNTER = re.compile(r"#\d+$|\s+(?:i|step|iter|iteration|idx)=\d+(?=\s|$)")
+
+
+def context_key(parent_name: str | None) -> str | None:
+    """The enclosing range's name without its occurrence counter (``step i=7`` -> ``step``, ``ProfilerStep#12``
+    -> ``ProfilerStep``): one GEMM called in every step of a loop is one case, not one per step."""
+    if parent_name is None:
+        return None
+    return _COUNTER.sub("", parent_name).strip() or parent_name
 from tracekit.devices import DeviceSpec, match_device
 from tracekit.frames import SPECS
 
@@ -614,7 +624,7 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         if r["range_id"] not in per_instance:
             continue
         parent = parents.get(r["range_id"])
-        ctx = names.get(parent) if parent is not None else None
+        ctx = context_key(names.get(parent)) if parent is not None else None
         groups.setdefault((r["name"], ctx), []).append(r["range_id"])
 
     cases: list[GemmCase] = []

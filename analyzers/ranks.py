@@ -252,7 +252,11 @@ def _steps(k: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
             "rank", "pid", "step", "name", "start_ns", "end_ns", pl.col("start_ns").alias("_s")
         ).sort("_s")
         kk = k.with_columns(t.alias("_s")).filter(pl.col("_s").is_not_null()).sort("_s")
-        joined = kk.join_asof(s.drop("start_ns", "end_ns", "name"), on="_s", by=["rank", "pid"])
+        # both sides are sorted by _s as a whole, hence within every (rank, pid) group: polars cannot check that
+        # with `by` and would warn on every call
+        joined = kk.join_asof(
+            s.drop("start_ns", "end_ns", "name"), on="_s", by=["rank", "pid"], check_sortedness=False
+        )
         joined = joined.join(s.select("rank", "step", "end_ns").rename({"end_ns": "_e"}), on=["rank", "step"])
         joined = joined.filter(pl.col("_s") <= pl.col("_e"))
         per = s.select("rank", "step", "name", "start_ns", "end_ns").join(

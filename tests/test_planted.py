@@ -16,6 +16,7 @@ EXPECTED = json.loads((ROOT / "benchmarks" / "planted" / "expected.json").read_t
 RUNS = {
     "a_clock": "h200-planted-a-clock",
     "b_waves": "h200-planted-b-waves",
+    "b_waves_cublas": "h200-planted-b-waves-cublas",
     "c_memory": "h200-planted-c-memory",
     "d_smem_occupancy": "h200-planted-d-smem-occupancy",
     "e_launch_gaps": "h200-planted-e-launch-gaps",
@@ -32,11 +33,6 @@ def _waterfalls(script: str, gemm: str) -> list:
 def test_planted_cause_is_the_verdict(script: str) -> None:
     want = EXPECTED[script]
     wfs = _waterfalls(script, want["gemm"])
-    if not wfs and script == "b_waves":
-        pytest.skip(
-            "samples/h200-planted-b-waves predates the Triton plant (N=4352): recapture it with "
-            "`samples/scripts/gpu_session.sh setup planted` on the GPU machine"
-        )
     assert wfs, f"no GEMM matching {want['gemm']!r} in {RUNS[script]}"
     for wf in wfs:
         v = wf.verdict
@@ -49,12 +45,26 @@ def test_planted_cause_is_the_verdict(script: str) -> None:
 
 
 def test_first_wave_plant_shows_why_it_failed() -> None:
-    """The committed b capture (torch.mm, 1024 x 2176 x 4096): cuBLAS's persistent 132-CTA kernel left no wave
-    tail to see, and 26 us kernels in an eager loop under nsys were launch-bound. tracekit says so."""
-    (wf,) = _waterfalls("b_waves", "N=2176")
+    """The first b capture (torch.mm, 1024 x 2176 x 4096, kept as h200-planted-b-waves-cublas): cuBLAS's
+    persistent 132-CTA kernel left no wave tail to see, and 26 us kernels in an eager loop under nsys were
+    launch-bound. tracekit says so."""
+    (wf,) = _waterfalls("b_waves_cublas", "N=2176")
     waves = next(f for f in wf.factors if f.name == "waves")
     assert wf.case.grid_size == 132 and waves.value > 0.9
     assert wf.verdict.name == "launch gaps"
+
+
+def test_wave_plant_and_its_control() -> None:
+    """The Triton plant: 136 tiles of 128x256 (one CTA per SM: 192 KiB of shared memory) on 132 SMs run two waves
+    for 1.03 waves of work; the 132-tile control runs one full wave at about 1.8x the throughput."""
+    (tail,) = _waterfalls("b_waves", "N=4352")
+    (whole,) = _waterfalls("b_waves", "N=2816")
+    w_tail = next(f for f in tail.factors if f.name == "waves")
+    w_whole = next(f for f in whole.factors if f.name == "waves")
+    assert tail.case.grid_size == 136 and whole.case.grid_size == 132
+    assert 0.45 < w_tail.value < 0.6 and w_whole.value == pytest.approx(1.0)
+    assert 1.5 < whole.achieved_tflops / tail.achieved_tflops < 2.0
+    assert whole.verdict is not None and whole.verdict.name != "waves"
 
 
 def test_h200_plateau_is_the_power_capped_clock() -> None:

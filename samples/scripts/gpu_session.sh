@@ -60,7 +60,7 @@ for p in "$@"; do
       (cd /tmp && timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 10 --modes ncu,ncu-full,ncu-full-all --timeout 200
        timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes nsys,torch-profiler --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
     timeline)
-      (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise,torch-fp8-rowwise,torch-fp8-blockwise \
+      (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise \
         --reps 25 --modes nsys,torch-profiler --timeout 160) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"

@@ -101,7 +101,11 @@ def test_two_ranks_on_one_gpu_under_nsys(tmp_path: Path) -> None:
     assert k["rank"].null_count() == 0 and set(k["device"].unique().to_list()) == {0}
     ra = analyze_ranks(frames)
     assert ra is not None
-    assert ra.gemm_spread.height == 2 and set(ra.gemm_spread["ranks"].to_list()) == {2}
+    # the two GEMMs of a step, once each (not once per step: the context drops the step counter), on both ranks;
+    # the warm-up steps' launches, outside any step range, are cases of their own
+    in_steps = ra.gemm_spread.filter(ra.gemm_spread["gemm"].str.ends_with(" [step]"))
+    assert in_steps.height == 2 and set(in_steps["ranks"].to_list()) == {2}, ra.gemm_spread
+    assert ra.gemm_spread.height <= 4, ra.gemm_spread
     assert ra.steps.group_by("rank").len().sort("rank")["len"].to_list() == [STEPS, STEPS]
     assert ra.straggler == 1, ra.reasons
     print("\n".join(ra.reasons))

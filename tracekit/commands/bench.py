@@ -168,7 +168,8 @@ def _capture_run_dir() -> Path | None:
 
 
 def _hand_over(sweep_run: Any, capture_run: Path) -> None:
-    """Copy the sweep's records into the capture's raw/ as ``measurements-<tool>.jsonl`` / ``failures-<tool>.jsonl``.
+    """Copy the sweep's records into the capture's raw/ as ``measurements-<tool>.jsonl`` / ``failures-<tool>.jsonl``,
+    and move its workers' PyTorch-profiler traces there.
 
     Under ncu the timings are distorted by replay and serialisation, so only failures are handed over from an ncu
     pass; the nsys / PyTorch-profiler / plain passes hand over both. The importer reads these files by content.
@@ -177,6 +178,9 @@ def _hand_over(sweep_run: Any, capture_run: Path) -> None:
 
     tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
     raw = capture_run / "raw"
+    # the workers' own PyTorch-profiler traces (collectors.bench.profiled_worker_cmd) are profiler output: moved
+    for trace in sorted(sweep_run.raw_dir.glob("torch_trace.*.json.gz")):
+        shutil.move(trace, raw / trace.name)
     wanted = ["failures"] if tool == "ncu" else ["measurements", "moe", "moe_curve", "failures"]
     for kind in wanted:
         src = sweep_run.raw_dir / f"{kind}.jsonl"

@@ -34,6 +34,8 @@ from typing import Any
 import polars as pl
 
 from tracekit import naming
+from tracekit.devices import DeviceSpec, match_device
+from tracekit.frames import SPECS
 
 _COUNTER = re.compile(r"#\d+$|\s+(?:i|step|iter|iteration|idx)=\d+(?=\s|$)")
 
@@ -44,8 +46,7 @@ def context_key(parent_name: str | None) -> str | None:
     if parent_name is None:
         return None
     return _COUNTER.sub("", parent_name).strip() or parent_name
-from tracekit.devices import DeviceSpec, match_device
-from tracekit.frames import SPECS
+
 
 __all__ = [
     "LAUNCH_GAP_MAX_NS",

@@ -401,3 +401,46 @@ def test_tui_moe_screen_shows_histogram_of_the_highlighted_launch(real):
             assert "2048-4095*" in text and "what-if" in text
 
     asyncio.run(drive())
+
+
+# --- the H200 capture (samples/h200-moe: `tracekit capture --nsys -- tracekit bench moe`, moe_session.sh) ----------
+@pytest.fixture(scope="module")
+def h200():
+    from tracekit.analyzers.importer import open_run
+
+    run = open_run(Path(__file__).resolve().parents[1] / "samples" / "h200-moe")
+    frames = load_frames(run)
+    return run, frames, analyze_moe(frames, environment=run.manifest["environment"])
+
+
+@pytest.mark.parametrize("backend", ["torch-bf16-grouped", "torch-fp8-grouped"])
+def test_h200_skewed_grouped_launch_names_the_hot_expert(h200, backend):
+    _run, _frames, a = h200
+    r = _launch(a, backend, "zipf1.2", 4096)
+    assert r["skewed"] and r["hot_dominates"] and r["hot_expert"] == 0
+    assert r["verdict"].startswith("skewed routing: expert 0")
+    even = _launch(a, backend, "uniform", 4096)
+    assert not even["skewed"] and r["hot_vs_median"] > 10 * even["hot_vs_median"]
+
+
+def test_h200_skewed_loop_measures_the_hot_expert_slowest(h200):
+    _run, _frames, a = h200
+    r = _launch(a, "torch-bf16-loop", "zipf1.2", 4096)
+    assert (
+        r["skewed"]
+        and r["hot_dominates"]
+        and r["hot_expert"] == 0
+        and r["time_source"] == "measured per expert"
+    )
+    ex = a.experts.filter(pl.col("launch_id") == r["launch_id"])
+    assert ex.filter(pl.col("hot"))["time_ns"][0] == ex["time_ns"].max()
+
+
+def test_h200_decode_is_memory_bound_and_fp8_pays_off_only_at_large_m(h200):
+    _run, frames, a = h200
+    decode = _launch(a, "torch-bf16-grouped", "uniform", 16)
+    assert decode["memory_bound_experts"] == decode["active"] and decode["pct_of_peak"] < 1
+    big_bf16 = _launch(a, "torch-bf16-grouped", "uniform", 4096)
+    big_fp8 = _launch(a, "torch-fp8-grouped", "uniform", 4096)
+    assert 1.5 < big_fp8["tflops"] / big_bf16["tflops"] < 3
+    assert frames["kernels"].height > 10_000  # the nsys timeline, every expert launch of the loop included

@@ -75,3 +75,22 @@ def test_h200_plateau_is_the_power_capped_clock() -> None:
     clock = next(f for f in wf.factors if f.name == "clock")
     assert clock.value < 0.85 and "power cap" in clock.sentence
     assert 1.35e9 < wf.case.sm_clock_hz < 1.6e9
+
+
+def test_h200_calibration_profile_matches_the_plateau() -> None:
+    """samples/calibration-h200.json (`tracekit calibrate` on the H200): the sustained 8192^3 rates sit on the
+    power-capped plateau, and the a_clock sustained GEMM is ~100% of that measured peak."""
+    from tracekit.analyzers.explain import gemm_summary
+    from tracekit.devices import load_calibration
+
+    cal = load_calibration(ROOT / "samples" / "calibration-h200.json")
+    bf16, fp8 = cal["gemm"]["bf16"], cal["gemm"]["fp8"]
+    assert 600 < bf16["sustained_tflops"] < 720 and bf16["sustained_tflops"] < bf16["first_tflops"]
+    assert bf16["throttle_reasons"] & 0x4 and bf16["sm_clock_hz"] < 1.6e9  # software power cap
+    assert 1.6 < fp8["sustained_tflops"] / bf16["sustained_tflops"] < 2.0
+    assert "gemm fp4" in {f["what"] for f in cal["failures"]}
+    run = open_run(ROOT / "samples" / RUNS["a_clock"])
+    frames = load_frames(run)
+    summary = gemm_summary(frames, calibration=cal, environment=run.manifest.get("environment"))
+    sustained = [r for r in summary.to_dicts() if "phase=sustained" in r["range"]]
+    assert len(sustained) == 1 and 90 < sustained[0]["pct_of_calibrated"] < 110

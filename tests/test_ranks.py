@@ -498,3 +498,20 @@ def test_sequential_worker_processes_are_not_ranks(samples_dir: Path) -> None:
     frames = load_frames(Run.open(samples_dir / "h200-capture-gemm"))
     assert frames["kernels"]["pid"].n_unique() > 1
     assert run_ranks(frames) == []
+
+
+def test_h200_two_rank_gloo_capture(samples_dir: Path) -> None:
+    """samples/h200-ranks-gloo: `tracekit capture --ranks --nsys` around torchrun, two ranks on one H200,
+    8 steps; rank 1 launches 4 extra unranged GEMMs per step (samples/scripts/tp_gemm_gloo.py --slow-rank 1)."""
+    run = Run.open(samples_dir / "h200-ranks-gloo")
+    assert run.frame_layout("kernels") == "partitioned"
+    frames = load_frames(run)
+    assert sorted(frames["kernels"]["rank"].unique().to_list()) == [0, 1]
+    ra = analyze_ranks(frames)
+    assert ra is not None and ra.straggler == 1
+    assert ra.steps.group_by("rank").len().sort("rank")["len"].to_list() == [8, 8]
+    gemm_ms = dict(zip(ra.ranks["rank"].to_list(), (ra.ranks["gemm_ns"] / 1e6).to_list(), strict=True))
+    assert gemm_ms[1] > 1.8 * gemm_ms[0]  # 4 extra GEMMs on top of the 2 ranged ones per step
+    in_steps = ra.gemm_spread.filter(pl.col("gemm").str.ends_with(" [step]"))
+    assert in_steps.height == 2 and in_steps["ranks"].to_list() == [2, 2]
+    assert in_steps["spread_pct"].max() < 5  # the same GEMM on the same GPU: no real straggler in the kernel

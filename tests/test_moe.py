@@ -419,6 +419,10 @@ def test_h200_skewed_grouped_launch_names_the_hot_expert(h200, backend):
     r = _launch(a, backend, "zipf1.2", 4096)
     assert r["skewed"] and r["hot_dominates"] and r["hot_expert"] == 0
     assert r["verdict"].startswith("skewed routing: expert 0")
+    ex = a.experts.filter(pl.col("launch_id") == r["launch_id"])
+    cold = ex.filter(pl.col("m") <= 64)
+    assert cold.height > 100 and (cold["roofline_bound"] == "memory").all()
+    assert ex.filter(pl.col("hot"))["roofline_bound"].to_list() == ["compute"]
     even = _launch(a, backend, "uniform", 4096)
     assert not even["skewed"] and r["hot_vs_median"] > 10 * even["hot_vs_median"]
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session of tracekit's own captures: `gpu_session.sh PHASE...` with phases
-#   setup     install the carried wheels (tracekit, nvtx) and FlashInfer's Python files into /tmp/site
+#   setup     install the carried wheels (tracekit, nvtx, polars, msgspec) and FlashInfer's Python files (if carried
+#             as .carry/fi-py.tgz) into /tmp/site
 #   tests     the GPU tests (tests/gpu, marker gpu)
 #   probe     the h200-gemm-probe sample: samples/scripts/gemm_probe.py under ncu and nsys (raw files)
 #   bench     the h200-bench-gemm sample: `tracekit bench gemm --backends all` (plain timings)
@@ -8,11 +9,12 @@
 #   planted   the planted-cause runs of benchmarks/planted under `tracekit capture` (PLANTED="b_waves" for some)
 #   calibrate `tracekit calibrate`
 #   overhead  benchmarks/bench_capture_overhead.py: ncu modes on its sweep, timelines on a short bench
-#   timeline  benchmarks/bench_capture_overhead.py: nsys and the PyTorch profiler on the four torch backends' glm5 bench
+#   timeline  benchmarks/bench_capture_overhead.py: nsys and the PyTorch profiler on the default glm5 bench
 #   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
 #             8 files, 2 folders down: a run folder's frames/ and raw/ need packing)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
-#             into $OUT/h200-ranks-gloo, then tests/gpu/test_ranks_gpu.py (nsys and ncu, one report per rank)
+#             into $OUT/h200-ranks-gloo; with RANKS_TESTS=1 also tests/gpu/test_ranks_gpu.py (also part of `tests`)
+# The checkout plus carried wheels must stay under the device's 64 MiB: polars' runtime wheel alone is 52 MB.
 # Results go under $TK_OUT (default ./out); each phase logs to $OUT/<phase>.log. Python runs from /tmp so that the
 # checkout's tracekit/ folder does not shadow the installed package (collectors/ maps into it only when installed).
 set -uo pipefail

@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     record: dict[str, Any] | None = None
     prof = profile(activities=activities, record_shapes=ns.record_shapes)
+    t0 = time.perf_counter()
     prof.__enter__()
+    t_started = time.perf_counter()
     try:
         _run_target(ns.target)
     except SystemExit as exc:
@@ -260,8 +262,17 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
         try:
+            t_ran = time.perf_counter()
             prof.__exit__(None, None, None)
+            t_stopped = time.perf_counter()
             _export(prof, out)
+            # where the profiler's own time goes, for whoever wonders why a profiled run is slower
+            print(
+                f"tracekit torchprof: profiler start {t_started - t0:.2f} s, program {t_ran - t_started:.2f} s, "
+                f"stop {t_stopped - t_ran:.2f} s, export {time.perf_counter() - t_stopped:.2f} s "
+                f"({out.stat().st_size / 1e6:.1f} MB) -> {out.name}",
+                file=sys.stderr,
+            )
         except Exception as exc:
             print(f"tracekit torchprof: could not export the trace to {out}: {exc}", file=sys.stderr)
             status = status or 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -672,6 +673,39 @@ def test_torchprof_without_torch(tmp_path):
         check=False,
     )
     assert proc.returncode == 3 and "torch cannot be imported" in proc.stderr
+
+
+def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp_path):
+    """The real runner and the real PyTorch profiler (a CPU build is enough): the trace holds the tracekit range of
+    every launch, and stderr breaks the profiler's own time down (start, program, stop, export)."""
+    pytest.importorskip("torch")
+    from tracekit.analyzers.importer import read_file
+
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import torch\n"
+        "from tracekit.collectors.ranges import gemm_range\n"
+        "a = torch.randn(32, 48)\n"
+        "b = torch.randn(48, 16)\n"
+        "for _ in range(5):\n"
+        "    with gemm_range('torch-fp32', 'mm', 32, 16, 48, 'fp32', 'fp32', 'fp32'):\n"
+        "        torch.mm(a, b)\n"
+    )
+    out = tmp_path / "t.json.gz"
+    proc = subprocess.run(
+        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(out), "--", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(
+        r"profiler start [0-9.]+ s, program [0-9.]+ s, stop [0-9.]+ s, export [0-9.]+ s", proc.stderr
+    )
+    ex = read_file(out)
+    names = ex.frames["ranges"]["name"].to_list()
+    assert sum(n.startswith("gemm backend=torch-fp32 op=mm M=32 N=16 K=48") for n in names) == 5, names
 
 
 # --- the CLI --------------------------------------------------------------------------------------------------

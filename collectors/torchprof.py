@@ -6,7 +6,7 @@ Usage::
     python -m tracekit.collectors.torchprof --out trace.json.gz -- -m package.module args...
 
 The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside
-``torch.profiler.profile(activities=[CPU, CUDA])``. If it raises, exits non-zero or is interrupted (SIGINT or
+the PyTorch profiler (Kineto, CPU and CUDA activities). If it raises, exits non-zero or is interrupted (SIGINT or
 SIGTERM), the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind
 ``crashed``; the columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit
 ranges also open ``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[ENV_TORCH_PROFILER] = str(out)
     try:
         import torch
-        from torch.profiler import ProfilerActivity, profile
+
+        # The autograd-level profiler that torch.profiler.profile wraps: the wrapper's start runs
+        # `hasattr(torch, "_inductor")`, which imports TorchInductor (and Triton) in every profiled process, 1 s and
+        # more per process, for a setting this runner never uses. The trace written is the same Kineto JSON.
+        from torch.autograd.profiler import profile
     except ImportError as exc:
         print(
             f"tracekit torchprof: torch cannot be imported by {sys.executable} ({exc}); "
@@ -188,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
     cuda = bool(torch.cuda.is_available())
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     device_name = capability = None
     if cuda:
         try:
@@ -205,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     status = 0
     record: dict[str, Any] | None = None
-    prof = profile(activities=activities, record_shapes=ns.record_shapes)
+    prof = profile(
+        use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True, record_shapes=ns.record_shapes
+    )
     t0 = time.perf_counter()
     prof.__enter__()
     t_started = time.perf_counter()

@@ -495,15 +495,25 @@ class Result:
 
 
 # ``python -m tracekit ARGS`` that also writes its peak RSS (KiB; its own or a child's, e.g. the ncu reader's
-# worker, whichever is larger) to $TRACEKIT_TEST_MAXRSS when it ends, however it ends.
+# worker, whichever is larger) to $TRACEKIT_TEST_MAXRSS when it ends, however it ends. Its own peak is VmHWM of
+# /proc/self/status: Linux's ru_maxrss of an exec'd process also counts the parent's resident set at fork, so a
+# test process that had imported torch made every CLI call look over 1 GiB.
 _MEASURED = (
     "import os, resource, runpy, sys\n"
     "sys.argv = ['tracekit', *sys.argv[1:]]\n"
+    "def _own_kib():\n"
+    "    try:\n"
+    "        with open('/proc/self/status') as f:\n"
+    "            for line in f:\n"
+    "                if line.startswith('VmHWM:'):\n"
+    "                    return int(line.split()[1])\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
     "try:\n"
     "    runpy.run_module('tracekit', run_name='__main__', alter_sys=True)\n"
     "finally:\n"
-    "    kib = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
-    "              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    "    kib = max(_own_kib(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
     "    with open(os.environ['TRACEKIT_TEST_MAXRSS'], 'w') as f:\n"
     "        f.write(str(kib))\n"
 )

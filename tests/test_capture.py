@@ -609,14 +609,15 @@ def test_instrument_puts_site_first(tmp_path):
 
 # --- the PyTorch-profiler driver ------------------------------------------------------------------------------
 FAKE_TORCH = {
-    "torch/__init__.py": ("__version__ = '0.0+fake'\nfrom . import cuda, profiler, version\n"),
+    "torch/__init__.py": ("__version__ = '0.0+fake'\nfrom . import autograd, cuda, version\n"),
     "torch/version.py": "cuda = None\n",
     "torch/cuda.py": "def is_available():\n    return False\n",
-    "torch/profiler.py": (
-        "import enum, json, os\n"
-        "class ProfilerActivity(enum.Enum):\n    CPU = 0\n    CUDA = 1\n"
+    "torch/autograd/__init__.py": "from . import profiler\n",
+    "torch/autograd/profiler.py": (
+        "import json, os\n"
         "class profile:\n"
-        "    def __init__(self, activities, record_shapes=False):\n        self.activities = activities\n"
+        "    def __init__(self, use_cpu=True, use_device=None, use_kineto=False, record_shapes=False):\n"
+        "        assert use_cpu and use_kineto and use_device is None  # no CUDA in this fake\n"
         "    def __enter__(self):\n        return self\n"
         "    def __exit__(self, *a):\n        return False\n"
         "    def export_chrome_trace(self, path):\n"

@@ -37,15 +37,17 @@ from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
 from tracekit.frames import SPECS
 
-_COUNTER = re.compile(r"#\d+$|\s+(?:i|step|iter|iteration|idx)=\d+(?=\s|$)")
+_STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
 
 def context_key(parent_name: str | None) -> str | None:
-    """The enclosing range's name without its occurrence counter (``step i=7`` -> ``step``, ``ProfilerStep#12``
-    -> ``ProfilerStep``): one GEMM called in every step of a loop is one case, not one per step."""
+    """The enclosing range's name, without the counter when it is a training or serving step (``step i=7`` ->
+    ``step``, ``ProfilerStep#12`` -> ``ProfilerStep``): one GEMM called in every step of a loop is one case, not
+    one per step. Other names stay whole (a GEMM in ``layer i=3`` is its own case)."""
     if parent_name is None:
         return None
-    return _COUNTER.sub("", parent_name).strip() or parent_name
+    m = _STEP.fullmatch(parent_name.strip())
+    return (m.group(1) or m.group(2)) if m else parent_name
 
 
 __all__ = [

@@ -319,3 +319,20 @@ def test_show_reads_at_80_columns(samples_dir: Path) -> None:
     assert any("│ torch-nvfp4" in ln and "CUDA error: CUBLAS" in ln for ln in lines)
     wide = show(200)
     assert "left out" not in wide and "power_w" in wide
+
+
+@pytest.mark.parametrize(
+    ("parent", "key"),
+    [
+        ("step i=7", "step"),
+        ("step i=0", "step"),
+        ("ProfilerStep#12", "ProfilerStep"),
+        ("layer i=3 part=up", "layer i=3 part=up"),  # not a step: each layer stays its own case
+        ("moe backend=torch-bf16-grouped tokens=16", "moe backend=torch-bf16-grouped tokens=16"),
+        (None, None),
+    ],
+)
+def test_gemm_context_drops_only_the_step_counter(parent: str | None, key: str | None) -> None:
+    from tracekit.analyzers.gemm import context_key
+
+    assert context_key(parent) == key

@@ -26,20 +26,29 @@ Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
   timeout      no progress for --timeout seconds on one shape: the worker was killed"""
 
 
-def _backend_lines() -> str:
-    from tracekit.collectors.backends import BACKENDS, BUILTIN
+def _backends_epilog(names: list[str], registry: dict[str, Any]) -> str:
+    """The --help epilog of a bench command: one line per built-in backend, then what each failure kind means."""
+    width = max(len(n) for n in names)
+    lines = "\n".join(f"  {name.ljust(width)}  {registry[name].description}" for name in names)
+    return "\b\nBackends (--backends all = every one):\n" + lines + "\n\n" + _KINDS_HELP
 
-    width = max(len(n) for n in BUILTIN)
-    return "\n".join(f"  {name.ljust(width)}  {BACKENDS[name].description}" for name in BUILTIN)
 
+class _BenchCommand(click.Command):
+    """Lists the backends in --help without importing anything heavy (the backend registries import no torch)."""
 
-class _GemmCommand(click.Command):
-    """Lists the backends in --help without importing anything heavy (backends.py imports no torch)."""
+    def backend_table(self) -> tuple[list[str], dict[str, Any]]:
+        raise NotImplementedError
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        text = "\b\nBackends (--backends all = every one):\n" + _backend_lines() + "\n\n" + _KINDS_HELP
         with formatter.indentation():
-            formatter.write_text(text)
+            formatter.write_text(_backends_epilog(*self.backend_table()))
+
+
+class _GemmCommand(_BenchCommand):
+    def backend_table(self) -> tuple[list[str], dict[str, Any]]:
+        from tracekit.collectors.backends import BACKENDS, BUILTIN
+
+        return list(BUILTIN), BACKENDS
 
 
 @click.group()
@@ -303,18 +312,11 @@ def _print_table(result: Any) -> None:
 
 
 # --- tracekit bench moe ------------------------------------------------------------------------------------------
-def _moe_backend_lines() -> str:
-    from tracekit.collectors.moe import BUILTIN_MOE, MOE_BACKENDS
+class _MoeCommand(_BenchCommand):
+    def backend_table(self) -> tuple[list[str], dict[str, Any]]:
+        from tracekit.collectors.moe import BUILTIN_MOE, MOE_BACKENDS
 
-    width = max(len(n) for n in BUILTIN_MOE)
-    return "\n".join(f"  {name.ljust(width)}  {MOE_BACKENDS[name].description}" for name in BUILTIN_MOE)
-
-
-class _MoeCommand(click.Command):
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        text = "\b\nBackends (--backends all = every one):\n" + _moe_backend_lines() + "\n\n" + _KINDS_HELP
-        with formatter.indentation():
-            formatter.write_text(text)
+        return list(BUILTIN_MOE), MOE_BACKENDS
 
 
 @bench.command("moe", cls=_MoeCommand)

@@ -170,3 +170,23 @@ def test_capture_sample_ncu_alone_keeps_quantize_kernels_auxiliary() -> None:
     assert set(quant["name"].to_list()) <= set(fp8.case.aux_kernels)
     bf16 = next(w for w in wfs if "bf16" in w.case.name and w.case.m == 4096)
     assert bf16.case.aux_ns == 0
+
+
+def test_reader_that_stops_early_is_not_an_error() -> None:
+    """`tracekit explain RUN | head`: the reader closes the pipe before tracekit writes; exit 0, nothing on stderr
+    (exit 1 is documented as an internal error)."""
+    import subprocess
+    import sys
+
+    run = Path(__file__).resolve().parents[1] / "samples" / "h200-capture-gemm"
+    with subprocess.Popen(
+        [sys.executable, "-m", "tracekit", "explain", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the first write: it meets a closed pipe
+        err = proc.stderr.read().decode()
+        rc = proc.wait(timeout=60)
+    assert rc == 0, err
+    assert "Traceback" not in err and "internal error" not in err

@@ -109,6 +109,17 @@ def _err(text: str) -> None:
     click.echo(f"tracekit: {text}", err=True)
 
 
+def _stdout_closed_by_reader() -> bool:
+    """Whether Rich or click has just given up on a stdout whose reader went away (see :func:`main`)."""
+    if type(sys.stdout).__name__ == "_PacifyFlushWrapper":  # click's wrapper after EPIPE
+        return True
+    try:  # Rich's on_broken_pipe: fd 1 now points at /dev/null
+        out, null = os.fstat(1), os.stat(os.devnull)
+    except OSError:
+        return False
+    return (out.st_rdev, out.st_ino) == (null.st_rdev, null.st_ino)
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: runs the CLI and maps errors to one line and an exit code."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(
@@ -134,6 +145,13 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except SystemExit as exc:
+        # A closed stdout (`tracekit explain RUN | head`) reaches here as exit 1 (documented as an internal error):
+        # Rich's Console.on_broken_pipe points stdout at /dev/null and raises SystemExit(1); click's EPIPE handler
+        # swaps in a pacifying stdout wrapper and exits 1. A reader that stopped early is not a failure: exit 0.
+        if exc.code == 1 and _stdout_closed_by_reader():
+            sys.exit(0)
+        raise
     except Exception as exc:
         if debug:
             traceback.print_exc()

@@ -3,14 +3,17 @@ under ncu limited to tracekit ranges (the default sections, 2 launches a range) 
 
 Run on a GPU machine (needs torch with CUDA; ncu / nsys where found, else those rows say why they are missing)::
 
-    python benchmarks/bench_capture_overhead.py [--shapes 5] [--reps 20] [--keep DIR]
+    python benchmarks/bench_capture_overhead.py [--shapes 5] [--reps 20] [--rounds 3] [--keep DIR]
 
-Prints one table row per mode: wall seconds of the pass, its ratio to the plain run, and the size of what it wrote.
+Prints one table row per mode: the median wall seconds of its passes (``--rounds`` passes, the modes interleaved
+round by round so that a slow stretch of the machine hits every mode alike), the slowest and fastest pass, the
+median's ratio to the plain median, and the size of what the last pass wrote.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,6 +73,9 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
     parser.add_argument("--timeout", type=float, default=600.0, help="limit of each pass, seconds")
     parser.add_argument(
+        "--rounds", type=int, default=1, help="passes of every mode, interleaved (median reported)"
+    )
+    parser.add_argument(
         "--modes",
         default="all",
         help=f"comma-separated subset of: {', '.join(MODES)} (plain always runs: it is the baseline)",
@@ -88,44 +94,51 @@ def main() -> int:
     if ns.bench:
         cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--shapes", "glm5", "--backends", ns.bench]
         cmd += ["--repeats", str(ns.reps), "--warmup", "5"]
-    # a plain bench run needs its own -o; under capture the sweep writes into the capture's run
-    plain_cmd = [*cmd, "-o", str(base / "bench-plain")] if ns.bench else cmd
 
     wanted = set(MODES) if ns.modes == "all" else {m.strip() for m in ns.modes.split(",")} | {"plain"}
     unknown = wanted - set(MODES)
     if unknown:
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; choose from {', '.join(MODES)}")
     modes = [(MODES[key][0], MODES[key][1]) for key in MODES if key in wanted]
-    rows: list[tuple[str, str, str, str, str]] = []
-    plain_s: float | None = None
-    for label, opts in modes:
-        try:
-            if label == "plain":
-                start = time.perf_counter()
-                proc = subprocess.run(plain_cmd, check=False, timeout=ns.timeout)
-                plain_s = time.perf_counter() - start
-                rows.append((label, f"{plain_s:.1f}", "1.0x", "0.00", f"exit {proc.returncode}"))
+    walls: dict[str, list[float]] = {label: [] for label, _ in modes}
+    notes: dict[str, str] = {}
+    sizes: dict[str, float] = {}
+    for round_ in range(max(1, ns.rounds)):
+        for label, opts in modes:
+            if label in notes and notes[label] != "ok":
+                continue  # a missing tool stays missing; a failed pass is not repeated
+            try:
+                if label == "plain":
+                    # a plain bench run needs an -o of its own; under capture the sweep writes into the capture's run
+                    plain_cmd = [*cmd, "-o", str(base / f"bench-plain-{round_}")] if ns.bench else cmd
+                    start = time.perf_counter()
+                    proc = subprocess.run(plain_cmd, check=False, timeout=ns.timeout)
+                    walls[label].append(time.perf_counter() - start)
+                    notes[label] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+                    sizes[label] = 0.0
+                    continue
+                if opts.get("nsys"):
+                    tools.require_nsys_importer(tools.find_nsys())
+                run = capture(cmd, runs_dir=base / "runs", timeout=ns.timeout, **opts)
+            except MissingToolError as exc:
+                notes[label] = exc.one_line()
                 continue
-            if opts.get("nsys"):
-                tools.require_nsys_importer(tools.find_nsys())
-            run = capture(cmd, runs_dir=base / "runs", timeout=ns.timeout, **opts)
-        except MissingToolError as exc:
-            rows.append((label, "-", "-", "-", exc.one_line()))
+            walls[label].append(sum(p["wall_s"] for p in run.manifest["capture"]["passes"]))
+            notes[label] = run.manifest.get("incomplete_reason") or "ok"
+            sizes[label] = _size(run.raw_dir) / 1e6
+    plain_s = statistics.median(walls["plain"]) if walls["plain"] else None
+    rows: list[tuple[str, ...]] = []
+    for label, _opts in modes:
+        w = walls[label]
+        if not w:
+            rows.append((label, "-", "-", "-", "-", notes.get(label, "-")))
             continue
-        passes = run.manifest["capture"]["passes"]
-        wall = sum(p["wall_s"] for p in passes)
-        ratio = f"{wall / plain_s:.1f}x" if plain_s else "-"
-        rows.append(
-            (
-                label,
-                f"{wall:.1f}",
-                ratio,
-                f"{_size(run.raw_dir) / 1e6:.2f}",
-                run.manifest.get("incomplete_reason") or "ok",
-            )
-        )
-    header = ("mode", "wall s", "vs plain", "MB written", "status")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+        med = statistics.median(w)
+        ratio = f"{med / plain_s:.2f}x" if plain_s else "-"
+        spread = f"{min(w):.1f}-{max(w):.1f} ({len(w)})"
+        rows.append((label, f"{med:.1f}", spread, ratio, f"{sizes[label]:.2f}", notes[label]))
+    header = ("mode", "median s", "min-max (passes)", "vs plain", "MB written", "status")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
     what = (

@@ -10,6 +10,7 @@
 #   calibrate `tracekit calibrate`
 #   overhead  benchmarks/bench_capture_overhead.py: ncu modes on its sweep, timelines on a short bench
 #   timeline  benchmarks/bench_capture_overhead.py: nsys and the PyTorch profiler on the default glm5 bench
+#   torchprof benchmarks/torchprof_probe.py: where a PyTorch-profiled worker process spends its time
 #   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
 #             8 files, 2 folders down: a run folder's frames/ and raw/ need packing)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
@@ -63,7 +64,9 @@ for p in "$@"; do
        timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes nsys,torch-profiler --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
     timeline)
       (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise \
-        --reps 25 --modes nsys,torch-profiler --timeout 160) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
+        --reps 25 --modes nsys,torch-profiler --timeout 160 --rounds ${ROUNDS:-3} ${KEEP:+--keep "$OUT/timeline-runs"}) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
+    torchprof)
+      (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds 2) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
       for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done

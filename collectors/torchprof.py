@@ -191,20 +191,25 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 3
 
-    cuda = bool(torch.cuda.is_available())
-    device_name = capability = None
-    if cuda:
-        try:
-            device_name = torch.cuda.get_device_name(0)
-            major, minor = torch.cuda.get_device_capability(0)
-            capability = f"{major}.{minor}"
-        except Exception:  # a broken device still gets its trace and failure line
-            pass
+    cuda = bool(torch.cuda.is_available())  # asks the driver for a device count; starts no CUDA context
     versions = {
         "torch": getattr(torch, "__version__", None),
         "cuda": getattr(getattr(torch, "version", None), "cuda", None),
         "python": platform.python_version(),
     }
+
+    def device() -> dict[str, Any]:
+        """The device fields of a failure record, read only when one is written: asking for the device's name
+        starts a CUDA context, which a program that never touches the GPU (a benchmark's parent process whose
+        workers do the GEMMs) should not pay for or hold."""
+        fields: dict[str, Any] = {"device_name": None, "compute_capability": None, "versions": versions}
+        if cuda:
+            with contextlib.suppress(Exception):  # a broken device still gets its trace and failure line
+                fields["device_name"] = torch.cuda.get_device_name(0)
+                major, minor = torch.cuda.get_device_capability(0)
+                fields["compute_capability"] = f"{major}.{minor}"
+        return fields
+
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     status = 0
     record: dict[str, Any] | None = None
@@ -230,9 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 kind="crashed",
                 error_type="SystemExit",
                 message=f"the script exited with status {status}",
-                device_name=device_name,
-                compute_capability=capability,
-                versions=versions,
+                **device(),
             )
     except (KeyboardInterrupt, _Terminated) as exc:
         status = 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
@@ -242,9 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             error_type=name,
             message=f"the script was interrupted ({name})",
             traceback_text=traceback.format_exc(),
-            device_name=device_name,
-            compute_capability=capability,
-            versions=versions,
+            **device(),
         )
         print(f"tracekit torchprof: interrupted ({name}); exporting the trace so far", file=sys.stderr)
     except BaseException as exc:
@@ -256,13 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             error_type=f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
             message=str(exc),
             traceback_text=text,
-            device_name=device_name,
-            compute_capability=capability,
-            versions=versions,
+            **device(),
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if cuda:
+        if cuda and torch.cuda.is_initialized():  # synchronize() would start CUDA in a process that never did
             # the script's own CUDA error must not cost the trace
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()

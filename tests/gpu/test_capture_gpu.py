@@ -142,3 +142,19 @@ def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     assert gemm_ranges.height >= 4, gemm_ranges  # warm-up + 3 repeats, each a record_function range
     in_gemm = frames["kernels"].filter(pl.col("range_id").is_in(gemm_ranges["range_id"].implode()))
     assert in_gemm.height >= 4 and in_gemm["duration_ns"].min() > 0, in_gemm
+
+
+def test_torchprof_starts_no_cuda_context_in_a_process_that_never_uses_the_gpu(tmp_path):
+    """A benchmark's parent process imports torch but leaves the GPU to its workers: profiling it must not start a
+    CUDA context there (memory on the GPU, and time), while a script that does use CUDA still gets its kernels."""
+    import subprocess
+
+    idle = tmp_path / "idle.py"
+    idle.write_text("import torch\nprint('initialized', torch.cuda.is_initialized())\n")
+    runner = [sys.executable, "-m", "tracekit.collectors.torchprof"]
+    proc = subprocess.run(
+        [*runner, "--out", str(tmp_path / "idle.json.gz"), "--", str(idle)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "initialized False" in proc.stdout, proc.stdout + proc.stderr
+    assert (tmp_path / "idle.json.gz").is_file()

@@ -32,6 +32,12 @@ prof = None
 if variant == "autograd-cpu+cuda":
     from torch.autograd.profiler import profile
     prof = profile(use_cpu=True, use_device="cuda", use_kineto=True)
+elif variant == "autograd-ranges+cuda":
+    import torch.autograd.profiler as ap
+    from torch._C._profiler import RecordScope
+    prof = ap.profile(use_cpu=True, use_device="cuda", use_kineto=True)
+    enable = ap._enable_profiler
+    ap._enable_profiler = lambda c, a: enable(c, a, scopes={RecordScope.USER_SCOPE})
 elif variant == "autograd-cuda-only":
     from torch.autograd.profiler import profile
     prof = profile(use_cpu=False, use_device="cuda", use_kineto=True)
@@ -40,6 +46,8 @@ elif variant == "torch.profiler-cuda-only":
     prof = profile(activities=[ProfilerActivity.CUDA])
 if prof is not None:
     prof.__enter__()
+    if variant == "autograd-ranges+cuda":
+        ap._enable_profiler = enable
 t_enter = time.perf_counter()
 m, n, k = 16, 768, 6144
 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -64,7 +72,7 @@ print(json.dumps({"import": t_import - t0, "cuda": t_cuda - t_import, "enter": t
                   "work": t_work - t_enter, "stop": t_stop - t_work, "export": t_export - t_stop}))
 """
 
-VARIANTS = ("plain", "autograd-cpu+cuda", "autograd-cuda-only", "torch.profiler-cuda-only")
+VARIANTS = ("plain", "autograd-cpu+cuda", "autograd-ranges+cuda", "autograd-cuda-only")
 
 
 def main() -> int:

@@ -35,7 +35,7 @@ from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, R
 
 from . import tools
 from .ranks import RANK_TOKEN, RankLaunch, rank_files
-from .torchprof import append_jsonl, failure_record
+from .torchprof import ENV_TORCH_OPS, OPS_CHOICES, append_jsonl, failure_record
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
 ENV_CAPTURE_TOOL = "TRACEKIT_CAPTURE_TOOL"
@@ -444,6 +444,7 @@ def capture(
     ncu: bool = False,
     nsys: bool = False,
     torch_profiler: bool = False,
+    torch_ops: str = "ranges",
     instrument: bool = False,
     out: Path | str | None = None,
     runs_dir: Path | str = "runs",
@@ -470,7 +471,9 @@ def capture(
     and one profiler per rank inside it, each writing files named with its rank (collectors/ranks.py).
 
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
-    run (with a warning). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
+    run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
+    (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
+    trace). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
     finish writing its report. ``on_output(stream, bytes)`` receives the child's output (default: our own
     stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
     Ctrl-C after marking the run."""
@@ -488,6 +491,11 @@ def capture(
         raise BadInputError(
             f"clock control {clock_control!r} is not one of {', '.join(tools.CLOCK_CONTROLS)}",
             "use none (your run's clocks) or base (ncu's locked base clock)",
+        )
+    if torch_ops not in OPS_CHOICES:
+        raise BadInputError(
+            f"PyTorch-profiler ops {torch_ops!r} is not one of {', '.join(OPS_CHOICES)}",
+            "use ranges (record_function ranges only) or all (every ATen operator too)",
         )
     per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
     if per_range < 1:
@@ -532,7 +540,11 @@ def capture(
             "libs": base_env.get(tools.ENV_NSYS_LIBS),
         }
     if "torch" in plan.passes and plan.python:
-        settings["torch_profiler"] = {"python": plan.python[0][0], "activities": ["cpu", "cuda"]}
+        settings["torch_profiler"] = {
+            "python": plan.python[0][0],
+            "activities": ["cpu", "cuda"],
+            "cpu_events": torch_ops,
+        }
     if ranks is not None:
         settings["ranks"] = ranks.as_dict()
     run = Run.create(path, command=cmd, capture=settings, status=STATUS_CAPTURING, exist_ok=True)
@@ -566,6 +578,7 @@ def capture(
                 log=log,
                 cwd=work,
                 ranks=ranks,
+                torch_ops=torch_ops,
                 ncu_opts={
                     "sections": sections,
                     "metrics": metrics,
@@ -633,6 +646,7 @@ def _one_pass(
     log: Callable[..., None],
     cwd: Path | None,
     ncu_opts: dict[str, Any],
+    torch_ops: str = "ranges",
     ranks: RankLaunch | None = None,
 ) -> PassResult:
     env = dict(base_env)
@@ -668,9 +682,12 @@ def _one_pass(
     elif tool == "torch":
         assert plan.python is not None
         interp, target = plan.python
+        env[ENV_TORCH_OPS] = torch_ops  # a tracekit benchmark's profiled workers record what the parent does
         argv = [
             *interp,
             str(TORCHPROF_PY),
+            "--ops",
+            torch_ops,
             "--out",
             str(raw / TORCH_TRACE.replace(".json.gz", f"{tag}.json.gz")),
             "--failures",

@@ -6,7 +6,11 @@ Usage::
     python -m tracekit.collectors.torchprof --out trace.json.gz -- -m package.module args...
 
 The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside
-the PyTorch profiler (Kineto, CPU and CUDA activities). If it raises, exits non-zero or is interrupted (SIGINT or
+the PyTorch profiler (Kineto, CPU and CUDA activities). By default (``--ops ranges``) the CPU side records only
+``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
+launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM
+sweep's trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps
+every operator, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or
 SIGTERM), the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind
 ``crashed``; the columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit
 ranges also open ``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
@@ -53,6 +57,10 @@ FAILURE_KEYS = (
 
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
+ENV_TORCH_OPS = "TRACEKIT_TORCH_OPS"
+"""``ranges`` (default) or ``all``: which CPU events the profiler records (``--ops``); inherited by the profiled
+worker processes of a tracekit benchmark."""
+OPS_CHOICES = ("ranges", "all")
 ENV_TORCH_PROFILER = "TRACEKIT_TORCH_PROFILER"
 """Set to the trace path while a program runs under this profiler: a tracekit benchmark then starts each of its
 worker processes under a profiler of its own (the parent's profiler does not see other processes' kernels)."""
@@ -114,9 +122,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--record-shapes", action="store_true", help="record operator input shapes (slower)")
     parser.add_argument(
+        "--ops",
+        choices=OPS_CHOICES,
+        default=os.environ.get(ENV_TORCH_OPS) or "ranges",
+        help=f"CPU events to record: ranges = record_function ranges only (default, or ${ENV_TORCH_OPS}), "
+        "all = every ATen operator too",
+    )
+    parser.add_argument(
         "target", nargs=argparse.REMAINDER, help="-- script.py args... | -- -m module args..."
     )
     ns = parser.parse_args(argv)
+    if ns.ops not in OPS_CHOICES:  # argparse checks choices on the command line, not on a default
+        parser.error(f"{ENV_TORCH_OPS}={ns.ops!r} is not one of: {', '.join(OPS_CHOICES)}")
     target = list(ns.target)
     if target and target[0] == "--":
         target = target[1:]
@@ -170,6 +187,42 @@ def _export(prof: Any, out: Path) -> None:
                 os.unlink(leftover)
 
 
+def _start(prof: Any, ops: str) -> str:
+    """Start ``prof`` (a ``torch.autograd.profiler.profile``); with ``ops="ranges"`` its RecordFunction callbacks
+    see only user scopes (``record_function``, ``ProfilerStep#N``), so no ATen operator becomes an event.
+
+    The profiler class has no option for this; its ``_start_trace`` calls the module-level ``_enable_profiler``,
+    whose ``scopes`` argument does it, so that name is wrapped for the one call. If this torch lacks either, the
+    profiler starts recording every operator, and the returned text says so."""
+    if ops == "ranges":
+        try:
+            import torch.autograd.profiler as autograd_profiler
+            from torch._C._profiler import RecordScope
+
+            enable = autograd_profiler._enable_profiler
+        except (ImportError, AttributeError) as exc:
+            why = f"this torch cannot limit the recorded scopes ({exc})"
+        else:
+
+            def enable_ranges_only(config: Any, activities: Any, *args: Any, **kwargs: Any) -> Any:
+                if not args and "scopes" not in kwargs:
+                    kwargs["scopes"] = {RecordScope.USER_SCOPE}
+                return enable(config, activities, *args, **kwargs)
+
+            autograd_profiler._enable_profiler = enable_ranges_only  # type: ignore[assignment]
+            try:
+                prof.__enter__()
+                return "ranges"
+            except TypeError as exc:  # an _enable_profiler without scopes
+                why = f"this torch cannot limit the recorded scopes ({exc})"
+                prof.entered = False
+            finally:
+                autograd_profiler._enable_profiler = enable  # type: ignore[assignment]
+        print(f"tracekit torchprof: {why}; recording every operator", file=sys.stderr)
+    prof.__enter__()
+    return "all"
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(sys.argv[1:] if argv is None else argv)
     out: Path = ns.out.absolute()
@@ -217,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True, record_shapes=ns.record_shapes
     )
     t0 = time.perf_counter()
-    prof.__enter__()
+    ops = _start(prof, ns.ops)
     t_started = time.perf_counter()
     try:
         _run_target(ns.target)
@@ -272,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             _export(prof, out)
             # where the profiler's own time goes, for whoever wonders why a profiled run is slower
             print(
-                f"tracekit torchprof: profiler start {t_started - t0:.2f} s, program {t_ran - t_started:.2f} s, "
+                f"tracekit torchprof ({ops}): profiler start {t_started - t0:.2f} s, program {t_ran - t_started:.2f} s, "
                 f"stop {t_stopped - t_ran:.2f} s, export {time.perf_counter() - t_stopped:.2f} s "
                 f"({out.stat().st_size / 1e6:.1f} MB) -> {out.name}",
                 file=sys.stderr,

@@ -20,6 +20,7 @@ import pytest
 from tracekit.collectors import tools
 from tracekit.collectors.capture import (
     SITE_DIR,
+    TORCHPROF_PY,
     CaptureInterrupted,
     capture,
     python_target,
@@ -655,7 +656,27 @@ def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
     (fail,) = _failures(run)  # the driver's own record; capture adds none on top
     assert fail["error_type"] == "ValueError" and fail["message"] == "shape 1x2 unsupported"
     assert fail["kind"] == "crashed" and "raise ValueError" in fail["traceback"]
-    assert "argv ['--m', '16']" in (run.raw_dir / "torch.log").read_text()
+    log = (run.raw_dir / "torch.log").read_text()
+    assert "argv ['--m', '16']" in log
+    # the exact pass: the runner by path, ranges-only CPU events by default, recorded in the run's settings
+    (torch_pass,) = run.manifest["capture"]["passes"]
+    assert torch_pass["argv"] == [
+        PY,
+        str(TORCHPROF_PY),
+        "--ops",
+        "ranges",
+        "--out",
+        str((run.raw_dir / "torch_trace.json.gz").absolute()),
+        "--failures",
+        str((run.raw_dir / "failures.jsonl").absolute()),
+        "--",
+        str(script),
+        "--m",
+        "16",
+    ]
+    assert run.manifest["capture"]["torch_profiler"]["cpu_events"] == "ranges"
+    # this fake torch has no scoped profiler API: the runner says so and records every operator instead
+    assert "cannot limit the recorded scopes" in log and "recording every operator" in log
 
 
 def test_torchprof_without_torch(tmp_path):
@@ -676,9 +697,11 @@ def test_torchprof_without_torch(tmp_path):
     assert proc.returncode == 3 and "torch cannot be imported" in proc.stderr
 
 
-def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp_path):
+@pytest.mark.parametrize("ops", ["ranges", "all"])
+def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp_path, ops):
     """The real runner and the real PyTorch profiler (a CPU build is enough): the trace holds the tracekit range of
-    every launch, and stderr breaks the profiler's own time down (start, program, stop, export)."""
+    every launch, and stderr breaks the profiler's own time down (start, program, stop, export). By default the CPU
+    side records ranges only, no ATen operator events; ``--ops all`` (here through the environment) keeps them."""
     pytest.importorskip("torch")
     from tracekit.analyzers.importer import read_file
 
@@ -692,21 +715,39 @@ def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp
         "    with gemm_range('torch-fp32', 'mm', 32, 16, 48, 'fp32', 'fp32', 'fp32'):\n"
         "        torch.mm(a, b)\n"
     )
-    out = tmp_path / "t.json.gz"
+    out = tmp_path / "t.json"
+    env = {**os.environ, "TRACEKIT_TORCH_OPS": ops}
     proc = subprocess.run(
         [PY, "-m", "tracekit.collectors.torchprof", "--out", str(out), "--", str(script)],
         capture_output=True,
         text=True,
         check=False,
         cwd=tmp_path,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(
-        r"profiler start [0-9.]+ s, program [0-9.]+ s, stop [0-9.]+ s, export [0-9.]+ s", proc.stderr
-    )
+        rf"torchprof \({ops}\): profiler start [0-9.]+ s, program [0-9.]+ s, stop [0-9.]+ s, export [0-9.]+ s",
+        proc.stderr,
+    ), proc.stderr
     ex = read_file(out)
     names = ex.frames["ranges"]["name"].to_list()
     assert sum(n.startswith("gemm backend=torch-fp32 op=mm M=32 N=16 K=48") for n in names) == 5, names
+    events = json.loads(out.read_text())["traceEvents"]
+    mm_ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
+    assert len(mm_ops) == (5 if ops == "all" else 0), len(mm_ops)
+
+
+def test_torchprof_rejects_an_unknown_ops_setting(tmp_path):
+    env = {**os.environ, "TRACEKIT_TORCH_OPS": "some"}
+    proc = subprocess.run(
+        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "t.json"), "--", "x.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 2 and "TRACEKIT_TORCH_OPS='some' is not one of: ranges, all" in proc.stderr
 
 
 # --- the CLI --------------------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ What each tool gives:
   --ncu             per-kernel hardware metrics (clock, tensor-pipe use, occupancy and its limiter, DRAM bytes, stalls)
                     for kernels inside tracekit NVTX ranges only (--max-per-range launches each); slow: every kernel
                     is replayed ~20 times
-  --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed
+  --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
+                    --torch-ops all adds every ATen operator (a larger, slower trace)
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR).
 
@@ -162,6 +163,14 @@ class _Event:
     "--torch-profiler", "use_torch", is_flag=True, help="Pass under the PyTorch profiler (Python only)."
 )
 @click.option(
+    "--torch-ops",
+    type=click.Choice(["ranges", "all"]),
+    default="ranges",
+    show_default=True,
+    help="PyTorch profiler's CPU events: ranges = record_function ranges only (what the analysis reads); "
+    "all = every ATen operator too (a larger, slower trace).",
+)
+@click.option(
     "--instrument", is_flag=True, help="Wrap torch's GEMM entry points in tracekit ranges (no code change)."
 )
 @click.option(
@@ -237,6 +246,7 @@ def capture(
     use_ncu: bool,
     use_nsys: bool,
     use_torch: bool,
+    torch_ops: str,
     instrument: bool,
     ncu_path: Path | None,
     nsys_path: Path | None,
@@ -286,6 +296,7 @@ def capture(
                 ncu=use_ncu,
                 nsys=use_nsys,
                 torch_profiler=use_torch,
+                torch_ops=torch_ops,
                 instrument=instrument,
                 out=out,
                 runs_dir=runs_dir,

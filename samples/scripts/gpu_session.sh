@@ -34,7 +34,7 @@ for p in "$@"; do
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
     tests)
-      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu ${GPU_TESTS:-"$R/tests/gpu"} -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)
@@ -66,7 +66,7 @@ for p in "$@"; do
       (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise \
         --reps 25 --modes nsys,torch-profiler --timeout 160 --rounds ${ROUNDS:-3} ${KEEP:+--keep "$OUT/timeline-runs"}) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
     torchprof)
-      (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds 2) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
+      (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds ${PROBE_ROUNDS:-2}) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
       for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done

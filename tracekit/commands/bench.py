@@ -6,12 +6,13 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tracekit.errors import IncompleteError, MissingToolError
+from tracekit.errors import BadInputError, IncompleteError, MissingToolError
 
 _KINDS_HELP = """\b
 Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
@@ -120,23 +121,11 @@ def gemm(
     """
     from tracekit.collectors.backends import all_backends
     from tracekit.collectors.bench import SweepSettings, parse_shapes
-    from tracekit.errors import BadInputError
 
     known = all_backends()
-    names = (
-        list(known)
-        if backends.strip().lower() == "all"
-        else [b.strip() for b in backends.split(",") if b.strip()]
-    )
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise BadInputError(
-            f"unknown backend(s): {', '.join(unknown) or '(none given)'}",
-            f"choose from: {', '.join(known)} (or 'all')",
-        )
+    names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
-    if repeats < 1 or warmup < 0 or timeout <= 0:
-        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
+    _check_timing(repeats, warmup, timeout)
     if any(known[n].timer == "cuda" for n in names):
         _require_gpu(device)
 
@@ -195,6 +184,25 @@ def _hand_over(sweep_run: Any, capture_run: Path) -> None:
         src = sweep_run.raw_dir / f"{kind}.jsonl"
         if src.is_file() and src.stat().st_size:
             shutil.copyfile(src, raw / f"{kind}-{tool}.jsonl")
+
+
+def _pick_backends(text: str, known: Mapping[str, object], what: str) -> list[str]:
+    """``--backends``: a comma-separated list of names from ``known``, or ``all``; BadInputError names the unknown."""
+    if text.strip().lower() == "all":
+        return list(known)
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise BadInputError(
+            f"unknown {what}(s): {', '.join(unknown) or '(none given)'}",
+            f"choose from: {', '.join(known)} (or 'all')",
+        )
+    return names
+
+
+def _check_timing(repeats: int, warmup: int, timeout: float) -> None:
+    if repeats < 1 or warmup < 0 or timeout <= 0:
+        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
 
 
 def _require_gpu(device: int) -> None:
@@ -398,24 +406,12 @@ def moe(
       tracekit capture --nsys -- tracekit bench moe --tokens 16,256   # kernel names give the tile size
     """
     from tracekit.collectors.moe import MoeConfig, MoeSettings, all_moe_backends, parse_routing, parse_tokens
-    from tracekit.errors import BadInputError
 
     known = all_moe_backends()
-    names = (
-        list(known)
-        if backends.strip().lower() == "all"
-        else [b.strip() for b in backends.split(",") if b.strip()]
-    )
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise BadInputError(
-            f"unknown MoE backend(s): {', '.join(unknown) or '(none given)'}",
-            f"choose from: {', '.join(known)} (or 'all')",
-        )
+    names = _pick_backends(backends, known, "MoE backend")
     if min(hidden, inter, experts, topk) < 1 or topk > experts:
         raise BadInputError("--hidden, --inter, --experts, --topk must be >= 1 and --topk <= --experts")
-    if repeats < 1 or warmup < 0 or timeout <= 0:
-        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
+    _check_timing(repeats, warmup, timeout)
     config = MoeConfig(hidden=hidden, inter=inter, experts=experts, topk=topk, proj=proj)
     settings = MoeSettings(
         backends=names,

@@ -8,10 +8,17 @@ own. One row per pass, seconds:
     import    the program's ``import torch``
     cuda      the program's first CUDA call (CUPTI attaches here under nsys)
     work      the program's ``--iters`` small GEMMs, each in a tracekit NVTX range
+    procs     ``--procs`` further short CUDA programs the child runs one after another (import torch, first CUDA
+              call, 100 GEMMs): what each extra profiled process costs, as in a sweep's worker per backend
     exit      program end until nsys itself exits (report generation: .qdstrm -> .nsys-rep)
     export    ``nsys export --type sqlite`` of that report
+    tables    the same export limited to the tables tracekit reads (``--tables``), where this nsys has the option
 
-    python benchmarks/nsys_probe.py [--iters 3000] [--rounds 2]
+The ``nsys-inline`` row runs tracekit's exact command (``--export=sqlite`` inside ``nsys profile``): its exit
+column holds report generation and export together. ``--dump DIR`` writes ``nsys --version`` and the help of
+``nsys profile`` and ``nsys export`` there.
+
+    python benchmarks/nsys_probe.py [--iters 3000] [--procs 3] [--rounds 2] [--dump DIR]
 """
 
 from __future__ import annotations
@@ -43,8 +50,23 @@ for _ in range(int(sys.argv[1])):
         torch.mm(x, w)
 torch.cuda.synchronize()
 stamps["end"] = time.time()
+import subprocess
+for _ in range(int(sys.argv[2])):
+    subprocess.run([sys.executable, sys.argv[0], "100", "0"], check=True, capture_output=True)
+stamps["procs"] = time.time()
 print("STAMPS " + json.dumps(stamps), flush=True)
 """
+
+# The tables analyzers/nsys.py reads; the export's own bookkeeping tables are kept by nsys regardless.
+TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_CUDA_DEVICE",
+    "ENUM_NSYS_EVENT_TYPE",
+)
 
 
 def _stamps(text: str) -> dict[str, float]:
@@ -59,7 +81,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--iters", type=int, default=3000)
+    parser.add_argument("--procs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dump", type=Path)
     ns = parser.parse_args()
     nsys = tools.find_nsys()
     tools.require_nsys_importer(nsys)
@@ -67,13 +91,29 @@ def main() -> int:
     child = tmp / "child.py"
     child.write_text(CHILD)
     env = tools.nsys_env(dict(os.environ))
-    print("pass | total | launch | import | cuda | work | exit | export | report MB")
+    helps = {
+        "version": [nsys.path, "--version"],
+        "profile-help": [nsys.path, "profile", "--help"],
+        "export-help": [nsys.path, "export", "--help"],
+    }
+    texts = {
+        k: subprocess.run(v, capture_output=True, text=True, env=env, check=False).stdout
+        for k, v in helps.items()
+    }
+    print("nsys", texts["version"].strip())
+    if ns.dump:
+        ns.dump.mkdir(parents=True, exist_ok=True)
+        for k, text in texts.items():
+            (ns.dump / f"nsys-{k}.txt").write_text(text)
+    has_tables = "--tables" in texts["export-help"]
+    print("pass | total | launch | import | cuda | work | procs | exit | export | tables | report MB")
     for rnd in range(ns.rounds):
-        for mode in ("plain", "nsys"):
-            cmd = [sys.executable, str(child), str(ns.iters)]
-            base = tmp / f"r{rnd}"
-            if mode == "nsys":
+        for mode in ("plain", "nsys", "nsys-inline"):
+            cmd = [sys.executable, str(child), str(ns.iters), str(ns.procs)]
+            base = tmp / f"r{rnd}-{mode}"
+            if mode != "plain":
                 cmd = tools.nsys_command(nsys.path, base, cmd)
+            if mode == "nsys":
                 cmd = [c if c != "--export=sqlite" else "--export=none" for c in cmd]
             t0 = time.time()
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -82,23 +122,41 @@ def main() -> int:
                 print(f"{mode} | exit {proc.returncode} | {proc.stderr.strip().splitlines()[-1:]}")
                 continue
             s = _stamps(proc.stdout)
-            export = 0.0
+            export = tables = 0.0
             size = 0.0
-            if mode == "nsys":
+            if mode != "plain":
                 report = base.with_suffix(".nsys-rep")
                 size = report.stat().st_size / 1e6
+            if mode == "nsys":
                 e0 = time.time()
                 subprocess.run(
                     tools.nsys_export_command(nsys.path, report), env=env, capture_output=True, check=True
                 )
                 export = time.time() - e0
+                print(f"full export: {report.with_suffix('.sqlite').stat().st_size / 1e6:.1f} MB")
+                if has_tables:
+                    argv = tools.nsys_export_command(nsys.path, report)
+                    argv = [*argv[:2], "--tables", ",".join(TABLES), *argv[2:]]
+                    argv[argv.index("-o") + 1] = str(base) + "-tables.sqlite"
+                    e0 = time.time()
+                    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+                    tables = time.time() - e0
+                    if done.returncode != 0:
+                        print(f"--tables export failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+                        has_tables = False
+                    else:
+                        print(
+                            f"--tables export: {Path(argv[argv.index('-o') + 1]).stat().st_size / 1e6:.1f} MB"
+                        )
             parts = [
                 s["start"] - t0,
                 s["import"] - s["start"],
                 s["cuda"] - s["import"],
                 s["end"] - s["cuda"],
-                t1 - s["end"],
+                s["procs"] - s["end"],
+                t1 - s["procs"],
                 export,
+                tables,
             ]
             total = t1 - t0 + export
             print(

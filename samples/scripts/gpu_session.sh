@@ -69,7 +69,7 @@ for p in "$@"; do
     torchprof)
       (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds ${PROBE_ROUNDS:-2}) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
     nsysprobe)
-      (cd /tmp && timeout 200 python3 "$R/benchmarks/nsys_probe.py" --iters 3000 --rounds ${PROBE_ROUNDS:-2}) > "$OUT/nsysprobe.log" 2>&1; tail -8 "$OUT/nsysprobe.log" ;;
+      (cd /tmp && timeout 300 python3 "$R/benchmarks/nsys_probe.py" --iters 3000 --procs 3 --rounds ${PROBE_ROUNDS:-2} --dump "$OUT") > "$OUT/nsysprobe.log" 2>&1; tail -20 "$OUT/nsysprobe.log" ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
       for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done

@@ -47,6 +47,7 @@ torch.cuda.synchronize()
 MODES: dict[str, tuple[str, dict]] = {
     "plain": ("plain", {}),
     "nsys": ("nsys", {"nsys": True}),
+    "nsys-nosym": ("nsys --resolve-symbols=false", {"nsys": True, "nsys_extra": ["--resolve-symbols=false"]}),
     "torch-profiler": ("torch-profiler", {"torch_profiler": True}),
     "ncu": ("ncu ranges (6 sections)", {"ncu": True}),
     "ncu-full": (

@@ -14,8 +14,8 @@ own. One row per pass, seconds:
     export    ``nsys export --type sqlite`` of that report
     tables    the same export limited to the tables tracekit reads (``--tables``), where this nsys has the option
 
-The ``nsys-inline`` row runs tracekit's exact command (``--export=sqlite`` inside ``nsys profile``): its exit
-column holds report generation and export together. ``--dump DIR`` writes ``nsys --version`` and the help of
+The ``nsys`` row (with ``--split``) exports separately; the ``nsys-inline`` row runs tracekit's exact command (``--export=sqlite`` inside ``nsys profile``): its exit
+column holds report generation and export together; ``nsys-nosym`` adds ``--resolve-symbols=false``. ``--dump DIR`` writes ``nsys --version`` and the help of
 ``nsys profile`` and ``nsys export`` there.
 
     python benchmarks/nsys_probe.py [--iters 3000] [--procs 3] [--rounds 2] [--dump DIR]
@@ -84,6 +84,11 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dump", type=Path)
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="also a pass with the export run on its own (--export=none + nsys export)",
+    )
     ns = parser.parse_args()
     nsys = tools.find_nsys()
     tools.require_nsys_importer(nsys)
@@ -108,11 +113,15 @@ def main() -> int:
     has_tables = "--tables" in texts["export-help"]
     print("pass | total | launch | import | cuda | work | procs | exit | export | tables | report MB")
     for rnd in range(ns.rounds):
-        for mode in ("plain", "nsys", "nsys-inline"):
+        for mode in ("plain", "nsys", "nsys-inline", "nsys-nosym"):
+            if mode == "nsys" and not ns.split:
+                continue
             cmd = [sys.executable, str(child), str(ns.iters), str(ns.procs)]
             base = tmp / f"r{rnd}-{mode}"
+            # nsys-nosym: symbol resolution is on by default on Linux, even with CPU sampling off
+            extra = ["--resolve-symbols=false"] if mode == "nsys-nosym" else []
             if mode != "plain":
-                cmd = tools.nsys_command(nsys.path, base, cmd)
+                cmd = tools.nsys_command(nsys.path, base, cmd, extra=extra)
             if mode == "nsys":
                 cmd = [c if c != "--export=sqlite" else "--export=none" for c in cmd]
             t0 = time.time()

@@ -460,6 +460,7 @@ def capture(
     max_per_range: int | None = None,
     launch_count: int | None = None,
     ncu_extra: Sequence[str] = (),
+    nsys_extra: Sequence[str] = (),
     grace_s: float = 20.0,
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
@@ -473,7 +474,8 @@ def capture(
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
     run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
     (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
-    trace). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
+    trace). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line after tracekit's own options (and into
+    run.json). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
     finish writing its report. ``on_output(stream, bytes)`` receives the child's output (default: our own
     stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
     Ctrl-C after marking the run."""
@@ -538,6 +540,7 @@ def capture(
             **plan.nsys.as_dict(),
             "trace": tools.NSYS_TRACE,
             "libs": base_env.get(tools.ENV_NSYS_LIBS),
+            "extra": list(nsys_extra),
         }
     if "torch" in plan.passes and plan.python:
         settings["torch_profiler"] = {
@@ -579,6 +582,7 @@ def capture(
                 cwd=work,
                 ranks=ranks,
                 torch_ops=torch_ops,
+                nsys_extra=list(nsys_extra),
                 ncu_opts={
                     "sections": sections,
                     "metrics": metrics,
@@ -647,6 +651,7 @@ def _one_pass(
     cwd: Path | None,
     ncu_opts: dict[str, Any],
     torch_ops: str = "ranges",
+    nsys_extra: Sequence[str] = (),
     ranks: RankLaunch | None = None,
 ) -> PassResult:
     env = dict(base_env)
@@ -678,7 +683,7 @@ def _one_pass(
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
-        argv = tools.nsys_command(plan.nsys.path, raw / f"nsys{tag}", inner)
+        argv = tools.nsys_command(plan.nsys.path, raw / f"nsys{tag}", inner, extra=nsys_extra)
     elif tool == "torch":
         assert plan.python is not None
         interp, target = plan.python

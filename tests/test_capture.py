@@ -442,6 +442,28 @@ def test_ctrl_c_during_the_nsys_export_keeps_the_report(tmp_path):
     assert ("nsys-export", "error") in [(e["phase"], e["level"]) for e in run.manifest["events"]]
 
 
+def test_nsys_extra_options_reach_the_command_line_and_the_manifest(tmp_path):
+    """``nsys_extra`` goes after tracekit's own nsys options and before the profiled command (where nsys would
+    read it as the program's), and run.json records it beside the trace setting."""
+    argv_file = tmp_path / "argv"
+    nsys = _exe(
+        tmp_path / "bin/nsys",
+        'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2025.3.1.90-1"; exit 0; fi\n'
+        f'printf "%s\\n" "$@" > {argv_file}\nexit 0\n',
+    )
+    run = _capture(tmp_path, "pass", nsys=True, nsys_path=nsys, nsys_extra=["--resolve-symbols=false"])
+    argv = argv_file.read_text().splitlines()
+    raw = str(run.raw_dir.absolute() / "nsys")
+    assert argv == [
+        *tools.nsys_command("nsys", raw, [PY, "-c", "pass"])[1:-3],
+        "--resolve-symbols=false",
+        PY,
+        "-c",
+        "pass",
+    ]
+    assert run.manifest["capture"]["nsys"]["extra"] == ["--resolve-symbols=false"]
+
+
 def _bench_records(samples_dir: Path, n: int) -> str:
     lines = (samples_dir / "h200-bench-gemm/raw/measurements.jsonl").read_text().splitlines()
     return "\n".join(lines[:n]) + "\n"

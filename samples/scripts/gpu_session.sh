@@ -62,10 +62,10 @@ for p in "$@"; do
       # ncu: targeted vs --set full on the built-in sweep (M = 16..4096, N = 2048, K = 6144); timelines: nsys and the
       # PyTorch profiler vs plain on `tracekit bench gemm --shapes glm5`
       (cd /tmp && timeout 330 python3 "$R/benchmarks/bench_capture_overhead.py" --shapes 5 --reps 10 --modes ncu,ncu-full,ncu-full-all --timeout 200
-       timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes nsys,torch-profiler --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
+       timeout 220 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise --reps 10 --modes ${MODES:-nsys,torch-profiler} --timeout 100) > "$OUT/overhead.log" 2>&1; tail -24 "$OUT/overhead.log" ;;
     timeline)
-      (cd /tmp && timeout 500 python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise \
-        --reps 25 --modes nsys,torch-profiler --timeout 160 --rounds ${ROUNDS:-3} ${KEEP:+--keep "$OUT/timeline-runs"}) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
+      (cd /tmp && timeout ${TIMELINE_TIMEOUT:-500} python3 "$R/benchmarks/bench_capture_overhead.py" --bench torch-bf16,torch-fp8-tensorwise \
+        --reps 25 --modes ${MODES:-nsys,torch-profiler} --timeout 160 --rounds ${ROUNDS:-3} ${KEEP:+--keep "$OUT/timeline-runs"}) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
     torchprof)
       (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds ${PROBE_ROUNDS:-2}) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
     nsysprobe)

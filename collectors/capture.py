@@ -539,6 +539,7 @@ def capture(
         settings["nsys"] = {
             **plan.nsys.as_dict(),
             "trace": tools.NSYS_TRACE,
+            "cuda_graph_trace": tools.NSYS_GRAPH_TRACE,
             "libs": base_env.get(tools.ENV_NSYS_LIBS),
             "extra": list(nsys_extra),
         }

@@ -59,6 +59,10 @@ ENV_MAX_PER_RANGE = "TRACEKIT_NCU_MAX_PER_RANGE"
 DEFAULT_MAX_PER_RANGE = 2
 
 NSYS_TRACE = "cuda,nvtx"
+NSYS_GRAPH_TRACE = "node"
+"""nsys ``--cuda-graph-trace``: ``node`` records every kernel a CUDA-graph replay runs. nsys's default, ``graph``,
+records a replay as one graph row and no kernels, so a GEMM launched from a graph (a serving engine's decode step)
+would have no kernel in its range."""
 
 _FIX_NCU = (
     "install Nsight Compute (it ships with the CUDA toolkit: /usr/local/cuda/bin/ncu), put it on PATH, "
@@ -344,7 +348,8 @@ def nsys_command(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``nsys profile`` command line (as measured on the H200, DEVICE.md): CUDA + NVTX, no CPU sampling or
-    context switches, exporting ``out_base.sqlite`` beside ``out_base.nsys-rep``."""
+    context switches, every kernel of a CUDA-graph replay (:data:`NSYS_GRAPH_TRACE`), exporting
+    ``out_base.sqlite`` beside ``out_base.nsys-rep``. ``extra`` goes after these, before ``cmd``."""
     if not cmd:
         raise BadInputError("no command to profile", "give it after --, e.g. -- python bench.py")
     return [
@@ -355,6 +360,7 @@ def nsys_command(
         "-s",
         "none",
         "--cpuctxsw=none",
+        f"--cuda-graph-trace={NSYS_GRAPH_TRACE}",
         "--export=sqlite",
         "-o",
         str(out_base),

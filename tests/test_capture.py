@@ -131,6 +131,7 @@ def test_nsys_commands_exact():
         "-s",
         "none",
         "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
         "--export=sqlite",
         "-o",
         "/r/raw/nsys",
@@ -462,6 +463,17 @@ def test_nsys_extra_options_reach_the_command_line_and_the_manifest(tmp_path):
         "pass",
     ]
     assert run.manifest["capture"]["nsys"]["extra"] == ["--resolve-symbols=false"]
+    # the CLI's repeatable --nsys-arg takes an option-looking value as is
+    cli = _cli(
+        [
+            *["capture", "--nsys", "--nsys-path", str(nsys), "--nsys-arg", "--resolve-symbols=false"],
+            *["--nsys-arg=--cuda-memory-usage=true", "--no-import", "--json", "--", PY, "-c", "pass"],
+        ],
+        tmp_path,
+    )
+    assert json.loads(cli.stdout)["run"], cli.stderr
+    argv = argv_file.read_text().splitlines()
+    assert argv[-5:] == ["--resolve-symbols=false", "--cuda-memory-usage=true", PY, "-c", "pass"]
 
 
 def _bench_records(samples_dir: Path, n: int) -> str:

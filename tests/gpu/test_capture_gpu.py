@@ -122,6 +122,63 @@ def test_capture_under_nsys_writes_sqlite_with_ranges(tmp_path):
     assert "done" in (run.raw_dir / "nsys.log").read_text()
 
 
+GRAPH_SCRIPT = """
+import torch
+from tracekit.collectors.ranges import gemm_range
+
+a = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    torch.mm(a, b)      # warm-up on the capture stream (cuBLAS workspace)
+torch.cuda.current_stream().wait_stream(s)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    torch.mm(a, b)
+    torch.mm(a, b)
+for _ in range(3):      # each replay runs two GEMM kernels from the graph, inside one range
+    with gemm_range("torch-bf16", "mm-graph", 256, 384, 512, "bf16", "bf16", "bf16"):
+        graph.replay()
+torch.cuda.synchronize()
+print("done", flush=True)
+"""
+
+
+def test_capture_under_nsys_records_kernels_of_cuda_graph_replays(tmp_path):
+    """nsys's default graph trace keeps one row per replay and no kernels; tracekit asks for every node, so the
+    kernels a replay runs are rows that fall inside the replay's range."""
+    try:
+        nsys = tools.find_nsys()
+        tools.require_nsys_importer(nsys)
+    except MissingToolError as exc:
+        pytest.skip(exc.one_line())
+    script = tmp_path / "graph_mm.py"
+    script.write_text(GRAPH_SCRIPT)
+    run = capture([sys.executable, str(script)], nsys=True, runs_dir=tmp_path / "runs")
+    run = Run.open(run.path)
+    assert run.status == "complete", run.manifest["incomplete_reason"]
+    assert run.manifest["capture"]["nsys"]["cuda_graph_trace"] == "node"
+    db = sqlite3.connect(run.raw_dir / "nsys.sqlite")
+    try:
+        ranges = db.execute(
+            "SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
+            "WHERE coalesce(e.text, s.value) LIKE 'gemm backend=torch-bf16 op=mm-graph %'"
+        ).fetchall()
+        graph_kernels = db.execute(
+            "SELECT k.start, k.end, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
+            "WHERE k.graphId IS NOT NULL AND k.graphId != 0"
+        ).fetchall()
+    finally:
+        db.close()
+    assert len(ranges) == 3
+    assert len(graph_kernels) >= 6, graph_kernels  # 3 replays x 2 GEMMs (each maybe with a split-K reduce)
+    # every replayed kernel was launched (its runtime call) inside one of the ranges
+    for _start, _end, launched in graph_kernels:
+        assert any(lo <= launched <= hi for lo, hi in ranges), (launched, ranges)
+
+
 def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     """The benchmark runs each backend in a worker process; the PyTorch profiler of the parent sees none of their
     kernels, so each worker runs under its own profiler and writes its own trace into the run's raw/."""

@@ -39,7 +39,9 @@ What each tool gives:
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
                     --torch-ops all adds every ATen operator (a larger, slower trace)
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
-measurements and failures into the run ($TRACEKIT_RUN_DIR).
+measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
+(--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels. --ncu-arg / --nsys-arg add options
+of your own after tracekit's; run.json records them.
 
 \b
 Missing tools (exit 3):
@@ -204,6 +206,20 @@ class _Event:
     help="ncu: profile at most N launches of each range name (default $TRACEKIT_NCU_MAX_PER_RANGE or 2).",
 )
 @click.option(
+    "--ncu-arg",
+    "ncu_args",
+    multiple=True,
+    metavar="ARG",
+    help="Extra ncu option, placed after tracekit's own (repeatable), e.g. --ncu-arg=--cache-control=none.",
+)
+@click.option(
+    "--nsys-arg",
+    "nsys_args",
+    multiple=True,
+    metavar="ARG",
+    help="Extra nsys option, placed after tracekit's own (repeatable), e.g. --nsys-arg=--cuda-memory-usage=true.",
+)
+@click.option(
     "--ranks",
     "use_ranks",
     is_flag=True,
@@ -256,6 +272,8 @@ def capture(
     all_kernels: bool,
     launch_count: int | None,
     max_per_range: int | None,
+    ncu_args: tuple[str, ...],
+    nsys_args: tuple[str, ...],
     use_ranks: bool,
     launcher: str | None,
     rank_env: str | None,
@@ -311,6 +329,8 @@ def capture(
                 nvtx_include=None if all_kernels else NCU_FILTER,
                 max_per_range=max_per_range,
                 launch_count=launch_count,
+                ncu_extra=list(ncu_args),
+                nsys_extra=list(nsys_args),
                 ranks=ranks,
             )
         except CaptureInterrupted as exc:

@@ -501,7 +501,9 @@ def run_sweep(
     sink = _Sink(run, settings.measurements_file, settings.measurement_keys, settings.side_files)
     try:
         run.log("fingerprint", "reading the environment in a worker")
+        started = time.monotonic()
         environment = fingerprint_environment(settings, run)
+        run.log("fingerprint", f"environment read in {time.monotonic() - started:.1f} s")
         run.manifest["environment"] = environment
         run.save()
         emit(
@@ -512,7 +514,14 @@ def run_sweep(
         for backend in settings.backends:
             run.log("backend", f"running {backend}", backend=backend)
             emit(SweepEvent("backend_started", backend, data={"shapes": len(settings.cases)}))
+            started = time.monotonic()
             _run_backend(settings, run, sink, backend, emit, environment)
+            run.log(
+                "backend",
+                f"{backend} done in {time.monotonic() - started:.1f} s",
+                backend=backend,
+                wall_s=round(time.monotonic() - started, 3),
+            )
             emit(SweepEvent("backend_done", backend))
     except KeyboardInterrupt:
         sink.close()

@@ -11,6 +11,8 @@ written survives a crash)::
     {"event": "done", "shape": [...]}
     {"event": "finished"}
 
+Every line also carries ``time_unix`` (when it was written): how long the imports, each shape and the exit took.
+
 After a fault that poisons the CUDA context (illegal address / instruction) the worker records it and exits with
 code 3; the sweep starts a fresh worker for the remaining shapes. ``--fingerprint`` writes the environment
 fingerprint instead (one ``{"event": "fingerprint", "environment": {...}}`` line).
@@ -82,7 +84,8 @@ class Emitter:
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
 
     def __call__(self, event: str, **fields: Any) -> None:
-        self._f.write(json.dumps({"event": event, **fields}, default=str, allow_nan=False) + "\n")
+        line = {"event": event, **fields, "time_unix": round(time.time(), 4)}
+        self._f.write(json.dumps(line, default=str, allow_nan=False) + "\n")
         self._f.flush()
 
     def close(self) -> None:

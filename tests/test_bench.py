@@ -155,6 +155,12 @@ def test_sweep_survives_segfault_hang_and_failures(tmp_path, plugin_env):
     assert ("test-segv", (2, 8, 8), "crashed") in done and ("test-hang", (2, 8, 8), "timeout") in done
     assert sum(e.kind == "failure" for e in events) == 8
     assert events[-1].kind == "sweep_done" and events[-1].data["status"] == "complete"
+    # when things happened: every worker line is stamped, and run.json says how long each backend took
+    lines = [json.loads(x) for x in (run.raw_dir / "logs" / "test-ok.1.jsonl").read_text().splitlines()]
+    stamps = [x["time_unix"] for x in lines]
+    assert lines[0]["event"] == "hello" and stamps == sorted(stamps)
+    took = {e.get("backend"): e.get("wall_s") for e in run.manifest["events"] if "wall_s" in e}
+    assert set(took) == set(settings.backends) and took["test-hang"] >= 4.0  # the timeout it sat through
 
 
 def test_interrupted_sweep_is_marked_incomplete(tmp_path, plugin_env):

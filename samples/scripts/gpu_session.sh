@@ -2,7 +2,7 @@
 # One GPU-machine session of tracekit's own captures: `gpu_session.sh PHASE...` with phases
 #   setup     install the carried wheels (tracekit, nvtx, polars, msgspec) and FlashInfer's Python files (if carried
 #             as .carry/fi-py.tgz) into /tmp/site
-#   tests     the GPU tests (tests/gpu, marker gpu)
+#   tests     the GPU tests (tests/gpu, marker gpu; GPU_TESTS="tests/gpu/a.py ..." picks files, relative to the checkout)
 #   probe     the h200-gemm-probe sample: samples/scripts/gemm_probe.py under ncu and nsys (raw files)
 #   bench     the h200-bench-gemm sample: `tracekit bench gemm --backends all` (plain timings)
 #   capture   the h200-capture-gemm sample: `tracekit capture --nsys --ncu -- tracekit bench gemm ...`
@@ -35,7 +35,7 @@ for p in "$@"; do
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
     tests)
-      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu ${GPU_TESTS:-"$R/tests/gpu"} -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu $(for t in ${GPU_TESTS:-tests/gpu}; do printf '%s ' "$R/$t"; done) -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)

@@ -165,10 +165,13 @@ def test_capture_under_nsys_records_kernels_of_cuda_graph_replays(tmp_path):
             "SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
             "WHERE coalesce(e.text, s.value) LIKE 'gemm backend=torch-bf16 op=mm-graph %'"
         ).fetchall()
+        # nsys 2025.3 exports graphNodeId only; later versions add graphId
+        cols = {row[1] for row in db.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+        node = "graphId" if "graphId" in cols else "graphNodeId"
         graph_kernels = db.execute(
             "SELECT k.start, k.end, r.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
             "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
-            "WHERE k.graphId IS NOT NULL AND k.graphId != 0"
+            f"WHERE k.{node} IS NOT NULL AND k.{node} != 0"
         ).fetchall()
     finally:
         db.close()

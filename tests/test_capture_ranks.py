@@ -171,6 +171,7 @@ def test_pass_command_lines_exact() -> None:
         "-s",
         "none",
         "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
         "--export=sqlite",
         "-o",
         "/r/raw/nsys.rank%q{TRACEKIT_RANK}",

@@ -516,12 +516,8 @@ def run_sweep(
             emit(SweepEvent("backend_started", backend, data={"shapes": len(settings.cases)}))
             started = time.monotonic()
             _run_backend(settings, run, sink, backend, emit, environment)
-            run.log(
-                "backend",
-                f"{backend} done in {time.monotonic() - started:.1f} s",
-                backend=backend,
-                wall_s=round(time.monotonic() - started, 3),
-            )
+            took = time.monotonic() - started
+            run.log("backend", f"{backend} done in {took:.1f} s", backend=backend, wall_s=round(took, 3))
             emit(SweepEvent("backend_done", backend))
     except KeyboardInterrupt:
         sink.close()

@@ -539,7 +539,7 @@ def capture(
         settings["nsys"] = {
             **plan.nsys.as_dict(),
             "trace": tools.NSYS_TRACE,
-            "cuda_graph_trace": tools.NSYS_GRAPH_TRACE,
+            "cuda_graph_trace": tools.nsys_graph_trace(nsys_extra),
             "libs": base_env.get(tools.ENV_NSYS_LIBS),
             "extra": list(nsys_extra),
         }

@@ -339,6 +339,12 @@ def ncu_command(
     return args
 
 
+def nsys_graph_trace(extra: Sequence[str] = ()) -> str:
+    """The ``--cuda-graph-trace`` value a capture runs with: the last one in ``extra``, else tracekit's."""
+    given = [str(e).split("=", 1)[1] for e in extra if str(e).startswith("--cuda-graph-trace=")]
+    return given[-1] if given else NSYS_GRAPH_TRACE
+
+
 def nsys_command(
     nsys: str | os.PathLike[str],
     out_base: str | os.PathLike[str],
@@ -349,9 +355,11 @@ def nsys_command(
 ) -> list[str]:
     """The ``nsys profile`` command line (as measured on the H200, DEVICE.md): CUDA + NVTX, no CPU sampling or
     context switches, every kernel of a CUDA-graph replay (:data:`NSYS_GRAPH_TRACE`), exporting
-    ``out_base.sqlite`` beside ``out_base.nsys-rep``. ``extra`` goes after these, before ``cmd``."""
+    ``out_base.sqlite`` beside ``out_base.nsys-rep``. ``extra`` goes after these, before ``cmd``; a
+    ``--cuda-graph-trace`` in it replaces tracekit's (e.g. ``graph`` where node tracing costs too much)."""
     if not cmd:
         raise BadInputError("no command to profile", "give it after --, e.g. -- python bench.py")
+    graph = [] if nsys_graph_trace(extra) != NSYS_GRAPH_TRACE else [f"--cuda-graph-trace={NSYS_GRAPH_TRACE}"]
     return [
         str(nsys),
         "profile",
@@ -360,7 +368,7 @@ def nsys_command(
         "-s",
         "none",
         "--cpuctxsw=none",
-        f"--cuda-graph-trace={NSYS_GRAPH_TRACE}",
+        *graph,
         "--export=sqlite",
         "-o",
         str(out_base),

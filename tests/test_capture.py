@@ -140,6 +140,10 @@ def test_nsys_commands_exact():
         "python3",
         "bench.py",
     ]
+    # the user's own --cuda-graph-trace replaces tracekit's instead of following it
+    own = tools.nsys_command("n", "o", ["./a"], extra=["--cuda-graph-trace=graph"])
+    assert [a for a in own if a.startswith("--cuda-graph-trace")] == ["--cuda-graph-trace=graph"]
+    assert own[-2:] == ["--cuda-graph-trace=graph", "./a"]
     assert tools.nsys_export_command("nsys", "/r/raw/nsys.nsys-rep") == [
         "nsys",
         "export",
@@ -463,6 +467,7 @@ def test_nsys_extra_options_reach_the_command_line_and_the_manifest(tmp_path):
         "pass",
     ]
     assert run.manifest["capture"]["nsys"]["extra"] == ["--resolve-symbols=false"]
+    assert run.manifest["capture"]["nsys"]["cuda_graph_trace"] == "node"
     # the CLI's repeatable --nsys-arg takes an option-looking value as is
     cli = _cli(
         [
@@ -474,6 +479,18 @@ def test_nsys_extra_options_reach_the_command_line_and_the_manifest(tmp_path):
     assert json.loads(cli.stdout)["run"], cli.stderr
     argv = argv_file.read_text().splitlines()
     assert argv[-5:] == ["--resolve-symbols=false", "--cuda-memory-usage=true", PY, "-c", "pass"]
+    # a --cuda-graph-trace of the user's replaces tracekit's, and run.json says which one ran
+    cli = _cli(
+        [
+            *["capture", "--nsys", "--nsys-path", str(nsys), "--nsys-arg=--cuda-graph-trace=graph"],
+            *["--no-import", "--json", "--", PY, "-c", "pass"],
+        ],
+        tmp_path,
+    )
+    argv = argv_file.read_text().splitlines()
+    assert [a for a in argv if a.startswith("--cuda-graph-trace")] == ["--cuda-graph-trace=graph"]
+    ran = Run.open(tmp_path / json.loads(cli.stdout)["run"])  # relative to the CLI's cwd
+    assert ran.manifest["capture"]["nsys"]["cuda_graph_trace"] == "graph"
 
 
 def _bench_records(samples_dir: Path, n: int) -> str:

@@ -40,8 +40,9 @@ What each tool gives:
                     --torch-ops all adds every ATen operator (a larger, slower trace)
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
-(--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels. --ncu-arg / --nsys-arg add options
-of your own after tracekit's; run.json records them.
+(--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph
+replaces it where that costs too much). --ncu-arg / --nsys-arg add options of your own after tracekit's; run.json
+records them.
 
 \b
 Missing tools (exit 3):

@@ -286,21 +286,22 @@ def _tail(path: Path, limit: int = 20000) -> str:
     return data[-limit:].decode("utf-8", errors="replace")
 
 
-def fingerprint_environment(settings: SweepSettings, run: Run, timeout: float = 120.0) -> dict[str, Any]:
-    """The environment fingerprint, taken in a worker so this process never initialises CUDA."""
+def take_fingerprint(python: str, device: int, out: Path, timeout: float = 120.0) -> dict[str, Any]:
+    """The environment fingerprint (``tracekit.collectors.env.fingerprint``), taken in a worker so this process
+    never imports torch or initialises CUDA; the worker's event line is left in ``out``. Never raises: what went
+    wrong is the ``fingerprint_error`` field."""
     from tracekit.collectors.env import _host, library_versions
 
-    out = run.raw_dir / LOG_DIR / "fingerprint.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
-        settings.python,
+        python,
         "-m",
         "tracekit.collectors.worker",
         "--fingerprint",
         "--out",
         str(out),
         "--device",
-        str(settings.device),
+        str(device),
     ]
     err = out.with_suffix(".stderr.txt")
     try:
@@ -481,8 +482,12 @@ def run_sweep(
     on_event: Callable[[SweepEvent], None] | None = None,
     command: list[str] | None = None,
     exist_ok: bool = False,
+    environment: dict[str, Any] | None = None,
 ) -> SweepResult:
     """Run every backend over every shape into a new run at ``path``; failures are data, not exceptions.
+
+    ``environment`` is a fingerprint already taken (:func:`take_fingerprint`, as ``tracekit bench`` does for its
+    GPU check); without it the sweep takes one first.
 
     Returns the run with its rows. On KeyboardInterrupt or an unexpected error the run is marked incomplete
     (what was measured stays in raw/) and the exception propagates.
@@ -500,10 +505,15 @@ def run_sweep(
         prepare(run)
     sink = _Sink(run, settings.measurements_file, settings.measurement_keys, settings.side_files)
     try:
-        run.log("fingerprint", "reading the environment in a worker")
-        started = time.monotonic()
-        environment = fingerprint_environment(settings, run)
-        run.log("fingerprint", f"environment read in {time.monotonic() - started:.1f} s")
+        fingerprint = run.raw_dir / LOG_DIR / "fingerprint.jsonl"
+        if environment is None:
+            run.log("fingerprint", "reading the environment in a worker")
+            started = time.monotonic()
+            environment = take_fingerprint(settings.python, settings.device, fingerprint)
+            run.log("fingerprint", f"environment read in {time.monotonic() - started:.1f} s")
+        else:  # read before the run existed (the GPU check); keep the worker's line with the run's logs
+            fingerprint.parent.mkdir(parents=True, exist_ok=True)
+            fingerprint.write_text(json.dumps({"event": "fingerprint", "environment": environment}) + "\n")
         run.manifest["environment"] = environment
         run.save()
         emit(

@@ -6,7 +6,10 @@ Usage::
     python -m tracekit.collectors.torchprof --out trace.json.gz -- -m package.module args...
 
 The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside
-the PyTorch profiler (Kineto, CPU and CUDA activities). By default (``--ops ranges``) the CPU side records only
+the PyTorch profiler (Kineto, CPU and CUDA activities). The profiler starts the moment the script's own
+``import torch`` completes (before torch can run anything), so a process that never imports torch (a
+benchmark's parent whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU
+host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
 ``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
 launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM
 sweep's trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps
@@ -25,6 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import importlib.abc
+import importlib.util
 import json
 import os
 import platform
@@ -223,40 +228,107 @@ def _start(prof: Any, ops: str) -> str:
     return "all"
 
 
+class _StartOnImport(importlib.abc.MetaPathFinder):
+    """Calls ``start()`` right after the first ``import torch`` of the program finishes executing torch.
+
+    The spec and loader are torch's own (found by the other finders); only this one loader instance's
+    ``exec_module`` is wrapped, once, so ``torch.__loader__`` and ``__spec__`` stay what they would have been."""
+
+    def __init__(self, start: Any) -> None:
+        self._start = start
+        self._looking = False
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch" or self._looking:
+            return None
+        self._looking = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._looking = False
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return None
+        run_torch = loader.exec_module
+        start = self._start
+
+        def exec_module(module: Any) -> None:
+            del loader.exec_module  # back to the class's method for anyone else
+            run_torch(module)
+            start()
+
+        loader.exec_module = exec_module
+        sys.meta_path.remove(self)
+        return spec
+
+
+def _write_empty_trace(out: Path, why: str) -> None:
+    """A valid Kineto trace with no events, so the run still has this process's file and says why it is empty."""
+    data = json.dumps({"schemaVersion": 1, "traceEvents": [], "traceName": str(out), "tracekit_note": why})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.name.endswith(".gz"):
+        with gzip.open(out, "wt", encoding="utf-8") as f:
+            f.write(data)
+    else:
+        out.write_text(data, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parse(sys.argv[1:] if argv is None else argv)
     out: Path = ns.out.absolute()
     failures: Path = (ns.failures or _default_failures(out)).absolute()
     os.environ[ENV_RECORD_FUNCTION] = "1"
     os.environ[ENV_TORCH_PROFILER] = str(out)
-    try:
-        import torch
-
-        # The autograd-level profiler that torch.profiler.profile wraps: the wrapper's start runs
-        # `hasattr(torch, "_inductor")`, which imports TorchInductor (and Triton) in every profiled process, 1 s and
-        # more per process, for a setting this runner never uses. The trace written is the same Kineto JSON.
-        from torch.autograd.profiler import profile
-    except ImportError as exc:
+    if importlib.util.find_spec("torch") is None:
         print(
-            f"tracekit torchprof: torch cannot be imported by {sys.executable} ({exc}); "
+            f"tracekit torchprof: torch cannot be imported by {sys.executable} (no module named 'torch'); "
             "install torch in that environment or run the capture with --nsys / --ncu instead",
             file=sys.stderr,
         )
         return 3
 
-    cuda = bool(torch.cuda.is_available())  # asks the driver for a device count; starts no CUDA context
-    versions = {
-        "torch": getattr(torch, "__version__", None),
-        "cuda": getattr(getattr(torch, "version", None), "cuda", None),
-        "python": platform.python_version(),
-    }
+    # Filled in when the program imports torch (_StartOnImport): the profiler, and what failure records need.
+    state: dict[str, Any] = {"prof": None, "torch": None, "cuda": False, "ops": None, "start_s": None}
+    versions: dict[str, Any] = {"torch": None, "cuda": None, "python": platform.python_version()}
+    t0 = time.perf_counter()
+
+    def start() -> None:
+        t_import = time.perf_counter()
+        try:
+            import torch
+
+            # The autograd-level profiler that torch.profiler.profile wraps: the wrapper's start runs
+            # `hasattr(torch, "_inductor")`, which imports TorchInductor (and Triton) in every profiled process,
+            # 1 s and more per process, for a setting this runner never uses. The trace written is the same.
+            from torch.autograd.profiler import profile
+
+            cuda = bool(
+                torch.cuda.is_available()
+            )  # asks the driver for a device count; starts no CUDA context
+            versions["torch"] = getattr(torch, "__version__", None)
+            versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+            prof = profile(
+                use_cpu=True,
+                use_device="cuda" if cuda else None,
+                use_kineto=True,
+                record_shapes=ns.record_shapes,
+            )
+            state["ops"] = _start(prof, ns.ops)
+        except Exception as exc:  # the program goes on unprofiled rather than dying inside its own import
+            print(
+                f"tracekit torchprof: could not start the profiler ({type(exc).__name__}: {exc})",
+                file=sys.stderr,
+            )
+            return
+        state.update(prof=prof, torch=torch, cuda=cuda, start_s=time.perf_counter() - t_import)
 
     def device() -> dict[str, Any]:
         """The device fields of a failure record, read only when one is written: asking for the device's name
         starts a CUDA context, which a program that never touches the GPU (a benchmark's parent process whose
         workers do the GEMMs) should not pay for or hold."""
         fields: dict[str, Any] = {"device_name": None, "compute_capability": None, "versions": versions}
-        if cuda:
+        torch = state["torch"]
+        if state["cuda"] and torch is not None:
             with contextlib.suppress(Exception):  # a broken device still gets its trace and failure line
                 fields["device_name"] = torch.cuda.get_device_name(0)
                 major, minor = torch.cuda.get_device_capability(0)
@@ -266,12 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     status = 0
     record: dict[str, Any] | None = None
-    prof = profile(
-        use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True, record_shapes=ns.record_shapes
-    )
-    t0 = time.perf_counter()
-    ops = _start(prof, ns.ops)
-    t_started = time.perf_counter()
+    hook = _StartOnImport(start)
+    sys.meta_path.insert(0, hook)
     try:
         _run_target(ns.target)
     except SystemExit as exc:
@@ -314,22 +382,39 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if cuda and torch.cuda.is_initialized():  # synchronize() would start CUDA in a process that never did
-            # the script's own CUDA error must not cost the trace
+        if hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        prof, torch = state["prof"], state["torch"]
+        if state["cuda"] and torch is not None and torch.cuda.is_initialized():
+            # synchronize() would start CUDA in a process that never did; the script's own CUDA error must not
+            # cost the trace
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
         try:
             t_ran = time.perf_counter()
-            prof.__exit__(None, None, None)
-            t_stopped = time.perf_counter()
-            _export(prof, out)
-            # where the profiler's own time goes, for whoever wonders why a profiled run is slower
-            print(
-                f"tracekit torchprof ({ops}): profiler start {t_started - t0:.2f} s, program {t_ran - t_started:.2f} s, "
-                f"stop {t_stopped - t_ran:.2f} s, export {time.perf_counter() - t_stopped:.2f} s "
-                f"({out.stat().st_size / 1e6:.1f} MB) -> {out.name}",
-                file=sys.stderr,
-            )
+            if prof is None:
+                why = (
+                    "the program never imported torch: nothing ran under the profiler in this process"
+                    if torch is None and "torch" not in sys.modules
+                    else "the profiler did not start (see above)"
+                )
+                _write_empty_trace(out, why)
+                print(
+                    f"tracekit torchprof: {why}; program {t_ran - t0:.2f} s -> {out.name} (empty)",
+                    file=sys.stderr,
+                )
+            else:
+                prof.__exit__(None, None, None)
+                t_stopped = time.perf_counter()
+                _export(prof, out)
+                # where the profiler's own time goes, for whoever wonders why a profiled run is slower
+                print(
+                    f"tracekit torchprof ({state['ops']}): profiler start {state['start_s']:.2f} s, "
+                    f"program {t_ran - t0:.2f} s, stop {t_stopped - t_ran:.2f} s, "
+                    f"export {time.perf_counter() - t_stopped:.2f} s "
+                    f"({out.stat().st_size / 1e6:.1f} MB) -> {out.name}",
+                    file=sys.stderr,
+                )
         except Exception as exc:
             print(f"tracekit torchprof: could not export the trace to {out}: {exc}", file=sys.stderr)
             status = status or 1

@@ -4,6 +4,8 @@ classification on the real error strings from DEVICE.md, and the raw JSONL rows 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -219,6 +221,27 @@ def test_cli_rejects_unknown_backend(tmp_path):
     res = CliRunner().invoke(cli, ["bench", "gemm", "--backends", "nope", "-o", str(tmp_path / "r")])
     assert res.exit_code != 0 and isinstance(res.exception, BadInputError)
     assert "torch-bf16" in res.exception.hint
+
+
+def test_no_gpu_exits_3_without_torch_in_the_parent(tmp_path):
+    """torch present, no usable GPU: exit 3 with the reason, nothing created, and the check ran in the fingerprint
+    worker: the process driving the sweep never imported torch (3-5 s of every sweep on a GPU host)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is usable here")
+    code = (
+        "import json, sys\n"
+        "from tracekit.cli import main\n"
+        "try:\n"
+        f"    main(['bench', 'gemm', '--backends', 'torch-bf16', '--shapes', '16x768x6144', '-o', {str(tmp_path / 'r')!r}])\n"
+        "except SystemExit as exc:\n"
+        "    print(json.dumps({'code': exc.code, 'torch': 'torch' in sys.modules}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {"code": 3, "torch": False}, proc.stderr
+    assert "no CUDA GPU is usable here (torch.cuda.is_available() is False)" in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_missing_torch_exits_3(tmp_path, monkeypatch):

@@ -690,7 +690,10 @@ def _fake_torch(tmp_path: Path) -> Path:
 
 def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
     script = tmp_path / "bench.py"
-    script.write_text("import sys\nprint('argv', sys.argv[1:])\nraise ValueError('shape 1x2 unsupported')\n")
+    script.write_text(
+        "import sys\nimport torch\nsys.stdout.write(f'argv {sys.argv[1:]}\\n')  # one write: the log interleaves streams\n"
+        "raise ValueError('shape 1x2 unsupported')\n"
+    )
     env = {**_no_tools_env(tmp_path), "PYTHONPATH": str(_fake_torch(tmp_path))}
     run = capture(
         [PY, str(script), "--m", "16"],
@@ -728,6 +731,47 @@ def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
     assert run.manifest["capture"]["torch_profiler"]["cpu_events"] == "ranges"
     # this fake torch has no scoped profiler API: the runner says so and records every operator instead
     assert "cannot limit the recorded scopes" in log and "recording every operator" in log
+
+
+def test_torchprof_starts_at_the_programs_import_of_torch(tmp_path):
+    """The profiler starts when the program's ``import torch`` completes: the runner itself imports nothing of
+    torch, a program that never imports it leaves an empty trace that says why, and one that does gets torch with
+    its usual loader and spec (only that one import was watched)."""
+    env = {**_no_tools_env(tmp_path), "PYTHONPATH": str(_fake_torch(tmp_path))}
+    idle = tmp_path / "idle.py"
+    idle.write_text("import sys\nprint('torch loaded:', 'torch' in sys.modules)\n")
+    proc = subprocess.run(
+        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "idle.json.gz"), "--", str(idle)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "torch loaded: False" in proc.stdout
+    assert "the program never imported torch" in proc.stderr
+    with gzip.open(tmp_path / "idle.json.gz", "rt") as f:
+        trace = json.load(f)
+    assert trace["traceEvents"] == [] and "never imported torch" in trace["tracekit_note"]
+
+    user = tmp_path / "user.py"
+    user.write_text(
+        "import sys\n"
+        "import torch.autograd\n"  # a submodule first: torch itself is what starts the profiler
+        "print('loader', type(torch.__loader__).__name__, torch.__spec__.name)\n"
+        "print('watching', any(type(f).__name__ == '_StartOnImport' for f in sys.meta_path))\n"
+    )
+    proc = subprocess.run(
+        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "user.json"), "--", str(user)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "loader SourceFileLoader torch" in proc.stdout and "watching False" in proc.stdout
+    assert json.loads((tmp_path / "user.json").read_text())["traceEvents"][0]["name"] == "fake"
+    assert re.search(r"profiler start [0-9.]+ s, program [0-9.]+ s", proc.stderr), proc.stderr
 
 
 def test_torchprof_without_torch(tmp_path):

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,8 +127,7 @@ def gemm(
     names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
     _check_timing(repeats, warmup, timeout)
-    if any(known[n].timer == "cuda" for n in names):
-        _require_gpu(device)
+    environment = _require_gpu(device) if any(known[n].timer == "cuda" for n in names) else None
 
     out, inside = _sweep_dir(output, "gemm")
     settings = SweepSettings(
@@ -139,7 +139,7 @@ def gemm(
         timing=timing,
         device=device,
     )
-    result = _sweep(out, settings, len(names) * len(shape_list), "gemm")
+    result = _sweep(out, settings, len(names) * len(shape_list), "gemm", environment)
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -205,30 +205,39 @@ def _check_timing(repeats: int, warmup: int, timeout: float) -> None:
         raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
 
 
-def _require_gpu(device: int) -> None:
+def _require_gpu(device: int) -> dict[str, Any]:
+    """Check that torch sees CUDA device ``device`` and return the environment fingerprint that says so.
+
+    The check runs in the fingerprint worker the sweep needs anyway, so this process never imports torch (3-5 s
+    per sweep on an H200 host) and never starts CUDA (under nsys that would cost this process its own injection);
+    nothing is created when the check fails."""
     if importlib.util.find_spec("torch") is None:
         raise MissingToolError(
             "torch is not installed here; the GEMM backends need torch with CUDA",
             "pip install torch (a CUDA build), plus flashinfer-python / sgl-kernel for those backends; "
             "or run `tracekit bench gemm` on the GPU machine and `tracekit show` the run here",
         )
-    try:  # no get_device_properties here: the workers own the GPU, this process only checks it exists
-        import torch
+    from tracekit.collectors.bench import take_fingerprint
 
-        available = bool(torch.cuda.is_available())
-        count = int(torch.cuda.device_count()) if available else 0
-        why = "torch.cuda.is_available() is False"
-    except Exception as exc:
-        available, count, why = False, 0, f"{type(exc).__name__}: {exc}"
-    if not available:
+    with tempfile.TemporaryDirectory(prefix="tracekit-fingerprint-") as tmp:
+        env = take_fingerprint(sys.executable, device, Path(tmp) / "fingerprint.jsonl")
+    count = int(env.get("device_count") or 0)
+    if not env.get("cuda_available"):
+        why = (
+            env.get("cuda_error")
+            or env.get("torch_error")
+            or env.get("fingerprint_error")
+            or "torch.cuda.is_available() is False"
+        )
         raise MissingToolError(
-            f"no CUDA GPU is usable here ({why})",
+            f"no CUDA GPU is usable here ({str(why).strip().splitlines()[-1]})",
             "run on a machine with an NVIDIA GPU and a CUDA build of torch (check nvidia-smi)",
         )
     if device >= count:
         raise MissingToolError(
             f"CUDA device {device} does not exist ({count} visible)", "pick --device 0..N-1"
         )
+    return env
 
 
 class _Progress:
@@ -425,10 +434,9 @@ def moe(
         device=device,
         seed=seed,
     )
-    if any(known[n].timer == "cuda" for n in names):
-        _require_gpu(device)
+    environment = _require_gpu(device) if any(known[n].timer == "cuda" for n in names) else None
     out, inside = _sweep_dir(output, "moe")
-    result = _sweep(out, settings, len(names) * len(settings.cases), "moe")
+    result = _sweep(out, settings, len(names) * len(settings.cases), "moe", environment)
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -507,15 +515,18 @@ def _sweep_dir(output: Path | None, verb: str) -> tuple[Path, Path | None]:
     return output or Path("runs") / new_run_name(f"bench-{verb}"), None
 
 
-def _sweep(out: Path, settings: Any, total: int, verb: str) -> Any:
-    """Run the sweep with a progress bar; Ctrl-C says where the partial results are kept."""
+def _sweep(out: Path, settings: Any, total: int, verb: str, environment: dict[str, Any] | None) -> Any:
+    """Run the sweep with a progress bar; Ctrl-C says where the partial results are kept. ``environment``: the
+    fingerprint the GPU check took, or None for the sweep to take its own."""
     from tracekit.collectors.bench import run_sweep
 
     command = ["tracekit", "bench", verb, *sys.argv[3:]] if sys.argv[1:3] == ["bench", verb] else None
     progress = _Progress(total)
     try:
         with progress:
-            return run_sweep(out, settings, on_event=progress.on_event, command=command)
+            return run_sweep(
+                out, settings, on_event=progress.on_event, command=command, environment=environment
+            )
     except KeyboardInterrupt:
         click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
         raise

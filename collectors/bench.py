@@ -1,6 +1,7 @@
 """The GEMM sweep behind ``tracekit bench gemm``: backends x shapes, each backend in its own worker process.
 
-:func:`run_sweep` creates a run directory (status ``capturing``), fingerprints the environment in a worker,
+:func:`run_sweep` creates a run directory (status ``capturing``), fingerprints the environment in a worker
+(unless given the fingerprint ``tracekit bench`` took for its GPU check),
 then runs one worker per backend (``python -m tracekit.collectors.worker``) and appends what it reports to
 ``raw/measurements.jsonl`` and ``raw/failures.jsonl`` as it arrives. A worker that dies by a signal is recorded
 ``crashed`` with the signal name for the shape it was on; one silent for more than ``timeout`` seconds on a
@@ -512,6 +513,7 @@ def run_sweep(
             environment = take_fingerprint(settings.python, settings.device, fingerprint)
             run.log("fingerprint", f"environment read in {time.monotonic() - started:.1f} s")
         else:  # read before the run existed (the GPU check); keep the worker's line with the run's logs
+            run.log("fingerprint", "environment read by the GPU check before the run")
             fingerprint.parent.mkdir(parents=True, exist_ok=True)
             fingerprint.write_text(json.dumps({"event": "fingerprint", "environment": environment}) + "\n")
         run.manifest["environment"] = environment

@@ -493,6 +493,27 @@ def test_nsys_extra_options_reach_the_command_line_and_the_manifest(tmp_path):
     assert ran.manifest["capture"]["nsys"]["cuda_graph_trace"] == "graph"
 
 
+def test_ncu_arg_reaches_the_command_line_and_the_manifest(tmp_path):
+    """``--ncu-arg`` (repeatable) goes after tracekit's ncu options, right before the profiled command."""
+    argv_file = tmp_path / "argv"
+    ncu = _exe(
+        tmp_path / "bin/ncu",
+        'if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0"; exit 0; fi\n'
+        f'printf "%s\\n" "$@" > {argv_file}\nexit 0\n',
+    )
+    cli = _cli(
+        [
+            *["capture", "--ncu", "--ncu-path", str(ncu), "--ncu-arg=--cache-control=none"],
+            *["--ncu-arg", "--replay-mode=application", "--no-import", "--json", "--", PY, "-c", "pass"],
+        ],
+        tmp_path,
+    )
+    argv = argv_file.read_text().splitlines()
+    assert argv[-5:] == ["--cache-control=none", "--replay-mode=application", PY, "-c", "pass"]
+    run = Run.open(tmp_path / json.loads(cli.stdout)["run"])
+    assert run.manifest["capture"]["ncu"]["extra"] == ["--cache-control=none", "--replay-mode=application"]
+
+
 def _bench_records(samples_dir: Path, n: int) -> str:
     lines = (samples_dir / "h200-bench-gemm/raw/measurements.jsonl").read_text().splitlines()
     return "\n".join(lines[:n]) + "\n"

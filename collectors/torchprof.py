@@ -229,17 +229,20 @@ def _start(prof: Any, ops: str) -> str:
 
 
 class _StartOnImport(importlib.abc.MetaPathFinder):
-    """Calls ``start()`` right after the first ``import torch`` of the program finishes executing torch.
+    """Calls ``start()`` right after the program's first ``import torch`` finishes executing torch.
 
-    The spec and loader are torch's own (found by the other finders); only this one loader instance's
-    ``exec_module`` is wrapped, once, so ``torch.__loader__`` and ``__spec__`` stay what they would have been."""
+    The spec and loader are torch's own (found by the other finders); only that loader instance's ``exec_module``
+    is wrapped, so ``torch.__loader__`` and ``__spec__`` stay what they would have been. A spec asked for without an
+    import (``importlib.util.find_spec("torch")``, as availability checks do) is never executed, so the finder
+    stays in place until an import really runs torch."""
 
     def __init__(self, start: Any) -> None:
         self._start = start
         self._looking = False
+        self.fired = False
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch" or self._looking:
+        if name != "torch" or self._looking or self.fired:
             return None
         self._looking = True
         try:
@@ -250,15 +253,19 @@ class _StartOnImport(importlib.abc.MetaPathFinder):
         if loader is None or not hasattr(loader, "exec_module"):
             return None
         run_torch = loader.exec_module
-        start = self._start
 
         def exec_module(module: Any) -> None:
             del loader.exec_module  # back to the class's method for anyone else
+            if self.fired:
+                run_torch(module)
+                return
+            self.fired = True
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(self)
             run_torch(module)
-            start()
+            self._start()
 
         loader.exec_module = exec_module
-        sys.meta_path.remove(self)
         return spec
 
 

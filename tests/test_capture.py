@@ -777,7 +777,8 @@ def test_torchprof_starts_at_the_programs_import_of_torch(tmp_path):
 
     user = tmp_path / "user.py"
     user.write_text(
-        "import sys\n"
+        "import importlib.util, sys\n"
+        "assert importlib.util.find_spec('torch')\n"  # a probe, as availability checks do: no import yet
         "import torch.autograd\n"  # a submodule first: torch itself is what starts the profiler
         "print('loader', type(torch.__loader__).__name__, torch.__spec__.name)\n"
         "print('watching', any(type(f).__name__ == '_StartOnImport' for f in sys.meta_path))\n"

@@ -326,3 +326,21 @@ def test_worker_runs_under_its_own_profiler_only_under_the_torch_profiler(tmp_pa
         "-m",
     ]
     assert wrapped[11:] == cmd[4:]  # tracekit.collectors.worker and its arguments, unchanged
+
+
+def test_a_profiled_worker_starts_its_profiler_when_it_imports_torch(tmp_path: Path) -> None:
+    """The exact command a sweep under the PyTorch profiler gives each worker, run for real (a CPU torch is
+    enough; the worker records that CUDA is missing): the runner's profiler starts when the worker imports torch,
+    after the backend registry has only probed for it, so the worker's trace is not empty."""
+    pytest.importorskip("torch")
+    events, trace, fails = tmp_path / "ev.jsonl", tmp_path / "w.json", tmp_path / "f.jsonl"
+    cmd = SweepSettings(backends=["torch-bf16"], shapes=[(16, 16, 16)], warmup=1, repeats=2).worker_cmd(
+        "torch-bf16", [(16, 16, 16)], events
+    )
+    wrapped = profiled_worker_cmd(
+        cmd, trace, fails, env={"TRACEKIT_TORCH_PROFILER": str(tmp_path / "p.json")}
+    )
+    proc = subprocess.run(wrapped, capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert "tracekit torchprof (ranges): profiler start" in proc.stderr, proc.stderr[-2000:]
+    assert json.loads(trace.read_text())["traceEvents"], "the worker's trace is empty"
+    assert [json.loads(x)["event"] for x in events.read_text().splitlines()][-1] == "finished"

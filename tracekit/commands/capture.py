@@ -37,7 +37,8 @@ What each tool gives:
                     for kernels inside tracekit NVTX ranges only (--max-per-range launches each); slow: every kernel
                     is replayed ~20 times
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
-                    --torch-ops all adds every ATen operator (a larger, slower trace)
+                    it starts when the script imports torch; --torch-ops all adds every ATen operator (a
+                    larger, slower trace)
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
 (--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph

@@ -9,10 +9,10 @@ The script runs in this process (``runpy``, with ``sys.argv`` set as if it had b
 the PyTorch profiler (Kineto, CPU and CUDA activities). The profiler starts the moment the script's own
 ``import torch`` completes (before torch can run anything), so a process that never imports torch (a
 benchmark's parent whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU
-host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
-``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
-launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM
-sweep's trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps
+host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU
+side records only ``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to
+ranges through their launch calls (CUPTI runtime events, recorded either way), and the per-operator events were
+half of a GEMM sweep's trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps
 every operator, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or
 SIGTERM), the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind
 ``crashed``; the columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit
@@ -309,9 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             # 1 s and more per process, for a setting this runner never uses. The trace written is the same.
             from torch.autograd.profiler import profile
 
-            cuda = bool(
-                torch.cuda.is_available()
-            )  # asks the driver for a device count; starts no CUDA context
+            # asks the driver for a device count; starts no CUDA context
+            cuda = bool(torch.cuda.is_available())
             versions["torch"] = getattr(torch, "__version__", None)
             versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
             prof = profile(

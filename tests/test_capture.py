@@ -754,6 +754,12 @@ def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
     assert "cannot limit the recorded scopes" in log and "recording every operator" in log
 
 
+def _torchprof(out: Path | str, target: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    """The PyTorch-profiler runner, as a capture starts it, on ``target`` (a script and its arguments)."""
+    cmd = [PY, "-m", "tracekit.collectors.torchprof", "--out", str(out), "--", *target]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)
+
+
 def test_torchprof_starts_at_the_programs_import_of_torch(tmp_path):
     """The profiler starts when the program's ``import torch`` completes: the runner itself imports nothing of
     torch, a program that never imports it leaves an empty trace that says why, and one that does gets torch with
@@ -761,13 +767,7 @@ def test_torchprof_starts_at_the_programs_import_of_torch(tmp_path):
     env = {**_no_tools_env(tmp_path), "PYTHONPATH": str(_fake_torch(tmp_path))}
     idle = tmp_path / "idle.py"
     idle.write_text("import sys\nprint('torch loaded:', 'torch' in sys.modules)\n")
-    proc = subprocess.run(
-        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "idle.json.gz"), "--", str(idle)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _torchprof(tmp_path / "idle.json.gz", [str(idle)], env=env)
     assert proc.returncode == 0, proc.stderr
     assert "torch loaded: False" in proc.stdout
     assert "the program never imported torch" in proc.stderr
@@ -783,13 +783,7 @@ def test_torchprof_starts_at_the_programs_import_of_torch(tmp_path):
         "print('loader', type(torch.__loader__).__name__, torch.__spec__.name)\n"
         "print('watching', any(type(f).__name__ == '_StartOnImport' for f in sys.meta_path))\n"
     )
-    proc = subprocess.run(
-        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "user.json"), "--", str(user)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _torchprof(tmp_path / "user.json", [str(user)], env=env)
     assert proc.returncode == 0, proc.stderr
     assert "loader SourceFileLoader torch" in proc.stdout and "watching False" in proc.stdout
     assert json.loads((tmp_path / "user.json").read_text())["traceEvents"][0]["name"] == "fake"
@@ -804,13 +798,7 @@ def test_torchprof_without_torch(tmp_path):
         pytest.skip("torch is installed here")
     script = tmp_path / "s.py"
     script.write_text("print('hi')\n")
-    proc = subprocess.run(
-        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "t.json.gz"), "--", str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = _torchprof(tmp_path / "t.json.gz", [str(script)], env=env)
     assert proc.returncode == 3 and "torch cannot be imported" in proc.stderr
 
 
@@ -834,14 +822,7 @@ def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp
     )
     out = tmp_path / "t.json"
     env = {**os.environ, "TRACEKIT_TORCH_OPS": ops}
-    proc = subprocess.run(
-        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(out), "--", str(script)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        env=env,
-    )
+    proc = _torchprof(out, [str(script)], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert re.search(
         rf"torchprof \({ops}\): profiler start [0-9.]+ s, program [0-9.]+ s, stop [0-9.]+ s, export [0-9.]+ s",
@@ -857,13 +838,7 @@ def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp
 
 def test_torchprof_rejects_an_unknown_ops_setting(tmp_path):
     env = {**os.environ, "TRACEKIT_TORCH_OPS": "some"}
-    proc = subprocess.run(
-        [PY, "-m", "tracekit.collectors.torchprof", "--out", str(tmp_path / "t.json"), "--", "x.py"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    proc = _torchprof(tmp_path / "t.json", ["x.py"], env=env)
     assert proc.returncode == 2 and "TRACEKIT_TORCH_OPS='some' is not one of: ranges, all" in proc.stderr
 
 

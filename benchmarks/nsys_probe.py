@@ -14,8 +14,9 @@ own. One row per pass, seconds:
     export    ``nsys export --type sqlite`` of that report
     tables    the same export limited to the tables tracekit reads (``--tables``), where this nsys has the option
 
-The ``nsys`` row (with ``--split``) exports separately; the ``nsys-inline`` row runs tracekit's exact command (``--export=sqlite`` inside ``nsys profile``): its exit
-column holds report generation and export together; ``nsys-nosym`` adds ``--resolve-symbols=false``. ``--dump DIR`` writes ``nsys --version`` and the help of
+The ``nsys`` row (with ``--split``) exports separately; the ``nsys-inline`` row runs tracekit's exact command
+(``--export=sqlite`` inside ``nsys profile``): its exit column holds report generation and export together;
+``nsys-nosym`` adds ``--resolve-symbols=false``. ``--dump DIR`` writes ``nsys --version`` and the help of
 ``nsys profile`` and ``nsys export`` there.
 
     python benchmarks/nsys_probe.py [--iters 3000] [--procs 3] [--rounds 2] [--dump DIR]

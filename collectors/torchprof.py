@@ -5,18 +5,18 @@ Usage::
     python -m tracekit.collectors.torchprof --out trace.json.gz -- script.py args...
     python -m tracekit.collectors.torchprof --out trace.json.gz -- -m package.module args...
 
-The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside
-the PyTorch profiler (Kineto, CPU and CUDA activities). The profiler starts the moment the script's own
-``import torch`` completes (before torch can run anything), so a process that never imports torch (a
-benchmark's parent whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU
-host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU
-side records only ``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to
-ranges through their launch calls (CUPTI runtime events, recorded either way), and the per-operator events were
-half of a GEMM sweep's trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps
-every operator, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or
-SIGTERM), the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind
-``crashed``; the columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit
-ranges also open ``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
+The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside the
+PyTorch profiler (Kineto, CPU and CUDA activities). The profiler starts the moment the script's own
+``import torch`` completes (before torch can run anything), so a process that never imports torch (a benchmark's parent
+whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU host, nor the profiler;
+its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
+``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
+launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM sweep's
+trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps every
+operator, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or SIGTERM),
+the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind ``crashed``; the
+columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit ranges also open
+``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
 
 This file imports only the standard library at the top, so ``tracekit capture`` can also start it by path with an
 interpreter that has torch but not tracekit. Exit status: the script's own (1 for an exception, 130 if

@@ -127,9 +127,6 @@ def gemm(
     names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
     _check_timing(repeats, warmup, timeout)
-    environment = _require_gpu(device) if any(known[n].timer == "cuda" for n in names) else None
-
-    out, inside = _sweep_dir(output, "gemm")
     settings = SweepSettings(
         backends=names,
         shapes=shape_list,
@@ -139,6 +136,9 @@ def gemm(
         timing=timing,
         device=device,
     )
+    cuda = any(known[n].timer == "cuda" for n in names)
+    environment = _require_gpu(settings.python, device) if cuda else None
+    out, inside = _sweep_dir(output, "gemm")
     result = _sweep(out, settings, len(names) * len(shape_list), "gemm", environment)
     if inside is not None:
         _hand_over(result.run, inside)
@@ -205,8 +205,9 @@ def _check_timing(repeats: int, warmup: int, timeout: float) -> None:
         raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
 
 
-def _require_gpu(device: int) -> dict[str, Any]:
-    """Check that torch sees CUDA device ``device`` and return the environment fingerprint that says so.
+def _require_gpu(python: str, device: int) -> dict[str, Any]:
+    """Check that torch (in ``python``, the workers' interpreter) sees CUDA device ``device`` and return the
+    environment fingerprint that says so.
 
     The check runs in the fingerprint worker the sweep needs anyway, so this process never imports torch (3-5 s
     per sweep on an H200 host) and never starts CUDA (under nsys that would cost this process its own injection);
@@ -220,7 +221,7 @@ def _require_gpu(device: int) -> dict[str, Any]:
     from tracekit.collectors.bench import take_fingerprint
 
     with tempfile.TemporaryDirectory(prefix="tracekit-fingerprint-") as tmp:
-        env = take_fingerprint(sys.executable, device, Path(tmp) / "fingerprint.jsonl")
+        env = take_fingerprint(python, device, Path(tmp) / "fingerprint.jsonl")
     count = int(env.get("device_count") or 0)
     if not env.get("cuda_available"):
         why = (
@@ -434,7 +435,8 @@ def moe(
         device=device,
         seed=seed,
     )
-    environment = _require_gpu(device) if any(known[n].timer == "cuda" for n in names) else None
+    cuda = any(known[n].timer == "cuda" for n in names)
+    environment = _require_gpu(settings.python, device) if cuda else None
     out, inside = _sweep_dir(output, "moe")
     result = _sweep(out, settings, len(names) * len(settings.cases), "moe", environment)
     if inside is not None:

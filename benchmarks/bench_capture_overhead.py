@@ -49,6 +49,11 @@ MODES: dict[str, tuple[str, dict]] = {
     "nsys": ("nsys", {"nsys": True}),
     "nsys-nosym": ("nsys --resolve-symbols=false", {"nsys": True, "nsys_extra": ["--resolve-symbols=false"]}),
     "torch-profiler": ("torch-profiler", {"torch_profiler": True}),
+    # what the PyTorch profiler cost before workers paused it outside a traced pass (--trace-repeats all)
+    "torch-profiler-all": (
+        "torch-profiler --trace-repeats all",
+        {"torch_profiler": True, "trace_repeats": None},
+    ),
     "ncu": ("ncu ranges (6 sections)", {"ncu": True}),
     "ncu-full": (
         "ncu --set full (ranges)",
@@ -104,6 +109,7 @@ def main() -> int:
     walls: dict[str, list[float]] = {label: [] for label, _ in modes}
     notes: dict[str, str] = {}
     sizes: dict[str, float] = {}
+    last_run: dict[str, Path] = {}
     for round_ in range(max(1, ns.rounds)):
         for label, opts in modes:
             if label in notes and notes[label] != "ok":
@@ -127,6 +133,7 @@ def main() -> int:
             walls[label].append(sum(p["wall_s"] for p in run.manifest["capture"]["passes"]))
             notes[label] = run.manifest.get("incomplete_reason") or "ok"
             sizes[label] = _size(run.raw_dir) / 1e6
+            last_run[label] = run.path
     plain_s = statistics.median(walls["plain"]) if walls["plain"] else None
     rows: list[tuple[str, ...]] = []
     for label, _opts in modes:
@@ -148,7 +155,24 @@ def main() -> int:
         else f"{ns.shapes} shapes x {ns.reps} launches"
     )
     print(f"\nsweep: {what}; runs in {base}")
+    for label, path in last_run.items():
+        lines = _profiler_lines(path)
+        if lines:
+            print(f"\n{label}, last pass: where the profiled processes' time went")
+            for line in lines:
+                print(f"  {line}")
     return 0
+
+
+def _profiler_lines(run_path: Path) -> list[str]:
+    """The PyTorch-profiler runner's and the workers' own summary lines (profiler start, program, stop, export;
+    traced passes and toggling) from a kept run's logs, each prefixed with its log's name."""
+    out = []
+    for log in sorted([*run_path.glob("raw/*.log"), *run_path.glob("raw/logs/*.stderr.txt")]):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(("tracekit torchprof", "tracekit worker:")):
+                out.append(f"{log.name}: {line}")
+    return out
 
 
 if __name__ == "__main__":

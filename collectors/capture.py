@@ -35,7 +35,14 @@ from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, R
 
 from . import tools
 from .ranks import RANK_TOKEN, RankLaunch, rank_files
-from .torchprof import ENV_TORCH_OPS, OPS_CHOICES, append_jsonl, failure_record
+from .torchprof import (
+    DEFAULT_TRACE_REPEATS,
+    ENV_TORCH_OPS,
+    ENV_TRACE_REPEATS,
+    OPS_CHOICES,
+    append_jsonl,
+    failure_record,
+)
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
 ENV_CAPTURE_TOOL = "TRACEKIT_CAPTURE_TOOL"
@@ -445,6 +452,7 @@ def capture(
     nsys: bool = False,
     torch_profiler: bool = False,
     torch_ops: str = "ranges",
+    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
     instrument: bool = False,
     out: Path | str | None = None,
     runs_dir: Path | str = "runs",
@@ -474,7 +482,9 @@ def capture(
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
     run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
     (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
-    trace). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line after tracekit's own options (and into
+    trace). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
+    benchmark inside (that many repeats after its warm-up; None records every launch: the profiler's cost then
+    grows with the benchmark's repeats; ``tracekit.collectors.worker.TraceWindow``). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line after tracekit's own options (and into
     run.json). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
     finish writing its report. ``on_output(stream, bytes)`` receives the child's output (default: our own
     stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
@@ -499,6 +509,8 @@ def capture(
             f"PyTorch-profiler ops {torch_ops!r} is not one of {', '.join(OPS_CHOICES)}",
             "use ranges (record_function ranges only) or all (every ATen operator too)",
         )
+    if trace_repeats is not None and trace_repeats < 1:
+        raise BadInputError(f"--trace-repeats {trace_repeats} must be at least 1", "give 1 or more, or all")
     per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
     if per_range < 1:
         raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
@@ -548,6 +560,7 @@ def capture(
             "python": plan.python[0][0],
             "activities": ["cpu", "cuda"],
             "cpu_events": torch_ops,
+            "trace_repeats": "all" if trace_repeats is None else trace_repeats,
         }
     if ranks is not None:
         settings["ranks"] = ranks.as_dict()
@@ -583,6 +596,7 @@ def capture(
                 cwd=work,
                 ranks=ranks,
                 torch_ops=torch_ops,
+                trace_repeats=trace_repeats,
                 nsys_extra=list(nsys_extra),
                 ncu_opts={
                     "sections": sections,
@@ -652,6 +666,7 @@ def _one_pass(
     cwd: Path | None,
     ncu_opts: dict[str, Any],
     torch_ops: str = "ranges",
+    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
     nsys_extra: Sequence[str] = (),
     ranks: RankLaunch | None = None,
 ) -> PassResult:
@@ -689,6 +704,7 @@ def _one_pass(
         assert plan.python is not None
         interp, target = plan.python
         env[ENV_TORCH_OPS] = torch_ops  # a tracekit benchmark's profiled workers record what the parent does
+        env[ENV_TRACE_REPEATS] = "all" if trace_repeats is None else str(trace_repeats)
         argv = [
             *interp,
             str(TORCHPROF_PY),

@@ -47,7 +47,6 @@ import json
 import os
 import random
 import sys
-import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -56,7 +55,16 @@ from typing import Any, ClassVar
 
 from tracekit.collectors import failures as F
 from tracekit.collectors import ranges
-from tracekit.collectors.worker import MEASUREMENT_KEYS, CudaTimer, Emitter, NoCudaError, quantile
+from tracekit.collectors.worker import (
+    MEASUREMENT_KEYS,
+    CudaTimer,
+    Emitter,
+    NoCudaError,
+    quantile,
+    report_trace_window,
+    trace_window,
+    wall_times,
+)
 from tracekit.errors import BadInputError
 
 __all__ = [
@@ -996,19 +1004,6 @@ _NO_NVML = {
 }
 
 
-def _wall(fns: list[Any], warmup: int, repeats: int) -> list[float]:
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for fn in fns:
-            fn()
-        times.append((time.perf_counter() - t0) * 1e6 / len(fns))
-    return times
-
-
 def measure_case(
     backend: MoeBackend,
     timer: CudaTimer | None,
@@ -1024,6 +1019,7 @@ def measure_case(
 ) -> tuple[dict[str, Any], str]:
     """Time one case (and, for loop backends, every per-expert row count not yet on the curve)."""
     device = timer.device if timer is not None else None
+    trace_window().pause()  # setup and the correctness launch stay out of a PyTorch-profiler trace
     state = backend.prepare(config, case, weights, device, seed)
     rel, status, why = None, "ok", ""
     if timer is not None:
@@ -1037,7 +1033,7 @@ def measure_case(
         times, how, nv_sample = timer.time([lambda: backend.run(state)], warmup, repeats)
         nv = nv_sample.as_columns()
     else:
-        times, how, nv = _wall([lambda: backend.run(state)], warmup, repeats), "wall", dict(_NO_NVML)
+        times, how, nv = wall_times([lambda: backend.run(state)], warmup, repeats), "wall", dict(_NO_NVML)
     row = _row(backend, config, case, times, how, nv, rel, status)
     if backend.per_expert:
         for m in sorted({c for c in case.counts if c} - set(curve)):
@@ -1048,7 +1044,7 @@ def measure_case(
                 cnv = s.as_columns()
             else:
                 fns = backend.expert_fns(config, weights, m, 2, device, seed)
-                t, h, cnv = _wall(fns, max(1, warmup // 2), repeats), "wall", dict(_NO_NVML)
+                t, h, cnv = wall_times(fns, max(1, warmup // 2), repeats), "wall", dict(_NO_NVML)
             crow = _curve_row(backend, config, m, t, h, cnv)
             curve[m] = (crow["time_us"], crow)
             emit("curve", shape=[case.rows, config.n, config.k, case.case_id], row=crow)
@@ -1170,6 +1166,7 @@ def run_worker(args: argparse.Namespace) -> int:
         emit("done", shape=shape)
     emit("finished")
     emit.close()
+    report_trace_window()
     return 0
 
 

@@ -66,9 +66,31 @@ ENV_TORCH_OPS = "TRACEKIT_TORCH_OPS"
 """``ranges`` (default) or ``all``: which CPU events the profiler records (``--ops``); inherited by the profiled
 worker processes of a tracekit benchmark."""
 OPS_CHOICES = ("ranges", "all")
+ENV_TRACE_REPEATS = "TRACEKIT_TRACE_REPEATS"
+"""How many repeats of each measurement the PyTorch profiler running in a worker records (``TraceWindow``):
+a positive integer, or ``all`` for every launch. Set by ``tracekit capture --trace-repeats``; read by the
+benchmark worker (``tracekit.collectors.worker.TraceWindow``)."""
+DEFAULT_TRACE_REPEATS = 3
 ENV_TORCH_PROFILER = "TRACEKIT_TORCH_PROFILER"
 """Set to the trace path while a program runs under this profiler: a tracekit benchmark then starts each of its
 worker processes under a profiler of its own (the parent's profiler does not see other processes' kernels)."""
+
+
+def parse_trace_repeats(text: str | None) -> int | None:
+    """``TRACEKIT_TRACE_REPEATS``: None for ``all``; the default when unset; raises ValueError for anything but
+    ``all`` or a positive integer."""
+    if text is None or not text.strip():
+        return DEFAULT_TRACE_REPEATS
+    text = text.strip().lower()
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{ENV_TRACE_REPEATS}={text!r} is not a positive integer or all") from None
+    if value < 1:
+        raise ValueError(f"{ENV_TRACE_REPEATS}={text} must be at least 1, or all")
+    return value
 
 
 def failure_record(

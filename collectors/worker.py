@@ -23,6 +23,8 @@ counts sample time / buffers. ``graph`` captures one pass in a CUDA graph and ti
 launch overhead); ``events`` times eager passes with CUDA events (what you get under a profiler, and the
 fallback when capture fails). ``auto`` is ``graph`` unless a profiler is attached (TRACEKIT_NCU_MAX_PER_RANGE,
 TRACEKIT_RECORD_FUNCTION or NVTX_INJECTION64_PATH set), where eager launches keep one NVTX range per kernel.
+Under the PyTorch profiler a *traced pass* (``TRACEKIT_TRACE_REPEATS`` eager passes, default 3) runs between the
+warm-up and the timed samples, and only it is recorded (``TraceWindow``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ from typing import Any
 
 from tracekit.collectors import failures as F
 from tracekit.collectors import ranges
+from tracekit.collectors.torchprof import (
+    DEFAULT_TRACE_REPEATS,
+    ENV_TORCH_PROFILER,
+    ENV_TRACE_REPEATS,
+    parse_trace_repeats,
+)
 
 MEASUREMENT_KEYS = (
     "range",
@@ -75,6 +83,111 @@ PROFILER_ENV = (
     "TRACEKIT_PROFILER",
 )
 MAX_BUFFERS = 64
+
+
+class TraceWindow:
+    """Which launches of a measurement the PyTorch profiler running in this worker records.
+
+    Under ``tracekit capture --torch-profiler`` each worker runs inside tracekit's profiler runner
+    (collectors/torchprof.py), which records from the worker's ``import torch`` on. Recording every launch made
+    the profiler's cost grow with warm-up x repeats x rotated input sets (810 kernel records for one small fp8
+    shape), and its stop and export time with it. So, as ncu's ``--max-per-range`` bounds what Nsight Compute
+    profiles, collection is paused from the first measurement on and resumed only for a *traced pass*: after
+    the warm-up, ``repeats`` eager rotations over the input sets, every GEMM inside its range, so the timeline
+    holds each kernel, its launch gap and its auxiliary kernels. The timed pass that follows runs with
+    collection paused: its times carry no per-launch profiler callbacks.
+
+    Inactive (every method a no-op, torch never imported by it) unless this process runs under the runner
+    (``TRACEKIT_TORCH_PROFILER`` set), torch is imported, its profiler is on, and ``TRACEKIT_TRACE_REPEATS`` is
+    not ``all``."""
+
+    # torch's toggle warns unless the set names CPU, CUDA *and* XPU (its check reads "CUDA missing or XPU
+    # missing"); naming XPU as well silences that without changing what is toggled on a CUDA machine.
+    _ACTIVITIES = ("CPU", "CUDA", "XPU")
+
+    def __init__(self, repeats: int | None, toggle: Callable[[bool], None] | None) -> None:
+        self.repeats = repeats
+        self._toggle = toggle
+        self._recording = True  # the runner starts the profiler recording
+        self.toggles = 0
+        self.toggle_s = 0.0
+        self.traced_passes = 0
+
+    @property
+    def active(self) -> bool:
+        return self._toggle is not None and self.repeats is not None
+
+    @classmethod
+    def from_process(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> TraceWindow:
+        env = os.environ if environ is None else environ
+        try:
+            repeats = parse_trace_repeats(env.get(ENV_TRACE_REPEATS))
+        except ValueError as exc:
+            print(f"tracekit worker: {exc}; using {DEFAULT_TRACE_REPEATS}", file=sys.stderr)
+            repeats = DEFAULT_TRACE_REPEATS
+        if repeats is None or not env.get(ENV_TORCH_PROFILER) or "torch" not in sys.modules:
+            return cls(repeats, None)
+        try:
+            from torch._C._autograd import _profiler_enabled, _toggle_collection_dynamic
+            from torch._C._profiler import ProfilerActivity
+        except ImportError:  # a torch without dynamic toggling: record everything, as before
+            return cls(repeats, None)
+        if not _profiler_enabled():
+            return cls(repeats, None)
+        acts = {getattr(ProfilerActivity, a) for a in cls._ACTIVITIES if hasattr(ProfilerActivity, a)}
+
+        def toggle(on: bool) -> None:
+            _toggle_collection_dynamic(on, acts)
+
+        return cls(repeats, toggle)
+
+    def _set(self, on: bool) -> None:
+        if self._toggle is None or self._recording == on:
+            return
+        t0 = time.perf_counter()
+        self._toggle(on)
+        self.toggle_s += time.perf_counter() - t0
+        self.toggles += 1
+        self._recording = on
+
+    def pause(self) -> None:
+        """Stop recording (idempotent): called before each measurement's setup and warm-up."""
+        if self.active:
+            self._set(False)
+
+    def traced_pass(self, run_pass: Callable[[int], Any]) -> None:
+        """``run_pass(repeats)`` with recording on, then paused again; nothing when inactive."""
+        if not self.active or self.repeats is None:
+            return
+        self._set(True)
+        try:
+            run_pass(self.repeats)
+        finally:
+            self._set(False)
+        self.traced_passes += 1
+
+    def summary(self) -> str | None:
+        """One line for the worker's stderr log: what was recorded and what the toggling cost."""
+        if not self.active:
+            return None
+        return (
+            f"tracekit worker: the PyTorch profiler recorded {self.traced_passes} traced passes of "
+            f"{self.repeats} repeats ({ENV_TRACE_REPEATS}); {self.toggles} pauses/resumes took {self.toggle_s:.3f} s"
+        )
+
+
+_window: TraceWindow | None = None
+
+
+def trace_window() -> TraceWindow:
+    """This process's window, made on first use (after the backend has imported torch, so the runner's profiler
+    has started by then)."""
+    global _window
+    if _window is None:
+        if "torch" not in sys.modules:  # no profiler can run yet: ask again once torch is imported
+            return TraceWindow(None, None)
+        _window = TraceWindow.from_process()
+    return _window
 
 
 class Emitter:
@@ -215,11 +328,14 @@ class CudaTimer:
         from tracekit.collectors.nvml import Sampler
 
         torch = self.torch
+        window = trace_window()
+        window.pause()
         with ranges.suppressed():  # warm-up launches never use the ncu budget
             for _ in range(max(warmup, 1)):
                 for fn in fns:
                     fn()
         torch.cuda.synchronize()
+        window.traced_pass(lambda r: self._events_pass(fns, r))  # under the PyTorch profiler only
         sampler = Sampler(self.nvml)
         how = self.timing
         if how == "graph":
@@ -271,6 +387,7 @@ def measure_cuda(
 ) -> tuple[dict[str, Any], str]:
     """Measure one shape; returns (measurement row, why-wrong text or '')."""
     torch = timer.torch
+    trace_window().pause()  # setup and the correctness launch stay out of a PyTorch-profiler trace
     state0 = backend.prepare(m, n, k, timer.device, seed)
     with ranges.suppressed():  # the correctness launch is cold: keep it out of the ncu budget
         out = backend.run(state0)
@@ -314,18 +431,31 @@ def measure_cuda(
     return row, why
 
 
+def wall_times(fns: list[Callable[[], Any]], warmup: int, repeats: int) -> list[float]:
+    """Per-call wall-clock times in µs of ``repeats`` passes over ``fns`` after ``warmup`` passes (with a traced
+    pass between them under the PyTorch profiler, as ``CudaTimer.time``)."""
+    window = trace_window()
+    window.pause()
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    window.traced_pass(lambda r: [fn() for _ in range(r) for fn in fns])
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for fn in fns:
+            fn()
+        times.append((time.perf_counter() - t0) * 1e6 / len(fns))
+    return times
+
+
 def measure_wall(
     backend: Any, m: int, n: int, k: int, *, warmup: int, repeats: int, seed: int
 ) -> tuple[dict[str, Any], str]:
     """CPU-only backends (tests, plugins without a GPU): wall-clock timing, no NVML."""
+    trace_window().pause()
     state = backend.prepare(m, n, k, None, seed)
-    for _ in range(warmup):
-        backend.run(state)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        backend.run(state)
-        times.append((time.perf_counter() - t0) * 1e6)
+    times = wall_times([lambda: backend.run(state)], warmup, repeats)
     med = quantile(times, 0.5)
     return {
         "range": backend.range_name(m, n, k),
@@ -472,7 +602,15 @@ def run_worker(args: argparse.Namespace) -> int:
         emit("done", shape=[m, n, k])
     emit("finished")
     emit.close()
+    report_trace_window()
     return 0
+
+
+def report_trace_window() -> None:
+    """The trace window's one-line summary on stderr (the sweep keeps it in the worker's log), if it was used."""
+    line = trace_window().summary()
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _free(timer: CudaTimer | None) -> None:

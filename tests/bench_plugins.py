@@ -72,7 +72,27 @@ class Missing(_Cpu):
     packages = ("tracekit-no-such-package",)
 
 
-for cls in (Ok, Segv, Hang, Unsupported, Missing):
+class TorchCpu(_Cpu):
+    """A real torch matmul on the CPU inside its tracekit range (a ``record_function`` range under the PyTorch
+    profiler): what a profiled worker records can be counted on a machine without a GPU."""
+
+    name = "test-torch-cpu"
+    requires = ("torch",)
+    packages = ("torch",)
+
+    def prepare(self, m, n, k, device, seed):
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        return {"a": a, "b": b, "range": self.gemm_scope(m, n, k)}
+
+    def run(self, state):
+        with state["range"]:
+            return state["a"] @ state["b"]
+
+
+for cls in (Ok, Segv, Hang, Unsupported, Missing, TorchCpu):
     register(cls())
 
 

@@ -4,6 +4,7 @@ classification on the real error strings from DEVICE.md, and the raw JSONL rows 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -344,3 +345,50 @@ def test_a_profiled_worker_starts_its_profiler_when_it_imports_torch(tmp_path: P
     assert "tracekit torchprof (ranges): profiler start" in proc.stderr, proc.stderr[-2000:]
     assert json.loads(trace.read_text())["traceEvents"], "the worker's trace is empty"
     assert [json.loads(x)["event"] for x in events.read_text().splitlines()][-1] == "finished"
+
+
+def _profiled_cpu_worker(
+    tmp_path: Path, trace_repeats: str, *, warmup: int, repeats: int
+) -> tuple[list[dict], str]:
+    """Runs the test-torch-cpu worker, for real, inside the PyTorch-profiler runner with
+    TRACEKIT_TRACE_REPEATS=trace_repeats; returns the GEMM ranges (record_function annotations) of its trace and its stderr."""
+    tmp_path.mkdir()
+    events, trace, fails = tmp_path / "ev.jsonl", tmp_path / "w.json", tmp_path / "f.jsonl"
+    settings = SweepSettings(backends=["test-torch-cpu"], shapes=[(8, 8, 8)], warmup=warmup, repeats=repeats)
+    cmd = settings.worker_cmd("test-torch-cpu", [(8, 8, 8)], events)
+    env = {
+        **os.environ,
+        "TRACEKIT_TORCH_PROFILER": str(tmp_path / "p.json"),
+        "TRACEKIT_BACKEND_PLUGINS": str(PLUGINS),
+        "TRACEKIT_RECORD_FUNCTION": "1",
+        "TRACEKIT_TRACE_REPEATS": trace_repeats,
+    }
+    proc = subprocess.run(
+        profiled_worker_cmd(cmd, trace, fails, env=env),
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kinds = [json.loads(x)["event"] for x in events.read_text().splitlines()]
+    assert "measurement" in kinds and kinds[-1] == "finished", kinds
+    return [
+        e
+        for e in json.loads(trace.read_text())["traceEvents"]
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("gemm ")
+    ], proc.stderr
+
+
+def test_a_profiled_worker_records_only_its_traced_repeats(tmp_path: Path) -> None:
+    """Under the PyTorch profiler a worker records TRACEKIT_TRACE_REPEATS repeats of each measurement: the
+    warm-up, the correctness call and the timed repeats run with collection paused, so the profiler's cost no
+    longer grows with --repeats. `all` records every call, as before."""
+    pytest.importorskip("torch")
+    bounded, err = _profiled_cpu_worker(tmp_path / "two", "2", warmup=4, repeats=10)
+    assert len(bounded) == 2, [e["name"] for e in bounded]
+    assert "recorded 1 traced passes of 2 repeats" in err, err[-2000:]
+    everything, err = _profiled_cpu_worker(tmp_path / "all", "all", warmup=4, repeats=10)
+    assert len(everything) == 4 + 10, [e["name"] for e in everything]
+    assert "traced passes" not in err

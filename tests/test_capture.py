@@ -883,3 +883,39 @@ def test_capture_path_imports_without_polars_rich_textual():
     )
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "env_value", "recorded"),
+    [(["--trace-repeats", "5"], "5", 5), (["--trace-repeats", "all"], "all", "all"), ([], "3", 3)],
+)
+def test_cli_trace_repeats_reaches_the_profiled_program(tmp_path, given, env_value, recorded):
+    """--trace-repeats is handed to the PyTorch-profiler pass (where a tracekit benchmark's workers read it) and
+    recorded in run.json; 3 by default."""
+    script = tmp_path / "show.py"
+    script.write_text("import os\nimport torch\nprint('repeats=' + os.environ['TRACEKIT_TRACE_REPEATS'])\n")
+    env = {**_no_tools_env(tmp_path), "PYTHONPATH": str(_fake_torch(tmp_path))}
+    argv = [
+        "capture",
+        "--torch-profiler",
+        *given,
+        "--no-import",
+        "-o",
+        str(tmp_path / "run"),
+        "--",
+        PY,
+        str(script),
+    ]
+    proc = subprocess.run(
+        [PY, "-m", "tracekit", *argv], env=env, capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"repeats={env_value}" in (tmp_path / "run" / "raw" / "torch.log").read_text()
+    assert Run.open(tmp_path / "run").manifest["capture"]["torch_profiler"]["trace_repeats"] == recorded
+
+
+def test_cli_trace_repeats_rejects_bad_values(tmp_path):
+    for bad in ("0", "three"):
+        proc = _cli(["capture", "--torch-profiler", "--trace-repeats", bad, "--", PY, "bench.py"], tmp_path)
+        assert proc.returncode == 2 and "--trace-repeats" in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "runs").exists()

@@ -13,7 +13,8 @@
 #   torchprof benchmarks/torchprof_probe.py: where a PyTorch-profiled worker process spends its time
 #   nsysprobe benchmarks/nsys_probe.py: where Nsight Systems' time goes around one short CUDA program
 #   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
-#             8 files, 2 folders down: a run folder's frames/ and raw/ need packing)
+#             8 files, 2 folders down: a run folder's frames/ and raw/ need packing); PACK_SLIM=1 leaves out the
+#             profilers' own reports and traces (kept timeline runs: their logs and frames are what is read)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
 #             into $OUT/h200-ranks-gloo; with RANKS_TESTS=1 also tests/gpu/test_ranks_gpu.py (also part of `tests`)
 # The checkout plus carried wheels must stay under the device's 64 MiB: polars' runtime wheel alone is 52 MB.
@@ -72,7 +73,9 @@ for p in "$@"; do
       (cd /tmp && timeout 300 python3 "$R/benchmarks/nsys_probe.py" --iters 3000 --procs 3 --rounds ${PROBE_ROUNDS:-2} --dump "$OUT") > "$OUT/nsysprobe.log" 2>&1; tail -20 "$OUT/nsysprobe.log" ;;
     pack)
       dest=${TK_PACK:-$OUT/../tk-pack}; mkdir -p "$dest"
-      for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" -C "$OUT" "$(basename "$d")"; done
+      # PACK_SLIM=1: logs, run.json and frames only (no .nsys-rep, .sqlite or Kineto traces), for kept timeline runs
+      slim=(); [ -n "${PACK_SLIM:-}" ] && slim=(--exclude='*.nsys-rep' --exclude='*.sqlite' --exclude='*.json.gz' --exclude='*.qdstrm')
+      for d in "$OUT"/*/; do [ -d "$d" ] && tar czf "$dest/$(basename "$d").tgz" "${slim[@]}" -C "$OUT" "$(basename "$d")"; done
       (cd "$OUT" && tar czf "$dest/logs.tgz" --exclude='*/' $(ls -p | grep -v /)); ls -la "$dest" ;;
   esac
 done

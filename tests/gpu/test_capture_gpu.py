@@ -184,24 +184,32 @@ def test_capture_under_nsys_records_kernels_of_cuda_graph_replays(tmp_path):
 
 def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     """The benchmark runs each backend in a worker process; the PyTorch profiler of the parent sees none of their
-    kernels, so each worker runs under its own profiler and writes its own trace into the run's raw/."""
+    kernels, so each worker runs under its own profiler and writes its own trace into the run's raw/. Each
+    measurement's trace holds its traced pass only (--trace-repeats rotations over the input sets, every kernel
+    in its range): no warm-up launches, no timed graph replays."""
     pl = pytest.importorskip("polars")
     from tracekit.analyzers.importer import load_frames
 
     cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--backends", "torch-bf16"]
-    cmd += ["--shapes", "256x2048x6144", "--repeats", "3", "--warmup", "1"]
-    run = capture(cmd, torch_profiler=True, runs_dir=tmp_path / "runs")
+    cmd += ["--shapes", "256x2048x6144", "--repeats", "10", "--warmup", "3"]
+    run = capture(cmd, torch_profiler=True, trace_repeats=2, runs_dir=tmp_path / "runs")
     run = Run.open(run.path)
     assert run.status == "complete", run.manifest["incomplete_reason"]
+    assert run.manifest["capture"]["torch_profiler"]["trace_repeats"] == 2
     traces = sorted(p.name for p in run.raw_dir.glob("torch_trace*.json.gz"))
     assert any(name.startswith("torch_trace.torch-bf16.") for name in traces), traces
     frames = load_frames(run)
     gemm_ranges = frames["ranges"].filter(
         pl.col("name").str.starts_with("gemm backend=torch-bf16 op=mm M=256 N=2048 K=6144")
     )
-    assert gemm_ranges.height >= 4, gemm_ranges  # warm-up + 3 repeats, each a record_function range
+    # 2 repeats x the rotated input sets (at least 2)
+    assert gemm_ranges.height >= 4 and gemm_ranges.height % 2 == 0, gemm_ranges
     in_gemm = frames["kernels"].filter(pl.col("range_id").is_in(gemm_ranges["range_id"].implode()))
-    assert in_gemm.height >= 4 and in_gemm["duration_ns"].min() > 0, in_gemm
+    assert in_gemm.height >= gemm_ranges.height and in_gemm["duration_ns"].min() > 0, in_gemm
+    # recording everything would add 3 warm-up and 10 replayed rotations: 6x the traced pass's kernels
+    assert frames["kernels"].height <= 2 * gemm_ranges.height, frames["kernels"].height
+    measured = frames["measurements"].filter(pl.col("backend") == "torch-bf16")
+    assert measured["repeats"].to_list() == [10]  # the timed pass is whole; only its recording paused
 
 
 def test_torchprof_starts_no_cuda_context_in_a_process_that_never_uses_the_gpu(tmp_path):

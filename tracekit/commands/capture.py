@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from tracekit.collectors.torchprof import DEFAULT_TRACE_REPEATS
+
 HELP = """Run CMD under Nsight Compute, Nsight Systems and/or the PyTorch profiler into a new run folder.
 
 \b
@@ -38,7 +40,8 @@ What each tool gives:
                     is replayed ~20 times
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
                     it starts when the script imports torch; --torch-ops all adds every ATen operator (a
-                    larger, slower trace)
+                    larger, slower trace); in a tracekit benchmark it records --trace-repeats repeats of each
+                    measurement (default 3) and pauses for the warm-up and the timed repeats
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
 (--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph
@@ -58,6 +61,15 @@ Missing tools (exit 3):
 Exit codes: 0 complete; 3 a tool is missing; 4 incomplete (the command failed, timed out or a tool failed:
 artifacts are kept, the run is marked with the reason); 130 Ctrl-C (the partial run is kept).
 """
+
+
+def _trace_repeats(ctx: click.Context, param: click.Parameter, value: str) -> int | None:
+    from tracekit.collectors.torchprof import parse_trace_repeats
+
+    try:
+        return parse_trace_repeats(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a positive integer or all") from None
 
 
 class _Progress:
@@ -175,6 +187,16 @@ class _Event:
     "all = every ATen operator too (a larger, slower trace).",
 )
 @click.option(
+    "--trace-repeats",
+    default=str(DEFAULT_TRACE_REPEATS),
+    show_default=True,
+    metavar="N|all",
+    callback=_trace_repeats,
+    help="PyTorch profiler, for a tracekit benchmark inside: record N repeats of each measurement after its "
+    "warm-up (every GEMM in its range) and pause for the rest; all = every launch (slower: the profiler's cost "
+    "grows with --repeats).",
+)
+@click.option(
     "--instrument", is_flag=True, help="Wrap torch's GEMM entry points in tracekit ranges (no code change)."
 )
 @click.option(
@@ -265,6 +287,7 @@ def capture(
     use_nsys: bool,
     use_torch: bool,
     torch_ops: str,
+    trace_repeats: int | None,
     instrument: bool,
     ncu_path: Path | None,
     nsys_path: Path | None,
@@ -317,6 +340,7 @@ def capture(
                 nsys=use_nsys,
                 torch_profiler=use_torch,
                 torch_ops=torch_ops,
+                trace_repeats=trace_repeats,
                 instrument=instrument,
                 out=out,
                 runs_dir=runs_dir,

@@ -27,7 +27,13 @@ from typing import Any
 
 from tracekit.collectors import failures as F
 from tracekit.collectors.failures import FAILURE_KEYS
-from tracekit.collectors.torchprof import ENV_TORCH_PROFILER
+from tracekit.collectors.torchprof import (
+    DEFAULT_TRACE_REPEATS,
+    ENV_TORCH_PROFILER,
+    ENV_TRACE_REPEATS,
+    ENV_TRACE_SEGMENTS,
+    parse_trace_repeats,
+)
 from tracekit.collectors.worker import EXIT_POISONED, MEASUREMENT_KEYS
 from tracekit.errors import BadInputError
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
@@ -225,20 +231,30 @@ def _worker_cmd(
     ]
 
 
-def profiled_worker_cmd(
+def profiled_worker(
     cmd: list[str], trace: Path, failures: Path, env: dict[str, str] | os._Environ[str] | None = None
-) -> list[str]:
-    """``cmd`` (``python [options] -m module args``) run inside tracekit's PyTorch-profiler runner when this process
-    runs under one (``tracekit capture --torch-profiler``): the parent's profiler records only its own process, so
-    without this the workers' GEMM kernels would be missing from the trace. Each worker writes ``trace`` (a Kineto
-    trace in the run's raw/, imported beside the parent's); the runner's own crash lines go to ``failures`` (a log
-    file), since the sweep already records a worker that dies. Unchanged when no profiler runs."""
+) -> tuple[list[str], dict[str, str]]:
+    """How to start a worker when this process runs under tracekit's PyTorch-profiler runner (``tracekit capture
+    --torch-profiler``): the parent's profiler records only its own process, so the workers' GEMM kernels must be
+    recorded in the workers. Returns the command and the environment variables to add.
+
+    By default (``TRACEKIT_TRACE_REPEATS`` a number) the worker records one traced pass per measurement itself
+    (``tracekit.collectors.worker.TraceWindow``) into ``trace``'s stem + ``.NNN.json.gz``; with ``all`` it runs
+    inside the runner (``python [options] -m tracekit.collectors.torchprof ... -- -m module args``), which
+    records everything it does into ``trace`` and writes its own crash lines to ``failures`` (a log file: the
+    sweep already records a worker that dies). Unchanged when no profiler runs."""
     env = os.environ if env is None else env
     if not env.get(ENV_TORCH_PROFILER) or "-m" not in cmd:
-        return cmd
+        return cmd, {}
+    try:
+        repeats = parse_trace_repeats(env.get(ENV_TRACE_REPEATS))
+    except ValueError:
+        repeats = DEFAULT_TRACE_REPEATS  # the worker says so in its log
+    if repeats is not None:
+        return cmd, {ENV_TRACE_SEGMENTS: str(trace).removesuffix(".json.gz")}
     i = cmd.index("-m")
     runner = ["-m", "tracekit.collectors.torchprof", "--out", str(trace), "--failures", str(failures), "--"]
-    return [*cmd[:i], *runner, *cmd[i:]]
+    return [*cmd[:i], *runner, *cmd[i:]], {}
 
 
 class _LineReader:
@@ -342,13 +358,14 @@ def _run_backend(
         current: tuple[int, int, int] | None = None
         had_result: dict[tuple[int, int, int], str] = {}
         with stderr_path.open("wb") as ferr:
-            cmd = profiled_worker_cmd(
+            cmd, extra_env = profiled_worker(
                 settings.worker_cmd(backend, remaining, events_path),
                 run.raw_dir / f"torch_trace.{safe}.{attempt}.json.gz",
                 logs / f"{safe}.{attempt}.torchprof-failures.jsonl",
             )
             proc = subprocess.Popen(
                 cmd,
+                env={**os.environ, **extra_env} if extra_env else None,
                 stdout=subprocess.DEVNULL,
                 stderr=ferr,
                 stdin=subprocess.DEVNULL,

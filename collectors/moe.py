@@ -62,7 +62,6 @@ from tracekit.collectors.worker import (
     NoCudaError,
     quantile,
     report_trace_window,
-    trace_window,
     wall_times,
 )
 from tracekit.errors import BadInputError
@@ -1019,7 +1018,6 @@ def measure_case(
 ) -> tuple[dict[str, Any], str]:
     """Time one case (and, for loop backends, every per-expert row count not yet on the curve)."""
     device = timer.device if timer is not None else None
-    trace_window().pause()  # setup and the correctness launch stay out of a PyTorch-profiler trace
     state = backend.prepare(config, case, weights, device, seed)
     rel, status, why = None, "ok", ""
     if timer is not None:

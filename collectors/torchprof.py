@@ -69,8 +69,11 @@ OPS_CHOICES = ("ranges", "all")
 ENV_TRACE_REPEATS = "TRACEKIT_TRACE_REPEATS"
 """How many repeats of each measurement the PyTorch profiler running in a worker records (``TraceWindow``):
 a positive integer, or ``all`` for every launch. Set by ``tracekit capture --trace-repeats``; read by the
-benchmark worker (``tracekit.collectors.worker.TraceWindow``)."""
+benchmark's workers (``tracekit.collectors.worker.TraceWindow``, ``collectors.bench.profiled_worker``)."""
 DEFAULT_TRACE_REPEATS = 3
+ENV_TRACE_SEGMENTS = "TRACEKIT_TRACE_SEGMENTS"
+"""Set on each worker of a tracekit benchmark that runs under this profiler (a path prefix in the run's raw/): the
+worker records its traced passes itself, one profiler session each, into ``PREFIX.NNN.json.gz``."""
 ENV_TORCH_PROFILER = "TRACEKIT_TORCH_PROFILER"
 """Set to the trace path while a program runs under this profiler: a tracekit benchmark then starts each of its
 worker processes under a profiler of its own (the parent's profiler does not see other processes' kernels)."""
@@ -191,7 +194,7 @@ def _run_target(target: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
-def _export(prof: Any, out: Path) -> None:
+def export_trace(prof: Any, out: Path) -> None:
     """Export the Chrome trace to ``out`` through a temporary file (gzip if ``out`` ends in .gz)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".json", dir=out.parent)
@@ -214,7 +217,7 @@ def _export(prof: Any, out: Path) -> None:
                 os.unlink(leftover)
 
 
-def _start(prof: Any, ops: str) -> str:
+def start_profiler(prof: Any, ops: str) -> str:
     """Start ``prof`` (a ``torch.autograd.profiler.profile``); with ``ops="ranges"`` its RecordFunction callbacks
     see only user scopes (``record_function``, ``ProfilerStep#N``), so no ATen operator becomes an event.
 
@@ -248,6 +251,19 @@ def _start(prof: Any, ops: str) -> str:
         print(f"tracekit torchprof: {why}; recording every operator", file=sys.stderr)
     prof.__enter__()
     return "all"
+
+
+def new_profiler(cuda: bool, *, record_shapes: bool = False) -> Any:
+    """A Kineto profiler of CPU events and, with ``cuda``, CUDA activity (not started).
+
+    The autograd-level profiler that ``torch.profiler.profile`` wraps: the wrapper's start runs
+    ``hasattr(torch, "_inductor")``, which imports TorchInductor (and Triton) in every profiled process, 1 s and
+    more per process, for a setting tracekit never uses. The trace written is the same."""
+    from torch.autograd.profiler import profile
+
+    return profile(
+        use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True, record_shapes=record_shapes
+    )
 
 
 class _StartOnImport(importlib.abc.MetaPathFinder):
@@ -326,22 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import torch
 
-            # The autograd-level profiler that torch.profiler.profile wraps: the wrapper's start runs
-            # `hasattr(torch, "_inductor")`, which imports TorchInductor (and Triton) in every profiled process,
-            # 1 s and more per process, for a setting this runner never uses. The trace written is the same.
-            from torch.autograd.profiler import profile
-
             # asks the driver for a device count; starts no CUDA context
             cuda = bool(torch.cuda.is_available())
             versions["torch"] = getattr(torch, "__version__", None)
             versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
-            prof = profile(
-                use_cpu=True,
-                use_device="cuda" if cuda else None,
-                use_kineto=True,
-                record_shapes=ns.record_shapes,
-            )
-            state["ops"] = _start(prof, ns.ops)
+            prof = new_profiler(cuda, record_shapes=ns.record_shapes)
+            state["ops"] = start_profiler(prof, ns.ops)
         except Exception as exc:  # the program goes on unprofiled rather than dying inside its own import
             print(
                 f"tracekit torchprof: could not start the profiler ({type(exc).__name__}: {exc})",
@@ -434,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 prof.__exit__(None, None, None)
                 t_stopped = time.perf_counter()
-                _export(prof, out)
+                export_trace(prof, out)
                 # where the profiler's own time goes, for whoever wonders why a profiled run is slower
                 print(
                     f"tracekit torchprof ({state['ops']}): profiler start {state['start_s']:.2f} s, "

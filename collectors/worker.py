@@ -37,14 +37,18 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import failures as F
 from tracekit.collectors import ranges
 from tracekit.collectors.torchprof import (
     DEFAULT_TRACE_REPEATS,
-    ENV_TORCH_PROFILER,
+    ENV_RECORD_FUNCTION,
+    ENV_TORCH_OPS,
     ENV_TRACE_REPEATS,
+    ENV_TRACE_SEGMENTS,
+    OPS_CHOICES,
     parse_trace_repeats,
 )
 
@@ -86,93 +90,93 @@ MAX_BUFFERS = 64
 
 
 class TraceWindow:
-    """Which launches of a measurement the PyTorch profiler running in this worker records.
+    """What a benchmark worker records under the PyTorch profiler: one *traced pass* per measurement.
 
-    Under ``tracekit capture --torch-profiler`` each worker runs inside tracekit's profiler runner
-    (collectors/torchprof.py), which records from the worker's ``import torch`` on. Recording every launch made
-    the profiler's cost grow with warm-up x repeats x rotated input sets (810 kernel records for one small fp8
-    shape), and its stop and export time with it. So, as ncu's ``--max-per-range`` bounds what Nsight Compute
-    profiles, collection is paused from the first measurement on and resumed only for a *traced pass*: after
-    the warm-up, ``repeats`` eager rotations over the input sets, every GEMM inside its range, so the timeline
-    holds each kernel, its launch gap and its auxiliary kernels. The timed pass that follows runs with
-    collection paused: its times carry no per-launch profiler callbacks.
+    Recording a whole worker made the profiler's cost grow with warm-up x repeats x rotated input sets (810
+    kernel records for one small fp8 shape), and its stop and export time with it. So, as ncu's
+    ``--max-per-range`` bounds what Nsight Compute profiles, a worker of a sweep under ``tracekit capture
+    --torch-profiler`` runs no profiler during the warm-up and the timed repeats; between them it runs a traced
+    pass (``repeats`` eager rotations over the input sets, every GEMM inside its range, so the timeline holds
+    each kernel, its launch gap and its auxiliary kernels) inside a short profiler session of its own, exported
+    to ``PREFIX.NNN.json.gz``. The timed pass then runs exactly as in a plain sweep.
 
-    Inactive (every method a no-op, torch never imported by it) unless this process runs under the runner
-    (``TRACEKIT_TORCH_PROFILER`` set), torch is imported, its profiler is on, and ``TRACEKIT_TRACE_REPEATS`` is
-    not ``all``."""
+    Pausing one long session (``torch._C._autograd._toggle_collection_dynamic``) looked cheaper, but on torch
+    2.11 with CUDA any CUDA toggle left the trace with no kernels at all, even those recorded before the pause
+    (benchmarks/toggle_probe.py, run on the H200).
 
-    # torch's toggle warns unless the set names CPU, CUDA *and* XPU (its check reads "CUDA missing or XPU
-    # missing"); naming XPU as well silences that without changing what is toggled on a CUDA machine.
-    _ACTIVITIES = ("CPU", "CUDA", "XPU")
+    Inactive (no session, nothing imported) unless ``TRACEKIT_TRACE_SEGMENTS`` names the prefix
+    (``collectors.bench.profiled_worker`` sets it) and ``TRACEKIT_TRACE_REPEATS`` is not ``all``."""
 
-    def __init__(self, repeats: int | None, toggle: Callable[[bool], None] | None) -> None:
+    def __init__(self, repeats: int | None, prefix: str | None, ops: str = "ranges") -> None:
         self.repeats = repeats
-        self._toggle = toggle
-        self._recording = True  # the runner starts the profiler recording
-        self.toggles = 0
-        self.toggle_s = 0.0
-        self.traced_passes = 0
+        self.prefix = prefix
+        self.ops = ops
+        self.sessions = 0
+        self.start_s = self.stop_s = self.export_s = 0.0
+        self.bytes = 0
+        self.errors: list[str] = []
 
     @property
     def active(self) -> bool:
-        return self._toggle is not None and self.repeats is not None
+        return self.prefix is not None and self.repeats is not None and not self.errors
 
     @classmethod
-    def from_process(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> TraceWindow:
+    def from_env(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> TraceWindow:
         env = os.environ if environ is None else environ
         try:
             repeats = parse_trace_repeats(env.get(ENV_TRACE_REPEATS))
         except ValueError as exc:
             print(f"tracekit worker: {exc}; using {DEFAULT_TRACE_REPEATS}", file=sys.stderr)
             repeats = DEFAULT_TRACE_REPEATS
-        if repeats is None or not env.get(ENV_TORCH_PROFILER) or "torch" not in sys.modules:
-            return cls(repeats, None)
-        try:
-            from torch._C._autograd import _profiler_enabled, _toggle_collection_dynamic
-            from torch._C._profiler import ProfilerActivity
-        except ImportError:  # a torch without dynamic toggling: record everything, as before
-            return cls(repeats, None)
-        if not _profiler_enabled():
-            return cls(repeats, None)
-        acts = {getattr(ProfilerActivity, a) for a in cls._ACTIVITIES if hasattr(ProfilerActivity, a)}
+        ops = env.get(ENV_TORCH_OPS) or "ranges"
+        return cls(repeats, env.get(ENV_TRACE_SEGMENTS) or None, ops if ops in OPS_CHOICES else "ranges")
 
-        def toggle(on: bool) -> None:
-            _toggle_collection_dynamic(on, acts)
-
-        return cls(repeats, toggle)
-
-    def _set(self, on: bool) -> None:
-        if self._toggle is None or self._recording == on:
+    def traced_pass(self, run_pass: Callable[[int], Any], cuda: bool) -> None:
+        """``run_pass(repeats)`` inside a profiler session of its own (CUDA activity too with ``cuda``), exported
+        to the next segment file; nothing when inactive. A profiler that cannot start or export is reported once
+        and the rest of the worker runs unrecorded: its measurements do not depend on the trace."""
+        if not self.active or self.repeats is None or self.prefix is None:
             return
+        from tracekit.collectors.torchprof import export_trace, new_profiler, start_profiler
+
+        path = Path(f"{self.prefix}.{self.sessions:03d}.json.gz")
         t0 = time.perf_counter()
-        self._toggle(on)
-        self.toggle_s += time.perf_counter() - t0
-        self.toggles += 1
-        self._recording = on
-
-    def pause(self) -> None:
-        """Stop recording (idempotent): called before each measurement's setup and warm-up."""
-        if self.active:
-            self._set(False)
-
-    def traced_pass(self, run_pass: Callable[[int], Any]) -> None:
-        """``run_pass(repeats)`` with recording on, then paused again; nothing when inactive."""
-        if not self.active or self.repeats is None:
+        try:
+            prof = new_profiler(cuda)
+            start_profiler(prof, self.ops)
+        except Exception as exc:
+            self._fail(f"could not start the PyTorch profiler ({type(exc).__name__}: {exc})")
             return
-        self._set(True)
+        t1 = time.perf_counter()
         try:
             run_pass(self.repeats)
         finally:
-            self._set(False)
-        self.traced_passes += 1
+            t2 = time.perf_counter()
+            try:
+                prof.__exit__(None, None, None)
+                t3 = time.perf_counter()
+                export_trace(prof, path)
+                self.bytes += path.stat().st_size
+            except Exception as exc:
+                self._fail(f"could not write {path.name} ({type(exc).__name__}: {exc})")
+            else:
+                self.sessions += 1
+                self.start_s += t1 - t0
+                self.stop_s += t3 - t2
+                self.export_s += time.perf_counter() - t3
+
+    def _fail(self, why: str) -> None:
+        self.errors.append(why)
+        print(f"tracekit worker: {why}; the rest of this worker runs unrecorded", file=sys.stderr)
 
     def summary(self) -> str | None:
-        """One line for the worker's stderr log: what was recorded and what the toggling cost."""
-        if not self.active:
+        """One line for the worker's stderr log: what was recorded and what the profiler sessions cost."""
+        if self.prefix is None or self.repeats is None:
             return None
         return (
-            f"tracekit worker: the PyTorch profiler recorded {self.traced_passes} traced passes of "
-            f"{self.repeats} repeats ({ENV_TRACE_REPEATS}); {self.toggles} pauses/resumes took {self.toggle_s:.3f} s"
+            f"tracekit worker: {self.sessions} traced passes of {self.repeats} repeats "
+            f"({ENV_TRACE_REPEATS}) -> {Path(self.prefix).name}.NNN.json.gz, {self.bytes / 1e6:.2f} MB; "
+            f"profiler start {self.start_s:.2f} s, stop {self.stop_s:.2f} s, export {self.export_s:.2f} s"
         )
 
 
@@ -180,13 +184,10 @@ _window: TraceWindow | None = None
 
 
 def trace_window() -> TraceWindow:
-    """This process's window, made on first use (after the backend has imported torch, so the runner's profiler
-    has started by then)."""
+    """This process's trace window (read from the environment once)."""
     global _window
     if _window is None:
-        if "torch" not in sys.modules:  # no profiler can run yet: ask again once torch is imported
-            return TraceWindow(None, None)
-        _window = TraceWindow.from_process()
+        _window = TraceWindow.from_env()
     return _window
 
 
@@ -219,7 +220,11 @@ def quantile(values: list[float], q: float) -> float:
 def resolve_timing(timing: str) -> str:
     if timing != "auto":
         return timing
-    return "events" if any(os.environ.get(k) for k in PROFILER_ENV) else "graph"
+    attached = [k for k in PROFILER_ENV if os.environ.get(k)]
+    if trace_window().active:
+        # the PyTorch profiler runs in the traced passes only (eager by design): the timed pass is a plain one
+        attached = [k for k in attached if k != ENV_RECORD_FUNCTION]
+    return "events" if attached else "graph"
 
 
 def _finite(x: float | None) -> float | None:
@@ -328,14 +333,12 @@ class CudaTimer:
         from tracekit.collectors.nvml import Sampler
 
         torch = self.torch
-        window = trace_window()
-        window.pause()
         with ranges.suppressed():  # warm-up launches never use the ncu budget
             for _ in range(max(warmup, 1)):
                 for fn in fns:
                     fn()
         torch.cuda.synchronize()
-        window.traced_pass(lambda r: self._events_pass(fns, r))  # under the PyTorch profiler only
+        trace_window().traced_pass(lambda r: self._events_pass(fns, r), cuda=True)  # PyTorch profiler only
         sampler = Sampler(self.nvml)
         how = self.timing
         if how == "graph":
@@ -387,7 +390,6 @@ def measure_cuda(
 ) -> tuple[dict[str, Any], str]:
     """Measure one shape; returns (measurement row, why-wrong text or '')."""
     torch = timer.torch
-    trace_window().pause()  # setup and the correctness launch stay out of a PyTorch-profiler trace
     state0 = backend.prepare(m, n, k, timer.device, seed)
     with ranges.suppressed():  # the correctness launch is cold: keep it out of the ncu budget
         out = backend.run(state0)
@@ -434,12 +436,10 @@ def measure_cuda(
 def wall_times(fns: list[Callable[[], Any]], warmup: int, repeats: int) -> list[float]:
     """Per-call wall-clock times in µs of ``repeats`` passes over ``fns`` after ``warmup`` passes (with a traced
     pass between them under the PyTorch profiler, as ``CudaTimer.time``)."""
-    window = trace_window()
-    window.pause()
     for _ in range(warmup):
         for fn in fns:
             fn()
-    window.traced_pass(lambda r: [fn() for _ in range(r) for fn in fns])
+    trace_window().traced_pass(lambda r: [fn() for _ in range(r) for fn in fns], cuda=False)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -453,7 +453,6 @@ def measure_wall(
     backend: Any, m: int, n: int, k: int, *, warmup: int, repeats: int, seed: int
 ) -> tuple[dict[str, Any], str]:
     """CPU-only backends (tests, plugins without a GPU): wall-clock timing, no NVML."""
-    trace_window().pause()
     state = backend.prepare(m, n, k, None, seed)
     times = wall_times([lambda: backend.run(state)], warmup, repeats)
     med = quantile(times, 0.5)

@@ -3,6 +3,7 @@ classification on the real error strings from DEVICE.md, and the raw JSONL rows 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from tracekit.collectors.bench import (
     GLM5_SHAPES,
     SweepSettings,
     parse_shapes,
-    profiled_worker_cmd,
+    profiled_worker,
     read_rows,
     run_sweep,
 )
@@ -306,15 +307,23 @@ def test_failure_table_shows_messages_as_written() -> None:
     assert "second line" not in text
 
 
-def test_worker_runs_under_its_own_profiler_only_under_the_torch_profiler(tmp_path: Path) -> None:
+def test_a_worker_is_profiled_only_under_the_torch_profiler(tmp_path: Path) -> None:
+    """Under the PyTorch profiler a worker records its traced passes itself (the prefix of its segment files in
+    its environment); with TRACEKIT_TRACE_REPEATS=all it runs inside the profiler runner, which records it all."""
     cmd = SweepSettings(backends=["torch-bf16"], shapes=[(16, 768, 6144)], python="py").worker_cmd(
         "torch-bf16", [(16, 768, 6144)], tmp_path / "ev.jsonl"
     )
     trace, fails = tmp_path / "raw" / "torch_trace.torch-bf16.1.json.gz", tmp_path / "f.jsonl"
-    assert profiled_worker_cmd(cmd, trace, fails, env={}) == cmd
-    wrapped = profiled_worker_cmd(
-        cmd, trace, fails, env={"TRACEKIT_TORCH_PROFILER": "/r/raw/torch_trace.json.gz"}
+    assert profiled_worker(cmd, trace, fails, env={}) == (cmd, {})
+    profiled = {"TRACEKIT_TORCH_PROFILER": "/r/raw/torch_trace.json.gz"}
+    segments = {"TRACEKIT_TRACE_SEGMENTS": str(tmp_path / "raw" / "torch_trace.torch-bf16.1")}
+    assert profiled_worker(cmd, trace, fails, env=profiled) == (cmd, segments)
+    assert profiled_worker(cmd, trace, fails, env={**profiled, "TRACEKIT_TRACE_REPEATS": "5"}) == (
+        cmd,
+        segments,
     )
+    wrapped, extra = profiled_worker(cmd, trace, fails, env={**profiled, "TRACEKIT_TRACE_REPEATS": "all"})
+    assert extra == {}
     assert wrapped[:3] == ["py", "-X", "faulthandler"]
     assert wrapped[3:11] == [
         "-m",
@@ -329,18 +338,18 @@ def test_worker_runs_under_its_own_profiler_only_under_the_torch_profiler(tmp_pa
     assert wrapped[11:] == cmd[4:]  # tracekit.collectors.worker and its arguments, unchanged
 
 
-def test_a_profiled_worker_starts_its_profiler_when_it_imports_torch(tmp_path: Path) -> None:
-    """The exact command a sweep under the PyTorch profiler gives each worker, run for real (a CPU torch is
-    enough; the worker records that CUDA is missing): the runner's profiler starts when the worker imports torch,
-    after the backend registry has only probed for it, so the worker's trace is not empty."""
+def test_a_worker_in_the_runner_starts_its_profiler_when_it_imports_torch(tmp_path: Path) -> None:
+    """The exact command a sweep under the PyTorch profiler gives each worker with --trace-repeats all, run for
+    real (a CPU torch is enough; the worker records that CUDA is missing): the runner's profiler starts when the
+    worker imports torch, after the backend registry has only probed for it, so the worker's trace is not empty."""
     pytest.importorskip("torch")
     events, trace, fails = tmp_path / "ev.jsonl", tmp_path / "w.json", tmp_path / "f.jsonl"
     cmd = SweepSettings(backends=["torch-bf16"], shapes=[(16, 16, 16)], warmup=1, repeats=2).worker_cmd(
         "torch-bf16", [(16, 16, 16)], events
     )
-    wrapped = profiled_worker_cmd(
-        cmd, trace, fails, env={"TRACEKIT_TORCH_PROFILER": str(tmp_path / "p.json")}
-    )
+    env = {"TRACEKIT_TORCH_PROFILER": str(tmp_path / "p.json"), "TRACEKIT_TRACE_REPEATS": "all"}
+    wrapped, extra = profiled_worker(cmd, trace, fails, env=env)
+    assert extra == {}
     proc = subprocess.run(wrapped, capture_output=True, text=True, check=False, cwd=tmp_path)
     assert "tracekit torchprof (ranges): profiler start" in proc.stderr, proc.stderr[-2000:]
     assert json.loads(trace.read_text())["traceEvents"], "the worker's trace is empty"
@@ -349,13 +358,15 @@ def test_a_profiled_worker_starts_its_profiler_when_it_imports_torch(tmp_path: P
 
 def _profiled_cpu_worker(
     tmp_path: Path, trace_repeats: str, *, warmup: int, repeats: int
-) -> tuple[list[dict], str]:
-    """Runs the test-torch-cpu worker, for real, inside the PyTorch-profiler runner with
-    TRACEKIT_TRACE_REPEATS=trace_repeats; returns the GEMM ranges (record_function annotations) of its trace and its stderr."""
+) -> tuple[dict[str, list[str]], str]:
+    """Runs the test-torch-cpu worker over two shapes, for real, as a sweep under the PyTorch profiler starts it
+    with TRACEKIT_TRACE_REPEATS=trace_repeats; returns the GEMM ranges (record_function annotations) in each
+    trace file it left, by file name, and its stderr."""
     tmp_path.mkdir()
-    events, trace, fails = tmp_path / "ev.jsonl", tmp_path / "w.json", tmp_path / "f.jsonl"
-    settings = SweepSettings(backends=["test-torch-cpu"], shapes=[(8, 8, 8)], warmup=warmup, repeats=repeats)
-    cmd = settings.worker_cmd("test-torch-cpu", [(8, 8, 8)], events)
+    events, trace, fails = tmp_path / "ev.jsonl", tmp_path / "torch_trace.w.1.json.gz", tmp_path / "f.jsonl"
+    shapes = [(8, 8, 8), (4, 4, 4)]
+    settings = SweepSettings(backends=["test-torch-cpu"], shapes=shapes, warmup=warmup, repeats=repeats)
+    cmd = settings.worker_cmd("test-torch-cpu", shapes, events)
     env = {
         **os.environ,
         "TRACEKIT_TORCH_PROFILER": str(tmp_path / "p.json"),
@@ -363,32 +374,68 @@ def _profiled_cpu_worker(
         "TRACEKIT_RECORD_FUNCTION": "1",
         "TRACEKIT_TRACE_REPEATS": trace_repeats,
     }
+    cmd, extra = profiled_worker(cmd, trace, fails, env=env)
     proc = subprocess.run(
-        profiled_worker_cmd(cmd, trace, fails, env=env),
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tmp_path,
-        env=env,
+        cmd, capture_output=True, text=True, check=False, cwd=tmp_path, env={**env, **extra}
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     kinds = [json.loads(x)["event"] for x in events.read_text().splitlines()]
-    assert "measurement" in kinds and kinds[-1] == "finished", kinds
-    return [
-        e
-        for e in json.loads(trace.read_text())["traceEvents"]
-        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("gemm ")
-    ], proc.stderr
+    assert kinds.count("measurement") == 2 and kinds[-1] == "finished", kinds
+    found = {}
+    for path in sorted(tmp_path.glob("torch_trace.w.1*.json.gz")):
+        with gzip.open(path, "rt") as f:
+            events_ = json.load(f)["traceEvents"]
+        found[path.name] = [
+            e["name"]
+            for e in events_
+            if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("gemm ")
+        ]
+    return found, proc.stderr
 
 
-def test_a_profiled_worker_records_only_its_traced_repeats(tmp_path: Path) -> None:
-    """Under the PyTorch profiler a worker records TRACEKIT_TRACE_REPEATS repeats of each measurement: the
-    warm-up, the correctness call and the timed repeats run with collection paused, so the profiler's cost no
-    longer grows with --repeats. `all` records every call, as before."""
+def test_a_profiled_worker_records_only_its_traced_passes(tmp_path: Path) -> None:
+    """Under the PyTorch profiler a worker records TRACEKIT_TRACE_REPEATS repeats of each measurement, each in a
+    segment of its own: the warm-up and the timed repeats run with no profiler, so the profiler's cost no longer
+    grows with --repeats. `all` records every call into one trace, as before."""
     pytest.importorskip("torch")
     bounded, err = _profiled_cpu_worker(tmp_path / "two", "2", warmup=4, repeats=10)
-    assert len(bounded) == 2, [e["name"] for e in bounded]
-    assert "recorded 1 traced passes of 2 repeats" in err, err[-2000:]
+    assert list(bounded) == ["torch_trace.w.1.000.json.gz", "torch_trace.w.1.001.json.gz"], bounded
+    assert [len(set(names)) for names in bounded.values()] == [1, 1]  # each segment: one shape's range
+    assert [len(names) for names in bounded.values()] == [2, 2], bounded
+    assert "2 traced passes of 2 repeats" in err, err[-2000:]
     everything, err = _profiled_cpu_worker(tmp_path / "all", "all", warmup=4, repeats=10)
-    assert len(everything) == 4 + 10, [e["name"] for e in everything]
+    assert list(everything) == ["torch_trace.w.1.json.gz"]
+    assert len(everything["torch_trace.w.1.json.gz"]) == 2 * (4 + 10), everything
     assert "traced passes" not in err
+
+
+def test_a_sweep_under_the_torch_profiler_imports_its_workers_traced_passes(tmp_path: Path) -> None:
+    """`tracekit capture --torch-profiler -- tracekit bench gemm ...`, for real with a CPU torch: each worker's
+    traced passes land in the capture's raw/ as segment files, and the import joins them into ranges of the
+    measured GEMMs (two shapes x --trace-repeats 3 calls each), beside the sweep's own measurements."""
+    pytest.importorskip("torch")
+    pl = pytest.importorskip("polars")
+    from tracekit.analyzers.importer import load_frames
+    from tracekit.collectors.capture import capture
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}
+    env["TRACEKIT_BACKEND_PLUGINS"] = str(PLUGINS)
+    cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--backends", "test-torch-cpu"]
+    cmd += ["--shapes", "8x8x8,4x4x4", "--repeats", "10", "--warmup", "4"]
+    run = capture(
+        cmd, torch_profiler=True, trace_repeats=3, out=tmp_path / "run", env=env, on_output=lambda *a: None
+    )
+    run = Run.open(run.path)
+    assert run.status == "complete", run.manifest.get("incomplete_reason")
+    segments = sorted(p.name for p in run.raw_dir.glob("torch_trace.test-torch-cpu.1.*.json.gz"))
+    assert segments == [
+        "torch_trace.test-torch-cpu.1.000.json.gz",
+        "torch_trace.test-torch-cpu.1.001.json.gz",
+    ]
+    frames = load_frames(run)
+    gemm = frames["ranges"].filter(pl.col("name").str.starts_with("gemm backend=test-torch-cpu"))
+    assert sorted(gemm.group_by("name").len()["len"].to_list()) == [3, 3], gemm
+    assert frames["measurements"].filter(pl.col("backend") == "test-torch-cpu")["repeats"].to_list() == [
+        10,
+        10,
+    ]

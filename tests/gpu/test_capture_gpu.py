@@ -184,9 +184,9 @@ def test_capture_under_nsys_records_kernels_of_cuda_graph_replays(tmp_path):
 
 def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     """The benchmark runs each backend in a worker process; the PyTorch profiler of the parent sees none of their
-    kernels, so each worker runs under its own profiler and writes its own trace into the run's raw/. Each
-    measurement's trace holds its traced pass only (--trace-repeats rotations over the input sets, every kernel
-    in its range): no warm-up launches, no timed graph replays."""
+    kernels, so each worker records its own: one traced pass per measurement (--trace-repeats rotations over the
+    input sets, every kernel in its range), a segment file each in the run's raw/; no warm-up launches, no timed
+    graph replays."""
     pl = pytest.importorskip("polars")
     from tracekit.analyzers.importer import load_frames
 
@@ -209,7 +209,8 @@ def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     # recording everything would add 3 warm-up and 10 replayed rotations: 6x the traced pass's kernels
     assert frames["kernels"].height <= 2 * gemm_ranges.height, frames["kernels"].height
     measured = frames["measurements"].filter(pl.col("backend") == "torch-bf16")
-    assert measured["repeats"].to_list() == [10]  # the timed pass is whole; only its recording paused
+    # the timed pass runs unprofiled, as in a plain sweep: all 10 repeats, replayed from a CUDA graph
+    assert measured["repeats"].to_list() == [10] and measured["timing"].to_list() == ["cuda-graph"]
 
 
 def test_torchprof_starts_no_cuda_context_in_a_process_that_never_uses_the_gpu(tmp_path):

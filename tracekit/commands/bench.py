@@ -176,7 +176,7 @@ def _hand_over(sweep_run: Any, capture_run: Path) -> None:
 
     tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
     raw = capture_run / "raw"
-    # the workers' own PyTorch-profiler traces (collectors.bench.profiled_worker_cmd) are profiler output: moved
+    # the workers' own PyTorch-profiler traces (collectors.bench.profiled_worker) are profiler output: moved
     for trace in sorted(sweep_run.raw_dir.glob("torch_trace.*.json.gz")):
         shutil.move(trace, raw / trace.name)
     wanted = ["failures"] if tool == "ncu" else ["measurements", "moe", "moe_curve", "failures"]

@@ -7,7 +7,9 @@ Run on a GPU machine (needs torch with CUDA; ncu / nsys where found, else those 
 
 Prints one table row per mode: the median wall seconds of its passes (``--rounds`` passes, the modes interleaved
 round by round so that a slow stretch of the machine hits every mode alike), the slowest and fastest pass, the
-median's ratio to the plain median, and the size of what the last pass wrote.
+median's ratio to the plain median, the median of the per-round ratios (each pass against the plain pass of its
+own round, minutes apart at most: the figure least moved by the machine's drift), and the size of what the last
+pass wrote.
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def main() -> int:
         parser.error(f"unknown mode(s) {', '.join(sorted(unknown))}; choose from {', '.join(MODES)}")
     modes = [(MODES[key][0], MODES[key][1]) for key in MODES if key in wanted]
     walls: dict[str, list[float]] = {label: [] for label, _ in modes}
+    paired: dict[str, list[float]] = {label: [] for label, _ in modes}  # wall / the same round's plain wall
     notes: dict[str, str] = {}
     sizes: dict[str, float] = {}
     last_run: dict[str, Path] = {}
@@ -131,6 +134,8 @@ def main() -> int:
                 notes[label] = exc.one_line()
                 continue
             walls[label].append(sum(p["wall_s"] for p in run.manifest["capture"]["passes"]))
+            if len(walls["plain"]) == round_ + 1:
+                paired[label].append(walls[label][-1] / walls["plain"][-1])
             notes[label] = run.manifest.get("incomplete_reason") or "ok"
             sizes[label] = _size(run.raw_dir) / 1e6
             last_run[label] = run.path
@@ -139,13 +144,19 @@ def main() -> int:
     for label, _opts in modes:
         w = walls[label]
         if not w:
-            rows.append((label, "-", "-", "-", "-", notes.get(label, "-")))
+            rows.append((label, "-", "-", "-", "-", "-", notes.get(label, "-")))
             continue
         med = statistics.median(w)
         ratio = f"{med / plain_s:.2f}x" if plain_s else "-"
+        pairs = paired[label]
+        per_round = (
+            f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}-{max(pairs):.2f})"
+            if pairs and label != "plain"
+            else "-"
+        )
         spread = f"{min(w):.1f}-{max(w):.1f} ({len(w)})"
-        rows.append((label, f"{med:.1f}", spread, ratio, f"{sizes[label]:.2f}", notes[label]))
-    header = ("mode", "median s", "min-max (passes)", "vs plain", "MB written", "status")
+        rows.append((label, f"{med:.1f}", spread, ratio, per_round, f"{sizes[label]:.2f}", notes[label]))
+    header = ("mode", "median s", "min-max (passes)", "vs plain", "per round", "MB written", "status")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -179,7 +179,7 @@ def _profiler_lines(run_path: Path) -> list[str]:
     """The PyTorch-profiler runner's and the workers' own summary lines (profiler start, program, stop, export;
     traced passes and toggling) from a kept run's logs, each prefixed with its log's name."""
     out = []
-    for log in sorted([*run_path.glob("raw/*.log"), *run_path.glob("raw/logs/*.stderr.txt")]):
+    for log in sorted([*run_path.glob("raw/*.log"), *run_path.glob("raw/logs/**/*.stderr.txt")]):
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith(("tracekit torchprof", "tracekit worker:")):
                 out.append(f"{log.name}: {line}")

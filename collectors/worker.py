@@ -24,7 +24,8 @@ launch overhead); ``events`` times eager passes with CUDA events (what you get u
 fallback when capture fails). ``auto`` is ``graph`` unless a profiler is attached (TRACEKIT_NCU_MAX_PER_RANGE,
 TRACEKIT_RECORD_FUNCTION or NVTX_INJECTION64_PATH set), where eager launches keep one NVTX range per kernel.
 Under the PyTorch profiler a *traced pass* (``TRACEKIT_TRACE_REPEATS`` eager passes, default 3) runs between the
-warm-up and the timed samples, and only it is recorded (``TraceWindow``).
+warm-up and the timed samples in a profiler session of its own, and only it is recorded (``TraceWindow``); the
+timed samples then run unprofiled, so ``auto`` stays ``graph`` there.
 """
 
 from __future__ import annotations

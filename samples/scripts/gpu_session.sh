@@ -11,6 +11,7 @@
 #   overhead  benchmarks/bench_capture_overhead.py: ncu modes on its sweep, timelines on a short bench
 #   timeline  benchmarks/bench_capture_overhead.py: nsys and the PyTorch profiler on the default glm5 bench
 #   torchprof benchmarks/torchprof_probe.py: where a PyTorch-profiled worker process spends its time
+#   instrument benchmarks/bench_instrument.py: the wrapper's cost per call, stand-in and real torch.mm on the GPU
 #   nsysprobe benchmarks/nsys_probe.py: where Nsight Systems' time goes around one short CUDA program
 #   pack      one .tgz per result folder of $TK_OUT, plus logs.tgz, into $TK_PACK (the device tool returns at most
 #             8 files, 2 folders down: a run folder's frames/ and raw/ need packing); PACK_SLIM=1 leaves out the
@@ -69,6 +70,8 @@ for p in "$@"; do
         --reps 25 --modes ${MODES:-nsys,torch-profiler} --timeout 160 --rounds ${ROUNDS:-3} ${KEEP:+--keep "$OUT/timeline-runs"}) > "$OUT/timeline.log" 2>&1; grep -v '^[│┃┏┡└]' "$OUT/timeline.log" | tail -12 ;;
     torchprof)
       (cd /tmp && timeout 200 python3 "$R/benchmarks/torchprof_probe.py" --iters 3000 --rounds ${PROBE_ROUNDS:-2}) > "$OUT/torchprof.log" 2>&1; tail -12 "$OUT/torchprof.log" ;;
+    instrument)
+      (cd /tmp && python3 "$R/benchmarks/bench_instrument.py" && python3 "$R/benchmarks/bench_instrument.py" --torch) > "$OUT/instrument.log" 2>&1; tail -12 "$OUT/instrument.log" ;;
     nsysprobe)
       (cd /tmp && timeout 300 python3 "$R/benchmarks/nsys_probe.py" --iters 3000 --procs 3 --rounds ${PROBE_ROUNDS:-2} --dump "$OUT") > "$OUT/nsysprobe.log" 2>&1; tail -20 "$OUT/nsysprobe.log" ;;
     pack)

@@ -138,6 +138,8 @@ class TraceWindow:
         and the rest of the worker runs unrecorded: its measurements do not depend on the trace."""
         if not self.active or self.repeats is None or self.prefix is None:
             return
+        if "torch" not in sys.modules:  # a backend that never imports torch has nothing this profiler can see
+            return
         from tracekit.collectors.torchprof import export_trace, new_profiler, start_profiler
 
         path = Path(f"{self.prefix}.{self.sessions:03d}.json.gz")

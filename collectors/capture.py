@@ -483,11 +483,12 @@ def capture(
     run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
     (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
     trace). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
-    benchmark inside (that many repeats after its warm-up; None records every launch: the profiler's cost then
-    grows with the benchmark's repeats; ``tracekit.collectors.worker.TraceWindow``). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line after tracekit's own options (and into
-    run.json). ``timeout`` applies to each pass; ``grace_s`` is how long a stopped pass may take to
-    finish writing its report. ``on_output(stream, bytes)`` receives the child's output (default: our own
-    stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
+    benchmark inside: a traced pass of that many repeats after its warm-up, a segment file each
+    (``tracekit.collectors.worker.TraceWindow``); None records every launch of every worker, and the profiler's
+    cost then grows with the benchmark's repeats. ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
+    after tracekit's own options (and into run.json). ``timeout`` applies to each pass; ``grace_s`` is how long
+    a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
+    output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
     Ctrl-C after marking the run."""
     cmd = [str(c) for c in cmd]
     base_env = dict(os.environ if env is None else env)

@@ -40,8 +40,9 @@ What each tool gives:
                     is replayed ~20 times
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
                     it starts when the script imports torch; --torch-ops all adds every ATen operator (a
-                    larger, slower trace); in a tracekit benchmark it records --trace-repeats repeats of each
-                    measurement (default 3) and pauses for the warm-up and the timed repeats
+                    larger, slower trace); in a tracekit benchmark each worker records --trace-repeats
+                    repeats of each measurement (default 3, a trace file each) and nothing of the warm-up or
+                    the timed repeats, which run as in a plain sweep
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
 (--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph
@@ -193,8 +194,8 @@ class _Event:
     metavar="N|all",
     callback=_trace_repeats,
     help="PyTorch profiler, for a tracekit benchmark inside: record N repeats of each measurement after its "
-    "warm-up (every GEMM in its range) and pause for the rest; all = every launch (slower: the profiler's cost "
-    "grows with --repeats).",
+    "warm-up (every GEMM in its range) and nothing else; all = every launch (slower: the profiler's cost "
+    "grows with --repeats, and the timed repeats run under it).",
 )
 @click.option(
     "--instrument", is_flag=True, help="Wrap torch's GEMM entry points in tracekit ranges (no code change)."

@@ -1,7 +1,8 @@
 """Test-only GEMM backends, loaded by the benchmark worker through TRACEKIT_BACKEND_PLUGINS=<this file>.
 
-They use the wall-clock timer (no torch) and fail in real ways: a real SIGSEGV, a real hang, a real exception
-carrying the cuBLAS error text the H200 gives for NVFP4 (DEVICE.md)."""
+They use the wall-clock timer (no torch, except test-torch-cpu: a real CPU matmul for the PyTorch profiler to
+record) and fail in real ways: a real SIGSEGV, a real hang, a real exception carrying the cuBLAS error text the
+H200 gives for NVFP4 (DEVICE.md)."""
 
 from __future__ import annotations
 

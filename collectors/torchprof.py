@@ -67,7 +67,7 @@ ENV_TORCH_OPS = "TRACEKIT_TORCH_OPS"
 worker processes of a tracekit benchmark."""
 OPS_CHOICES = ("ranges", "all")
 ENV_TRACE_REPEATS = "TRACEKIT_TRACE_REPEATS"
-"""How many repeats of each measurement the PyTorch profiler running in a worker records (``TraceWindow``):
+"""How many repeats of each measurement a tracekit benchmark's worker records under the PyTorch profiler:
 a positive integer, or ``all`` for every launch. Set by ``tracekit capture --trace-repeats``; read by the
 benchmark's workers (``tracekit.collectors.worker.TraceWindow``, ``collectors.bench.profiled_worker``)."""
 DEFAULT_TRACE_REPEATS = 3
@@ -75,8 +75,9 @@ ENV_TRACE_SEGMENTS = "TRACEKIT_TRACE_SEGMENTS"
 """Set on each worker of a tracekit benchmark that runs under this profiler (a path prefix in the run's raw/): the
 worker records its traced passes itself, one profiler session each, into ``PREFIX.NNN.json.gz``."""
 ENV_TORCH_PROFILER = "TRACEKIT_TORCH_PROFILER"
-"""Set to the trace path while a program runs under this profiler: a tracekit benchmark then starts each of its
-worker processes under a profiler of its own (the parent's profiler does not see other processes' kernels)."""
+"""Set to the trace path while a program runs under this profiler: a tracekit benchmark's workers then record their
+own traced passes (or, with ``TRACEKIT_TRACE_REPEATS=all``, each runs under a runner of its own): the parent's
+profiler does not see other processes' kernels."""
 
 
 def parse_trace_repeats(text: str | None) -> int | None:

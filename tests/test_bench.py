@@ -439,3 +439,33 @@ def test_a_sweep_under_the_torch_profiler_imports_its_workers_traced_passes(tmp_
     measured = frames["measurements"]
     assert measured.filter(pl.col("backend") == "test-torch-cpu")["repeats"].to_list() == [10, 10]
     assert measured.filter(pl.col("backend") == "test-ok").height == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "graph"),
+        (
+            {"TRACEKIT_RECORD_FUNCTION": "1"},
+            "events",
+        ),  # a worker inside the profiler runner (--trace-repeats all)
+        (
+            {"TRACEKIT_RECORD_FUNCTION": "1", "TRACEKIT_TRACE_SEGMENTS": "/r/raw/t"},
+            "graph",
+        ),  # traced passes only
+        ({"TRACEKIT_TRACE_SEGMENTS": "/r/raw/t", "NVTX_INJECTION64_PATH": "/x.so"}, "events"),  # nsys too
+        ({"TRACEKIT_TRACE_SEGMENTS": "/r/raw/t", "TRACEKIT_TRACE_REPEATS": "all"}, "graph"),
+    ],
+)
+def test_auto_timing_stays_graph_when_only_traced_passes_are_profiled(monkeypatch, env, expected) -> None:
+    """With traced passes the profiler runs outside the timed pass, so `auto` times it as a plain sweep does
+    (CUDA-graph replay); any profiler that watches the whole worker still gets eager, event-timed launches."""
+    from tracekit.collectors import worker
+
+    for key in (*worker.PROFILER_ENV, "TRACEKIT_TRACE_SEGMENTS", "TRACEKIT_TRACE_REPEATS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(worker, "_window", None)
+    assert worker.resolve_timing("auto") == expected
+    assert worker.resolve_timing("events") == "events"

@@ -115,11 +115,11 @@ class TraceWindow:
         self.sessions = 0
         self.start_s = self.stop_s = self.export_s = 0.0
         self.bytes = 0
-        self.errors: list[str] = []
+        self.error: str | None = None  # why recording stopped, once it has
 
     @property
     def active(self) -> bool:
-        return self.prefix is not None and self.repeats is not None and not self.errors
+        return self.prefix is not None and self.repeats is not None and self.error is None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> TraceWindow:
@@ -169,7 +169,7 @@ class TraceWindow:
                 self.export_s += time.perf_counter() - t3
 
     def _fail(self, why: str) -> None:
-        self.errors.append(why)
+        self.error = why
         print(f"tracekit worker: {why}; the rest of this worker runs unrecorded", file=sys.stderr)
 
     def summary(self) -> str | None:
@@ -180,6 +180,7 @@ class TraceWindow:
             f"tracekit worker: {self.sessions} traced passes of {self.repeats} repeats "
             f"({ENV_TRACE_REPEATS}) -> {Path(self.prefix).name}.NNN.json.gz, {self.bytes / 1e6:.2f} MB; "
             f"profiler start {self.start_s:.2f} s, stop {self.stop_s:.2f} s, export {self.export_s:.2f} s"
+            + (f"; stopped recording: {self.error}" if self.error else "")
         )
 
 

@@ -40,8 +40,9 @@ class _Tensor:
         self.shape, self.dtype, self.is_cuda = tuple(shape), dtype, True
 
 
-def real_torch(n: int) -> None:
+def real_torch(n: int, rounds: int) -> None:
     """Bare vs instrumented ``torch.mm`` with real torch (see the module docstring)."""
+    import statistics
     import time
 
     import torch
@@ -55,34 +56,54 @@ def real_torch(n: int) -> None:
         if cuda:
             torch.cuda.synchronize()
 
-    def best_ns(fn) -> float:
-        times = []
-        for _ in range(5):
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn(a, b)
-            sync()
-            times.append((time.perf_counter() - t0) / n * 1e9)
-        return min(times)
+    def round_ns(fn, *args) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(*args)
+        sync()
+        return (time.perf_counter() - t0) / n * 1e9
 
-    rows = []
-    for label in ("bare torch.mm", "instrumented torch.mm", "bare torch.mm (again)"):
-        if label.startswith("instrumented"):
-            I.instrument(flashinfer=False, sgl=False)
-        best_ns(torch.mm)  # warm-up (the first instrumented call builds and caches its range)
-        rows.append((label, best_ns(torch.mm)))
-        if label.startswith("instrumented"):
-            I.uninstrument()
-    base = min(rows[0][1], rows[2][1])
+    # 1. torch.mm bare and instrumented, rounds interleaved A B B A so drift (clocks, allocator, the GPU queue)
+    #    falls on both alike; the added cost is the median of the per-pair differences.
+    bare = torch.mm
+    round_ns(bare, a, b)  # warm-up: cuBLAS handle, kernel selection
+    I.instrument(flashinfer=False, sgl=False)
+    wrapped = torch.mm
+    round_ns(wrapped, a, b)  # warm-up: the first call of a shape builds and caches its range
+    I.uninstrument()
+    bare_t: list[float] = []
+    inst_t: list[float] = []
+    for r in range(rounds):
+        order = ((bare, bare_t), (wrapped, inst_t)) if r % 2 == 0 else ((wrapped, inst_t), (bare, bare_t))
+        for fn, out in order:
+            out.append(round_ns(fn, a, b))
+    diffs = [i - b_ for i, b_ in zip(inst_t, bare_t, strict=True)]
+
+    # 2. The wrapper alone around a no-op, real tensors: what instrument() adds with the launch taken out.
+    mm_target = next(t for t in I.TARGETS if t.package == "torch" and t.path == "mm")
+
+    def noop(x, y):
+        return None
+
+    lone = I.make_wrapper(noop, mm_target, torch)
+    lone(a, b)
+    noop_t = min(timeit.repeat(lambda: noop(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
+    lone_t = min(timeit.repeat(lambda: lone(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
+
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(
         f"torch {torch.__version__} on {name}; {tuple(a.shape)} x {tuple(b.shape)} {dtype}; sink "
-        f"{ranges.get_sink().kind}; best of 5 x {n} calls; python {sys.version.split()[0]}"
+        f"{ranges.get_sink().kind}; {rounds} interleaved rounds x {n} calls; python {sys.version.split()[0]}"
     )
-    print(f"{'call':<40} {'ns/call':>9} {'added ns':>9}")
-    for label, ns in rows:
-        print(f"{label:<40} {ns:9.0f} {ns - base:9.0f}")
+    print(f"{'call':<44} {'ns/call':>9} {'added ns':>9}")
+    print(f"{'bare torch.mm (best round)':<44} {min(bare_t):9.0f} {0:9.0f}")
+    print(f"{'instrumented torch.mm (best round)':<44} {min(inst_t):9.0f} {min(inst_t) - min(bare_t):9.0f}")
+    print(f"{'instrumented - bare (median of pairs)':<44} {'':>9} {statistics.median(diffs):9.0f}")
+    print(f"{'no-op(a, b), real tensors':<44} {noop_t:9.0f} {0:9.0f}")
+    print(f"{'instrument wrapper around the no-op':<44} {lone_t:9.0f} {lone_t - noop_t:9.0f}")
+    if not cuda:
+        print("(no CUDA: CPU tensors are not named, so the wrapper takes its pass-through path)")
 
 
 def main() -> None:
@@ -91,9 +112,10 @@ def main() -> None:
         "--number", type=int, default=None, help="calls per round (200,000; 20,000 with --torch)"
     )
     parser.add_argument("--torch", action="store_true", help="real torch.mm (CUDA when available)")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds with --torch (10)")
     args = parser.parse_args()
     if args.torch:
-        real_torch(args.number or 20_000)
+        real_torch(args.number or 20_000, args.rounds)
         return
     n = args.number or 200_000
 

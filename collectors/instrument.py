@@ -524,6 +524,14 @@ def _is_compiling_fn(module: Any) -> Callable[[], bool]:
 _MISS = object()
 
 
+def _same_kind(a: Any, b: Any) -> bool:
+    """Both operands share dtype and device, so a cache key holding only ``a``'s stands for the pair."""
+    try:
+        return bool(a.dtype == b.dtype and a.is_cuda == b.is_cuda)
+    except Exception:
+        return False
+
+
 def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callable[..., Any]:
     """Wrap one callable: the range opens around the call when ``target.describe`` names the GEMM."""
     describe = target.describe
@@ -540,29 +548,38 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
 
     if target.operands is not None:
         ia, ib = target.operands
-        local: dict[Any, Any] = {}
-        generation = [R._generation]
+        local = R.local_cache()  # emptied by ranges.set_sink
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # The hot path of every instrumented torch GEMM: keep it to attribute reads, one dict lookup and
+            # one NVTX push/pop (benchmarks/bench_instrument.py). The key holds one operand's dtype and device:
+            # torch refuses operands that differ in either, and such a pair is never cached (below).
             if R._gemm_depth:
                 return fn(*args, **kwargs)
             try:
                 a, b = args[ia], args[ib]
-                key = (a.shape, b.shape, a.dtype, b.dtype, a.is_cuda, b.is_cuda)
+                key = (a.shape, b.shape, a.dtype, a.is_cuda)
             except (IndexError, AttributeError, TypeError):
                 key = None
             if key is None:
                 scope = scope_for(args, kwargs)
             else:
-                if generation[0] != R._generation:
-                    local.clear()
-                    generation[0] = R._generation
                 scope = local.get(key, _MISS)
                 if scope is _MISS:
                     scope = scope_for(args, kwargs)
-                    local[key] = scope
+                    if _same_kind(a, b):
+                        local[key] = scope
             if scope is None or compiling():
                 return fn(*args, **kwargs)
+            if R._plain:  # no ncu budget, no record_function, not suppressed: one push, one pop
+                push, arg, pop = scope.main
+                R._gemm_depth += 1
+                push(arg)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    R._gemm_depth -= 1
+                    pop()
             with scope:
                 return fn(*args, **kwargs)
 

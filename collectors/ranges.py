@@ -11,7 +11,8 @@ selects them with ``--nvtx-include regex:tracekit@.+/`` and Nsight Systems shows
 
 Why the care about cost: ranges wrap every GEMM of a user's model (``tracekit.instrument()``), so a call must
 stay well under 2 µs with no profiler attached. Names, registered strings and event attributes are built once per
-distinct range and cached; entering a range is a dict lookup, a counter bump and one NVTX call.
+distinct range and cached; entering a range is a dict lookup, a counter bump and one NVTX call, and the
+instrument wrappers skip the counter while no ncu budget is set.
 
 Environment read at first use (and again by :func:`reload_settings`):
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -49,6 +51,7 @@ __all__ = [
     "gemm_open",
     "gemm_range",
     "get_sink",
+    "local_cache",
     "moe_name",
     "moe_range",
     "range_for",
@@ -142,8 +145,26 @@ def _noop1(_arg: Any) -> None:
 
 
 _sink: Any = None
-_generation = 0
-"""Bumped whenever the sink changes, so callers holding their own caches of scopes know to drop them."""
+
+
+class LocalCache(dict):  # type: ignore[type-arg]
+    """A caller's own cache of scopes (an instrument wrapper's per-shape cache): :func:`set_sink` empties it.
+
+    A dict subclass only so it can be held weakly; lookups are plain dict lookups.
+    """
+
+    __slots__ = ("__weakref__",)
+
+
+_LOCAL_CACHES: weakref.WeakValueDictionary[int, LocalCache] = weakref.WeakValueDictionary()
+"""id -> cache, held weakly (a WeakSet would compare the dicts by content)."""
+
+
+def local_cache() -> LocalCache:
+    """A new cache of scopes that is emptied whenever the sink changes (see :class:`LocalCache`)."""
+    cache = LocalCache()
+    _LOCAL_CACHES[id(cache)] = cache
+    return cache
 
 
 def _make_default_sink() -> Any:
@@ -188,11 +209,12 @@ def set_sink(sink: Any) -> Any:
 
     Cached ranges are dropped so the next use of each builds its handles on the new sink.
     """
-    global _sink, _generation
+    global _sink
     previous = _sink
     _sink = sink
     _CACHE.clear()
-    _generation += 1
+    for cache in list(_LOCAL_CACHES.values()):
+        cache.clear()
     return previous
 
 
@@ -201,6 +223,15 @@ def set_sink(sink: Any) -> Any:
 _budget: int | None = None
 _record_function: bool = False
 _record_function_factory: Callable[[str], Any] | None = None
+_suppressed = False
+_plain = True
+"""No ncu budget, no record_function, not suppressed: entering a range is one NVTX push and nothing else, so
+the instrument wrappers take their lean path (``RangeScope.main`` directly, no ``with``)."""
+
+
+def _update_plain() -> None:
+    global _plain
+    _plain = _budget is None and not _record_function and not _suppressed
 
 
 def _parse_budget(text: str | None) -> int | None:
@@ -225,6 +256,7 @@ def reload_settings(environ: dict[str, str] | None = None) -> None:
     _budget = _parse_budget(env.get(ENV_NCU_MAX_PER_RANGE))
     _record_function = env.get(ENV_RECORD_FUNCTION, "").strip().lower() in ("1", "true", "yes", "on")
     _record_function_factory = None
+    _update_plain()
 
 
 def _record_function_for(name: str) -> Any:
@@ -260,9 +292,6 @@ _gemm_depth = 0
 so a GEMM launched by a benchmark's own range is not wrapped twice."""
 
 
-_suppressed = False
-
-
 class suppressed:
     """Within this block every range goes to ``SKIP_DOMAIN`` and uses none of the ncu budget (warm-up runs)."""
 
@@ -270,10 +299,12 @@ class suppressed:
         global _suppressed
         self._previous = _suppressed
         _suppressed = True
+        _update_plain()
 
     def __exit__(self, *exc: object) -> None:
         global _suppressed
         _suppressed = self._previous
+        _update_plain()
 
 
 def gemm_open() -> bool:

@@ -281,6 +281,52 @@ def test_no_double_range_inside_an_open_gemm_range(fake_torch, sink):
     assert _fields(SEEN[-1])["M"] == "8"
 
 
+def test_cached_scope_per_shape_stays_right_across_dtypes_modes_and_sinks(fake_torch, sink):
+    """The torch wrappers cache one scope per shape; the cache must never hand out a wrong or stale range."""
+    I.instrument(flashinfer=False, sgl=False)
+    # A mismatched pair (torch refuses it) is named as seen but not cached: the matching pair after it, same
+    # shapes, gets its own name.
+    fake_torch.mm(T(64, 128), T(128, 32, dtype=FP16))
+    assert _fields(SEEN[-1])["b"] == "fp16"
+    fake_torch.mm(T(64, 128), T(128, 32))
+    assert _fields(SEEN[-1])["b"] == "bf16"
+
+    # ncu budget of 1 launch a range: the wrapper leaves its lean path, the second launch goes to SKIP_DOMAIN.
+    ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "1"})
+    ranges.reset_counts()
+    fake_torch.mm(T(16, 256), T(256, 48))
+    fake_torch.mm(T(16, 256), T(256, 48))
+    assert [d for d, _ in sink.pushes()[-2:]] == [DOMAIN, ranges.SKIP_DOMAIN]
+    ranges.reload_settings({})
+    with ranges.suppressed():
+        fake_torch.mm(T(16, 256), T(256, 48))
+    assert sink.pushes()[-1][0] == ranges.SKIP_DOMAIN
+    fake_torch.mm(T(16, 256), T(256, 48))
+    assert sink.pushes()[-1][0] == DOMAIN
+
+    # A new sink: cached scopes of the old one are dropped, the next call pushes into the new one.
+    fresh = ranges.RecordingSink()
+    ranges.set_sink(fresh)
+    fake_torch.mm(T(16, 256), T(256, 48))
+    assert [decode(n).fields["M"] for _, n in fresh.pushes()] == ["16"]
+    pushes = sum(1 for e in fresh.events if e[0] == "push")
+    assert pushes == sum(1 for e in fresh.events if e[0] == "pop") == 1
+
+
+def test_a_raising_gemm_closes_its_range(monkeypatch, fake_torch, sink):
+    def boom(*_a, **_k):
+        raise RuntimeError("CUDA error: an illegal instruction was encountered")
+
+    monkeypatch.setattr(fake_torch, "mm", boom)
+    I.instrument(flashinfer=False, sgl=False)
+    for _ in range(2):  # first call builds the scope, second takes the cached lean path
+        with pytest.raises(RuntimeError, match="illegal instruction"):
+            fake_torch.mm(T(32, 64), T(64, 64))
+        assert not ranges.gemm_open()
+    kinds = [e[0] for e in sink.events]
+    assert kinds == ["push", "pop", "push", "pop"]
+
+
 def test_lazy_wraps_on_first_import(tmp_path, monkeypatch, sink):
     pkg = tmp_path / "flashinfer"
     pkg.mkdir()

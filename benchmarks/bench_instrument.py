@@ -1,7 +1,7 @@
 """Cost of tracekit's GEMM ranges and instrument wrappers with no profiler attached.
 
     python benchmarks/bench_instrument.py [--number 200000]
-    python benchmarks/bench_instrument.py --torch [--number 20000]     # real torch: on a GPU machine, CUDA
+    python benchmarks/bench_instrument.py --torch [--number 20000] [--rounds 10]   # real torch (CUDA if any)
 
 Default (CPU only, no torch): prints ns/call for a bare call of a stand-in GEMM entry point, the same call
 through the `tracekit.instrument()` wrapper (shape / dtype keying, cached range, NVTX push/pop), a
@@ -9,9 +9,11 @@ through the `tracekit.instrument()` wrapper (shape / dtype keying, cached range,
 user's program sees outside a profiler.
 
 ``--torch``: the same comparison with the real ``torch.mm`` on small bf16 matrices (CUDA when available, else
-float32 on the CPU): host time per call, bare / instrumented / bare again (interleaved, best of 5 rounds of
-``--number`` calls, each round ended by a device synchronize), so the added time is the wrapper's cost on a real
-call, launch included.
+float32 on the CPU, where tensors are not named and the wrapper only passes through). Host time per call over
+``--rounds`` rounds of ``--number`` calls, bare and instrumented interleaved A B B A, each round ended by a device
+synchronize; the added cost is the best round against the best round and the median of the per-pair
+differences, launch included. Then the wrapper alone around a no-op on the same real tensors: the cost with the
+launch and its noise taken out.
 """
 
 from __future__ import annotations

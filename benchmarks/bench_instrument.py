@@ -93,10 +93,31 @@ def real_torch(n: int, rounds: int) -> None:
     noop_t = min(timeit.repeat(lambda: noop(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
     lone_t = min(timeit.repeat(lambda: lone(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
 
+    # 3. Its parts, on the same tensors: what each step of the hot path costs here.
+    scope = ranges.range_for(("bench-parts",), lambda: "gemm bench parts")
+    push, arg, pop = scope.main
+    comp = torch.compiler.is_compiling
+    key = (a.shape, b.shape, a.dtype, a.is_cuda)
+    cache = {key: scope}
+    parts = {
+        "a.shape": lambda: a.shape,
+        "a.dtype": lambda: a.dtype,
+        "a.is_cuda": lambda: a.is_cuda,
+        "key (a.shape, b.shape, a.dtype, a.is_cuda)": lambda: (a.shape, b.shape, a.dtype, a.is_cuda),
+        "dict lookup of that key": lambda: cache.get(key),
+        "torch.compiler.is_compiling()": comp,
+        "NVTX push + pop": lambda: (push(arg), pop()),
+        "empty lambda (the timing floor)": lambda: None,
+    }
+    part_ns = {
+        label: min(timeit.repeat(fn, number=n * 10, repeat=5)) / (n * 10) * 1e9 for label, fn in parts.items()
+    }
+
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     print(
         f"torch {torch.__version__} on {name}; {tuple(a.shape)} x {tuple(b.shape)} {dtype}; sink "
-        f"{ranges.get_sink().kind}; {rounds} interleaved rounds x {n} calls; python {sys.version.split()[0]}"
+        f"{ranges.get_sink().kind}; {rounds} interleaved rounds x {n} calls; python {sys.version.split()[0]}; "
+        f"torch._dynamo {'imported' if 'torch._dynamo' in sys.modules else 'not imported'}"
     )
     print(f"{'call':<44} {'ns/call':>9} {'added ns':>9}")
     print(f"{'bare torch.mm (best round)':<44} {min(bare_t):9.0f} {0:9.0f}")
@@ -104,6 +125,9 @@ def real_torch(n: int, rounds: int) -> None:
     print(f"{'instrumented - bare (median of pairs)':<44} {'':>9} {statistics.median(diffs):9.0f}")
     print(f"{'no-op(a, b), real tensors':<44} {noop_t:9.0f} {0:9.0f}")
     print(f"{'instrument wrapper around the no-op':<44} {lone_t:9.0f} {lone_t - noop_t:9.0f}")
+    print(f"{'parts of the hot path (each called alone)':<44} {'ns/call':>9}")
+    for label, ns in part_ns.items():
+        print(f"  {label:<42} {ns:9.0f}")
     if not cuda:
         print("(no CUDA: CPU tensors are not named, so the wrapper takes its pass-through path)")
 

@@ -522,6 +522,8 @@ def _is_compiling_fn(module: Any) -> Callable[[], bool]:
 
 
 _MISS = object()
+_DYNAMO = "torch._dynamo"
+_modules = sys.modules
 
 
 def _same_kind(a: Any, b: Any) -> bool:
@@ -569,7 +571,9 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
                     scope = scope_for(args, kwargs)
                     if _same_kind(a, b):
                         local[key] = scope
-            if scope is None or compiling():
+            # torch.compile folds is_compiling() to True while it traces; until torch._dynamo is imported
+            # nothing can be tracing, and the check's ~70 ns are skipped.
+            if scope is None or (_DYNAMO in _modules and compiling()):
                 return fn(*args, **kwargs)
             if R._plain:  # no ncu budget, no record_function, not suppressed: one push, one pop
                 push, arg, pop = scope.main

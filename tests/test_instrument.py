@@ -313,6 +313,19 @@ def test_cached_scope_per_shape_stays_right_across_dtypes_modes_and_sinks(fake_t
     assert pushes == sum(1 for e in fresh.events if e[0] == "pop") == 1
 
 
+def test_no_range_while_torch_compile_traces(monkeypatch, fake_torch, sink):
+    """Under torch.compile's tracing (is_compiling() True, torch._dynamo imported) the wrapper adds nothing;
+    before torch._dynamo is imported nothing can be tracing and the check is skipped."""
+    monkeypatch.setattr(fake_torch.compiler, "is_compiling", lambda: True)
+    I.instrument(flashinfer=False, sgl=False)
+    monkeypatch.setitem(sys.modules, "torch._dynamo", types.ModuleType("torch._dynamo"))
+    fake_torch.mm(T(64, 128), T(128, 32))
+    assert SEEN[-1] is None and sink.pushes() == []
+    monkeypatch.delitem(sys.modules, "torch._dynamo")
+    fake_torch.mm(T(64, 128), T(128, 32))
+    assert _fields(SEEN[-1])["M"] == "64"
+
+
 def test_a_raising_gemm_closes_its_range(monkeypatch, fake_torch, sink):
     def boom(*_a, **_k):
         raise RuntimeError("CUDA error: an illegal instruction was encountered")

@@ -122,7 +122,9 @@ def real_torch(n: int, rounds: int) -> None:
     print(f"{'call':<44} {'ns/call':>9} {'added ns':>9}")
     print(f"{'bare torch.mm (best round)':<44} {min(bare_t):9.0f} {0:9.0f}")
     print(f"{'instrumented torch.mm (best round)':<44} {min(inst_t):9.0f} {min(inst_t) - min(bare_t):9.0f}")
-    print(f"{'instrumented - bare (median of pairs)':<44} {'':>9} {statistics.median(diffs):9.0f}")
+    q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
+    print(f"{'instrumented - bare (median of pairs)':<44} {'':>9} {q[1]:9.0f}")
+    print(f"{'  quartiles of the pair differences':<44} {'':>9} {q[0]:4.0f}-{q[2]:.0f}")
     print(f"{'no-op(a, b), real tensors':<44} {noop_t:9.0f} {0:9.0f}")
     print(f"{'instrument wrapper around the no-op':<44} {lone_t:9.0f} {lone_t - noop_t:9.0f}")
     print(f"{'parts of the hot path (each called alone)':<44} {'ns/call':>9}")

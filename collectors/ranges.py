@@ -147,7 +147,7 @@ def _noop1(_arg: Any) -> None:
 _sink: Any = None
 
 
-class LocalCache(dict):  # type: ignore[type-arg]
+class LocalCache(dict[Any, Any]):
     """A caller's own cache of scopes (an instrument wrapper's per-shape cache): :func:`set_sink` empties it.
 
     A dict subclass only so it can be held weakly; lookups are plain dict lookups.

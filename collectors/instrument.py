@@ -25,9 +25,11 @@ dtypes and scale layout from the dtypes and scale shapes. Only the package names
 module that defines a function: FlashInfer's ``mm_fp4`` reads attributes off its own module-level name, which
 must stay the original.
 
-Cost: a wrapper keys its cached range on the operands' shapes and dtypes, so after the first call of a shape it
-adds a few hundred nanoseconds (``benchmarks/bench_instrument.py`` measures it). Inside an open tracekit GEMM
-range (``tracekit bench gemm``) and while torch.compile traces, wrappers call straight through.
+Cost: a torch wrapper keys its cached range on the operands' shapes, dtype and device, so after the first call
+of a shape it adds about 0.6 µs on a desktop-class CPU and about 1 µs on a GPU server's host (the key's attribute
+reads are half of it; ``benchmarks/bench_instrument.py --torch`` measures it, docs/BENCHMARKS.md has the table).
+Inside an open tracekit GEMM range (``tracekit bench gemm``) and while torch.compile traces, wrappers call
+straight through.
 
 ``instrument(lazy=True)`` (what ``collectors/site/sitecustomize.py`` uses) wraps packages already imported and
 arranges for the others to be wrapped right after their first import, so a process that never imports torch

@@ -142,6 +142,8 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="real torch.mm (CUDA when available)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds with --torch (10)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.torch:
         real_torch(args.number or 20_000, args.rounds)
         return

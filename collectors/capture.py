@@ -488,8 +488,8 @@ def capture(
     cost then grows with the benchmark's repeats. ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
     after tracekit's own options (and into run.json). ``timeout`` applies to each pass; ``grace_s`` is how long
     a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
-    output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything, and CaptureInterrupted on
-    Ctrl-C after marking the run."""
+    output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything,
+    and CaptureInterrupted on Ctrl-C after marking the run."""
     cmd = [str(c) for c in cmd]
     base_env = dict(os.environ if env is None else env)
     work = Path(cwd).absolute() if cwd is not None else None

@@ -7,9 +7,9 @@ Usage::
 
 The script runs in this process (``runpy``, with ``sys.argv`` set as if it had been started directly) inside the
 PyTorch profiler (Kineto, CPU and CUDA activities). The profiler starts the moment the script's own
-``import torch`` completes (before torch can run anything), so a process that never imports torch (a benchmark's parent
-whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU host, nor the profiler;
-its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
+``import torch`` completes (before torch can run anything), so a process that never imports torch (a
+benchmark's parent whose workers do the GEMMs and profile themselves) pays neither the import, 3-5 s on a GPU
+host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
 ``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
 launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM sweep's
 trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps every

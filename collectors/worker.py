@@ -440,10 +440,14 @@ def measure_cuda(
 def wall_times(fns: list[Callable[[], Any]], warmup: int, repeats: int) -> list[float]:
     """Per-call wall-clock times in µs of ``repeats`` passes over ``fns`` after ``warmup`` passes (with a traced
     pass between them under the PyTorch profiler, as ``CudaTimer.time``)."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    trace_window().traced_pass(lambda r: [fn() for _ in range(r) for fn in fns], cuda=False)
+
+    def passes(count: int) -> None:
+        for _ in range(count):
+            for fn in fns:
+                fn()
+
+    passes(warmup)
+    trace_window().traced_pass(passes, cuda=False)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

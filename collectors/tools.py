@@ -38,15 +38,35 @@ DEFAULT_SECTIONS: tuple[str, ...] = (
 )
 """The sections the explainer reads (about 20 replay passes a kernel on an H200, vs 38 for ``--set full``)."""
 
+TENSOR_OPS_METRIC = r"regex:^sm__ops_path_tensor_src_((fp|bf|tf|int)[0-9]+_?)+(dst_(fp|bf)[0-9]+)?\.sum$"
+"""Every tensor-pipe math counter of the GPU at hand, by source type, as one ncu regex: names differ per chip
+(``src_fp8`` on Hopper, ``src_fp8_dst_fp32`` and ``src_fp4_fp6_dst_fp32`` on SM120, ``src_fp4_fp6_fp8_dst_fp32`` on
+SM100; ../shared/data/ncu-metrics), so no fixed list fits all, and an unknown name makes ncu refuse to profile. The
+``_sparsity_on/off`` and ``_realtime`` variants (subsets and duplicates) are left out. Measured on the H200: each
+counts FLOPs (a multiply-add is 2), exactly 2*M*N*K for cuBLAS bf16 / fp8 / tf32 GEMMs whose shape fits the tiles,
+more with tile padding (samples/h200-counter-probe, docs/NOTES.md)."""
+
+SIMT_FLOP_METRICS: tuple[str, ...] = (
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+)
+"""FP32 math outside the tensor pipe (SIMT GEMMs): FLOPs = 2 x FFMA + FADD + FMUL thread instructions; an
+sgemm's FFMA count is M*N*K (H200, samples/h200-counter-probe). Present on every chip since Volta."""
+
 DEFAULT_METRICS: tuple[str, ...] = (
     "gpc__cycles_elapsed.avg.per_second",
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
+    TENSOR_OPS_METRIC,
+    *SIMT_FLOP_METRICS,
 )
-"""Metrics added to the sections: the clock a kernel ran at (in SpeedOfLight too, listed so it is never lost)
-and DRAM bytes moved (the sections give only a rate). All exist on every GPU since Volta; the tensor-pipe metric
-is architecture-specific (``sm__pipe_tensor_op_hmma_cycles_active`` on Hopper) and already comes with
-ComputeWorkloadAnalysis, so it is not named here: an unknown metric makes ncu refuse to profile."""
+"""Metrics added to the sections: the clock a kernel ran at (in SpeedOfLight too, listed so it is never lost),
+DRAM bytes moved (the sections give only a rate), and the math a kernel executed (tensor-pipe FLOPs by source
+type, SIMT FP32 instructions), from which the analysis takes a kernel's FLOPs and dtype when no shape is known.
+The tensor-pipe utilisation metric is architecture-specific (``sm__pipe_tensor_op_hmma_cycles_active`` on Hopper)
+and already comes with ComputeWorkloadAnalysis. Cost on the H200 (benchmarks/foreign/ncu_counter_cost.sh, 22 GEMM
+kernels): 27 replay passes a kernel instead of 20, the capture 20.6 s instead of 18.1 s; ``--set full`` 54.1 s."""
 
 CLOCK_CONTROLS = ("none", "base")
 """``none``: the clocks the user's run sees (tracekit's default); ``base``: ncu's default, locked to base clock."""

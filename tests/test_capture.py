@@ -73,7 +73,10 @@ def test_ncu_command_exact():
         "--section",
         "WarpStateStats",
         "--metrics",
-        "gpc__cycles_elapsed.avg.per_second,dram__bytes_read.sum,dram__bytes_write.sum",
+        "gpc__cycles_elapsed.avg.per_second,dram__bytes_read.sum,dram__bytes_write.sum,"
+        r"regex:^sm__ops_path_tensor_src_((fp|bf|tf|int)[0-9]+_?)+(dst_(fp|bf)[0-9]+)?\.sum$,"
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,smsp__sass_thread_inst_executed_op_fadd_pred_on.sum,"
+        "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
         "--clock-control",
         "none",
         "--target-processes",

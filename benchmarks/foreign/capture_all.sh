@@ -25,6 +25,7 @@
 #   issue 18 (crash_segv.py: good bf16 + fp8 GEMMs, an NVFP4 error caught, then dies; --instrument):
 #     crash_segv, crash_abort, crash_illegal, crash_hang, crash_segv_in_gemm    --nsys --ncu --instrument
 #     crash_segv_torchprof                                                      --torch-profiler --instrument
+#     (runs h200-crash-segv, -abort, -illegal, -hang, -segv-in-gemm, -segv-torchprof; --mode segv-in-gemm etc.)
 #
 # Why the ncu filter: tracekit's default ncu filter selects tracekit's own NVTX domain, which these programs never
 # use. So the issue-17 runs pass --all-kernels and their own filter through --ncu-arg: --nvtx-include=<range>/ per
@@ -32,10 +33,12 @@
 # elementwise kernels out of the reports (each adds megabytes). With FOREIGN_RANGES=1 and a tracekit that has
 # `capture --ranges REGEX`, that option is used instead of the --nvtx-include arguments.
 #
-# Settings (environment): TK_OUT (runs, default ./out), TK_PACK (default $OUT), TK_BUDGET_S (default 530: runs
-# that would start later are skipped and marked), RUN_TIMEOUT_S (per tracekit pass, default 100),
-# HANG_TIMEOUT_S (the crash_hang pass timeout, default 30), CRASH_TIMEOUT_S (default 60), NCU_LAUNCHES (ncu
-# launch cap per run, default 12), NCU_KERNELS (kernel-name regex; empty = every kernel in the ranges).
+# Settings (environment): TK_OUT (runs, default ./out); TK_PACK (default $OUT); TK_BUDGET_S (default 520 s for
+# all runs: each pass gets a --timeout that ends inside it, a run is skipped and marked once less than 20 s a pass
+# is left); RUN_TIMEOUT_S (per tracekit pass, default 100); CRASH_TIMEOUT_S (crash passes, default 60);
+# HANG_TIMEOUT_S (the crash_hang passes, default 30); NCU_LAUNCHES (ncu --launch-count per issue-17 run, default
+# 16); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel inside the ranges).
+# nsys is found as in samples/scripts/gpu_session.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS=<checkout>/.nsys-libs).
 set -uo pipefail
 R=$(cd "$(dirname "$0")/../.." && pwd)
 F=$R/benchmarks/foreign
@@ -43,15 +46,14 @@ RUNS=${TK_OUT:-$R/out}
 mkdir -p "$RUNS"
 RUNS=$(cd "$RUNS" && pwd)
 PACK=${TK_PACK:-${OUT:-}}
-BUDGET=${TK_BUDGET_S:-530}
+BUDGET=${TK_BUDGET_S:-520}
 PASS_T=${RUN_TIMEOUT_S:-100}
 CRASH_T=${CRASH_TIMEOUT_S:-60}
 HANG_T=${HANG_TIMEOUT_S:-30}
-LAUNCHES=${NCU_LAUNCHES:-12}
-KERNELS=${NCU_KERNELS-gemm|Gemm|GEMM|nvjet|matmul|xmma|cutlass|splitK}
+LAUNCHES=${NCU_LAUNCHES:-16}
+KERNELS=${NCU_KERNELS-gemm|Gemm|GEMM|nvjet|matmul|xmma|cutlass}
 export PYTHONPATH=${PYTHONPATH:-/tmp/site} PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=${TRACEKIT_NSYS_LIBS:-$R/.nsys-libs}
 export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
-export LD_LIBRARY_PATH=$TRACEKIT_NSYS_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 T0=$SECONDS
 SUMMARY=$RUNS/summary.tsv
 printf 'name\trc\tseconds\tsize\trun\n' >"$SUMMARY"
@@ -94,24 +96,32 @@ record() {
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$((SECONDS - $3))" "$size" "$(basename "$4")" | tee -a "$SUMMARY"
 }
 
-# capture NAME RUN OUTER_TIMEOUT TRACEKIT_ARGS... -- CMD...: one `tracekit capture`, logged
+# pass_timeout PASSES: tracekit's --timeout per pass, RUN_TIMEOUT_S or less so the run ends inside the budget
+pass_timeout() {
+  local rem=$((BUDGET - (SECONDS - T0) - 15)) t=$PASS_T
+  ((rem / $1 < t)) && t=$((rem / $1))
+  echo "$t"
+}
+
+# capture NAME RUN PASSES PASS_TIMEOUT TRACEKIT_ARGS... -- CMD...: one `tracekit capture`, logged; skipped (and
+# marked so) when less than 20 s of the budget is left per pass
 capture() {
-  local name=$1 run=$2 outer=$3 start=$SECONDS rc
-  shift 3
-  if ((SECONDS - T0 > BUDGET)); then
+  local name=$1 run=$2 passes=$3 t=$4 start=$SECONDS rc
+  shift 4
+  if ((t < 20)); then
     printf '%s\tskipped\t0\t-\t%s\n' "$name" "$(basename "$run") (budget of ${BUDGET}s spent)" | tee -a "$SUMMARY"
     return
   fi
   rm -rf "$run"
-  echo "=== $name $(date +%T): tracekit capture $*" >"$run.log"
-  (cd /tmp && timeout -k 10 "$outer" python3 -m tracekit capture "$@") >>"$run.log" 2>&1
+  echo "=== $name $(date +%T): tracekit capture --timeout $t $*" >"$run.log"
+  (cd /tmp && timeout -k 10 "$((passes * t + 40))" python3 -m tracekit capture --timeout "$t" "$@") >>"$run.log" 2>&1
   rc=$?
   record "$name" "$rc" "$start" "$run"
   tail -4 "$run.log" | sed 's/^/    /'
 }
 
 foreign() {
-  local name=$1 run=$RUNS/h200-foreign-$1 outer=$((2 * PASS_T + 40))
+  local name=$1 run=$RUNS/h200-foreign-$1
   local tools=(--nsys --ncu) clock=(--clock-control none) cmd
   ncu_filter "$name"
   case $name in
@@ -127,18 +137,21 @@ foreign() {
     base_clock_none) cmd=(python3 "$F/base_clock.py") ;;
     *) cmd=(python3 "$F/$name.py") ;;
   esac
-  capture "$name" "$run" "$outer" "${tools[@]}" "${clock[@]}" --max-per-range 2 "${FILTER[@]}" \
-    --timeout "$PASS_T" -o "$run" --no-import -- "${cmd[@]}"
+  capture "$name" "$run" "${#tools[@]}" "$(pass_timeout "${#tools[@]}")" "${tools[@]}" "${clock[@]}" \
+    --max-per-range 2 "${FILTER[@]}" -o "$run" --no-import -- "${cmd[@]}"
 }
 
 crash() {
-  local name=$1 mode=${1#crash_} t=$CRASH_T tools=(--nsys --ncu)
+  local name=$1 mode=${1#crash_} t tools=(--nsys --ncu)
   mode=${mode%_torchprof}
   mode=${mode//_/-}
-  [[ $mode == hang ]] && t=$HANG_T
   [[ $name == *_torchprof ]] && tools=(--torch-profiler)
-  local run=$RUNS/h200-crash-${name#crash_}
-  capture "$name" "$run" "$((2 * t + 40))" "${tools[@]}" --instrument --max-per-range 2 --timeout "$t" \
+  t=$(pass_timeout "${#tools[@]}")
+  ((t > CRASH_T)) && t=$CRASH_T
+  [[ $mode == hang ]] && ((t > HANG_T)) && t=$HANG_T
+  local base=${name#crash_}
+  local run=$RUNS/h200-crash-${base//_/-}
+  capture "$name" "$run" "${#tools[@]}" "$t" "${tools[@]}" --instrument --max-per-range 2 \
     -o "$run" --no-import -- python3 "$F/crash_segv.py" --mode "$mode"
 }
 

@@ -3,8 +3,7 @@
 Captured twice: under Nsight Compute's ``--clock-control base`` (clocks locked to base: the GEMM runs at about
 1.34 GHz of the H200's 1.98 GHz boost, so a clock factor must appear) and under ``--clock-control none`` (the
 clocks the program sees). --reps launches inside ranges after --warmup launches outside them. Prints one line:
-median ms (CUDA events), TFLOP/s. Does not import tracekit; needs torch and a CUDA GPU.
-"""
+median ms (CUDA events), TFLOP/s. Does not import tracekit; needs torch and a CUDA GPU."""
 
 from __future__ import annotations
 

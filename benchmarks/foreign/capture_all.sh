@@ -1,44 +1,45 @@
 #!/usr/bin/env bash
-# Captures the foreign workloads of benchmarks/foreign (code that does not import tracekit: the user's own NVTX
-# ranges, Triton, raw CUDA, cuBLAS through torch) and the crashing workload of issue 18 with `tracekit capture`,
-# in one GPU-machine call of at most 10 minutes:
+# Captures the foreign workloads of benchmarks/foreign (code that does not import tracekit: the user's own
+# NVTX ranges, Triton, raw CUDA, cuBLAS through torch) and the crashing workload of issue 18 with
+# `tracekit capture`, in one GPU-machine call of at most 10 minutes:
 #
 #   bash samples/scripts/gpu_session.sh setup          # installs the carried tracekit wheel into /tmp/site
 #   TK_OUT=/tmp/tk bash benchmarks/foreign/capture_all.sh [NAME...]
 #
-# NAME is a workload below, or `foreign` (all issue-17 runs) or `crash` (all issue-18 runs); none = all, in the
-# order listed (issue 17 first). Each run goes to $TK_OUT/h200-foreign-<name> or $TK_OUT/h200-crash-<mode> with
-# --no-import (frames are built later, on a CPU machine: `tracekit import --rebuild RUN`); its capture output to
-# $TK_OUT/<run>.log. At the end: a table (name, rc, seconds, size) on stdout and in $TK_OUT/summary.tsv, then
-# foreign17.tgz, crash18.tgz and logs.tgz in $TK_PACK (default $OUT, the device's return folder; no packing
-# if neither is set).
+# NAME is a workload below, `foreign` (all issue-17 runs) or `crash` (all issue-18 runs); none = all, in the
+# order listed (issue 17 first). Each run goes to $TK_OUT/h200-foreign-<name> or $TK_OUT/h200-crash-<mode>
+# with --no-import (frames are built later on a CPU machine: `tracekit import --rebuild RUN`), its capture
+# output to $TK_OUT/<run>.log. At the end: a table (name, rc, seconds, size) on stdout and in
+# $TK_OUT/summary.tsv, then foreign17.tgz, crash18.tgz and logs.tgz in $TK_PACK (default $OUT, the device's
+# return folder; no packing if neither is set).
 #
-#   issue 17 (--nsys --ncu --max-per-range 2, ncu limited to the workload's own ranges and GEMM-named kernels):
-#     triton_waves      Triton bf16 GEMM, 133 tiles (bad last wave) vs 132 tiles    triton_waves_bad / _control
-#     simt_smem         raw CUDA fp32 sgemm, 200 KB smem (1 CTA/SM) vs 2 KB         sgemm_smem_capped / _control
-#                       (compiled here with nvcc -O3 -arch=sm_90; skipped if that fails)
-#     cublas_small_m    torch.mm bf16 M=16 (memory-bound) vs M=4096                 decode_gemm_m16 / prefill_gemm_m4096
-#     fp8_eager_quant   eager per-call FP8 quantization + _scaled_mm vs prequant    fp8_linear / fp8_linear_prequant
-#     eager_host_gaps   200 eager GEMMs with host work between vs a CUDA graph      eager_loop / graph_loop
-#     base_clock        8192^3 bf16 under ncu --clock-control base (ncu only)       big_gemm
-#     base_clock_none   the same under --clock-control none, with nsys             big_gemm
-#   issue 18 (crash_segv.py: good bf16 + fp8 GEMMs, an NVFP4 error caught, then dies; --instrument):
-#     crash_segv, crash_abort, crash_illegal, crash_hang, crash_segv_in_gemm    --nsys --ncu --instrument
-#     crash_segv_torchprof                                                      --torch-profiler --instrument
-#     (runs h200-crash-segv, -abort, -illegal, -hang, -segv-in-gemm, -segv-torchprof; --mode segv-in-gemm etc.)
+# issue 17: --nsys --ncu --max-per-range 2, ncu limited to the workload's ranges and GEMM-named kernels
+#   triton_waves     Triton bf16 GEMM, 133 tiles (a 1-tile last wave) vs 132    triton_waves_bad / _control
+#   simt_smem        raw CUDA fp32 sgemm, 200 KB smem (1 CTA/SM) vs 2 KB        sgemm_smem_capped / _control
+#                    (built here: nvcc -O3 -arch=sm_90; skipped and marked if that fails)
+#   cublas_small_m   torch.mm bf16 M=16 (memory-bound) vs M=4096               decode_gemm_m16 /
+#                                                                               prefill_gemm_m4096
+#   fp8_eager_quant  eager FP8 quantization + _scaled_mm vs prequantized       fp8_linear / _prequant
+#   eager_host_gaps  200 eager GEMMs with host work between vs a CUDA graph    eager_loop / graph_loop
+#   base_clock       8192^3 bf16 under ncu --clock-control base (ncu only)     big_gemm
+#   base_clock_none  the same under --clock-control none, with nsys            big_gemm
+# issue 18: crash_segv.py (good bf16 + fp8 GEMMs, an NVFP4 error caught, then it dies), with --instrument
+#   crash_segv, crash_abort, crash_illegal, crash_hang, crash_segv_in_gemm     --nsys --ncu
+#   crash_segv_torchprof                                                       --torch-profiler
+#   (runs h200-crash-segv, -abort, -illegal, -hang, -segv-in-gemm, -segv-torchprof)
 #
-# Why the ncu filter: tracekit's default ncu filter selects tracekit's own NVTX domain, which these programs never
-# use. So the issue-17 runs pass --all-kernels and their own filter through --ncu-arg: --nvtx-include=<range>/ per
-# range name (a push/pop range of the default domain) and --kernel-name=regex:<NCU_KERNELS>, which keeps torch's
-# elementwise kernels out of the reports (each adds megabytes). With FOREIGN_RANGES=1 and a tracekit that has
-# `capture --ranges REGEX`, that option is used instead of the --nvtx-include arguments.
+# Why the ncu filter: tracekit's default ncu filter selects tracekit's own NVTX domain, which these programs
+# never use. So the issue-17 runs pass --all-kernels and their own filter through --ncu-arg: --nvtx-include=
+# <range>/ per range name (a push/pop range of the default domain) and --kernel-name=regex:<NCU_KERNELS>,
+# which keeps torch's elementwise kernels (megabytes each in a report) out. With FOREIGN_RANGES=1 and a
+# tracekit that has `capture --ranges REGEX`, that option replaces the --nvtx-include arguments.
 #
-# Settings (environment): TK_OUT (runs, default ./out); TK_PACK (default $OUT); TK_BUDGET_S (default 520 s for
-# all runs: each pass gets a --timeout that ends inside it, a run is skipped and marked once less than 20 s a pass
-# is left); RUN_TIMEOUT_S (per tracekit pass, default 100); CRASH_TIMEOUT_S (crash passes, default 60);
-# HANG_TIMEOUT_S (the crash_hang passes, default 30); NCU_LAUNCHES (ncu --launch-count per issue-17 run, default
-# 16); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel inside the ranges).
-# nsys is found as in samples/scripts/gpu_session.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS=<checkout>/.nsys-libs).
+# Settings (environment): TK_OUT (runs, default ./out); TK_PACK (default $OUT); TK_BUDGET_S (default 520 s
+# for all runs: each pass gets a --timeout that ends inside it, a run is skipped and marked once less than
+# 20 s a pass is left); RUN_TIMEOUT_S (per tracekit pass, default 100); CRASH_TIMEOUT_S (crash passes,
+# default 60); HANG_TIMEOUT_S (the crash_hang passes, default 30); NCU_LAUNCHES (ncu --launch-count per
+# issue-17 run, default 16); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel
+# inside the ranges). nsys is found as in samples/scripts/gpu_session.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS).
 set -uo pipefail
 R=$(cd "$(dirname "$0")/../.." && pwd)
 F=$R/benchmarks/foreign
@@ -52,8 +53,12 @@ CRASH_T=${CRASH_TIMEOUT_S:-60}
 HANG_T=${HANG_TIMEOUT_S:-30}
 LAUNCHES=${NCU_LAUNCHES:-16}
 KERNELS=${NCU_KERNELS-gemm|Gemm|GEMM|nvjet|matmul|xmma|cutlass}
-export PYTHONPATH=${PYTHONPATH:-/tmp/site} PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=${TRACEKIT_NSYS_LIBS:-$R/.nsys-libs}
-export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
+export PYTHONPATH=${PYTHONPATH:-/tmp/site} PYTHONUNBUFFERED=1
+export TRACEKIT_NSYS_LIBS=${TRACEKIT_NSYS_LIBS:-$R/.nsys-libs}
+NSYS_GLOB=(/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys)
+[[ -n ${TRACEKIT_NSYS:-} ]] || TRACEKIT_NSYS=$(ls -d "${NSYS_GLOB[@]}" 2>/dev/null | tail -1)
+export TRACEKIT_NSYS
+[[ -d /usr/local/cuda/bin ]] && export PATH=$PATH:/usr/local/cuda/bin # ncu, nvcc
 T0=$SECONDS
 SUMMARY=$RUNS/summary.tsv
 printf 'name\trc\tseconds\tsize\trun\n' >"$SUMMARY"
@@ -103,18 +108,20 @@ pass_timeout() {
   echo "$t"
 }
 
-# capture NAME RUN PASSES PASS_TIMEOUT TRACEKIT_ARGS... -- CMD...: one `tracekit capture`, logged; skipped (and
-# marked so) when less than 20 s of the budget is left per pass
+# capture NAME RUN PASSES PASS_TIMEOUT TRACEKIT_ARGS... -- CMD...: one `tracekit capture`, logged; skipped
+# (and marked so) when less than 20 s of the budget is left per pass
 capture() {
   local name=$1 run=$2 passes=$3 t=$4 start=$SECONDS rc
   shift 4
   if ((t < 20)); then
-    printf '%s\tskipped\t0\t-\t%s\n' "$name" "$(basename "$run") (budget of ${BUDGET}s spent)" | tee -a "$SUMMARY"
+    printf '%s\tskipped\t0\t-\t%s\n' "$name" "$(basename "$run") (budget of ${BUDGET}s spent)" |
+      tee -a "$SUMMARY"
     return
   fi
   rm -rf "$run"
   echo "=== $name $(date +%T): tracekit capture --timeout $t $*" >"$run.log"
-  (cd /tmp && timeout -k 10 "$((passes * t + 40))" python3 -m tracekit capture --timeout "$t" "$@") >>"$run.log" 2>&1
+  (cd /tmp && timeout -k 10 "$((passes * t + 40))" python3 -m tracekit capture --timeout "$t" "$@") \
+    >>"$run.log" 2>&1
   rc=$?
   record "$name" "$rc" "$start" "$run"
   tail -4 "$run.log" | sed 's/^/    /'
@@ -127,7 +134,8 @@ foreign() {
   case $name in
     simt_smem)
       mkdir -p "$RUNS/bin"
-      if ! nvcc -O3 -arch=sm_90 -o "$RUNS/bin/simt_smem" "$F/simt_smem.cu" -ldl >"$RUNS/nvcc-simt_smem.log" 2>&1; then
+      if ! nvcc -O3 -arch=sm_90 -o "$RUNS/bin/simt_smem" "$F/simt_smem.cu" -ldl \
+        >"$RUNS/nvcc-simt_smem.log" 2>&1; then
         printf '%s\tnvcc-failed\t0\t-\t%s\n' "$name" "see nvcc-simt_smem.log" | tee -a "$SUMMARY"
         tail -5 "$RUNS/nvcc-simt_smem.log"
         return
@@ -181,7 +189,6 @@ import tracekit; print('tracekit', tracekit.__version__, tracekit.__file__)")
   nvcc --version | tail -1
   echo "ncu $(command -v ncu || echo /usr/local/cuda/bin/ncu) nsys $TRACEKIT_NSYS"
 } 2>&1 | tee "$RUNS/environment.log"
-command -v ncu >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
 
 for n in "${names[@]}"; do
   echo "--- $n ($((SECONDS - T0)) s in)"

@@ -1,23 +1,23 @@
 """A user's GEMM script that does good work first and then dies, for capturing crashes (``--mode``):
 
-  segv          after the GEMMs, "calling into a native library that faults" (stderr), then SIGSEGV in a native
-                call (ctypes.string_at(0)): no GEMM is in flight, the last one finished
-  segv-in-gemm  the SIGSEGV happens inside a torch.mm call: its operand is a tensor subclass (as quantization or
-                sharding libraries write them) whose ``__torch_function__`` calls into the faulting native code,
-                so a wrapper around torch.mm (``tracekit capture --instrument``) has started the call and never
-                sees it return: "in flight" means the last call started and did not finish
+  segv          after the GEMMs, "calling into a native library that faults" (stderr), then SIGSEGV in a
+                native call (ctypes.string_at(0)): no GEMM is in flight, the last one finished
+  segv-in-gemm  the SIGSEGV happens inside a torch.mm call: its operand is a tensor subclass (as quantization
+                or sharding libraries write them) whose ``__torch_function__`` calls into the faulting native
+                code, so a wrapper around torch.mm (``tracekit capture --instrument``) has started the call
+                and never sees it return: "in flight" means the last call started and did not finish
   abort         os.abort() (SIGABRT) after the GEMMs, as a failed native assertion does
-  illegal       a kernel that reads an illegal address (a Triton load at a huge offset with no mask, or raw PTX
-                through the CUDA driver if Triton is missing): CUDA reports an illegal memory access at the next
-                synchronize and the script ends with that RuntimeError (exit status 1)
+  illegal       a kernel that reads an illegal address (a Triton load at a huge offset with no mask, or raw
+                PTX through the CUDA driver if Triton is missing): CUDA reports an illegal memory access at
+                the next synchronize and the script ends with that RuntimeError (exit status 1)
   hang          time.sleep(3600) after the GEMMs: only a timeout (``tracekit capture --timeout``) ends it
 
 Before that, always: 3 bf16 GEMMs (torch.mm, range ``good_bf16_gemm``) and 3 FP8 GEMMs (torch._scaled_mm e4m3
 tensorwise, range ``good_fp8_gemm``), M=1024 N=2048 K=6144, with a summary line each (median ms from CUDA
 events, TFLOP/s), then one NVFP4 torch._scaled_mm (range ``nvfp4_gemm``) that the H200 refuses
-(CUBLAS_STATUS_NOT_SUPPORTED): caught and printed, as a user trying FP4 would. The GEMMs go through torch.mm and
-torch._scaled_mm, which ``tracekit capture --instrument`` wraps. Does not import tracekit; needs torch and a GPU.
-"""
+(CUBLAS_STATUS_NOT_SUPPORTED): caught and printed, as a user trying FP4 would. The GEMMs go through torch.mm
+and torch._scaled_mm, which ``tracekit capture --instrument`` wraps. Does not import tracekit; needs torch and
+a GPU."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def timed(name: str, fn: Callable[[], torch.Tensor], what: str) -> None:
     torch.cuda.synchronize()
     ms = statistics.median(s.elapsed_time(e) for s, e in events)
     print(
-        f"{name}: M={M} N={N} K={K} {what}: median {ms:.4f} ms, {2 * M * N * K / (ms / 1e3) / 1e12:.0f} TFLOP/s",
+        f"{name}: M={M} N={N} K={K} {what}: median {ms:.4f} ms, "
+        f"{2 * M * N * K / (ms / 1e3) / 1e12:.0f} TFLOP/s",
         flush=True,
     )
 
@@ -87,8 +88,11 @@ def try_nvfp4() -> None:
         torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)
         torch.cuda.synchronize()
         print(f"nvfp4_gemm: M={m} N={n} K={k} ran on this GPU", flush=True)
-    except RuntimeError as exc:
-        print(f"nvfp4_gemm: M={m} N={n} K={k} failed: {str(exc).splitlines()[0]}", flush=True)
+    except Exception as exc:  # what the GPU refuses: RuntimeError from cuBLAS, or a check in torch
+        print(
+            f"nvfp4_gemm: M={m} N={n} K={k} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+            flush=True,
+        )
     finally:
         torch.cuda.nvtx.range_pop()
 
@@ -134,8 +138,8 @@ def launch_illegal_read() -> str:
 
         bad_read[(1,)](buf, buf, 1 << 40)
         return "Triton load at element offset 2**40"
-    except ImportError:
-        pass
+    except Exception as exc:  # no Triton, or it could not build the kernel: use PTX below
+        print(f"Triton unavailable ({type(exc).__name__}: {exc}); using PTX", file=sys.stderr, flush=True)
     # no Triton: the same read from PTX, loaded and launched through the CUDA driver API
     cuda = ctypes.CDLL("libcuda.so.1")
     module, func = ctypes.c_void_p(), ctypes.c_void_p()

@@ -10,8 +10,7 @@ Ranges (the user's own NVTX names, default domain):
               fails, launched eagerly back to back with no host work (the output line says which)
 
 Prints one line per range: total ms (CUDA events around the range), median ms per GEMM, TFLOP/s over the whole
-range and GPU-busy share. Does not import tracekit; needs torch and a CUDA GPU.
-"""
+range and GPU-busy share. Does not import tracekit; needs torch and a CUDA GPU."""
 
 from __future__ import annotations
 
@@ -79,9 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     total = t0.elapsed_time(t1)
     each = statistics.median(s.elapsed_time(e) for s, e in per)
     print(
-        f"eager_loop: {args.gemms} x M={M} N={N} K={K} bf16 torch.mm, {args.host_us:.0f} us host work between: "
-        f"total {total:.3f} ms, median {each:.4f} ms per GEMM, {flops / (total / 1e3) / 1e12:.1f} TFLOP/s over "
-        f"the range, GPU busy {min(1.0, each * args.gemms / total):.0%}",
+        f"eager_loop: {args.gemms} x M={M} N={N} K={K} bf16 torch.mm, "
+        f"{args.host_us:.0f} us host work between: total {total:.3f} ms, median {each:.4f} ms per GEMM, "
+        f"{flops / (total / 1e3) / 1e12:.1f} TFLOP/s over the range, "
+        f"GPU busy {min(1.0, each * args.gemms / total):.0%}",
         flush=True,
     )
 

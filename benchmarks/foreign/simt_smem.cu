@@ -6,8 +6,8 @@
 //   sgemm_smem_control  M=N=K=2048 fp32, 2048 B dynamic shared memory per CTA   (control)
 //
 // Each range (the user's own NVTX names, default domain) holds one launch; --reps launches per variant run
-// inside ranges after one warm-up launch outside them. Prints one line per variant: CTAs per SM (CUDA occupancy
-// API), median ms (CUDA events), TFLOP/s, and a spot check against a double-precision host result.
+// inside ranges after one warm-up launch outside them. Prints one line per variant: CTAs per SM (CUDA
+// occupancy API), median ms (CUDA events), TFLOP/s, and a spot check against a double-precision host result.
 // Build: nvcc -O3 -arch=sm_90 -o simt_smem simt_smem.cu -ldl     Run: ./simt_smem [--reps N]
 // Does not use tracekit; NVTX through the header-only NVTX3 that ships with CUDA 12+.
 #include <cuda_runtime.h>
@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--reps N]   (N >= 1 launches per variant inside its range)\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N]   (N >= 1 launches per variant inside its range)\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -130,8 +131,8 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[reps / 2];
-    std::printf("%s: M=%d N=%d K=%d fp32 SIMT tile %dx%d, %zu B dynamic smem/CTA: %d CTAs/SM (%d warps of %d) on "
-                "%d SMs: median %.3f ms, %.2f TFLOP/s, max abs err %.2e\n",
+    std::printf("%s: M=%d N=%d K=%d fp32 SIMT tile %dx%d, %zu B dynamic smem/CTA: "
+                "%d CTAs/SM (%d warps of %d) on %d SMs: median %.3f ms, %.2f TFLOP/s, max abs err %.2e\n",
                 v.range, M, N, K, TILE, TILE, v.smem, ctas, ctas * TILE * TILE / 32,
                 prop.maxThreadsPerMultiProcessor / 32, prop.multiProcessorCount, med,
                 2.0 * M * N * K / (med / 1e3) / 1e12, worst);

@@ -131,7 +131,7 @@ def test_capture_all_command_lines(tmp_path: Path, fake_tools: dict[str, str]) -
     # base_clock: ncu only, locked base clock, the program's own range, no tracekit-domain filter
     base = next(c for c in ncu if "h200-foreign-base-clock" in c or "h200-foreign-base_clock" in c)
     assert "--clock-control base" in base and "--nvtx-include=big_gemm/" in base and "--nvtx " in base
-    assert "regex:tracekit" not in base and "--kernel-name=regex:" in base and "--launch-count 16" in base
+    assert "regex:tracekit" not in base and "--kernel-name=regex:" in base and "--launch-count 8" in base
     assert base.endswith(f"{FOREIGN / 'base_clock.py'}")
     assert not any("base_clock" in c for c in nsys)
     # crash_abort: both tools, tracekit's own ranges (--instrument), the mode on the program's command line

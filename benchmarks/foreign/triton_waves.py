@@ -27,7 +27,7 @@ SHAPES = [("triton_waves_bad", 896, 2432, K), ("triton_waves_control", 1408, 153
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=5, help="launches per shape inside its range (default 5)")
+    p.add_argument("--reps", type=int, default=3, help="launches per shape inside its range (default 3)")
     p.add_argument(
         "--warmup", type=int, default=3, help="launches per shape before, outside ranges (default 3)"
     )

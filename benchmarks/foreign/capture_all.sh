@@ -38,7 +38,7 @@
 # for all runs: each pass gets a --timeout that ends inside it, a run is skipped and marked once less than
 # 20 s a pass is left); RUN_TIMEOUT_S (per tracekit pass, default 100); CRASH_TIMEOUT_S (crash passes,
 # default 60); HANG_TIMEOUT_S (the crash_hang passes, default 30); NCU_LAUNCHES (ncu --launch-count per
-# issue-17 run, default 16); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel
+# issue-17 run, default 8); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel
 # inside the ranges). nsys is found as in samples/scripts/gpu_session.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS).
 set -uo pipefail
 R=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,8 +51,8 @@ BUDGET=${TK_BUDGET_S:-520}
 PASS_T=${RUN_TIMEOUT_S:-100}
 CRASH_T=${CRASH_TIMEOUT_S:-60}
 HANG_T=${HANG_TIMEOUT_S:-30}
-LAUNCHES=${NCU_LAUNCHES:-16}
-KERNELS=${NCU_KERNELS-gemm|Gemm|GEMM|nvjet|matmul|xmma|cutlass}
+LAUNCHES=${NCU_LAUNCHES:-8}
+KERNELS=${NCU_KERNELS-gemm|Gemm|GEMM|gemv|Gemv|nvjet|matmul|xmma|cutlass}
 export PYTHONPATH=${PYTHONPATH:-/tmp/site} PYTHONUNBUFFERED=1
 export TRACEKIT_NSYS_LIBS=${TRACEKIT_NSYS_LIBS:-$R/.nsys-libs}
 NSYS_GLOB=(/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys)

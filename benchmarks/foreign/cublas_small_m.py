@@ -27,7 +27,7 @@ COPIES = 4  # 4 x 25 MB of weights > 60 MB L2
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=5, help="calls per shape inside its range (default 5)")
+    p.add_argument("--reps", type=int, default=3, help="calls per shape inside its range (default 3)")
     p.add_argument("--warmup", type=int, default=5, help="calls per shape before, outside ranges (default 5)")
     args = p.parse_args(argv)
     if args.reps < 1 or args.warmup < 1:

@@ -29,7 +29,7 @@ E4M3_MAX = 448.0
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--reps", type=int, default=5, help="calls per range (default 5)")
+    p.add_argument("--reps", type=int, default=3, help="calls per range (default 3)")
     p.add_argument("--warmup", type=int, default=3, help="calls per range before, outside ranges (default 3)")
     args = p.parse_args(argv)
     if args.reps < 1 or args.warmup < 1:

@@ -539,7 +539,7 @@ def _op_ranges(ops: list[Any], base_ns: int) -> pl.DataFrame:
         a = _op_args(e)
         shape = op_shape(e.name, a.dims, a.types, a.concrete)
         known = shape is not None and shape.m is not None
-        flops = a.flops if type(a.flops) in (int, float) and a.flops >= 0 else None
+        flops = a.flops if type(a.flops) in (int, float) and math.isfinite(a.flops) and a.flops >= 0 else None
         rows.append(
             {
                 "kind": "op",

@@ -64,6 +64,7 @@ GEMM_OPS = frozenset(
 """PyTorch operators whose calls are GEMMs: their ``cpu_op`` events (Kineto) and NVTX ranges (emit_nvtx) become
 ``ranges`` rows with ``range_kind == "gemm-op"``."""
 
+_MAX_DIM = 1 << 62
 _BIAS_FIRST = frozenset({"addmm", "_addmm_activation", "baddbmm", "addbmm"})
 
 # c10::ScalarType ordinals that a ``_scaled_mm`` out_dtype concrete input may hold (c10/core/ScalarType.h).
@@ -140,7 +141,7 @@ def op_shape(name: str, dims: Any, types: Any = None, concrete: Any = None) -> O
         out = out or ta
     shape = OpShape(op=op, dtype_a=ta, dtype_b=tb, dtype_out=out)
     mnkb = _mnkb(op, a, b)
-    if mnkb is None:
+    if mnkb is None or max(mnkb) >= _MAX_DIM:  # a damaged file's sizes must not overflow the Int64 columns
         return shape
     m, n, k, batch = mnkb
     return OpShape(op, m, n, k, batch, ta, tb, out)

@@ -293,3 +293,24 @@ def test_signatures(name: str, dims: list, types: list | None, expected: tuple) 
     shape = op_shape(name, dims, types)
     assert shape is not None
     assert (shape.m, shape.n, shape.k, shape.batch) == expected
+
+
+def test_damaged_op_args_keep_the_op(shared_data: Path, tmp_path: Path) -> None:
+    """The probe's trace with its GEMM ops' args damaged (sizes that are not lists, sizes past 64 bits, a flops
+    that is text, args that are not an object): every op is still a range, with no shape, and nothing raises."""
+    with gzip.open(SHARED / PROBE) as f:
+        data = json.load(f)
+    damage = [
+        {"Input Dims": "1024x6144", "Input type": 5},
+        {"Input Dims": [[1 << 40, 1 << 40, 4], [8, 4]], "flops": "many"},
+        [1, 2, 3],
+        {"Input Dims": [[2, "k"], ["k", 3]], "Input type": [None, None]},
+    ]
+    ops = [e for e in data["traceEvents"] if e.get("name") in GEMM_OPS]
+    for i, e in enumerate(ops):
+        e["args"] = damage[i % len(damage)]
+    out = tmp_path / "damaged.json"
+    out.write_text(json.dumps(data))
+    r = combine([read_kineto(out)])["ranges"].filter(pl.col("range_kind") == "gemm-op")
+    assert r.height == len(ops) == 8
+    assert r["m"].null_count() == r.height and r["flops"].null_count() == r.height

@@ -141,3 +141,14 @@ def test_help_teaches_device(command: str) -> None:
     out = _tracekit(command, "--help").stdout
     assert "--device NAME" in out
     assert any("--device rtx-pro-6000" in ln for ln in out.splitlines() if ln.strip().startswith("tracekit"))
+
+
+def test_view_analysis_takes_the_device(rtx_run: Path) -> None:
+    """What `tracekit view --device` hands the UI: the prefetched analysis of the run, with the device's peaks."""
+    from tracekit.tui.data import Prefetch
+
+    plain = Prefetch(rtx_run).analysis.result(timeout=300)
+    assert plain.gemms.height and plain.gemms["peak_tflops"].null_count() == plain.gemms.height
+    chosen = Prefetch(rtx_run, lookup_device("rtx-pro-6000")).analysis.result(timeout=300)
+    assert chosen.gemms["device_key"].unique().to_list() == ["rtx-pro-6000"]
+    assert chosen.gemms["peak_tflops"].null_count() == 0

@@ -529,21 +529,38 @@ def _read_ranges(
 
 def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
     """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/torch_ops.py). Only names that
-    start with a GEMM op are parsed: an emit_nvtx capture holds a range per op call, most of them not GEMMs."""
+    start with a GEMM op are parsed, and each distinct (op, sizes) once: an emit_nvtx capture holds a range per op
+    call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
     if ranges.height == 0:
         return ranges
-    head = ranges["name"].str.extract(r"^([^,]*)").str.strip_chars()
-    hit = head.is_in(list(GEMM_OPS))
-    if not hit.any():
+    aten = ranges["name"].str.starts_with("aten::")  # cheap first cut: most ranges are not PyTorch ops
+    if not aten.any():
         return ranges
+    name = pl.col("name")
+    calls = (
+        ranges.select(name)
+        .with_row_index("_row")
+        .filter(aten)
+        .with_columns(name.str.extract(r"^([^,]*)").str.strip_chars().alias("_op"))
+        .filter(pl.col("_op").is_in(list(GEMM_OPS)))
+    )
+    if calls.height == 0:
+        return ranges
+    sizes = name.str.extract(r",\s*sizes = (\[.*?\]\])")
+    calls = calls.with_columns(
+        pl.when(sizes.is_null())
+        .then(pl.col("_op"))
+        .otherwise(pl.format("{}, sizes = {}", "_op", sizes))
+        .alias("_key")
+    )
     rows = []
-    for name in ranges.filter(hit)["name"].unique().to_list():
-        shape = nvtx_op_shape(name)
+    for key in calls["_key"].unique().to_list():
+        shape = nvtx_op_shape(key)
         if shape is None:
             continue
         rows.append(
             {
-                "name": name,
+                "_key": key,
                 "range_kind": "gemm-op",
                 "op": shape.op,
                 "m": shape.m,
@@ -555,12 +572,11 @@ def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
         )
     if not rows:
         return ranges
-    cols = [c for c in rows[0] if c != "name"]
-    parsed = pl.DataFrame(rows, schema={c: RANGES.schema[c] for c in rows[0]}).rename(
-        {c: f"{c}__op" for c in cols}
-    )
-    out = ranges.join(parsed, on="name", how="left", maintain_order="left")
-    return out.with_columns(pl.coalesce(f"{c}__op", c).alias(c) for c in cols).select(ranges.columns)
+    cols = [c for c in rows[0] if c != "_key"]
+    parsed = pl.DataFrame(rows, schema={"_key": pl.String, **{c: RANGES.schema[c] for c in cols}})
+    found = calls.select("_row", "_key").join(parsed, on="_key", how="inner").sort("_row")
+    at = found["_row"]
+    return ranges.with_columns(ranges[c].clone().scatter(at, found[c]) for c in cols)
 
 
 # --- devices ----------------------------------------------------------------------------------------------------

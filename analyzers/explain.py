@@ -27,6 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.devices import DeviceSpec
+
 from .gemm import GemmCase, build_cases, gemm_frame
 from .rules import Factor
 from .rules.aux import aux
@@ -213,10 +215,11 @@ def explain(
     calibration: dict[str, Any] | None = None,
     gemm_filter: str | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> list[Waterfall]:
     """Waterfalls for every GEMM of a run (those whose range, context, kernel or backend contain
-    ``gemm_filter``)."""
-    cases = build_cases(frames, calibration=calibration, environment=environment)
+    ``gemm_filter``); ``device`` overrides the GPU the files name (``--device``)."""
+    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
 
 

@@ -795,9 +795,17 @@ def build_cases(
     *,
     calibration: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> list[GemmCase]:
-    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
-    device = device_from_frames(frames, environment)
+    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from).
+
+    ``device`` (``--device``: tracekit.devices.lookup_device) replaces the GPU the files name, for every GEMM:
+    Nsight Compute CSV exports name only the compute capability, and a user may know better than a report."""
+    if device is None:
+        device = device_from_frames(frames, environment)
+    elif (ncu := frames.get("ncu")) is not None and ncu.height:
+        # each profiled kernel's own GPU name would win in _device_for_ncu: the flag wins over it
+        frames = {**frames, "ncu": ncu.with_columns(pl.lit(None, pl.String).alias("device_name"))}
     metrics, rules = _ncu_evidence(frames)
     ncu_by_range, ncu_aux, loose = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)

@@ -342,8 +342,13 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
         return ranges
     parsed_cols = [c for c in rows[0] if c != "name"]
     schema = {c.name: c.dtype for c in SPECS["ranges"].columns if c.name in rows[0]}
-    parsed = pl.DataFrame(rows, schema=schema)
-    out = ranges.drop(parsed_cols).join(parsed, on="name", how="left")
+    parsed = pl.DataFrame(rows, schema=schema).rename({c: f"{c}__parsed" for c in parsed_cols})
+    out = ranges.join(parsed, on="name", how="left")
+    # a name tracekit parses sets every GEMM field; other rows keep what their reader filled (PyTorch GEMM ops)
+    named = pl.col("range_kind__parsed").is_not_null()
+    out = out.with_columns(
+        pl.when(named).then(pl.col(f"{c}__parsed")).otherwise(pl.col(c)).alias(c) for c in parsed_cols
+    )
     return out.select(ranges.columns)
 
 

@@ -1,6 +1,7 @@
 """Range nesting and the kernel-to-range join, in polars (vectorised; millions of rows).
 
-Ranges are grouped per timeline: per thread for NVTX push/pop and record_function annotations (source, pid, tid),
+Ranges are grouped per timeline: per thread for NVTX push/pop, record_function annotations and PyTorch GEMM ops
+(kind ``op``: a kernel launched inside ``aten::mm`` inside ``aten::linear`` gets the ``aten::mm``) (source, pid, tid),
 per device and stream for GPU-side annotations (source, device, tid=stream). NVTX start/end ranges may overlap
 and cross threads: they keep null parent and depth.
 
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-_THREAD_KINDS = ("push_pop", "annotation")
+_THREAD_KINDS = ("push_pop", "annotation", "op")
 _MAX_DEPTH = 256
 _LIMIT = 2**62
 _THREAD_KEYS = ["source", "pid", "tid"]

@@ -40,6 +40,12 @@ steps have category ``Operator``) become ``kind="annotation"`` rows with the eve
 ``gpu_user_annotation`` events become ``kind="gpu_annotation"`` with ``device`` from ``args.device`` or the pid,
 ``tid`` = the stream (the event's tid), and ``pid`` from the CPU annotation with the same ``External id``.
 ``parent_id``, ``depth`` and the GEMM fields are left null: the importer parses names and the join nests ranges.
+``cpu_op`` (2021-era: ``Operator``) events of PyTorch GEMM operators (``aten::mm``, ``addmm``, ``bmm``,
+``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``, ...: analyzers/torch_ops.py) become
+``kind="op"``, ``range_kind="gemm-op"`` rows with ``m``, ``n``, ``k``, ``batch`` and dtypes from ``Input Dims`` /
+``Input type`` (``shape_source="kineto-input-dims"``; null without ``record_shapes``) and ``flops`` from the
+trace's own ``flops`` arg (``with_flops``). They nest like annotations, so a kernel launched by cuBLAS inside
+``aten::addmm`` inside ``aten::linear`` joins to the ``aten::addmm``. Other ops stay out of the frame.
 
 Every kernel is kept, including those outside ``ProfilerStep`` ranges (HolisticTraceAnalysis drops those).
 """
@@ -65,6 +71,8 @@ except ImportError:  # pragma: no cover - same results, slower
 from tracekit.analyzers.base import Extract, source_name
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
+
+from .torch_ops import GEMM_OPS, op_shape
 
 KIND = "kineto"
 
@@ -442,7 +450,13 @@ def _kernels(
 
 
 def _ranges(
-    cpu: list[Any], gpu: list[Any], base_ns: int, single_pid: int | None, source: str, rank: int | None
+    cpu: list[Any],
+    gpu: list[Any],
+    base_ns: int,
+    single_pid: int | None,
+    source: str,
+    rank: int | None,
+    ops: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     events = cpu + gpu
     kind = ["annotation"] * len(cpu) + ["gpu_annotation"] * len(gpu)
@@ -481,12 +495,75 @@ def _ranges(
             "end_ns": start + dur,
         }
     )
+    if ops is not None and ops.height:
+        ops = ops.with_columns(
+            pl.lit(source, pl.String).alias("source"), pl.lit(rank, pl.Int32).alias("rank")
+        )
+        df = pl.concat([RANGES.conform(df), RANGES.conform(ops)], how="vertical").drop("range_id")
     df = (
         df.sort("start_ns", "kind", nulls_last=True, maintain_order=True)
         .with_row_index("range_id")
         .with_columns(pl.col("range_id").cast(pl.Int64))
     )
     return RANGES.conform(df)
+
+
+class _OpArgs(msgspec.Struct, gc=False):
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    flops: Any = None
+
+
+_OP_ARGS_DECODER = msgspec.json.Decoder(_OpArgs)
+
+
+def _op_args(event: Any) -> _OpArgs:
+    """The shape fields of one op event's args (an empty ``_OpArgs`` when they are missing or malformed)."""
+    if not event.args:
+        return _OpArgs()
+    try:
+        return _OP_ARGS_DECODER.decode(event.args)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return _OpArgs()
+
+
+def _op_ranges(ops: list[Any], base_ns: int) -> pl.DataFrame:
+    """``kind="op"``, ``range_kind="gemm-op"`` ranges for the ``cpu_op`` events of PyTorch GEMM operators
+    (torch_ops.GEMM_OPS), with M, N, K, batch and dtypes from ``Input Dims`` / ``Input type`` and the trace's
+    own ``flops``. Other ops are left out: a trace may hold millions of them and they are not GEMMs."""
+    if not ops:
+        return RANGES.empty()
+    rows: list[dict[str, Any]] = []
+    for e in ops:
+        a = _op_args(e)
+        shape = op_shape(e.name, a.dims, a.types, a.concrete)
+        known = shape is not None and shape.m is not None
+        flops = a.flops if type(a.flops) in (int, float) and math.isfinite(a.flops) and a.flops >= 0 else None
+        rows.append(
+            {
+                "kind": "op",
+                "name": e.name,
+                "pid": _as_int(e.pid),
+                "tid": _as_int(e.tid),
+                "range_kind": "gemm-op",
+                "op": shape.op if shape else None,
+                "m": shape.m if shape else None,
+                "n": shape.n if shape else None,
+                "k": shape.k if shape else None,
+                "batch": shape.batch if shape else None,
+                "dtype_a": shape.dtype_a if shape else None,
+                "dtype_b": shape.dtype_b if shape else None,
+                "dtype_out": shape.dtype_out if shape else None,
+                "flops": float(flops) if flops is not None else None,
+                "shape_source": "kineto-input-dims" if known else None,
+            }
+        )
+    schema = {k: RANGES.schema[k] for k in rows[0]}
+    df = pl.DataFrame(rows, schema=schema)
+    start = _times_ns([e.ts for e in ops], base_ns)
+    dur = _times_ns([e.dur for e in ops], 0)
+    return df.with_columns(start.alias("start_ns"), (start + dur).alias("end_ns"))
 
 
 def _devices(props: list[dict[str, Any]] | None, source: str, rank: int | None) -> pl.DataFrame:
@@ -602,6 +679,7 @@ def _read_kineto(path: Path) -> Extract:
         e for e in other_cpu if e.ph == "X" and isinstance(e.name, str) and e.name.startswith("ProfilerStep#")
     ]
     gpu_ranges = [e for e in gpu_events if e.ph == "X"]
+    gemm_ops = [e for e in other_cpu if e.ph == "X" and isinstance(e.name, str) and e.name in GEMM_OPS]
     del buckets, kern, cpu_events, gpu_events, other_cpu
 
     launches: dict[int, _Event] = {}
@@ -637,7 +715,9 @@ def _read_kineto(path: Path) -> Extract:
     kframe, _missing = _kernels(kernels, launches, base_ns, single_pid, source, rank)
     frames = {
         "kernels": kframe,
-        "ranges": _ranges(cpu_ranges, gpu_ranges, base_ns, single_pid, source, rank),
+        "ranges": _ranges(
+            cpu_ranges, gpu_ranges, base_ns, single_pid, source, rank, _op_ranges(gemm_ops, base_ns)
+        ),
         "devices": _devices(trace.deviceProperties, source, rank),
     }
     return Extract(kind=KIND, source=source, frames=frames, partial=bool(warnings), warnings=warnings)

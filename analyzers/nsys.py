@@ -16,7 +16,11 @@ Where each column comes from (the columns themselves are documented in tracekit/
     has it. Marks (``NvtxMark``) have no duration: they are dropped and counted in a warning. ``name`` from
     ``text`` or ``textId`` -> StringIds; ``domain`` from the ``NvtxDomainCreate`` event (75) of the same process
     and ``domainId``, null for the default domain (0); ``pid`` / ``tid`` from ``globalTid``. ``parent_id`` /
-    ``depth`` (the join computes nesting) and the GEMM fields (the importer parses names) stay null.
+    ``depth`` (the join computes nesting) and the GEMM fields (the importer parses names) stay null, except for
+    ranges that ``torch.autograd.profiler.emit_nvtx`` writes around PyTorch GEMM ops (``"aten::mm, seq = 3,
+    op_id = 7, sizes = [[1024, 6144], [6144, 2048]]"``): those get ``range_kind="gemm-op"``, ``op`` and, with
+    ``record_shapes=True``, ``m`` / ``n`` / ``k`` / ``batch`` from ``sizes`` (``shape_source="nvtx-record-shapes"``;
+    the text has no dtypes). See analyzers/torch_ops.py.
 ``devices`` (TARGET_INFO_GPU, else TARGET_INFO_CUDA_DEVICE)
     One row per GPU: CUDA ordinal, name, ``computeMajor.computeMinor``, SM count, memory, shared memory per
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
@@ -43,6 +47,7 @@ from tracekit.errors import MissingToolError, UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
 from .base import Extract, source_name
+from .torch_ops import GEMM_OPS, nvtx_op_shape
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
 
@@ -519,7 +524,59 @@ def _read_ranges(
         (pl.col("proc") % _FIELD).alias("pid"),
         (pl.col("gtid") % _FIELD).alias("tid"),
     )
-    return RANGES.conform(ranges)
+    return _nvtx_op_shapes(RANGES.conform(ranges))
+
+
+def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
+    """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/torch_ops.py). Only names that
+    start with a GEMM op are parsed, and each distinct (op, sizes) once: an emit_nvtx capture holds a range per op
+    call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
+    if ranges.height == 0:
+        return ranges
+    aten = ranges["name"].str.starts_with("aten::")  # cheap first cut: most ranges are not PyTorch ops
+    if not aten.any():
+        return ranges
+    name = pl.col("name")
+    calls = (
+        ranges.select(name)
+        .with_row_index("_row")
+        .filter(aten)
+        .with_columns(name.str.extract(r"^([^,]*)").str.strip_chars().alias("_op"))
+        .filter(pl.col("_op").is_in(list(GEMM_OPS)))
+    )
+    if calls.height == 0:
+        return ranges
+    sizes = name.str.extract(r",\s*sizes = (\[.*?\]\])")
+    calls = calls.with_columns(
+        pl.when(sizes.is_null())
+        .then(pl.col("_op"))
+        .otherwise(pl.format("{}, sizes = {}", "_op", sizes))
+        .alias("_key")
+    )
+    rows = []
+    for key in calls["_key"].unique().to_list():
+        shape = nvtx_op_shape(key)
+        if shape is None:
+            continue
+        rows.append(
+            {
+                "_key": key,
+                "range_kind": "gemm-op",
+                "op": shape.op,
+                "m": shape.m,
+                "n": shape.n,
+                "k": shape.k,
+                "batch": shape.batch,
+                "shape_source": "nvtx-record-shapes" if shape.m is not None else None,
+            }
+        )
+    if not rows:
+        return ranges
+    cols = [c for c in rows[0] if c != "_key"]
+    parsed = pl.DataFrame(rows, schema={"_key": pl.String, **{c: RANGES.schema[c] for c in cols}})
+    found = calls.select("_row", "_key").join(parsed, on="_key", how="inner").sort("_row")
+    at = found["_row"]
+    return ranges.with_columns(ranges[c].clone().scatter(at, found[c]) for c in cols)
 
 
 # --- devices ----------------------------------------------------------------------------------------------------

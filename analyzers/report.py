@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import __version__
+from tracekit.devices import DeviceSpec
 from tracekit.run import Run
 
 from . import plots as P
@@ -362,13 +363,15 @@ def build_report(
     gemm_filter: str | None = None,
     calibration: dict[str, Any] | None = None,
     calibration_source: str | None = None,
+    device: DeviceSpec | None = None,
 ) -> dict[str, Any]:
-    """Everything a report shows, as one JSON-able dict (the ``--format json`` output)."""
+    """Everything a report shows, as one JSON-able dict (the ``--format json`` output); ``device`` overrides the
+    GPU the files name (``--device``)."""
     from .explain import explain_case
     from .gemm import build_cases
 
     env = run.manifest.get("environment") or {}
-    cases = build_cases(frames, calibration=calibration, environment=env)
+    cases = build_cases(frames, calibration=calibration, environment=env, device=device)
     extras = _measurement_extras(frames)
     gemms: list[dict[str, Any]] = []
     waterfalls: list[dict[str, Any]] = []

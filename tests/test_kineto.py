@@ -156,8 +156,11 @@ def test_probe_ranges(shared_data: Path) -> None:
     assert cpu["pid"].to_list() == [1751] * 5 and cpu["tid"].to_list() == [1751] * 5
     assert gpu["device"].to_list() == [0] * 5 and gpu["tid"].to_list() == [7] * 5
     assert gpu["pid"].to_list() == [1751] * 5  # through the CPU annotation's External id
-    assert r["range_id"].to_list() == list(range(10))
-    assert r["parent_id"].null_count() == 10 and r["m"].null_count() == 10
+    assert r["range_id"].to_list() == list(range(r.height))
+    # 10 annotations and the trace's 8 GEMM ops (3 matmul, 3 mm, 2 _scaled_mm: tests/test_gemm_ops.py)
+    assert r.height == 18 and r.filter(pl.col("kind") == "op").height == 8
+    notes = pl.concat([cpu, gpu])
+    assert notes["parent_id"].null_count() == 10 and notes["m"].null_count() == 10
     # each GPU annotation covers its kernel (Kineto widens it by 1 ns before and after)
     k = _read(shared_data / PROBE).frame("kernels").sort("start_ns")
     assert (gpu["start_ns"] <= k["start_ns"]).all() and (gpu["end_ns"] >= k["end_ns"]).all()

@@ -113,9 +113,10 @@ def test_nvtx_counts_match_push_pop_plus_start_end_rows(shared_data: Path, extra
         assert ranges.filter(pl.col("kind") == "start_end").height == counts.get(60, 0)
         assert ranges["range_id"].to_list() == list(range(ranges.height))
         assert ranges["name"].null_count() == 0, rel
-        # Left for the join and the importer.
+        # Left for the join and the importer, except emit_nvtx's PyTorch GEMM ops (tests/test_nvtx_shapes.py)
+        plain = ranges.filter(pl.col("range_kind").is_null() | (pl.col("range_kind") != "gemm-op"))
         for col in ("parent_id", "depth", "range_kind", "m", "n", "k"):
-            assert ranges[col].null_count() == ranges.height
+            assert plain[col].null_count() == plain.height
     assert extracts[H100].frames["ranges"].height == 16782
     assert extracts[BEFORE].frames["ranges"].height == 19118
     assert extracts[AFTER].frames["ranges"].height == 17113

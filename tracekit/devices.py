@@ -31,8 +31,11 @@ __all__ = [
     "ArchSpec",
     "DeviceSpec",
     "arch_for",
+    "candidates_line",
     "catalog",
+    "devices_for_capability",
     "load_catalog",
+    "lookup_device",
     "match_device",
     "normalize_name",
 ]
@@ -330,6 +333,62 @@ def match_device(
     if arch is None:
         return None
     return derived_device(name or f"unknown sm_{compute_capability}", arch, sm_count, clock_hz)
+
+
+def devices_for_capability(compute_capability: str | None) -> list[DeviceSpec]:
+    """The catalog GPUs a compute capability may be (``"12.0"`` -> RTX PRO 6000 Blackwell, RTX 5090), for files
+    that name only the architecture (Nsight Compute CSV exports); [] when the capability is unknown."""
+    arch = arch_for(compute_capability)
+    if arch is None:
+        return []
+    _, devices = catalog()
+    return [d for d in devices.values() if d.arch is not None and d.arch.key == arch.key]
+
+
+def candidates_line(compute_capability: str | None) -> str | None:
+    """One line naming the catalog GPUs of a compute capability and how to pick one, e.g. ``"sm_12.0: RTX PRO
+    6000 Blackwell (rtx-pro-6000), GeForce RTX 5090 (rtx-5090); give --device NAME"``; None when none match."""
+    found = devices_for_capability(compute_capability)
+    if not found:
+        return None
+    names = ", ".join(f"{d.name.removeprefix('NVIDIA ')} ({d.key})" for d in found)
+    return (
+        f"sm_{compute_capability}: the report names no GPU; the catalog has {names}; "
+        f"give --device NAME for their peaks"
+    )
+
+
+def lookup_device(name: str) -> DeviceSpec:
+    """The catalog GPU a user names (``--device``): its key or one of its aliases, any case, ``-`` / ``_`` /
+    space alike (``rtx-pro-6000``, ``"RTX PRO 6000 Blackwell"``, ``H200``). Anything else raises BadInputError
+    (exit 2) listing the closest names."""
+    import difflib
+
+    _, devices = catalog()
+    norm = normalize_name(name)
+    names: dict[str, DeviceSpec] = {}
+    for dev in devices.values():
+        for alias in (dev.key, dev.name, *dev.aliases):
+            names.setdefault(normalize_name(alias), dev)
+    if norm and norm in names:
+        return names[norm]
+    keys = {normalize_name(d.key): d.key for d in devices.values()}
+    close = difflib.get_close_matches(norm, list(names), n=8, cutoff=0.5)
+    close += [a for a in names if norm and (norm in a or a in norm)]
+    picked: list[str] = []
+    for alias in close:
+        key = names[alias].key
+        if key not in picked:
+            picked.append(key)
+    hint = (
+        f"close matches: {', '.join(picked[:5])}"
+        if picked
+        else f"catalog keys: {', '.join(sorted(keys.values()))}"
+    )
+    raise BadInputError(
+        f"unknown device {name!r} for --device; {hint}",
+        "give a catalog key or alias (tracekit/data/devices.json), e.g. --device rtx-pro-6000",
+    )
 
 
 def derived_device(name: str, arch: ArchSpec, sm_count: int | None, clock_hz: float | None) -> DeviceSpec:

@@ -104,7 +104,11 @@ RANGES = FrameSpec(
         Column("parent_id", I64, "enclosing range on the same thread, null at top level"),
         Column("source", STR, "raw file the row came from"),
         Column("rank", I32, "distributed rank, null for single-process runs"),
-        Column("kind", STR, "push_pop | start_end | annotation | gpu_annotation"),
+        Column(
+            "kind",
+            STR,
+            "push_pop | start_end | annotation | gpu_annotation | op (a PyTorch GEMM op's cpu_op event, Kineto)",
+        ),
         Column("domain", STR, "NVTX domain name, null for the default domain"),
         Column("name", STR, "range text"),
         Column("pid", I64, "process id"),
@@ -113,7 +117,12 @@ RANGES = FrameSpec(
         Column("start_ns", I64, "range start, ns"),
         Column("end_ns", I64, "range end, ns (null if the range never closed)"),
         Column("depth", I32, "nesting depth on its thread, 0 at top level"),
-        Column("range_kind", STR, "tracekit range kind (gemm, aux, moe, step), null for other ranges"),
+        Column(
+            "range_kind",
+            STR,
+            "tracekit range kind (gemm, aux, moe, step); gemm-op for a PyTorch GEMM op (aten::mm, addmm, bmm, "
+            "linear, _scaled_mm, ...: analyzers/torch_ops.py); null for other ranges",
+        ),
         Column("backend", STR, "GEMM backend, e.g. torch-bf16, flashinfer-fp4"),
         Column("op", STR, "entry point, e.g. mm, scaled_mm, mm_fp4"),
         Column("m", I64, "GEMM M"),
@@ -125,6 +134,17 @@ RANGES = FrameSpec(
         Column("scale", STR, "scale layout: none, tensorwise, rowwise, blockwise, nvfp4-1x16, ..."),
         Column("role", STR, "for aux ranges: quantize, reduce, swizzle"),
         Column("fields", STR, "every field of a tracekit range name, as JSON"),
+        Column(
+            "batch", I64, "independent M x N x K products of a gemm-op call (bmm's batch), 1 for a plain GEMM"
+        ),
+        Column(
+            "flops", F64, "the profiler's own FLOP count for the call (Kineto ``flops``, with_flops=True)"
+        ),
+        Column(
+            "shape_source",
+            STR,
+            "where m / n / k came from: kineto-input-dims, nvtx-record-shapes; null for tracekit names",
+        ),
     ),
 )
 

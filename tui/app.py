@@ -16,6 +16,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from tracekit.devices import DeviceSpec
 from tracekit.tui.data import Prefetch, first_target
 
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
@@ -40,10 +41,12 @@ class TracekitApp(App[None]):
         *,
         compare_path: Path | None = None,
         theme: str | None = None,
+        device: DeviceSpec | None = None,
     ) -> None:
         super().__init__()
         self.first = first
         self.compare_path = compare_path
+        self.device = device  # ``--device``: replaces the GPU a run names, for every run opened
         self.initial_theme = THEMES.get(theme or "", theme) if theme else None
 
     def on_mount(self) -> None:
@@ -104,6 +107,7 @@ def make_app(
     compare: Path | str | None = None,
     theme: str | None = None,
     prefetch: Prefetch | None = None,
+    device: DeviceSpec | None = None,
 ) -> TracekitApp:
     """The app for ``tracekit view [RUN] [--compare OTHER]`` (tests build theirs here too). ``prefetch``: a
     :class:`tracekit.tui.data.Prefetch` already reading the run (the CLI starts one before importing Textual)."""
@@ -111,4 +115,4 @@ def make_app(
     compare_path = Path(compare) if compare is not None else None
     theme = theme or os.environ.get("TRACEKIT_THEME")
     screen = first_screen(run_path, compare=compare_path, prefetch=prefetch)
-    return TracekitApp(screen, compare_path=compare_path, theme=theme)
+    return TracekitApp(screen, compare_path=compare_path, theme=theme, device=device)

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.devices import DeviceSpec
 from tracekit.errors import RunNotFoundError
 from tracekit.run import MANIFEST, Run
 
@@ -229,13 +230,14 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
 
 
-def analyze(data: RunData) -> Analysis:
-    """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py)."""
+def analyze(data: RunData, device: DeviceSpec | None = None) -> Analysis:
+    """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py); ``device``
+    (``tracekit view --device``) overrides the GPU the files name."""
     from tracekit.analyzers.gemm import build_cases, gemm_frame
 
     cal, cal_source = _calibration(data)
     env = data.manifest.get("environment")
-    cases = build_cases(data.frames, calibration=cal, environment=env)
+    cases = build_cases(data.frames, calibration=cal, environment=env, device=device)
     try:
         from tracekit.analyzers.explain import explain_case
     except ImportError:
@@ -270,10 +272,11 @@ class Prefetch:
     """Reads a run (and analyses it) on a background thread started before the UI is imported, so reading a big
     run overlaps Textual's start-up; the overview's worker then waits on it instead of starting afresh."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, device: DeviceSpec | None = None) -> None:
         from concurrent.futures import Future
 
         self.path = path
+        self.device = device
         self.data: Future[RunData] = Future()
         self.analysis: Future[Analysis] = Future()
         self._thread = threading.Thread(target=self._work, name="tracekit-prefetch", daemon=True)
@@ -288,7 +291,7 @@ class Prefetch:
             return
         self.data.set_result(data)
         try:
-            self.analysis.set_result(analyze(data))
+            self.analysis.set_result(analyze(data, self.device))
         except BaseException as exc:
             self.analysis.set_exception(exc)
 

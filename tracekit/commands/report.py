@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands.explain import device_option, resolve_device
 from tracekit.errors import BadInputError
 
 _SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -37,8 +38,14 @@ _SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "htm
     default=None,
     help="A profile from `tracekit calibrate` (measured peak beside the datasheet's).",
 )
+@device_option
 def report(
-    run: Path, gemm_filter: str | None, fmt: str | None, out: Path | None, calibration: Path | None
+    run: Path,
+    gemm_filter: str | None,
+    fmt: str | None,
+    out: Path | None,
+    calibration: Path | None,
+    device_name: str | None,
 ) -> None:
     """Write a report of RUN (a run folder or a bundle .zip) for a kernel ticket.
 
@@ -54,11 +61,13 @@ def report(
       tracekit report runs/h200-probe --gemm M=8192 -o ticket.md
       tracekit report bundle.zip --format html -o report.html
       tracekit report runs/h200-probe --format json | jq '.waterfalls[0].verdict'
+      tracekit report runs/rtx-csv --device rtx-pro-6000 -o ticket.md   # CSV exports name no GPU
     """
     from tracekit.analyzers.importer import load_frames, open_run
     from tracekit.analyzers.report import build_report, write_report
-    from tracekit.commands.explain import _calibration
+    from tracekit.commands.explain import _calibration, device_notes
 
+    device = resolve_device(device_name)
     if fmt is None:
         fmt = _SUFFIX_FORMAT.get(out.suffix.lower(), "md") if out is not None else "md"
     if out is not None and out.exists() and out.is_dir():
@@ -66,7 +75,11 @@ def report(
     r = open_run(run)
     frames = load_frames(r)
     cal, cal_source = _calibration(r, frames, calibration)
-    rep = build_report(r, frames, gemm_filter=gemm_filter, calibration=cal, calibration_source=cal_source)
+    for line in device_notes(frames, r.manifest.get("environment"), device):
+        click.echo(line, err=True)
+    rep = build_report(
+        r, frames, gemm_filter=gemm_filter, calibration=cal, calibration_source=cal_source, device=device
+    )
     text, files, rendered = write_report(rep, fmt, out)
     if text is not None:
         click.echo(text, nl=False)

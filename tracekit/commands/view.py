@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands.explain import device_option, resolve_device
 from tracekit.tui.keys import help_text
 
 _HELP = f"""Browse RUN in the terminal: GEMMs, why each stops short of peak, kernels, failures.
@@ -39,6 +40,7 @@ Examples:
   tracekit view                                   # the picker, or the bundled sample
   tracekit view runs/h200-gemm
   tracekit view runs/new --compare runs/old
+  tracekit view runs/rtx-csv --device rtx-pro-6000    # a run whose files name no GPU
 """
 
 
@@ -57,12 +59,14 @@ Examples:
     default=None,
     help="Colour theme (default: dark, or $TRACEKIT_THEME).",
 )
-def view(run: Path | None, compare: Path | None, theme: str | None) -> None:
+@device_option
+def view(run: Path | None, compare: Path | None, theme: str | None, device_name: str | None) -> None:
     from tracekit.tui.data import Prefetch, first_target
 
+    device = resolve_device(device_name)  # a bad name fails before the UI starts
     # Start reading the run before Textual is imported: the two overlap (a 1M-kernel run paints sooner).
     kind, target = first_target(run, compare)
-    prefetch = Prefetch(target) if kind == "run" else None
+    prefetch = Prefetch(target, device) if kind == "run" else None
     from tracekit.tui.app import make_app
 
-    make_app(run, compare=compare, theme=theme, prefetch=prefetch).run()
+    make_app(run, compare=compare, theme=theme, prefetch=prefetch, device=device).run()

@@ -177,7 +177,7 @@ class OverviewScreen(FrameScreen):
                 return
             data = load_run(self.path)
             self.post_message(self.RunLoaded(data))
-            self.post_message(self.RunAnalyzed(analyze(data)))
+            self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
         except TracekitError as exc:
             self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
         except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive

@@ -1,0 +1,154 @@
+"""A GPU the report does not name: the catalog GPUs of a compute capability, and ``--device NAME`` on explain,
+report and view.
+
+The real files: ../shared/data/thirdparty/llm-perf-opt-rtx50/ (Nsight Compute CSV exports of CUTLASS BF16 GEMMs on
+an SM120 GPU: ``CC`` 12.0, no GPU name anywhere) and the H200 probe's Nsight Systems export (names the H200).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracekit.devices import candidates_line, devices_for_capability, lookup_device
+from tracekit.errors import BadInputError
+
+RTX50 = "thirdparty/llm-perf-opt-rtx50"
+
+
+def _tracekit(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def rtx_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (shared / RTX50).is_dir():
+        pytest.skip(f"{shared / RTX50} is absent (it sits beside the checkout on project machines)")
+    csvs = sorted((shared / RTX50).glob("kernel_*_ncu.*.csv"))
+    out = tmp_path_factory.mktemp("rtx") / "run"
+    proc = _tracekit("import", *csvs, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_catalog_gpus_per_capability() -> None:
+    """SM120 is the RTX PRO 6000 Blackwell and the RTX 5090, SM100 the B200, SM90 the H100s and H200; each with
+    a bf16 peak in the catalog. 12.1 falls back to its family (12.0); an unknown capability has no candidates."""
+    assert {d.key for d in devices_for_capability("12.0")} == {"rtx-pro-6000", "rtx-5090"}
+    assert {d.key for d in devices_for_capability("12.1")} == {"rtx-pro-6000", "rtx-5090"}
+    assert {d.key for d in devices_for_capability("10.0")} == {"b200"}
+    assert {"h100-sxm", "h100-pcie", "h200"} <= {d.key for d in devices_for_capability("9.0")}
+    for cc in ("12.0", "10.0", "9.0"):
+        for dev in devices_for_capability(cc):
+            assert dev.peak_tflops("bf16") and dev.provenance == "catalog", dev.key
+    assert devices_for_capability("3.5") == [] and candidates_line("3.5") is None
+    line = candidates_line("12.0")
+    assert line is not None and "RTX PRO 6000 Blackwell (rtx-pro-6000)" in line and "RTX 5090" in line
+    assert "--device NAME" in line and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("rtx-pro-6000", "rtx-pro-6000"),
+        ("RTX_PRO_6000", "rtx-pro-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+        ("GeForce RTX 5090", "rtx-5090"),
+        ("H200", "h200"),
+        ("b200", "b200"),
+    ],
+)
+def test_lookup_by_key_or_alias(name: str, key: str) -> None:
+    assert lookup_device(name).key == key
+
+
+def test_unknown_name_lists_close_matches() -> None:
+    with pytest.raises(BadInputError) as err:
+        lookup_device("rtx6000")
+    assert "close matches: rtx-pro-6000" in err.value.one_line()
+    with pytest.raises(BadInputError) as err:
+        lookup_device("")
+    assert "catalog keys:" in err.value.one_line()
+
+
+def test_csv_run_without_device_names_the_candidates(rtx_run: Path) -> None:
+    """No GPU name: no peak, and one line on stderr naming the SM120 GPUs of the catalog and the option."""
+    proc = _tracekit("explain", rtx_run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["gemms"] and all(g["peak_tflops"] is None for g in data["gemms"])
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sm_12.0:")]
+    assert (
+        len(lines) == 1 and "rtx-pro-6000" in lines[0] and "rtx-5090" in lines[0] and "--device" in lines[0]
+    )
+    assert data["device_notes"] == lines
+    text = _tracekit("explain", rtx_run)
+    assert text.returncode == 0 and lines[0] in text.stderr and lines[0] not in text.stdout
+
+
+def test_csv_run_with_device_gets_peaks(rtx_run: Path) -> None:
+    proc = _tracekit("explain", rtx_run, "--device", "RTX-PRO-6000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    want = lookup_device("rtx-pro-6000")
+    assert data["device"] == {"key": "rtx-pro-6000", "name": want.name, "source": "--device"}
+    assert data["gemms"]
+    for g in data["gemms"]:
+        assert g["device_key"] == "rtx-pro-6000" and g["device"] == want.name
+        assert g["peak_tflops"] == pytest.approx(want.peak_tflops(g["dtype_class"] or "bf16"))
+        assert g["peak_tflops"] is not None
+    assert "sm_12.0:" not in proc.stderr
+    # the same through report
+    rep = _tracekit("report", rtx_run, "--device", "rtx-5090", "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    peaks = {g["peak_tflops"] for g in json.loads(rep.stdout)["gemms"]}
+    assert peaks == {lookup_device("rtx-5090").peak_tflops("bf16")}
+
+
+@pytest.mark.parametrize("command", ["explain", "report", "view"])
+def test_bad_device_name_exits_2(rtx_run: Path, command: str) -> None:
+    proc = _tracekit(command, rtx_run, "--device", "rtx6000")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown device 'rtx6000'" in lines[0] and "rtx-pro-6000" in lines[0]
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_device_wins_over_the_named_gpu(shared_data: Path, tmp_path: Path) -> None:
+    """The probe's export names the H200; --device h100-sxm is used for every GEMM, and stderr says so."""
+    run = tmp_path / "probe"
+    assert _tracekit("import", shared_data / "h200-probe" / "probe.sqlite", "-o", run).returncode == 0
+    plain = json.loads(_tracekit("explain", run, "--json").stdout)
+    assert {g["device_key"] for g in plain["gemms"]} == {"h200"}
+    proc = _tracekit("explain", run, "--device", "h100-sxm", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {g["device_key"] for g in data["gemms"]} == {"h100-sxm"}
+    assert "the run names NVIDIA H200; using NVIDIA H100 SXM as asked" in proc.stderr
+    same = _tracekit("explain", run, "--device", "h200", "--json")
+    assert same.returncode == 0 and "as asked" not in same.stderr
+
+
+@pytest.mark.parametrize("command", ["explain", "report", "view"])
+def test_help_teaches_device(command: str) -> None:
+    out = _tracekit(command, "--help").stdout
+    assert "--device NAME" in out
+    assert any("--device rtx-pro-6000" in ln for ln in out.splitlines() if ln.strip().startswith("tracekit"))
+
+
+def test_view_analysis_takes_the_device(rtx_run: Path) -> None:
+    """What `tracekit view --device` hands the UI: the prefetched analysis of the run, with the device's peaks."""
+    from tracekit.tui.data import Prefetch
+
+    plain = Prefetch(rtx_run).analysis.result(timeout=300)
+    assert plain.gemms.height and plain.gemms["peak_tflops"].null_count() == plain.gemms.height
+    chosen = Prefetch(rtx_run, lookup_device("rtx-pro-6000")).analysis.result(timeout=300)
+    assert chosen.gemms["device_key"].unique().to_list() == ["rtx-pro-6000"]
+    assert chosen.gemms["peak_tflops"].null_count() == 0

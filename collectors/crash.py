@@ -339,7 +339,7 @@ def crash_record(
         "kind": kind,
         "error_type": error_type,
         "message": message,
-        "traceback": stack or tb,
+        "traceback": stack or tb or tail(program_stderr),
         "device_name": None,
         "compute_capability": None,
         "versions": versions or {},

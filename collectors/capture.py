@@ -292,15 +292,20 @@ class _Child:
         # the program's own output, whole, apart from the profiler's lines (raw/program*.stdout / .stderr)
         self.splitter = OutputSplitter(tool)
         self.program = {stream: path.open("ab") for stream, path in (program or {}).items()}
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except BaseException:  # the command could not start: leave no open files behind
+            for f in (self.log, *self.program.values()):
+                f.close()
+            raise
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.threads = [
             threading.Thread(target=self._pump, args=("stdout", self.proc.stdout), daemon=True),

@@ -35,7 +35,14 @@ from tracekit.naming import NCU_FILTER
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run, new_run_name
 
 from . import tools
-from .crash import ENV_BREADCRUMB_DIR, OutputSplitter, crash_record, read_breadcrumbs, read_text
+from .crash import (
+    ENV_BREADCRUMB_DIR,
+    OutputSplitter,
+    collapse_cr,
+    crash_record,
+    read_breadcrumbs,
+    read_text,
+)
 from .ranks import RANK_TOKEN, RankLaunch, rank_files
 from .torchprof import (
     DEFAULT_TRACE_REPEATS,
@@ -936,8 +943,6 @@ def _tool_text(log_path: Path, *program_files: Path) -> str:
     mine = set()
     for path in program_files:
         mine.update(line for line in read_text(path).split("\n") if line.strip())
-    from .crash import collapse_cr
-
     return "\n".join(line for line in collapse_cr(log).split("\n") if line not in mine)
 
 

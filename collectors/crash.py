@@ -54,6 +54,7 @@ _FAULT_NAMES = {
     "Floating-point exception": "SIGFPE",
     "Floating point exception": "SIGFPE",
     "Illegal instruction": "SIGILL",
+    "Terminated": "SIGTERM",
 }
 """Python's fault handler names the signal in its header line ``Fatal Python error: Segmentation fault``."""
 
@@ -195,12 +196,23 @@ def collapse_cr(text: str) -> str:
     return "\n".join(out)
 
 
-def read_text(path: Path) -> str:
-    """A program output file as text with CR-overwritten lines collapsed; '' if it cannot be read."""
+READ_LIMIT = 4 << 20
+"""Only the last 4 MiB of a program's output are read for a failure: its end is what names the crash."""
+
+
+def read_text(path: Path, limit: int = READ_LIMIT) -> str:
+    """The end (``limit`` bytes) of a program output file as text, CR-overwritten lines collapsed; '' if it
+    cannot be read."""
     try:
-        return collapse_cr(path.read_bytes().decode("utf-8", errors="replace"))
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - limit))
+            data = f.read()
     except OSError:
         return ""
+    if size > limit:
+        data = data.split(b"\n", 1)[-1]  # drop the partial first line
+    return collapse_cr(data.decode("utf-8", errors="replace"))
 
 
 def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str | None:

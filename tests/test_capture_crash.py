@@ -323,6 +323,15 @@ def test_collapse_cr_keeps_the_last_state():
     assert crash.collapse_cr("a\r[==50%]\r[==100%] done\nb\r\nc") == "[==100%] done\nb\nc"
 
 
+def test_read_text_keeps_the_end_of_a_long_output(tmp_path):
+    path = tmp_path / "program.stderr"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(1000)) + b"[1/2] [=50%]\r[1/2] [=100%]\n")
+    text = crash.read_text(path, limit=100)
+    assert text.endswith("line 999\n[1/2] [=100%]\n") and "line 980" not in text
+    assert text.split("\n")[0].startswith("line 9")  # whole lines only
+    assert crash.tail(text, 2) == "line 999\n[1/2] [=100%]"
+
+
 # --- the wrapper's failure files -------------------------------------------------------------------------------
 def test_import_reads_wrapper_failures_and_ignores_program_output(tmp_path):
     run = _capture(tmp_path, "print('ok')")

@@ -62,6 +62,8 @@ TORCHPROF_PY = Path(__file__).resolve().parent / "torchprof.py"
 BREADCRUMB_DIR = "breadcrumbs"
 """Each pass's child gets ``TRACEKIT_BREADCRUMB_DIR=<run>/raw/breadcrumbs/<pass>`` (collectors/crash.py)."""
 ENV_CRASH_FLUSH = "TRACEKIT_CRASH_FLUSH"
+ENV_HANG_DUMP = "TRACEKIT_HANG_DUMP_S"
+"""With ``--timeout S``, a Python program prints every thread's stack after a little under S (collectors/site)."""
 CRASH_FLUSH_CHOICES = ("none", "profiler-stop")
 CRASH_FLUSH_DEFAULT = "none"
 """Under nsys, ``profiler-stop`` injects a fatal-signal handler into a Python program that calls
@@ -796,13 +798,18 @@ def _one_pass(
         env["PYTHONFAULTHANDLER"] = "1"  # a native crash prints the Python stack
     flush = tool == "nsys" and python_cmd and crash_flush != "none"
     env.pop(ENV_CRASH_FLUSH, None)
+    env.pop(ENV_HANG_DUMP, None)
     if flush:
         env[ENV_CRASH_FLUSH] = crash_flush
-    if instrument or flush:
+    hang_dump = python_cmd and timeout is not None and timeout > 1.0
+    if hang_dump:
+        assert timeout is not None
+        env[ENV_HANG_DUMP] = f"{timeout - min(2.0, timeout * 0.1):.3f}"
+    if instrument or flush or hang_dump:
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
         if not instrument:
-            env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash handler only
+            env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
     if tool == "ncu":
         assert plan.ncu is not None
         env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])

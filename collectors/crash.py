@@ -228,13 +228,17 @@ _STACK_LINE = re.compile(
 )
 
 
+_BLOCK_START = re.compile(r"^(Fatal Python error:|Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$)", re.MULTILINE)
+
+
 def python_stack(stderr: str) -> tuple[str | None, str | None]:
-    """The fault handler's block (``Fatal Python error: ...`` through the thread stacks) from the program's
-    stderr, and the signal it names (``SIGSEGV``); (None, None) if the program printed none."""
-    start = stderr.rfind("Fatal Python error:")
-    if start < 0:
+    """The fault handler's last block (``Fatal Python error: ...``, or ``Timeout (0:00:09)!`` from the hang
+    watchdog, through the thread stacks) from the program's stderr, and the signal it names (``SIGSEGV``);
+    (None, None) if the program printed none."""
+    starts = [m.start() for m in _BLOCK_START.finditer(stderr)]
+    if not starts:
         return None, None
-    lines = stderr[start:].split("\n")
+    lines = stderr[starts[-1] :].split("\n")
     block = [lines[0]]
     for line in lines[1:]:
         if not _STACK_LINE.match(line):
@@ -272,11 +276,32 @@ def last_exception(stderr: str) -> tuple[str | None, str | None, str | None]:
 
 
 def last_words(stderr: str) -> str | None:
-    """The program's last stderr line of its own: before the fault handler's block or the final traceback."""
-    cut = max(stderr.rfind("Fatal Python error:"), stderr.rfind("Traceback (most recent call last):"))
-    before = stderr[:cut] if cut >= 0 else stderr
-    lines = [line for line in before.split("\n") if line.strip()]
-    return lines[-1].strip() if lines else None
+    """The program's last stderr line of its own: not part of a fault handler's block (crash, hang watchdog)
+    nor of a Python traceback."""
+    lines = stderr.split("\n")
+    skip: set[int] = set()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _BLOCK_START.match(line):
+            skip.add(i)
+            i += 1
+            while i < len(lines) and _STACK_LINE.match(lines[i]):
+                skip.add(i)
+                i += 1
+        elif line.startswith("Traceback (most recent call last):"):
+            skip.add(i)
+            i += 1
+            while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                skip.add(i)
+                i += 1
+            while i < len(lines) and lines[i].strip():  # the exception line and its message
+                skip.add(i)
+                i += 1
+        else:
+            i += 1
+    own = [line for n, line in enumerate(lines) if n not in skip and line.strip()]
+    return own[-1].strip() if own else None
 
 
 def signal_from(returncode: int | None, stack_signal: str | None, tool_text: str = "") -> str | None:
@@ -323,6 +348,13 @@ def crash_record(
     stack, stack_signal = python_stack(program_stderr)
     tb, exc_type, exc_message = last_exception(program_stderr)
     sig = signal_from(returncode, stack_signal, tool_text) if kind != "timeout" else None
+    if (
+        kind == "timeout"
+        and stack
+        and tb
+        and stderr_pos(program_stderr, tb) > stderr_pos(program_stderr, stack)
+    ):
+        stack = f"{stack}\n\n{tb}"  # the watchdog's stacks, then where Ctrl-C found it
     crumb = in_flight(crumbs)
     where = f" during {describe_call(crumb)}" if crumb is not None else ""
     if kind == "timeout":
@@ -365,6 +397,11 @@ def crash_record(
         "python_stack": stack or tb,
         "stderr_tail": tail(program_stderr),
     }
+
+
+def stderr_pos(text: str, block: str) -> int:
+    """Where ``block`` last starts in ``text`` (-1 if absent)."""
+    return text.rfind(block.split("\n", 1)[0])
 
 
 def _int(value: Any) -> int | None:

@@ -223,7 +223,24 @@ def test_hang_past_timeout_is_recorded_with_the_call_in_flight(tmp_path):
     (rec,) = _records(run)
     assert rec["kind"] == "timeout" and rec["error_type"] == "timeout" and rec["backend"] == "torch-nvfp4"
     assert "--timeout 1.5 s" in rec["message"] and "waiting on the GPU" in rec["message"]
-    assert "time.sleep(60)" in rec["python_stack"] or "KeyboardInterrupt" in rec["python_stack"]
+    stack = rec["python_stack"]
+    assert stack.startswith("Timeout (") and 'File "<string>", line 16 in <module>' in stack  # the watchdog
+    assert stack.index("Traceback") > stack.index("Timeout (") and stack.endswith("KeyboardInterrupt")
+
+
+def test_hang_where_ctrl_c_cannot_reach_python_still_says_where(tmp_path):
+    """A hang that never returns to Python's signal handling (here: SIGINT ignored, as in a native wait) ends
+    by SIGTERM: the fault handler's watchdog, armed a little under --timeout, printed every thread's stack."""
+    code = (
+        CRUMBS + "crumb('C', 0, 'torch-fp8', 8, 8, 8, 'e4m3', 'e4m3', 'bf16', 'hang.py:9')\n"
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "def wait_for_gpu():\n    time.sleep(60)\nwait_for_gpu()\n"
+    )
+    run = _capture(tmp_path, code, timeout=2.0, grace_s=0.5)
+    (rec,) = _records(run)
+    assert rec["kind"] == "timeout" and rec["backend"] == "torch-fp8"
+    assert rec["python_stack"].startswith("Timeout (") and "in wait_for_gpu" in rec["python_stack"]
+    assert run.manifest["capture"]["passes"][0]["exit_code"] == -signal.SIGTERM
 
 
 # --- under the profilers ----------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ CUDA buffers on ``cuProfilerStop`` (``--flush-on-cudaprofilerstop`` is on by def
 signal otherwise takes its kernels with it. The handler calls ``cuProfilerStop`` (the driver's, only if the
 program loaded CUDA), prints the fault handler's ``Fatal Python error`` block with every thread's Python stack,
 then restores the default action and re-raises the signal, so the program still dies of it.
+
+Under ``tracekit capture --timeout S`` (``TRACEKIT_HANG_DUMP_S``, a little under S) the fault handler's watchdog
+prints every thread's Python stack once that time has passed, so a program hung in native code (where Ctrl-C
+does not reach Python) still says where it hung.
 """
 
 import os
@@ -103,6 +107,14 @@ def _main() -> None:
         _chain_previous()
     except Exception as exc:
         sys.stderr.write(f"tracekit: the previous sitecustomize failed ({type(exc).__name__}: {exc})\n")
+    hang_s = os.environ.get("TRACEKIT_HANG_DUMP_S")
+    if hang_s:
+        try:  # a program that hangs past capture's --timeout prints every thread's stack just before it is stopped
+            import faulthandler
+
+            faulthandler.dump_traceback_later(float(hang_s), exit=False)
+        except Exception as exc:
+            sys.stderr.write(f"tracekit crash-flush: no hang stack ({type(exc).__name__}: {exc})\n")
     if os.environ.get("TRACEKIT_CRASH_FLUSH", "none") == "profiler-stop":
         try:
             _install_crash_flush()

@@ -3,7 +3,14 @@
 Each tool gets its own pass (ncu replays kernels and nsys traces a timeline; they cannot nest). Every pass runs
 the command in its own process group with ``TRACEKIT_RUN_DIR`` exported (a tracekit benchmark inside writes its
 measurements.jsonl / failures.jsonl into the run's raw/) and ``TRACEKIT_CAPTURE_TOOL`` naming the tool; its
-output streams through and is teed into ``raw/<tool>.log``; the tool's own files land in raw/.
+output streams through and is teed into ``raw/<tool>.log``, and the program's own share of it (the profiler's
+lines taken out, collectors/crash.py) into ``raw/program.stdout`` / ``raw/program.stderr`` (``program.<tool>.*``
+when several passes run); the tool's own files land in raw/.
+
+A program that dies (a signal, a CUDA fault, a hang past the timeout) leaves one ``crashed`` / ``timeout`` record
+in failures.jsonl with its evidence: a Python command runs with ``PYTHONFAULTHANDLER=1`` (unless set), so a native
+crash prints its Python stack; ``TRACEKIT_BREADCRUMB_DIR`` (``raw/breadcrumbs/<tool>``) is where the instrument
+wrapper notes each GEMM call, so the record names the call in flight (collectors/crash.py).
 
 Whatever happens (the benchmark crashes or exits non-zero, a timeout, a tool error, Ctrl-C) the run folder stays
 valid: it is marked ``incomplete`` with the reason, every phase is in the manifest's events, and what was captured
@@ -38,7 +45,6 @@ from . import tools
 from .crash import (
     ENV_BREADCRUMB_DIR,
     OutputSplitter,
-    collapse_cr,
     crash_record,
     read_breadcrumbs,
     read_text,
@@ -68,7 +74,7 @@ CRASH_FLUSH_CHOICES = ("none", "profiler-stop")
 CRASH_FLUSH_DEFAULT = "none"
 """Under nsys, ``profiler-stop`` injects a fatal-signal handler into a Python program that calls
 ``cuProfilerStop`` (nsys flushes its CUDA buffers on it) before the process dies (collectors/site). Off by
-default until the GPU probe (benchmarks/foreign/crash_nsys_probe.sh) shows it keeps the kernels."""
+default until the GPU probe (benchmarks/foreign/crash_nsys_probe.py) shows it keeps the kernels."""
 
 PASS_ORDER = ("nsys", "torch", "ncu", "plain")
 """Passes run in this order: the fast timeline first, ncu's slow replay last."""
@@ -943,14 +949,10 @@ def _own_crash_record(path: Path, skip: int) -> bool:
 
 def _tool_text(log_path: Path, *program_files: Path) -> str:
     """The profiler's own lines of a pass: its log less what the program printed."""
-    try:
-        log = log_path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
     mine = set()
     for path in program_files:
         mine.update(line for line in read_text(path).split("\n") if line.strip())
-    return "\n".join(line for line in collapse_cr(log).split("\n") if line not in mine)
+    return "\n".join(line for line in read_text(log_path).split("\n") if line not in mine)
 
 
 def nsys_kernel_count(sqlite: Path) -> int | None:

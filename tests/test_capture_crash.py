@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.importer import import_into
-from tracekit.collectors import crash
+from tracekit.collectors import crash, tools
 from tracekit.collectors.capture import SITE_DIR, capture, is_python_command, ranges_filter
 from tracekit.errors import BadInputError
 from tracekit.run import Run
@@ -399,6 +399,10 @@ def test_cli_ranges_builds_the_ncu_command_line_and_records_it(tmp_path):
     assert argv[:3] == ["--nvtx", "--nvtx-include", "regex:.*(?:attn.q.k).*/"]
     assert argv.count("--nvtx-include") == 1
     run = Run.open(tmp_path / json.loads(done.stdout)["run"])
+    exact = tools.ncu_command(
+        ncu, run.raw_dir.absolute() / "ncu", [PY, "-c", "pass"], nvtx_include="regex:.*(?:attn.q.k).*/"
+    )
+    assert argv == exact[1:]
     assert run.manifest["capture"]["ncu"]["ranges"] == "attn/q,k"
     assert run.manifest["capture"]["ncu"]["nvtx_include"] == "regex:.*(?:attn.q.k).*/"
     bad = cli("--ranges", "gemm(", "--", PY, "-c", "pass")

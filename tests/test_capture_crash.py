@@ -413,3 +413,19 @@ def test_cli_ranges_builds_the_ncu_command_line_and_records_it(tmp_path):
 
 def test_site_folder_exists():
     assert (SITE_DIR / "sitecustomize.py").is_file() and signal.SIGSEGV
+
+
+def test_timeline_without_kernels_falls_back_to_ncu_durations(samples_dir):
+    """What a crashed nsys pass leaves (NVTX ranges, no kernel table) beside an ncu report: the GEMMs are timed
+    by ncu's kernel durations, as the run's reason says."""
+    from tracekit.analyzers.explain import explain
+    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.frames import SPECS
+
+    frames = load_frames(open_run(samples_dir / "h200-capture-gemm"))
+    kept = ("ncu", "ncu_metrics", "ncu_rules", "devices", "ranges")
+    crashed = {name: df if name in kept else SPECS[name].empty() for name, df in frames.items()}
+    assert crashed["ranges"].height and not crashed["kernels"].height
+    cases = [w.case for w in explain(crashed)]
+    assert len(cases) == 4 and {c.origin for c in cases} == {"ncu"}
+    assert all(c.main_ns and c.main_ns > 0 for c in cases)

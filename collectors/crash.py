@@ -347,7 +347,12 @@ def crash_record(
 
     stack, stack_signal = python_stack(program_stderr)
     tb, exc_type, exc_message = last_exception(program_stderr)
-    sig = signal_from(returncode, stack_signal, tool_text) if kind != "timeout" else None
+    sig = None
+    if kind != "timeout":
+        # a Python exception that ended the program outranks a profiler's words, but not a signal for sure
+        sure = signal_from(returncode, stack_signal)
+        exited = exc_type is not None and returncode is not None and 0 < returncode < 128
+        sig = sure if sure or exited else signal_from(returncode, None, tool_text)
     if (
         kind == "timeout"
         and stack

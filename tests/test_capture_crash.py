@@ -282,6 +282,17 @@ def test_exit_status_128_plus_n_without_a_fault_handler_block():
     assert crash.signal_from(3, None) is None and crash.signal_from(200, None) is None
 
 
+def test_a_python_exception_outranks_the_profilers_words_but_not_a_sure_signal():
+    tb = 'Traceback (most recent call last):\n  File "b.py", line 3, in <module>\nRuntimeError: CUDA error: boom\n'
+    says = "The target application terminated with signal 11 (SIGSEGV)"
+    rec = crash.crash_record(kind="crashed", returncode=1, program_stderr=tb, tool_text=says)
+    assert rec["error_type"] == "RuntimeError" and rec["signal"] is None
+    rec = crash.crash_record(kind="crashed", returncode=1, program_stderr="last words\n", tool_text=says)
+    assert rec["signal"] == "SIGSEGV" and rec["message"].endswith("its last words on stderr: last words")
+    rec = crash.crash_record(kind="crashed", returncode=-6, program_stderr=tb)
+    assert rec["signal"] == "SIGABRT" and rec["traceback"].startswith("Traceback")
+
+
 def test_crash_flush_handler_stops_then_dies_of_the_same_signal(tmp_path):
     """--crash-flush profiler-stop injects the fatal-signal handler into the nsys pass only: the program still dies
     of SIGSEGV (os.kill), its stack is printed, and the handler's own line stays out of the program's stderr."""

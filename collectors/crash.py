@@ -295,7 +295,7 @@ def last_words(stderr: str) -> str | None:
             while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
                 skip.add(i)
                 i += 1
-            while i < len(lines) and lines[i].strip():  # the exception line and its message
+            if i < len(lines):  # the exception line (what follows may be the program's again: kept)
                 skip.add(i)
                 i += 1
         else:
@@ -376,9 +376,17 @@ def crash_record(
         error_type = "exit status"
         status = f" {returncode}" if returncode is not None else ""
         message = f"the program ended with exit status{status}{where}"
+    from_exception = kind != "timeout" and sig is None and exc_type is not None
     last = last_words(program_stderr)
-    if last and exc_type is None:
+    if last and not from_exception:
         message += f"; its last words on stderr: {last}"
+    # the stack of what ended it: the fault handler's for a signal (a traceback printed earlier is another story)
+    if kind == "timeout":
+        py_stack = stack or tb
+    elif sig is not None:
+        py_stack = stack
+    else:
+        py_stack = tb if from_exception else stack
     return {
         "backend": crumb.get("backend") if crumb else None,
         "op": crumb.get("op") if crumb else None,
@@ -388,7 +396,7 @@ def crash_record(
         "kind": kind,
         "error_type": error_type,
         "message": message,
-        "traceback": stack or tb or tail(program_stderr),
+        "traceback": py_stack or tail(program_stderr),
         "device_name": None,
         "compute_capability": None,
         "versions": versions or {},
@@ -399,7 +407,7 @@ def crash_record(
         "range": crumb.get("range") if crumb else None,
         "caller": crumb.get("caller") if crumb else None,
         "signal": sig,
-        "python_stack": stack or tb,
+        "python_stack": py_stack,
         "stderr_tail": tail(program_stderr),
     }
 

@@ -289,8 +289,11 @@ def test_a_python_exception_outranks_the_profilers_words_but_not_a_sure_signal()
     assert rec["error_type"] == "RuntimeError" and rec["signal"] is None
     rec = crash.crash_record(kind="crashed", returncode=1, program_stderr="last words\n", tool_text=says)
     assert rec["signal"] == "SIGSEGV" and rec["message"].endswith("its last words on stderr: last words")
-    rec = crash.crash_record(kind="crashed", returncode=-6, program_stderr=tb)
-    assert rec["signal"] == "SIGABRT" and rec["traceback"].startswith("Traceback")
+    # a caught NVFP4 error printed with its traceback, then SIGKILL: that traceback is not the stack of the crash
+    rec = crash.crash_record(kind="crashed", returncode=-9, program_stderr=tb + "next shape\n")
+    assert rec["signal"] == "SIGKILL" and rec["python_stack"] is None
+    assert rec["message"].endswith("its last words on stderr: next shape")
+    assert rec["traceback"].endswith("next shape")  # the stderr tail, where there is no stack
 
 
 def test_crash_flush_handler_stops_then_dies_of_the_same_signal(tmp_path):

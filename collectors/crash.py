@@ -120,14 +120,15 @@ def read_breadcrumbs(folder: Path) -> list[Breadcrumb]:
 
 
 def in_flight(crumbs: Iterable[Breadcrumb]) -> Breadcrumb | None:
-    """The call the program died in: the newest slot still in state ``C``; else (a CUDA fault surfaces as an
-    exception, which the wrapper marks ``R``) the newest raised call; else None."""
+    """The call the program died in: the newest slot still in state ``C``; else, when the newest call of all
+    raised (a CUDA fault surfaces as an exception, which the wrapper marks ``R``), that one; else None (a call
+    that raised earlier and was caught is not what the program died of)."""
     crumbs = list(crumbs)
-    for state in (IN_FLIGHT, RAISED):
-        hits = [c for c in crumbs if c.state == state]
-        if hits:
-            return max(hits, key=lambda c: c.order)
-    return None
+    calls = [c for c in crumbs if c.state == IN_FLIGHT]
+    if calls:
+        return max(calls, key=lambda c: c.order)
+    newest = max(crumbs, key=lambda c: c.order, default=None)
+    return newest if newest is not None and newest.state == RAISED else None
 
 
 def describe_call(crumb: Breadcrumb) -> str:

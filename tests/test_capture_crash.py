@@ -350,6 +350,22 @@ def test_splitter_on_real_logs_keeps_only_the_programs_lines(samples_dir, tool):
     assert dropped and all(crash.is_tool_line(tool, line.encode()) for line in dropped)
 
 
+def test_in_flight_is_never_a_raise_that_was_caught_earlier(tmp_path):
+    def slot(state: str, seq: int, backend: str) -> bytes:
+        body = (
+            state.encode() + json.dumps({"v": 1, "seq": seq, "t": 100.0 + seq, "backend": backend}).encode()
+        )
+        return body.ljust(crash.SLOT_BYTES, b"\0")
+
+    path = tmp_path / "breadcrumb.5.bin"
+    path.write_bytes(slot("R", 1, "torch-nvfp4") + slot("D", 2, "torch-bf16") + bytes(62 * crash.SLOT_BYTES))
+    assert crash.in_flight(crash.read_breadcrumbs(tmp_path)) is None  # died outside any wrapped call
+    path.write_bytes(slot("D", 1, "torch-bf16") + slot("R", 2, "torch-nvfp4") + bytes(62 * crash.SLOT_BYTES))
+    assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "torch-nvfp4"
+    path.write_bytes(slot("C", 1, "sgl-fp4") + slot("R", 2, "torch-nvfp4") + bytes(62 * crash.SLOT_BYTES))
+    assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "sgl-fp4"
+
+
 def test_collapse_cr_keeps_the_last_state():
     assert crash.collapse_cr("a\r[==50%]\r[==100%] done\nb\r\nc") == "[==100%] done\nb\nc"
 

@@ -26,8 +26,11 @@ from .base import Extract
 from .join import assign_ranges, nest_ranges
 from .ranks import label_extract, run_ranks
 
-# Files a capture leaves in raw/ that hold no frames.
-_IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep")
+# Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
+_IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
+_WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
+"""Failures the instrument wrapper records for wrapped calls that raised, one file per process and pass
+(``TRACEKIT_BREADCRUMB_DIR`` of each capture pass, collectors/crash.py): read into the failures frame."""
 _ID_COLUMNS = {
     "kernels": ["kernel_id", "range_id"],
     "ranges": ["range_id", "parent_id"],
@@ -390,15 +393,18 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
 
 # --- runs ---------------------------------------------------------------------------------------------------------
 def _raw_files(run: Run) -> list[Path]:
+    """The files of raw/ that hold frames, and the instrument wrapper's failure files of each capture pass."""
     if not run.raw_dir.is_dir():
         return []
-    return sorted(
+    top = sorted(
         p
         for p in run.raw_dir.iterdir()
         if p.is_file()
         and not p.name.startswith(".")
         and Path(plain_name(p.name)).suffix not in _IGNORED_SUFFIXES
     )
+    wrapper = sorted(p for p in run.raw_dir.glob(_WRAPPER_FAILURES) if p.is_file() and p.stat().st_size)
+    return top + wrapper
 
 
 def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -420,7 +426,8 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
             on_event(f"reading {path.name}")
         record: dict[str, Any] = {"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
         try:
-            ex = read_file(path)
+            # the wrapper's own files are failures by where they are, even when a crash tore their first line
+            ex = read_file(path, "failures" if path.parent.parent == run.raw_dir / "breadcrumbs" else None)
         except TracekitError as exc:
             record.update(kind=None, status="failed", message=exc.one_line())
             failed.append({"path": rel, "message": exc.one_line()})

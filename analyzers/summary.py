@@ -10,6 +10,18 @@ import polars as pl
 
 from tracekit.run import Run
 
+_CRASH_FIELDS = (
+    "dtype_a",
+    "dtype_b",
+    "dtype_out",
+    "range",
+    "caller",
+    "signal",
+    "python_stack",
+    "stderr_tail",
+)
+"""Failure columns a crashed program's record fills (collectors/crash.py), shown in ``show --json``."""
+
 
 def devices(frames: dict[str, pl.DataFrame], run: Run | None = None) -> list[dict[str, Any]]:
     """Distinct GPUs seen in the run: from device tables, ncu reports and the capture's environment."""
@@ -183,8 +195,10 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
             info = by_range.get(row.get("range"), {})
             row["pct_of_peak"] = info.get("pct_of_peak")
             row["verdict"] = info.get("verdict")
+    # a crash's evidence columns too; frames written before they existed lack them (null)
+    wanted = ("backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback", *_CRASH_FIELDS)
     failures = frames["failures"].select(
-        "backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback"
+        [pl.col(c) if c in frames["failures"].columns else pl.lit(None).alias(c) for c in wanted]
     )
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -3,7 +3,14 @@
 Each tool gets its own pass (ncu replays kernels and nsys traces a timeline; they cannot nest). Every pass runs
 the command in its own process group with ``TRACEKIT_RUN_DIR`` exported (a tracekit benchmark inside writes its
 measurements.jsonl / failures.jsonl into the run's raw/) and ``TRACEKIT_CAPTURE_TOOL`` naming the tool; its
-output streams through and is teed into ``raw/<tool>.log``; the tool's own files land in raw/.
+output streams through and is teed into ``raw/<tool>.log``, and the program's own share of it (the profiler's
+lines taken out, collectors/crash.py) into ``raw/program.stdout`` / ``raw/program.stderr`` (``program.<tool>.*``
+when several passes run); the tool's own files land in raw/.
+
+A program that dies (a signal, a CUDA fault, a hang past the timeout) leaves one ``crashed`` / ``timeout`` record
+in failures.jsonl with its evidence: a Python command runs with ``PYTHONFAULTHANDLER=1`` (unless set), so a native
+crash prints its Python stack; ``TRACEKIT_BREADCRUMB_DIR`` (``raw/breadcrumbs/<tool>``) is where the instrument
+wrapper notes each GEMM call, so the record names the call in flight (collectors/crash.py).
 
 Whatever happens (the benchmark crashes or exits non-zero, a timeout, a tool error, Ctrl-C) the run folder stays
 valid: it is marked ``incomplete`` with the reason, every phase is in the manifest's events, and what was captured
@@ -15,6 +22,7 @@ Imports only the standard library and tracekit core: captures run on GPU machine
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -34,6 +42,13 @@ from tracekit.naming import NCU_FILTER
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run, new_run_name
 
 from . import tools
+from .crash import (
+    ENV_BREADCRUMB_DIR,
+    OutputSplitter,
+    crash_record,
+    read_breadcrumbs,
+    read_text,
+)
 from .ranks import RANK_TOKEN, RankLaunch, rank_files
 from .torchprof import (
     DEFAULT_TRACE_REPEATS,
@@ -41,7 +56,6 @@ from .torchprof import (
     ENV_TRACE_REPEATS,
     OPS_CHOICES,
     append_jsonl,
-    failure_record,
 )
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -50,6 +64,17 @@ TORCH_TRACE = "torch_trace.json.gz"
 FAILURES_FILE = "failures.jsonl"
 SITE_DIR = Path(__file__).resolve().parent / "site"
 TORCHPROF_PY = Path(__file__).resolve().parent / "torchprof.py"
+
+BREADCRUMB_DIR = "breadcrumbs"
+"""Each pass's child gets ``TRACEKIT_BREADCRUMB_DIR=<run>/raw/breadcrumbs/<pass>`` (collectors/crash.py)."""
+ENV_CRASH_FLUSH = "TRACEKIT_CRASH_FLUSH"
+ENV_HANG_DUMP = "TRACEKIT_HANG_DUMP_S"
+"""With ``--timeout S``, a Python program prints every thread's stack after a little under S (collectors/site)."""
+CRASH_FLUSH_CHOICES = ("none", "profiler-stop")
+CRASH_FLUSH_DEFAULT = "none"
+"""Under nsys, ``profiler-stop`` injects a fatal-signal handler into a Python program that calls
+``cuProfilerStop`` (nsys flushes its CUDA buffers on it) before the process dies (collectors/site). Off by
+default until the GPU probe (benchmarks/foreign/crash_nsys_probe.py) shows it keeps the kernels."""
 
 PASS_ORDER = ("nsys", "torch", "ncu", "plain")
 """Passes run in this order: the fast timeline first, ncu's slow replay last."""
@@ -137,6 +162,49 @@ def python_target(cmd: Sequence[str]) -> tuple[list[str], list[str]] | None:
             continue
         return interp, list(cmd[i:])
     return None
+
+
+def is_python_command(cmd: Sequence[str], cwd: Path | None = None) -> bool:
+    """True for ``python ...`` / ``python -m ...`` / ``script.py`` and for a script whose ``#!`` line names
+    python: the commands whose crashes the fault handler can name."""
+    if not cmd:
+        return False
+    if _PYTHON.match(Path(cmd[0]).name) or cmd[0].endswith(".py"):
+        return True
+    path = Path(cmd[0])
+    if not path.is_absolute() and os.sep not in cmd[0]:
+        found = shutil.which(cmd[0])
+        path = Path(found) if found else path
+    elif cwd is not None and not path.is_absolute():
+        path = cwd / path
+    try:
+        with path.open("rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
+
+
+_NCU_NVTX_SYNTAX = re.compile(r"(?<!\\)[/,@]")
+
+
+def ranges_filter(regex: str) -> str:
+    """The ``--nvtx-include`` value that profiles the kernels inside the user's own NVTX ranges (default domain,
+    push/pop) whose names match ``regex`` anywhere (a search, like Python's ``re.search``). ncu reads ``/``
+    (nesting), ``,`` (a list) and ``@`` (domain) as syntax even after ``regex:`` (DEVICE.md), so each of them in
+    ``regex`` becomes ``.`` (any character: it still matches itself). Raises BadInputError for a regex that does
+    not compile, or an empty one."""
+    if not regex.strip():
+        raise BadInputError("--ranges needs a regular expression", "e.g. --ranges 'attn|mlp'")
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        raise BadInputError(
+            f"--ranges {regex!r} is not a regular expression ({exc})",
+            "check the quoting, e.g. --ranges 'gemm.*'",
+        ) from None
+    safe = _NCU_NVTX_SYNTAX.sub(".", regex)
+    return f"regex:.*(?:{safe}).*/"
 
 
 def _label(cmd: Sequence[str]) -> str:
@@ -229,20 +297,30 @@ class _Child:
         log_path: Path,
         on_output: Callable[[str, bytes], None],
         cwd: Path | None,
+        program: dict[str, Path] | None = None,
+        tool: str = "plain",
     ) -> None:
         self.log = log_path.open("ab")
         self.log_error: OSError | None = None
         self.lock = threading.Lock()
         self.on_output = on_output
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        # the program's own output, whole, apart from the profiler's lines (raw/program*.stdout / .stderr)
+        self.splitter = OutputSplitter(tool)
+        self.program = {stream: path.open("ab") for stream, path in (program or {}).items()}
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        except BaseException:  # the command could not start: leave no open files behind
+            for f in (self.log, *self.program.values()):
+                f.close()
+            raise
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.threads = [
             threading.Thread(target=self._pump, args=("stdout", self.proc.stdout), daemon=True),
@@ -267,6 +345,7 @@ class _Child:
                         self.log.flush()
                     except OSError as exc:  # disk full: keep draining the pipe, or the child blocks on it
                         self.log_error = exc
+                self._program(stream, self.splitter.feed(stream, data))
             with contextlib.suppress(Exception):  # a broken terminal must not stop the capture
                 self.on_output(stream, data)
 
@@ -311,6 +390,23 @@ class _Child:
                 self.log.close()
             except OSError as exc:  # the buffered tail could not be written (disk full)
                 self.log_error = self.log_error or exc
+            for stream, f in self.program.items():
+                self._program(stream, self.splitter.flush(stream))
+                try:
+                    f.close()
+                except OSError as exc:
+                    self.log_error = self.log_error or exc
+
+    def _program(self, stream: str, data: bytes) -> None:
+        """Append the program's own bytes to its output file (called with the lock held)."""
+        f = self.program.get(stream)
+        if f is None or not data or self.log_error is not None:
+            return
+        try:
+            f.write(data)
+            f.flush()
+        except OSError as exc:
+            self.log_error = exc
 
 
 def _run_pass(
@@ -322,10 +418,11 @@ def _run_pass(
     grace_s: float,
     on_output: Callable[[str, bytes], None],
     cwd: Path | None,
+    program: dict[str, Path] | None = None,
 ) -> None:
     start = time.monotonic()
     try:
-        child = _Child(result.argv, env, log_path, on_output, cwd)
+        child = _Child(result.argv, env, log_path, on_output, cwd, program, result.tool)
     except OSError as exc:
         result.reason = f"{result.tool} pass could not start {result.argv[0]}: {exc}"
         result.error = str(exc)
@@ -473,6 +570,8 @@ def capture(
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
     ranks: RankLaunch | None = None,
+    ranges: str | None = None,
+    crash_flush: str = CRASH_FLUSH_DEFAULT,
 ) -> Run:
     """Run ``cmd`` under each chosen tool into a new run folder and return it, ``complete`` or ``incomplete``.
 
@@ -498,6 +597,13 @@ def capture(
     emit = on_event or (lambda ev: None)
     output = on_output or _default_output
     _check_command(cmd, base_env, work)
+    if ranges is not None:
+        nvtx_include = ranges_filter(ranges)
+    if crash_flush not in CRASH_FLUSH_CHOICES:
+        raise BadInputError(
+            f"crash flush {crash_flush!r} is not one of {', '.join(CRASH_FLUSH_CHOICES)}",
+            "use profiler-stop (stop the profiler from a fatal-signal handler) or none",
+        )
     if ranks is not None and ranks.kind == "launcher":
         _check_command(list(ranks.launcher), base_env, work)
     if clock_control not in tools.CLOCK_CONTROLS:
@@ -531,9 +637,12 @@ def capture(
         )
 
     path = _reserve_run_dir(out, runs_dir, _label(list(ranks.command) if ranks is not None else cmd))
+    python_cmd = is_python_command(list(ranks.command) if ranks is not None else cmd, work)
     settings: dict[str, Any] = {
         "tools": plan.passes,
         "instrument": instrument,
+        "python_faulthandler": python_cmd and not base_env.get("PYTHONFAULTHANDLER"),
+        "breadcrumbs": f"raw/{BREADCRUMB_DIR}/<pass>",
         "timeout_s": timeout,
         "cwd": str(work or Path.cwd()),
     }
@@ -544,6 +653,7 @@ def capture(
             "sections": sections,
             "metrics": metrics,
             "nvtx_include": nvtx_include,
+            "ranges": ranges,
             "max_per_range": per_range,
             "launch_count": launch_count,
             "extra": list(ncu_extra),
@@ -555,6 +665,7 @@ def capture(
             "cuda_graph_trace": tools.nsys_graph_trace(nsys_extra),
             "libs": base_env.get(tools.ENV_NSYS_LIBS),
             "extra": list(nsys_extra),
+            "crash_flush": crash_flush if python_cmd else "none",
         }
     if "torch" in plan.passes and plan.python:
         settings["torch_profiler"] = {
@@ -599,6 +710,9 @@ def capture(
                 torch_ops=torch_ops,
                 trace_repeats=trace_repeats,
                 nsys_extra=list(nsys_extra),
+                python_cmd=python_cmd,
+                crash_flush=crash_flush,
+                program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
                 ncu_opts={
                     "sections": sections,
                     "metrics": metrics,
@@ -670,6 +784,9 @@ def _one_pass(
     trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
     nsys_extra: Sequence[str] = (),
     ranks: RankLaunch | None = None,
+    python_cmd: bool = False,
+    crash_flush: str = CRASH_FLUSH_DEFAULT,
+    program_stem: str = "program",
 ) -> PassResult:
     env = dict(base_env)
     # with ranks, each tool wraps one rank's command and names its files raw/<tool>.rank<R>.* (rankwrap.py)
@@ -680,9 +797,25 @@ def _one_pass(
     # the per-range budget belongs to the ncu pass only: elsewhere it would hide launches from the timeline
     env.pop(tools.ENV_MAX_PER_RANGE, None)
     env["PYTHONUNBUFFERED"] = "1"
-    if instrument:
+    crumbs_dir = raw / BREADCRUMB_DIR / tool
+    crumbs_dir.mkdir(parents=True, exist_ok=True)
+    env[ENV_BREADCRUMB_DIR] = str(crumbs_dir)
+    if python_cmd and not env.get("PYTHONFAULTHANDLER"):
+        env["PYTHONFAULTHANDLER"] = "1"  # a native crash prints the Python stack
+    flush = tool == "nsys" and python_cmd and crash_flush != "none"
+    env.pop(ENV_CRASH_FLUSH, None)
+    env.pop(ENV_HANG_DUMP, None)
+    if flush:
+        env[ENV_CRASH_FLUSH] = crash_flush
+    hang_dump = python_cmd and timeout is not None and timeout > 1.0
+    if hang_dump:
+        assert timeout is not None
+        env[ENV_HANG_DUMP] = f"{timeout - min(2.0, timeout * 0.1):.3f}"
+    if instrument or flush or hang_dump:
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
+        if not instrument:
+            env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
     if tool == "ncu":
         assert plan.ncu is not None
         env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])
@@ -724,10 +857,13 @@ def _one_pass(
         argv = ranks.wrap(argv)
     result = PassResult(tool, argv)
     log_path = raw / f"{tool}.log"
+    program = {"stdout": raw / f"{program_stem}.stdout", "stderr": raw / f"{program_stem}.stderr"}
     failures_before = _count_lines(raw / FAILURES_FILE)
     before = {p.name for p in raw.iterdir()}
     log("start", tool, f"{tool} pass: {' '.join(argv)}", log=f"raw/{log_path.name}")
-    _run_pass(result, env, log_path, timeout=timeout, grace_s=grace_s, on_output=output, cwd=cwd)
+    _run_pass(
+        result, env, log_path, timeout=timeout, grace_s=grace_s, on_output=output, cwd=cwd, program=program
+    )
 
     code = result.exit_code
     if result.reason is None:
@@ -755,28 +891,32 @@ def _one_pass(
                 f"`tracekit import --rebuild {run_dir}`"
             )
             log("error", "nsys-export", result.reason)
+        if (result.timed_out or code not in (0, None)) and nsys_kernel_count(raw / "nsys.sqlite") == 0:
+            extra = (
+                "nsys kept no kernels of the program that died (its CUDA buffers went with it); GEMM times "
+                "come from ncu's kernel durations where an ncu pass profiled them"
+                + ("" if crash_flush != "none" or not python_cmd else "; try --crash-flush profiler-stop")
+            )
+            result.reason = f"{result.reason}; {extra}" if result.reason else extra
     elif tool == "ncu":
         _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
     elif tool == "torch" and not (raw / TORCH_TRACE).is_file() and result.reason is None:
         result.reason = f"the PyTorch profiler wrote no {TORCH_TRACE} (see raw/{log_path.name})"
-    # a crash that left no failure record of its own gets one, so the failures frame says why
-    if (result.timed_out or (code not in (0, None) and not result.interrupted)) and _count_lines(
-        raw / FAILURES_FILE
-    ) == failures_before:
-        kind = "timeout" if result.timed_out else "crashed"
-        error_type = (
-            "timeout"
-            if result.timed_out
-            else (_signal_name(-code) if code is not None and code < 0 else "exit status")
-        )
-        tail = _tail(log_path)
+    # a crash that left no crash record of its own gets one, naming the GEMM in flight, so the failures frame
+    # says why; the program's own output (never the profiler's progress lines) is its evidence
+    if (result.timed_out or (code not in (0, None) and not result.interrupted)) and not _own_crash_record(
+        raw / FAILURES_FILE, failures_before
+    ):
+        tool_text = _tool_text(log_path, program["stdout"], program["stderr"])
         append_jsonl(
             raw / FAILURES_FILE,
-            failure_record(
-                kind=kind,
-                error_type=error_type,
-                message=result.reason or f"{tool} pass failed",
-                traceback_text=tail,
+            crash_record(
+                kind="timeout" if result.timed_out else "crashed",
+                returncode=code,
+                program_stderr=read_text(program["stderr"]),
+                tool_text=tool_text if tool != "plain" else "",
+                crumbs=read_breadcrumbs(crumbs_dir),
+                timeout_s=timeout,
                 versions={"python": platform.python_version()},
             ),
         )
@@ -792,12 +932,49 @@ def _one_pass(
     return result
 
 
-def _tail(path: Path, lines: int = 40) -> str | None:
+def _own_crash_record(path: Path, skip: int) -> bool:
+    """True if the program itself recorded a crash or timeout in failures.jsonl during this pass (a tracekit
+    benchmark does, for its workers); its other failures (unsupported, wrong ...) do not count."""
     try:
-        text = path.read_text(errors="replace")
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()][skip:]
     except OSError:
+        return False
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict) and obj.get("kind") in ("crashed", "timeout"):
+                return True
+    return False
+
+
+def _tool_text(log_path: Path, *program_files: Path) -> str:
+    """The profiler's own lines of a pass: its log less what the program printed."""
+    mine = set()
+    for path in program_files:
+        mine.update(line for line in read_text(path).split("\n") if line.strip())
+    return "\n".join(line for line in read_text(log_path).split("\n") if line not in mine)
+
+
+def nsys_kernel_count(sqlite: Path) -> int | None:
+    """Kernels in an nsys SQLite export (0 when it has no CUPTI kernel table: the program died before nsys
+    flushed them); None when there is no readable export to tell."""
+    import sqlite3
+
+    if not sqlite.is_file():
         return None
-    return "\n".join(text.splitlines()[-lines:]) or None
+    try:
+        con = sqlite3.connect(f"file:{sqlite}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+            return 0
+        return int(con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
 
 
 def _finish_nsys(

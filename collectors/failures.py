@@ -45,6 +45,14 @@ FAILURE_KEYS = (
     "compute_capability",
     "versions",
     "time_unix",
+    "dtype_a",
+    "dtype_b",
+    "dtype_out",
+    "range",
+    "caller",
+    "signal",
+    "python_stack",
+    "stderr_tail",
 )
 """Keys of a ``raw/failures.jsonl`` line: the columns of ``tracekit.frames.FAILURES`` minus ``failure_id``."""
 
@@ -174,4 +182,5 @@ def failure_record(
         "compute_capability": compute_capability,
         "versions": versions,
         "time_unix": time.time() if time_unix is None else time_unix,
+        **dict.fromkeys(FAILURE_KEYS[FAILURE_KEYS.index("time_unix") + 1 :]),
     }

@@ -57,6 +57,14 @@ FAILURE_KEYS = (
     "compute_capability",
     "versions",
     "time_unix",
+    "dtype_a",
+    "dtype_b",
+    "dtype_out",
+    "range",
+    "caller",
+    "signal",
+    "python_stack",
+    "stderr_tail",
 )
 """The columns of ``tracekit.frames.FAILURES`` minus ``failure_id`` (a test keeps the two in step)."""
 
@@ -124,6 +132,7 @@ def failure_record(
         "compute_capability": compute_capability,
         "versions": versions or {},
         "time_unix": time.time(),
+        **dict.fromkeys(FAILURE_KEYS[FAILURE_KEYS.index("time_unix") + 1 :]),
     }
 
 

@@ -269,6 +269,14 @@ FAILURES = FrameSpec(
         Column("compute_capability", STR, "compute capability"),
         Column("versions", STR, "library versions, JSON object"),
         Column("time_unix", F64, "when it happened, seconds since the epoch"),
+        Column("dtype_a", STR, "A operand dtype of the call (instrument breadcrumb)"),
+        Column("dtype_b", STR, "B operand dtype of the call (instrument breadcrumb)"),
+        Column("dtype_out", STR, "output dtype of the call (instrument breadcrumb)"),
+        Column("range", STR, "tracekit range name of the call in flight"),
+        Column("caller", STR, "the program's file:line that made the call"),
+        Column("signal", STR, "signal the program died of (SIGSEGV ...), for a crash"),
+        Column("python_stack", STR, "the program's Python stack at the crash (fault handler, traceback)"),
+        Column("stderr_tail", STR, "the program's own last stderr lines (50), progress bars collapsed"),
     ),
 )
 

@@ -5,10 +5,80 @@ It chains to the sitecustomize this one shadows (the next one on sys.path), then
 ``tracekit.instrument(lazy=True)``, which wraps torch / flashinfer / sgl_kernel only once the program imports them.
 Nothing here may break the user's program: every failure is reported on stderr once and ignored.
 Set ``TRACEKIT_INSTRUMENT=0`` to turn it off without changing PYTHONPATH.
+
+Under ``tracekit capture --nsys --crash-flush profiler-stop`` (``TRACEKIT_CRASH_FLUSH=profiler-stop``) it also
+installs a C-level handler for SIGSEGV / SIGABRT / SIGBUS / SIGFPE / SIGILL / SIGTERM: Nsight Systems flushes its
+CUDA buffers on ``cuProfilerStop`` (``--flush-on-cudaprofilerstop`` is on by default), and a program killed by a
+signal otherwise takes its kernels with it. The handler calls ``cuProfilerStop`` (the driver's, only if the
+program loaded CUDA), prints the fault handler's ``Fatal Python error`` block with every thread's Python stack,
+then restores the default action and re-raises the signal, so the program still dies of it.
+
+Under ``tracekit capture --timeout S`` (``TRACEKIT_HANG_DUMP_S``, a little under S) the fault handler's watchdog
+prints every thread's Python stack once that time has passed, so a program hung in native code (where Ctrl-C
+does not reach Python) still says where it hung.
 """
 
 import os
 import sys
+
+_FAULT_TEXT = {
+    "SIGSEGV": "Segmentation fault",
+    "SIGABRT": "Aborted",
+    "SIGBUS": "Bus error",
+    "SIGFPE": "Floating-point exception",
+    "SIGILL": "Illegal instruction",
+    "SIGTERM": "Terminated",
+}
+_KEEP = []  # the ctypes callback must outlive this module's setup
+
+
+def _profiler_stop() -> str:
+    """Call ``cuProfilerStop`` in a process that already loaded the CUDA driver; say what happened."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD)
+        except OSError:
+            continue
+        result = lib.cuProfilerStop()
+        return f"cuProfilerStop() returned {result}"
+    return "no CUDA driver loaded, nothing to stop"
+
+
+def _install_crash_flush() -> None:
+    """Handle the fatal signals at C level (a Python-level handler never runs on a native fault)."""
+    import ctypes
+    import faulthandler
+    import signal
+    import time
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal.restype = ctypes.c_void_p
+    reraise = getattr(libc, "raise")
+    reraise.argtypes = [ctypes.c_int]
+    wait_s = float(os.environ.get("TRACEKIT_CRASH_FLUSH_WAIT_S", "0") or 0)
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_int)
+    def handler(signum: int) -> None:
+        try:
+            name = signal.Signals(signum).name
+            said = _profiler_stop()  # first: the timeline is what this handler is for
+            if wait_s > 0:
+                time.sleep(wait_s)
+            os.write(2, f"Fatal Python error: {_FAULT_TEXT.get(name, name)}\n\n".encode())
+            faulthandler.dump_traceback(2, all_threads=True)
+            os.write(2, f"tracekit crash-flush: {name}: {said}\n".encode())
+        except BaseException:  # whatever happens, the program must still die of its signal
+            pass
+        finally:
+            libc.signal(signum, 0)  # SIG_DFL
+            reraise(signum)
+
+    _KEEP.append(handler)
+    for name in _FAULT_TEXT:
+        libc.signal(int(getattr(signal, name)), ctypes.cast(handler, ctypes.c_void_p))
 
 
 def _chain_previous() -> None:
@@ -37,6 +107,19 @@ def _main() -> None:
         _chain_previous()
     except Exception as exc:
         sys.stderr.write(f"tracekit: the previous sitecustomize failed ({type(exc).__name__}: {exc})\n")
+    hang_s = os.environ.get("TRACEKIT_HANG_DUMP_S")
+    if hang_s:
+        try:  # a program that hangs past capture's --timeout prints every thread's stack just before it is stopped
+            import faulthandler
+
+            faulthandler.dump_traceback_later(float(hang_s), exit=False)
+        except Exception as exc:
+            sys.stderr.write(f"tracekit crash-flush: no hang stack ({type(exc).__name__}: {exc})\n")
+    if os.environ.get("TRACEKIT_CRASH_FLUSH", "none") == "profiler-stop":
+        try:
+            _install_crash_flush()
+        except Exception as exc:
+            sys.stderr.write(f"tracekit crash-flush: not installed ({type(exc).__name__}: {exc})\n")
     if os.environ.get("TRACEKIT_INSTRUMENT", "1").strip().lower() in ("0", "false", "no", "off"):
         return
     try:

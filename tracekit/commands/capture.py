@@ -21,6 +21,7 @@ Examples:
   tracekit capture --nsys --ncu -- python bench.py       # a timeline pass, then an ncu pass
   tracekit capture --ncu --instrument -- python serve.py # tracekit ranges around torch's GEMMs, no code change
   tracekit capture --ncu --clock-control base -- ./gemm  # ncu's locked base clock instead of your clocks
+  tracekit capture --ncu --ranges 'attn|mlp' -- python serve.py  # ncu only inside YOUR NVTX ranges matching it
   tracekit capture --torch-profiler --timeout 600 -o runs/fp8 -- python -m mypkg.bench
   tracekit capture --ranks --nsys -- torchrun --nproc-per-node 8 bench.py         # one timeline per rank
   tracekit capture --ranks --launcher 'mpirun -np 8' --nsys --ncu -- python bench.py
@@ -48,6 +49,22 @@ measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every k
 (--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph
 replaces it where that costs too much). --ncu-arg / --nsys-arg add options of your own after tracekit's; run.json
 records them.
+
+\b
+--ranges REGEX: ncu profiles only the kernels inside your own NVTX push/pop ranges (default domain) whose name
+REGEX matches anywhere (Python re.search style); no ncu --nvtx-include syntax needed. ncu reads / , @ as syntax,
+so each becomes "." (any character) in the filter; run.json records REGEX and the filter built
+(capture.ncu.ranges, capture.ncu.nvtx_include). Example: --ranges 'layer[0-9]+/attn' profiles ranges named like
+layer3/attn.
+
+\b
+When the program crashes (a signal, a CUDA fault, a hang past --timeout) the run holds one failure of kind
+crashed / timeout with the signal, the Python stack (a Python command runs with PYTHONFAULTHANDLER=1 unless you
+set it), the last 50 lines of the program's stderr and, with --instrument, the GEMM call in flight (backend, M, N,
+K, dtypes, caller). The program's own output is kept whole in raw/program.stdout / raw/program.stderr
+(raw/program.<pass>.* with several passes), apart from each profiler's log (raw/<pass>.log).
+--crash-flush profiler-stop (nsys, Python): a fatal-signal handler stops the profiler before the process dies,
+so nsys can keep the kernels it ran.
 
 \b
 Missing tools (exit 3):
@@ -223,6 +240,20 @@ class _Event:
     "--all-kernels", is_flag=True, help="ncu: profile every kernel, not only those inside tracekit ranges."
 )
 @click.option(
+    "--ranges",
+    "ranges_regex",
+    metavar="REGEX",
+    help="ncu: profile only kernels inside your own NVTX ranges whose name matches REGEX, e.g. 'attn|mlp'.",
+)
+@click.option(
+    "--crash-flush",
+    type=click.Choice(["none", "profiler-stop"]),
+    default="none",
+    show_default=True,
+    help="nsys, Python programs: on a fatal signal, stop the profiler (cuProfilerStop) before the process dies "
+    "so the timeline keeps its kernels.",
+)
+@click.option(
     "--launch-count", type=click.IntRange(min=1), help="ncu: stop after this many profiled kernels."
 )
 @click.option(
@@ -296,6 +327,8 @@ def capture(
     sections: str | None,
     metrics: str | None,
     all_kernels: bool,
+    ranges_regex: str | None,
+    crash_flush: str,
     launch_count: int | None,
     max_per_range: int | None,
     ncu_args: tuple[str, ...],
@@ -320,6 +353,8 @@ def capture(
     argv = list(cmd)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    if ranges_regex is not None and all_kernels:
+        raise click.UsageError("--ranges and --all-kernels contradict each other: give one of them")
     ranks = None
     if use_ranks or launcher or rank_env:
         from tracekit.collectors.ranks import plan_ranks
@@ -359,6 +394,8 @@ def capture(
                 ncu_extra=list(ncu_args),
                 nsys_extra=list(nsys_args),
                 ranks=ranks,
+                ranges=ranges_regex,
+                crash_flush=crash_flush,
             )
         except CaptureInterrupted as exc:
             run, interrupted = exc.run, True

@@ -385,16 +385,26 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
 
 
 # --- runs ---------------------------------------------------------------------------------------------------------
+BREADCRUMB_DIR = "breadcrumbs"
+"""raw/breadcrumbs/: what instrument wrappers leave under capture (collectors/breadcrumb.py); its
+``failures.<pid>.jsonl`` (GEMM calls that raised) are read as failures."""
+
+
 def _raw_files(run: Run) -> list[Path]:
+    """The files of raw/ that hold frames: raw/'s own files, and the failure records in raw/breadcrumbs/."""
     if not run.raw_dir.is_dir():
         return []
-    return sorted(
+    files = [
         p
         for p in run.raw_dir.iterdir()
         if p.is_file()
         and not p.name.startswith(".")
         and Path(plain_name(p.name)).suffix not in _IGNORED_SUFFIXES
-    )
+    ]
+    crumbs = run.raw_dir / BREADCRUMB_DIR
+    if crumbs.is_dir():
+        files += [p for p in crumbs.glob("failures*.jsonl") if p.is_file() and p.stat().st_size > 0]
+    return sorted(files)
 
 
 def _build(
@@ -546,7 +556,7 @@ def _raw_signature(run: Run) -> tuple[Any, ...]:
     files = []
     for p in _raw_files(run):
         st = p.stat()
-        files.append((p.name, st.st_size, st.st_mtime_ns))
+        files.append((run.relative(p), st.st_size, st.st_mtime_ns))
     return (str(run.path.resolve()), SCHEMA_VERSION, tuple(files))
 
 

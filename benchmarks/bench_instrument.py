@@ -2,11 +2,14 @@
 
     python benchmarks/bench_instrument.py [--number 200000]
     python benchmarks/bench_instrument.py --torch [--number 20000] [--rounds 10]   # real torch (CUDA if any)
+    python benchmarks/bench_instrument.py --breadcrumbs [--number 200000]           # + breadcrumbs on
 
 Default (CPU only, no torch): prints ns/call for a bare call of a stand-in GEMM entry point, the same call
 through the `tracekit.instrument()` wrapper (shape / dtype keying, cached range, NVTX push/pop), a
 `gemm_range(...)` block around it, and a reused range scope. The nvtx package without a tool attached is what a
-user's program sees outside a profiler.
+user's program sees outside a profiler. ``--breadcrumbs`` adds the instrumented call with breadcrumbs on
+(``TRACEKIT_BREADCRUMB_DIR`` set to a temporary folder: every call writes its slot of the mapped file), and the
+same with the range open on another thread (the wrapper must still name this thread's call).
 
 ``--torch``: the same comparison with the real ``torch.mm`` on small bf16 matrices (CUDA when available, else
 float32 on the CPU, where tensors are not named and the wrapper only passes through). Host time per call over
@@ -141,6 +144,9 @@ def main() -> None:
     )
     parser.add_argument("--torch", action="store_true", help="real torch.mm (CUDA when available)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds with --torch (10)")
+    parser.add_argument(
+        "--breadcrumbs", action="store_true", help="also time the wrapper with breadcrumbs on (stand-in only)"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -172,6 +178,20 @@ def main() -> None:
     base = bench("baseline: torch.mm(a, b) stand-in", lambda: torch.mm(a, b))
     I.instrument(flashinfer=False, sgl=False)
     bench("instrumented torch.mm(a, b)", lambda: torch.mm(a, b))
+    if args.breadcrumbs:
+        import os
+        import tempfile
+
+        from tracekit.collectors import breadcrumb
+
+        with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as tmp:
+            os.environ[breadcrumb.ENV_DIR] = tmp
+            breadcrumb.reload()
+            try:
+                bench("instrumented torch.mm(a, b), breadcrumbs on", lambda: torch.mm(a, b))
+            finally:
+                del os.environ[breadcrumb.ENV_DIR]
+                breadcrumb.reload()
     I.uninstrument()
 
     def block():

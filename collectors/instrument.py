@@ -31,6 +31,11 @@ reads are half of it; ``benchmarks/bench_instrument.py --torch`` measures it, do
 Inside an open tracekit GEMM range (``tracekit bench gemm``) and while torch.compile traces, wrappers call
 straight through.
 
+Under ``tracekit capture --torch-profiler`` the ranges also open ``record_function`` (collectors/ranges.py,
+``TRACEKIT_RECORD_FUNCTION``), so they reach the Kineto trace. With ``TRACEKIT_BREADCRUMB_DIR`` set (capture sets
+it) each call also leaves a breadcrumb, and a call that raises a failure record (collectors/breadcrumb.py).
+``TRACEKIT_INSTRUMENT_CPU=1`` names bf16 / fp16 GEMMs on CPU tensors too (CPU-only checks).
+
 ``instrument(lazy=True)`` (what ``collectors/site/sitecustomize.py`` uses) wraps packages already imported and
 arranges for the others to be wrapped right after their first import, so a process that never imports torch
 never pays for it.

@@ -84,12 +84,12 @@ class _Thread(threading.local):
 
     def __init__(self) -> None:
         self.off = -1
-        self.tail = ""
+        self.tail = b""
 
 
 _local = _Thread()
-_callers: dict[tuple[int, int], tuple[Any, str]] = {}
-time_ns = time.time_ns
+_callers: dict[tuple[int, int], tuple[Any, bytes]] = {}
+_time = time.time
 
 
 def reload(environ: dict[str, str] | None = None) -> None:
@@ -147,8 +147,9 @@ def _open() -> mmap.mmap | None:
         return _map
 
 
-def prefix_for(name: str) -> tuple[str, dict[str, Any]]:
-    """The JSON of a range's fixed fields (without its closing brace) and those fields, for a range name."""
+def prefix_for(name: str) -> tuple[bytes, dict[str, Any]]:
+    """The JSON of a range's fixed fields (ASCII bytes, without the closing brace) and those fields, for a range
+    name."""
     decoded = decode(name)
     fields = decoded.fields if decoded is not None else {}
 
@@ -172,15 +173,15 @@ def prefix_for(name: str) -> tuple[str, dict[str, Any]]:
         "scale": fields.get("scale"),
         "range": name[:_RANGE_MAX],
     }
-    return json.dumps(info)[:-1], info
+    return json.dumps(info)[:-1].encode(), info
 
 
-def _caller(frame: Any) -> str:
+def _caller(frame: Any) -> bytes:
     """``"path/file.py:123"`` of ``frame``, JSON-encoded, cached per call site: keyed on the code object's id and
     the frame's bytecode offset (hashing a code object hashes its contents, and ``f_lineno`` scans the line
     table), checked against the code object itself."""
     if frame is None:
-        return '""'
+        return b'""'
     code = frame.f_code
     key = (id(code), frame.f_lasti)
     hit = _callers.get(key)
@@ -188,16 +189,9 @@ def _caller(frame: Any) -> str:
         return hit[1]
     if len(_callers) > 4096:
         _callers.clear()
-    text = _encode_str(f"{code.co_filename}:{frame.f_lineno}")
+    text = _encode_str(f"{code.co_filename}:{frame.f_lineno}").encode()
     _callers[key] = (code, text)
     return text
-
-
-def _now() -> str:
-    """``time.time()`` as a JSON number with microseconds, formatted from integer nanoseconds (a float's repr
-    costs twice as much)."""
-    ns = str(time_ns())
-    return f"{ns[:-9]}.{ns[-9:-3]}"
 
 
 def enter(scope: Any, frame: Any) -> int:
@@ -210,16 +204,16 @@ def enter(scope: Any, frame: Any) -> int:
         if mm is None:
             return -1
         off = local.off = (next(_slots) % SLOTS) * SLOT_BYTES
-        local.tail = f',"pid":{os.getpid()},"tid":{threading.get_native_id()}}}\0'
+        local.tail = f',"pid":{os.getpid()},"tid":{threading.get_native_id()}}}\0'.encode()
     crumb = scope.crumb
     if crumb is None:
         crumb = scope.crumb = prefix_for(scope.name)
     caller = _caller(frame)
-    data = f'C{crumb[0]},"seq":{next(_seq)},"t":{_now()},"caller":{caller}{local.tail}'.encode()
+    data = b'C%s,"seq":%d,"t":%.6f,"caller":%s%s' % (crumb[0], next(_seq), _time(), caller, local.tail)
     if len(data) > SLOT_BYTES:  # a long path: keep its end (file name and line), it is what a reader wants
         over = len(data) - SLOT_BYTES + 4
-        short = _encode_str("..." + json.loads(caller)[over:])
-        data = data.replace(f'"caller":{caller}'.encode(), f'"caller":{short}'.encode())
+        short = _encode_str("..." + json.loads(caller)[over:]).encode()
+        data = data.replace(b'"caller":' + caller, b'"caller":' + short)
         if len(data) > SLOT_BYTES:
             return -1
     mm[off : off + len(data)] = data

@@ -201,3 +201,30 @@ def test_off_without_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         monkeypatch.delenv(B.ENV_DIR)
         B.reload()
     assert B.active is False and not (tmp_path / "c").exists()  # nothing written before a wrapped call
+
+
+def test_long_range_names_and_caller_paths_are_shortened_to_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot holds 512 bytes: the range name is cut, and the caller keeps its end (file name and line)."""
+    from tracekit.collectors import ranges
+
+    monkeypatch.setenv(B.ENV_DIR, str(tmp_path))
+    B.reload()
+    try:
+        name = ranges.gemm_name("torch-bf16", "mm", 16, 32, 64, "bf16", "bf16", "bf16", tag="x" * 400)
+        scope = ranges.RangeScope(name, True)
+        where = "/" + "deep/" * 120 + "model.py"
+        namespace: dict[str, object] = {"sys": sys}
+        exec(compile("def here():\n    return sys._getframe()\n", where, "exec"), namespace)
+        frame = namespace["here"]()  # type: ignore[operator]
+        off = B.enter(scope, frame)
+        assert off >= 0
+        B.done(off)
+    finally:
+        monkeypatch.delenv(B.ENV_DIR)
+        B.reload()
+    (row,) = B.read_breadcrumbs(tmp_path)
+    assert row["state"] == "done" and (row["m"], row["n"], row["k"]) == (16, 32, 64)
+    assert row["caller"].startswith("...") and row["caller"].endswith("deep/model.py:2")
+    assert name.startswith(row["range"]) and len(row["range"]) < len(name)

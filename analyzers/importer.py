@@ -2,8 +2,10 @@
 
 ``import_files`` makes a new run from existing reports (any mix of Nsight Compute reports and CSV exports, Nsight
 Systems SQLite exports, Kineto traces, tracekit's own JSONL records); ``import_into`` (re)builds the frames of a
-run from everything in its ``raw/``; ``load_frames`` returns a run's frames, rebuilding them first when they are
-missing or older than this tracekit's schema. A file's kind is detected from its content, not its extension.
+run from everything in its ``raw/`` and writes them (only ``import`` and ``capture`` call it); ``load_frames``
+returns a run's frames for the views, rebuilding them in memory when they are missing or older than this
+tracekit's schema: a read never writes into a run. A file's kind is detected from its content, not its
+extension.
 """
 
 from __future__ import annotations

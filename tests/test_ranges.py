@@ -208,3 +208,44 @@ def test_real_nvtx_sink_without_a_tool_is_a_noop():
         assert nvtx is not None
     finally:
         ranges.reset()
+
+
+def test_record_function_scopes_close_on_the_thread_that_opened_them(sink, monkeypatch):
+    """Two threads inside the same range, interleaved: each exit closes its own thread's record_function (the
+    profiler's ranges are per thread too), never the other's."""
+    closed: list[tuple[str, str]] = []
+
+    class Annotation:
+        def __init__(self, name: str) -> None:
+            self.thread = threading.current_thread().name
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: object) -> None:
+            closed.append((threading.current_thread().name, self.thread))
+
+    ranges.reload_settings({ranges.ENV_RECORD_FUNCTION: "1"})
+    monkeypatch.setattr(ranges, "_record_function_factory", Annotation)
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with scope:
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(10)
+        with scope:
+            b_in.set()
+            a_out.wait(10)
+
+    threads = [threading.Thread(target=a, name="A"), threading.Thread(target=b, name="B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert closed == [("A", "A"), ("B", "B")]
+    assert len(sink.pushes()) == 2 and sum(1 for e in sink.events if e[0] == "pop") == 2

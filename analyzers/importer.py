@@ -473,6 +473,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
     ``import --rebuild`` and ``capture`` only: reads use :func:`load_frames`, which never writes). Files that
     cannot be read are recorded as failed sources (the run is then marked ``partial``); returns a summary dict."""
     run.manifest["sources"] = []  # rebuilt from what raw/ holds now
+    run.__dict__.pop("_memory_frames", None)  # frames read before this import are not the run's any more
     frames, summary = _build(run, on_event, run.add_source)
     # several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily
     run.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)

@@ -26,8 +26,9 @@ A wrapped call that raises is also written as one failure record (the keys of
 catches the exception; the import reads those files as failures.
 
 Cost: the JSON of everything but seq, t and caller is built once per range (cached on the range's scope, beside
-its name), so a call costs a string format, a 512-byte copy into the mapping and the caller lookup;
-``benchmarks/bench_instrument.py --breadcrumbs`` measures it.
+its name), so a call costs one bytes format (integers only: formatting a float costs more than all the rest), a
+copy into the mapping and the caller lookup (cached per call site). ``benchmarks/bench_instrument.py
+--breadcrumbs`` measures it: about 1.3-1.9 µs on top of the wrapper's own ~0.5 µs on a loaded 2-core CPU.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class _Thread(threading.local):
 
 _local = _Thread()
 _callers: dict[tuple[int, int], tuple[Any, bytes]] = {}
-_time = time.time
+_time_ns = time.time_ns
 
 
 def reload(environ: dict[str, str] | None = None) -> None:
@@ -209,7 +210,8 @@ def enter(scope: Any, frame: Any) -> int:
     if crumb is None:
         crumb = scope.crumb = prefix_for(scope.name)
     caller = _caller(frame)
-    data = b'C%s,"seq":%d,"t":%.6f,"caller":%s%s' % (crumb[0], next(_seq), _time(), caller, local.tail)
+    sec, usec = divmod(_time_ns() // 1000, 1_000_000)
+    data = b'C%s,"seq":%d,"t":%d.%06d,"caller":%s%s' % (crumb[0], next(_seq), sec, usec, caller, local.tail)
     if len(data) > SLOT_BYTES:  # a long path: keep its end (file name and line), it is what a reader wants
         over = len(data) - SLOT_BYTES + 4
         short = _encode_str("..." + json.loads(caller)[over:]).encode()

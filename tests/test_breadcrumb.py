@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import polars as pl
@@ -128,6 +129,7 @@ def test_the_call_in_flight_survives_the_crash(tmp_path: Path, how: str, returnc
     )
     assert last["caller"] == f"{script}:{_line('LINE_CRASH')}"
     assert last["range"].startswith("gemm backend=torch-bf16 op=mm M=99 N=256 K=128")
+    assert isinstance(last["t"], float) and abs(last["t"] - time.time()) < 600
     assert last["v"] == 1 and last["pid"] == int(file.name.split(".")[1]) and last["file"] == str(file)
     # every earlier call was on a thread of its own (one slot each) and is marked returned or raised
     done = {c["m"]: c for c in crumbs_read if c["state"] == "done"}

@@ -14,6 +14,10 @@ stay well under 2 µs with no profiler attached. Names, registered strings and e
 distinct range and cached; entering a range is a dict lookup, a counter bump and one NVTX call, and the
 instrument wrappers skip the counter while no ncu budget is set.
 
+Threads: which ranges are open, and whether warm-up suppression is on, is per thread (:class:`RangeState`), as
+NVTX ranges are: a GEMM range open on one thread never mutes the instrument wrappers of another. The sink, the
+ncu budget and record_function mode are process-wide. Tests start clean with :func:`reset`.
+
 Environment read at first use (and again by :func:`reload_settings`):
 
 ``TRACEKIT_NCU_MAX_PER_RANGE=N``

@@ -2,8 +2,10 @@
 
 ``import_files`` makes a new run from existing reports (any mix of Nsight Compute reports and CSV exports, Nsight
 Systems SQLite exports, Kineto traces, tracekit's own JSONL records); ``import_into`` (re)builds the frames of a
-run from everything in its ``raw/``; ``load_frames`` returns a run's frames, rebuilding them first when they are
-missing or older than this tracekit's schema. A file's kind is detected from its content, not its extension.
+run from everything in its ``raw/`` and writes them (only ``import`` and ``capture`` call it); ``load_frames``
+returns a run's frames for the views, rebuilding them in memory when they are missing or older than this
+tracekit's schema: a read never writes into a run. A file's kind is detected from its content, not its
+extension.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from tracekit import naming
+from tracekit._version import SCHEMA_VERSION
 from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
 from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
@@ -30,7 +33,8 @@ from .ranks import label_extract, run_ranks
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
 _WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
 """Failures the instrument wrapper records for wrapped calls that raised, one file per process and pass
-(``TRACEKIT_BREADCRUMB_DIR`` of each capture pass, collectors/crash.py): read into the failures frame."""
+(``TRACEKIT_BREADCRUMB_DIR`` of each capture pass, collectors/crash.py): read into the failures frame. A
+breadcrumb folder set by hand (no pass folder) is read too: ``breadcrumbs/failures.*.jsonl``."""
 _ID_COLUMNS = {
     "kernels": ["kernel_id", "range_id"],
     "ranges": ["range_id", "parent_id"],
@@ -403,23 +407,33 @@ def _raw_files(run: Run) -> list[Path]:
         and not p.name.startswith(".")
         and Path(plain_name(p.name)).suffix not in _IGNORED_SUFFIXES
     )
-    wrapper = sorted(p for p in run.raw_dir.glob(_WRAPPER_FAILURES) if p.is_file() and p.stat().st_size)
+    found = [*run.raw_dir.glob(_WRAPPER_FAILURES), *run.raw_dir.glob(_WRAPPER_FAILURES.replace("*/", "", 1))]
+    wrapper = sorted(p for p in found if p.is_file() and p.stat().st_size)
     return top + wrapper
 
 
-def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """(Re)build the frames of ``run`` from every file in its raw/. Files that cannot be read are recorded as
-    failed sources (the run is then marked ``partial``); returns a summary dict."""
+def _build(
+    run: Run,
+    on_event: Callable[[str], None] | None = None,
+    on_source: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """Read every file in ``run``'s raw/ into frames, in memory: writes nothing anywhere.
+
+    Each raw file's source record (path, size, hash, kind, import status) goes to ``on_source`` as it is read.
+    Returns the frames and a summary (``files``, ``imported``, ``failed``, ``warnings``, ``partial``)."""
     extracts: list[Extract] = []
     failed: list[dict[str, str]] = []
     warnings: list[str] = []
     files = _raw_files(run)
-    run.manifest["sources"] = []  # rebuilt from what raw/ holds now
-    skipped = [
-        p.name
-        for p in sorted(run.raw_dir.glob("*"))
-        if p.is_file() and Path(plain_name(p.name)).suffix in (".nsys-rep", ".qdstrm")
-    ]
+    skipped = (
+        [
+            p.name
+            for p in sorted(run.raw_dir.glob("*"))
+            if p.is_file() and Path(plain_name(p.name)).suffix in (".nsys-rep", ".qdstrm")
+        ]
+        if run.raw_dir.is_dir()
+        else []
+    )
     for path in files:
         rel = run.relative(path)
         if on_event:
@@ -438,7 +452,8 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
             record.update(label_extract(ex, path.name))  # which rank(s) the file holds, and how that is known
             warnings.extend(ex.warnings)
             extracts.append(ex)
-        run.add_source(record)
+        if on_source:
+            on_source(record)
     for name in skipped:
         stem = Path(plain_name(name)).stem
         if not any((run.raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
@@ -446,19 +461,32 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
                 f"{name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
             )
     frames = combine(extracts)
-    # several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily
-    run.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
     partial = bool(failed) or any(ex.partial for ex in extracts)
-    run.manifest["partial"] = partial
-    run.manifest["import_warnings"] = warnings
-    run.save()
-    return {
-        "run": str(run.path),
+    summary = {
         "files": len(files),
         "imported": len(extracts),
         "failed": failed,
         "warnings": warnings,
         "partial": partial,
+    }
+    return frames, summary
+
+
+def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """(Re)build the frames of ``run`` from every file in its raw/ and write them into the run (``import``,
+    ``import --rebuild`` and ``capture`` only: reads use :func:`load_frames`, which never writes). Files that
+    cannot be read are recorded as failed sources (the run is then marked ``partial``); returns a summary dict."""
+    run.manifest["sources"] = []  # rebuilt from what raw/ holds now
+    run.__dict__.pop("_memory_frames", None)  # frames read before this import are not the run's any more
+    frames, summary = _build(run, on_event, run.add_source)
+    # several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily
+    run.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
+    run.manifest["partial"] = summary["partial"]
+    run.manifest["import_warnings"] = summary["warnings"]
+    run.save()
+    return {
+        "run": str(run.path),
+        **summary,
         "rows": {name: df.height for name, df in frames.items()},
         "ranks": run_ranks(frames),
     }
@@ -525,9 +553,34 @@ def open_run(path: Path | str) -> Run:
     return Run.open(path)
 
 
+_MEMORY: dict[tuple[Any, ...], tuple[dict[str, pl.DataFrame], dict[str, Any]]] = {}
+"""Frames rebuilt in memory for stale runs, keyed by the run's path and its raw files' (name, size, mtime):
+a TUI reload or a compare of a run with itself rebuilds once per process. Holds a few runs at most."""
+_MEMORY_MAX = 4
+
+
+def _raw_signature(run: Run) -> tuple[Any, ...]:
+    files = []
+    for p in _raw_files(run):
+        st = p.stat()
+        files.append((run.relative(p), st.st_size, st.st_mtime_ns))
+    return (str(run.path.resolve()), SCHEMA_VERSION, tuple(files))
+
+
+def frames_in_memory(run: Run) -> bool:
+    """True when :func:`load_frames` served ``run``'s frames from an in-memory rebuild (its frames on disk are
+    missing or stale); ``run.manifest["frames"]`` then describes the rebuilt frames, not the files."""
+    return bool(getattr(run, "_memory_frames", None) is not None)
+
+
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
-    """The run's frames (all, or ``names``), rebuilt from raw/ first if they are missing or stale."""
-    if not run.frames_current():
+    """The run's frames (all, or ``names``). Frames that are missing or older than this tracekit's schema are
+    rebuilt from raw/ in memory, never written into the run: every read (show, explain, view, report, compare,
+    bundle) leaves the run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries
+    the rebuilt sources, ``partial`` and ``import_warnings`` as an import would have written them."""
+    wanted = list(names) if names is not None else list(SPECS)
+    memory: dict[str, pl.DataFrame] | None = getattr(run, "_memory_frames", None)
+    if memory is None and not run.frames_current():
         built = run.manifest.get("frames") or bool(run.frame_files())
         if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
             # rebuilding from nothing would replace the run's frames with empty ones
@@ -535,6 +588,38 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
                 f"{run.path} has no current frames and no raw files to rebuild them from",
                 "re-capture or re-import it (an older tracekit may still read its frames)",
             )
-        import_into(run)
-    wanted = list(names) if names is not None else list(SPECS)
+        key = _raw_signature(run)
+        cached = _MEMORY.get(key)
+        if cached is None:
+            sources: list[dict[str, Any]] = []
+            frames, summary = _build(run, None, sources.append)
+            facts = {
+                "sources": sources,
+                "partial": summary["partial"],
+                "import_warnings": summary["warnings"],
+                "frames": {
+                    "schema_version": SCHEMA_VERSION,
+                    "in_memory": True,
+                    "rows": {name: df.height for name, df in frames.items()},
+                    "partitioned": {},
+                },
+            }
+            if len(_MEMORY) >= _MEMORY_MAX:
+                _MEMORY.pop(next(iter(_MEMORY)))
+            cached = _MEMORY[key] = (frames, facts)
+        memory = dict(cached[0])
+        run.manifest.update(json.loads(json.dumps(cached[1], default=str)))
+        run._memory_frames = memory  # type: ignore[attr-defined]
+    if memory is not None:
+        return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
     return {name: run.read_frame(name) for name in wanted}  # type: ignore[misc]
+
+
+def frames_copy(run: Run, folder: Path) -> Run:
+    """A scratch run in ``folder`` (a temporary folder the caller owns) holding ``run``'s frames as written files
+    and its manifest: how ``bundle`` packs a run whose frames were rebuilt in memory, without writing into it."""
+    frames = load_frames(run)
+    copy = Run(Path(folder), json.loads(json.dumps(run.manifest, default=str)))
+    copy.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
+    copy.manifest["frames"]["in_memory"] = False
+    return copy

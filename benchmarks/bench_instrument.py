@@ -2,11 +2,14 @@
 
     python benchmarks/bench_instrument.py [--number 200000]
     python benchmarks/bench_instrument.py --torch [--number 20000] [--rounds 10]   # real torch (CUDA if any)
+    python benchmarks/bench_instrument.py [--torch] --breadcrumbs                    # + breadcrumbs on
 
 Default (CPU only, no torch): prints ns/call for a bare call of a stand-in GEMM entry point, the same call
 through the `tracekit.instrument()` wrapper (shape / dtype keying, cached range, NVTX push/pop), a
 `gemm_range(...)` block around it, and a reused range scope. The nvtx package without a tool attached is what a
-user's program sees outside a profiler.
+user's program sees outside a profiler. ``--breadcrumbs`` adds the instrumented call with breadcrumbs on
+(``TRACEKIT_BREADCRUMB_DIR`` set to a temporary folder: every call writes its slot of the mapped file), and the
+same with the range open on another thread (the wrapper must still name this thread's call).
 
 ``--torch``: the same comparison with the real ``torch.mm`` on small bf16 matrices (CUDA when available, else
 float32 on the CPU, where tensors are not named and the wrapper only passes through). Host time per call over
@@ -22,6 +25,7 @@ import argparse
 import sys
 import timeit
 import types
+from collections.abc import Callable
 
 from tracekit.collectors import instrument as I
 from tracekit.collectors import ranges
@@ -42,7 +46,24 @@ class _Tensor:
         self.shape, self.dtype, self.is_cuda = tuple(shape), dtype, True
 
 
-def real_torch(n: int, rounds: int) -> None:
+def _with_breadcrumbs(measure: Callable[[], float]) -> float:
+    """``measure()`` with breadcrumbs on, written to a temporary folder (collectors/breadcrumb.py)."""
+    import os
+    import tempfile
+
+    from tracekit.collectors import breadcrumb
+
+    with tempfile.TemporaryDirectory(prefix="tracekit-bench-") as tmp:
+        os.environ[breadcrumb.ENV_DIR] = tmp
+        breadcrumb.reload()
+        try:
+            return measure()
+        finally:
+            del os.environ[breadcrumb.ENV_DIR]
+            breadcrumb.reload()
+
+
+def real_torch(n: int, rounds: int, breadcrumbs: bool = False) -> None:
     """Bare vs instrumented ``torch.mm`` with real torch (see the module docstring)."""
     import statistics
     import time
@@ -92,6 +113,11 @@ def real_torch(n: int, rounds: int) -> None:
     lone(a, b)
     noop_t = min(timeit.repeat(lambda: noop(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
     lone_t = min(timeit.repeat(lambda: lone(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
+    crumbs_t = None
+    if breadcrumbs:
+        crumbs_t = _with_breadcrumbs(
+            lambda: min(timeit.repeat(lambda: lone(a, b), number=n * 10, repeat=5)) / (n * 10) * 1e9
+        )
 
     # 3. Its parts, on the same tensors: what each step of the hot path costs here.
     scope = ranges.range_for(("bench-parts",), lambda: "gemm bench parts")
@@ -127,6 +153,8 @@ def real_torch(n: int, rounds: int) -> None:
     print(f"{'  quartiles of the pair differences':<44} {'':>9} {q[0]:4.0f}-{q[2]:.0f}")
     print(f"{'no-op(a, b), real tensors':<44} {noop_t:9.0f} {0:9.0f}")
     print(f"{'instrument wrapper around the no-op':<44} {lone_t:9.0f} {lone_t - noop_t:9.0f}")
+    if crumbs_t is not None:
+        print(f"{'  the same, breadcrumbs on':<44} {crumbs_t:9.0f} {crumbs_t - noop_t:9.0f}")
     print(f"{'parts of the hot path (each called alone)':<44} {'ns/call':>9}")
     for label, ns in part_ns.items():
         print(f"  {label:<42} {ns:9.0f}")
@@ -141,11 +169,14 @@ def main() -> None:
     )
     parser.add_argument("--torch", action="store_true", help="real torch.mm (CUDA when available)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds with --torch (10)")
+    parser.add_argument(
+        "--breadcrumbs", action="store_true", help="also time the wrapper with breadcrumbs on"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.torch:
-        real_torch(args.number or 20_000, args.rounds)
+        real_torch(args.number or 20_000, args.rounds, args.breadcrumbs)
         return
     n = args.number or 200_000
 
@@ -172,6 +203,10 @@ def main() -> None:
     base = bench("baseline: torch.mm(a, b) stand-in", lambda: torch.mm(a, b))
     I.instrument(flashinfer=False, sgl=False)
     bench("instrumented torch.mm(a, b)", lambda: torch.mm(a, b))
+    if args.breadcrumbs:
+        _with_breadcrumbs(
+            lambda: bench("instrumented torch.mm(a, b), breadcrumbs on", lambda: torch.mm(a, b))
+        )
     I.uninstrument()
 
     def block():

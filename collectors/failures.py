@@ -11,6 +11,9 @@ Kinds (the ``failures.kind`` column):
 ``crashed``
     anything else went wrong: an exception that names no support limit, a CUDA fault (illegal address /
     instruction: the CUDA context is then poisoned and the worker restarts), or the process died by a signal.
+``error``
+    a GEMM call wrapped by ``tracekit.instrument()`` raised an exception that names no support limit, and the
+    process went on (the caller may have caught it): recorded by collectors/breadcrumb.py, not a crash.
 ``wrong``
     the GEMM ran but its output is all zeros, not finite, or off the reference beyond the dtype's tolerance.
 ``timeout``
@@ -29,7 +32,8 @@ UNAVAILABLE = "unavailable"
 CRASHED = "crashed"
 WRONG = "wrong"
 TIMEOUT = "timeout"
-KINDS = (UNSUPPORTED, UNAVAILABLE, CRASHED, WRONG, TIMEOUT)
+ERROR = "error"
+KINDS = (UNSUPPORTED, UNAVAILABLE, CRASHED, WRONG, TIMEOUT, ERROR)
 
 FAILURE_KEYS = (
     "backend",

@@ -31,6 +31,11 @@ reads are half of it; ``benchmarks/bench_instrument.py --torch`` measures it, do
 Inside an open tracekit GEMM range (``tracekit bench gemm``) and while torch.compile traces, wrappers call
 straight through.
 
+Under ``tracekit capture --torch-profiler`` the ranges also open ``record_function`` (collectors/ranges.py,
+``TRACEKIT_RECORD_FUNCTION``), so they reach the Kineto trace. With ``TRACEKIT_BREADCRUMB_DIR`` set (capture sets
+it) each call also leaves a breadcrumb, and a call that raises a failure record (collectors/breadcrumb.py).
+``TRACEKIT_INSTRUMENT_CPU=1`` names bf16 / fp16 GEMMs on CPU tensors too (CPU-only checks).
+
 ``instrument(lazy=True)`` (what ``collectors/site/sitecustomize.py`` uses) wraps packages already imported and
 arranges for the others to be wrapped right after their first import, so a process that never imports torch
 never pays for it.
@@ -44,6 +49,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -51,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.collectors import breadcrumb as _B
 from tracekit.collectors import ranges
 from tracekit.collectors.moe_ranges import moe_targets
 from tracekit.naming import canonical_dtype
@@ -159,10 +166,17 @@ def _gemm_name(
 _HALF = ("bf16", "fp16")
 
 
+ENV_CPU = "TRACEKIT_INSTRUMENT_CPU"
+_NAME_CPU = os.environ.get(ENV_CPU, "").strip().lower() in ("1", "true", "yes", "on")
+"""``TRACEKIT_INSTRUMENT_CPU=1``: name bf16 / fp16 GEMMs on CPU tensors too (tests and CPU-only checks of a
+capture; read at import). Off by default: a CPU GEMM is not what tracekit explains."""
+
+
 def _half_operands(a: Any, b: Any) -> tuple[str, str] | None:
-    """(dtype_a, dtype_b) when both are bf16/fp16 CUDA tensors, else None (not a tensor-core GEMM we name)."""
+    """(dtype_a, dtype_b) when both are bf16/fp16 CUDA tensors (or CPU ones with ``TRACEKIT_INSTRUMENT_CPU=1``),
+    else None (not a tensor-core GEMM we name)."""
     try:
-        if not (a.is_cuda and b.is_cuda):
+        if not (a.is_cuda and b.is_cuda) and not (_NAME_CPU and not a.is_cuda and not b.is_cuda):
             return None
         da, db = _dt(a.dtype), _dt(b.dtype)
     except AttributeError:
@@ -536,11 +550,38 @@ def _same_kind(a: Any, b: Any) -> bool:
         return False
 
 
+def _traced(fn: Callable[..., Any], scope: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A wrapped call with breadcrumbs on: the slot is written before the call and marked after it; a call that
+    raises is recorded as a failure and its exception re-raised unchanged (collectors/breadcrumb.py)."""
+    off = _B.enter(scope, sys._getframe(2))  # 2: the wrapper's caller
+    state = ranges.LOCAL.state
+    try:
+        if scope.is_gemm and ranges._plain and not state.suppressed:  # the lean path: one push, one pop
+            push, arg, pop = scope.main
+            state.depth += 1
+            push(arg)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                state.depth -= 1
+                pop()
+        else:
+            with scope:
+                result = fn(*args, **kwargs)
+    except BaseException as exc:
+        _B.raised(off, scope, exc)
+        raise
+    _B.done(off)
+    return result
+
+
 def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callable[..., Any]:
     """Wrap one callable: the range opens around the call when ``target.describe`` names the GEMM."""
     describe = target.describe
     range_for = ranges.range_for
     R = ranges
+    local = ranges.LOCAL  # local.state: this thread's open GEMM ranges and suppression
+    B = _B
     compiling = _is_compiling_fn(package) if target.torch_like else (lambda: False)
 
     def scope_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -552,13 +593,14 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
 
     if target.operands is not None:
         ia, ib = target.operands
-        local = R.local_cache()  # emptied by ranges.set_sink
+        cache = R.local_cache()  # emptied by ranges.set_sink
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             # The hot path of every instrumented torch GEMM: keep it to attribute reads, one dict lookup and
             # one NVTX push/pop (benchmarks/bench_instrument.py). The key holds one operand's dtype and device:
             # torch refuses operands that differ in either, and such a pair is never cached (below).
-            if R._gemm_depth:
+            state = local.state
+            if state.depth:  # a GEMM range is open on this thread: the launch is already named
                 return fn(*args, **kwargs)
             try:
                 a, b = args[ia], args[ib]
@@ -568,23 +610,25 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
             if key is None:
                 scope = scope_for(args, kwargs)
             else:
-                scope = local.get(key, _MISS)
+                scope = cache.get(key, _MISS)
                 if scope is _MISS:
                     scope = scope_for(args, kwargs)
                     if _same_kind(a, b):
-                        local[key] = scope
+                        cache[key] = scope
             # torch.compile folds is_compiling() to True while it traces; until torch._dynamo is imported
             # nothing can be tracing, and the check's ~70 ns are skipped.
             if scope is None or (_DYNAMO in _modules and compiling()):
                 return fn(*args, **kwargs)
-            if R._plain:  # no ncu budget, no record_function, not suppressed: one push, one pop
+            if B.active:
+                return _traced(fn, scope, args, kwargs)
+            if R._plain and not state.suppressed:  # no ncu budget, no record_function: one push, one pop
                 push, arg, pop = scope.main
-                R._gemm_depth += 1
+                state.depth += 1
                 push(arg)
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    R._gemm_depth -= 1
+                    state.depth -= 1
                     pop()
             with scope:
                 return fn(*args, **kwargs)
@@ -593,13 +637,16 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
         record = target.record
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if R._gemm_depth or compiling():
+            if local.state.depth or compiling():
                 return fn(*args, **kwargs)
             scope = scope_for(args, kwargs)
             if scope is None:
                 return fn(*args, **kwargs)
-            with scope:
-                result = fn(*args, **kwargs)
+            if B.active:
+                result = _traced(fn, scope, args, kwargs)
+            else:
+                with scope:
+                    result = fn(*args, **kwargs)
             if record is not None:
                 with contextlib.suppress(Exception):  # recording must never break the user's call
                     record(args, kwargs, scope)

@@ -14,6 +14,10 @@ stay well under 2 µs with no profiler attached. Names, registered strings and e
 distinct range and cached; entering a range is a dict lookup, a counter bump and one NVTX call, and the
 instrument wrappers skip the counter while no ncu budget is set.
 
+Threads: which ranges are open, and whether warm-up suppression is on, is per thread (:class:`RangeState`), as
+NVTX ranges are: a GEMM range open on one thread never mutes the instrument wrappers of another. The sink, the
+ncu budget and record_function mode are process-wide. Tests start clean with :func:`reset`.
+
 Environment read at first use (and again by :func:`reload_settings`):
 
 ``TRACEKIT_NCU_MAX_PER_RANGE=N``
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -42,10 +47,12 @@ from tracekit.naming import DOMAIN, encode
 __all__ = [
     "ENV_NCU_MAX_PER_RANGE",
     "ENV_RECORD_FUNCTION",
+    "LOCAL",
     "SKIP_DOMAIN",
     "NoopSink",
     "NvtxSink",
     "RangeScope",
+    "RangeState",
     "RecordingSink",
     "aux_range",
     "gemm_open",
@@ -56,9 +63,11 @@ __all__ = [
     "moe_range",
     "range_for",
     "reload_settings",
+    "reset",
     "reset_counts",
     "set_sink",
     "suppressed",
+    "thread_state",
 ]
 
 SKIP_DOMAIN = naming.SKIP_DOMAIN
@@ -223,15 +232,47 @@ def set_sink(sink: Any) -> Any:
 _budget: int | None = None
 _record_function: bool = False
 _record_function_factory: Callable[[str], Any] | None = None
-_suppressed = False
 _plain = True
-"""No ncu budget, no record_function, not suppressed: entering a range is one NVTX push and nothing else, so
-the instrument wrappers take their lean path (``RangeScope.main`` directly, no ``with``)."""
+"""Process-wide: no ncu budget and no record_function. With the calling thread not suppressed, entering a range
+is one NVTX push and nothing else, so the instrument wrappers take their lean path (``RangeScope.main``
+directly, no ``with``)."""
+
+
+class RangeState:
+    """What is per thread: GEMM ranges open on this thread (``depth``), whether this thread is inside
+    :class:`suppressed`, and the stack of what each open range must undo on exit (its NVTX pop, its
+    record_function). NVTX ranges are per thread, so a range open on one thread never mutes the instrument
+    wrappers of another (a serving process launches GEMMs from several threads).
+
+    A plain object, one per thread, reached through one ``threading.local`` read (:func:`thread_state`): its
+    own attributes then cost what any attribute costs, which keeps the wrapper's hot path lean."""
+
+    __slots__ = ("depth", "stack", "suppressed")
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.suppressed = False
+        self.stack: list[tuple[Callable[[], Any], Any]] = []
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.state = RangeState()
+
+
+LOCAL = _Local()
+"""``LOCAL.state`` is the calling thread's :class:`RangeState`; process-wide settings (sink, budget,
+record_function) are module globals."""
+
+
+def thread_state() -> RangeState:
+    """The calling thread's range state."""
+    return LOCAL.state
 
 
 def _update_plain() -> None:
     global _plain
-    _plain = _budget is None and not _record_function and not _suppressed
+    _plain = _budget is None and not _record_function
 
 
 def _parse_budget(text: str | None) -> int | None:
@@ -287,77 +328,77 @@ reload_settings()
 
 # --- ranges --------------------------------------------------------------------------------------------------
 
-_gemm_depth = 0
-"""GEMM ranges open right now (all threads). ``tracekit.instrument()`` wrappers push nothing while one is open,
-so a GEMM launched by a benchmark's own range is not wrapped twice."""
-
 
 class suppressed:
-    """Within this block every range goes to ``SKIP_DOMAIN`` and uses none of the ncu budget (warm-up runs)."""
+    """Within this block every range the calling thread opens goes to ``SKIP_DOMAIN`` and uses none of the ncu
+    budget (warm-up runs). Other threads are not affected."""
 
     def __enter__(self) -> None:
-        global _suppressed
-        self._previous = _suppressed
-        _suppressed = True
-        _update_plain()
+        state = LOCAL.state
+        self._previous = state.suppressed
+        state.suppressed = True
 
     def __exit__(self, *exc: object) -> None:
-        global _suppressed
-        _suppressed = self._previous
-        _update_plain()
+        LOCAL.state.suppressed = self._previous
 
 
 def gemm_open() -> bool:
-    """True while a tracekit GEMM range is open (used by instrument wrappers to avoid nesting)."""
-    return _gemm_depth > 0
+    """True while a tracekit GEMM range is open on the calling thread (instrument wrappers then push nothing, so
+    a GEMM launched inside a benchmark's own range is not wrapped twice)."""
+    return LOCAL.state.depth > 0
 
 
 class RangeScope:
     """One distinct range name: a reusable context manager (and decorator) with its cached NVTX handles.
 
-    The same object is returned for every use of a name, so entering costs no allocation; what to pop is kept
-    on a small stack, which makes nesting safe. (Two threads interleaving the same name while it crosses the
-    ncu budget could pop each other's domain; ranges are per thread in NVTX, so at worst one range of that
-    name is cut short.)
+    The same object is returned for every use of a name, so entering costs no allocation; what to undo on exit
+    (the pop of the domain the push used, the record_function) is kept on the calling thread's stack
+    (:class:`RangeState`), which makes nesting and several threads in the same range safe. Only ``count`` (the
+    ncu budget) is shared: the budget is per range name, process-wide.
     """
 
-    __slots__ = ("_pops", "_rfs", "count", "is_gemm", "main", "name", "skip")
+    __slots__ = ("count", "crumb", "is_gemm", "main", "name", "skip")
 
     def __init__(self, name: str, is_gemm: bool) -> None:
         self.name = name
         self.is_gemm = is_gemm
         self.count = 0
+        self.crumb: Any = None
+        """The range's breadcrumb JSON prefix and fields, built on its first call with breadcrumbs on
+        (tracekit.collectors.breadcrumb)."""
         sink = get_sink()
         self.main = sink.handle(DOMAIN, name)
         self.skip = sink.handle(SKIP_DOMAIN, name)
-        self._pops: list[Callable[[], Any]] = []
-        self._rfs: list[Any] = []
 
     def __enter__(self) -> RangeScope:
-        global _gemm_depth
-        if _suppressed:
+        state = LOCAL.state
+        if state.suppressed:
             push, arg, pop = self.skip
         else:
             self.count += 1
             push, arg, pop = self.skip if (_budget is not None and self.count > _budget) else self.main
         push(arg)
-        self._pops.append(pop)
-        if self.is_gemm:
-            _gemm_depth += 1
+        rf = None
         if _record_function:
             rf = _record_function_for(self.name)
             rf.__enter__()
-            self._rfs.append(rf)
+        state.stack.append((pop, rf))
+        if self.is_gemm:
+            state.depth += 1
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        global _gemm_depth
-        if self._rfs:
-            self._rfs.pop().__exit__(exc_type, exc, tb)
-        if self.is_gemm:
-            _gemm_depth -= 1
-        if self._pops:
-            self._pops.pop()()
+        state = LOCAL.state
+        if not state.stack:  # entered on another thread: nothing of ours to close
+            return
+        pop, rf = state.stack.pop()
+        if self.is_gemm and state.depth > 0:
+            state.depth -= 1
+        try:
+            if rf is not None:
+                rf.__exit__(exc_type, exc, tb)
+        finally:
+            pop()
 
     def __call__(self, fn: F) -> F:
         @functools.wraps(fn)
@@ -508,3 +549,12 @@ def reset_counts() -> None:
     """Forget how often each range was entered (the ncu budget starts again)."""
     for scope in _CACHE.values():
         scope.count = 0
+
+
+def reset() -> None:
+    """Back to a fresh process, for tests: the sink is chosen again on next use, settings are read again from the
+    environment, cached scopes and budget counts are dropped, and the calling thread's range state is cleared
+    (no range open, not suppressed)."""
+    set_sink(None)
+    reload_settings()
+    LOCAL.state = RangeState()

@@ -334,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     failures: Path = (ns.failures or _default_failures(out)).absolute()
     os.environ[ENV_RECORD_FUNCTION] = "1"
     os.environ[ENV_TORCH_PROFILER] = str(out)
+    # Under `capture --instrument` tracekit's sitecustomize imported the ranges module before this line, so it
+    # read its settings without TRACEKIT_RECORD_FUNCTION: read them again, or its ranges never reach the trace.
+    ranges_module = sys.modules.get("tracekit.collectors.ranges")
+    if ranges_module is not None:
+        ranges_module.reload_settings()
     if importlib.util.find_spec("torch") is None:
         print(
             f"tracekit torchprof: torch cannot be imported by {sys.executable} (no module named 'torch'); "

@@ -83,10 +83,12 @@ def sink():
     previous = ranges.set_sink(rec)
     ranges.reload_settings({})
     SEEN.clear()
-    yield rec
-    I.uninstrument()
-    ranges.set_sink(previous)
-    ranges.reload_settings()
+    try:
+        yield rec
+    finally:
+        I.uninstrument()
+        ranges.set_sink(previous)
+        ranges.reset()
 
 
 @pytest.fixture
@@ -408,3 +410,32 @@ def test_quantize_steps_get_aux_ranges_that_the_explainer_joins(monkeypatch, sin
     scope = ranges.range_for(("quantize", "flashinfer-fp4"), lambda: names[0], is_gemm=False)
     with scope:
         assert not ranges.gemm_open()
+
+
+def test_a_range_open_on_another_thread_does_not_mute_this_threads_wrapper(fake_torch, sink):
+    """A GEMM range held open on one thread (a benchmark's own range, a serving thread mid-launch) must not stop
+    the wrappers of another thread from naming their GEMMs; on the holding thread the wrapper stays quiet."""
+    import threading
+
+    I.instrument(flashinfer=False, sgl=False)
+    opened, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with ranges.gemm_range("torch-bf16", "mm", 8, 8, 8, "bf16", "bf16", "bf16"):
+            fake_torch.mm(T(1024, 64), T(64, 64))  # inside its own range: not wrapped twice
+            opened.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert opened.wait(10)
+        fake_torch.mm(T(32, 64), T(64, 128))
+    finally:
+        release.set()
+        t.join(10)
+    assert _fields(SEEN[0])["M"] == "8"  # the holder's call saw only the holder's range
+    f = _fields(SEEN[1])
+    assert (f["M"], f["N"], f["K"]) == ("32", "128", "64")
+    names = [decode(n).fields["M"] for _, n in sink.pushes()]
+    assert sorted(names) == ["32", "8"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from hypothesis import given
@@ -15,11 +16,12 @@ from tracekit.naming import DOMAIN, NCU_FILTER, decode, encode
 @pytest.fixture
 def sink():
     rec = ranges.RecordingSink()
-    previous = ranges.set_sink(rec)
+    ranges.set_sink(rec)
     ranges.reload_settings({})
-    yield rec
-    ranges.set_sink(previous)
-    ranges.reload_settings()
+    try:
+        yield rec
+    finally:
+        ranges.reset()
 
 
 _value = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
@@ -129,11 +131,65 @@ def test_nested_same_range_pops_in_order(sink):
     ]
 
 
-def test_bad_budget_warns_and_is_ignored():
+def test_bad_budget_warns_and_is_ignored(sink):
     with pytest.warns(RuntimeWarning, match="not an integer"):
         ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "lots"})
-    assert ranges._budget is None
-    ranges.reload_settings()
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    for _ in range(3):
+        with scope:
+            pass
+    assert [d for d, _ in sink.pushes()] == [DOMAIN] * 3  # no budget: every launch stays selectable
+
+
+def test_reset_clears_this_threads_state_and_settings(sink):
+    ranges.reload_settings({ranges.ENV_NCU_MAX_PER_RANGE: "1"})
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    quiet = ranges.suppressed()
+    quiet.__enter__()
+    scope.__enter__()  # left open, as a failing test would leave it
+    assert ranges.gemm_open()
+    ranges.reset()
+    assert not ranges.gemm_open() and ranges.get_sink() is not sink
+    fresh = ranges.RecordingSink()
+    ranges.set_sink(fresh)
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    for _ in range(2):
+        with scope:
+            pass
+    # not suppressed any more, and the budget of 1 is gone with the settings
+    assert [d for d, _ in fresh.pushes()] == [DOMAIN, DOMAIN]
+
+
+def test_a_range_open_on_one_thread_does_not_mute_another(sink):
+    """Range state is per thread: a GEMM range (or a suppressed block) open on one thread changes nothing on
+    another, and each thread pops what it pushed."""
+    opened, release = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def holder() -> None:
+        with ranges.suppressed(), ranges.gemm_range("torch-bf16", "mm", 8, 8, 8, "bf16", "bf16", "bf16"):
+            opened.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert opened.wait(10)
+        seen["open_here"] = ranges.gemm_open()
+        with ranges.gemm_range("torch-bf16", "mm", 16, 16, 16, "bf16", "bf16", "bf16"):
+            seen["inside"] = ranges.gemm_open()
+    finally:
+        release.set()
+        t.join(10)
+    assert seen == {"open_here": False, "inside": True}
+    pushes = sink.pushes()
+    # the holder's range was suppressed (its own thread), this thread's was not
+    assert (
+        ranges.SKIP_DOMAIN,
+        ranges.gemm_name("torch-bf16", "mm", 8, 8, 8, "bf16", "bf16", "bf16"),
+    ) in pushes
+    assert (DOMAIN, ranges.gemm_name("torch-bf16", "mm", 16, 16, 16, "bf16", "bf16", "bf16")) in pushes
+    assert not ranges.gemm_open()
 
 
 def test_record_function_mode_without_torch_is_harmless(sink):
@@ -145,10 +201,51 @@ def test_record_function_mode_without_torch_is_harmless(sink):
 
 def test_real_nvtx_sink_without_a_tool_is_a_noop():
     nvtx = pytest.importorskip("nvtx")
-    previous = ranges.set_sink(ranges.NvtxSink())
+    ranges.set_sink(ranges.NvtxSink())
     try:
         with ranges.gemm_range("torch-bf16", "mm", 8, 8, 8, "bf16", "bf16", "bf16") as scope:
             assert scope.name.startswith("gemm ")
         assert nvtx is not None
     finally:
-        ranges.set_sink(previous)
+        ranges.reset()
+
+
+def test_record_function_scopes_close_on_the_thread_that_opened_them(sink, monkeypatch):
+    """Two threads inside the same range, interleaved: each exit closes its own thread's record_function (the
+    profiler's ranges are per thread too), never the other's."""
+    closed: list[tuple[str, str]] = []
+
+    class Annotation:
+        def __init__(self, name: str) -> None:
+            self.thread = threading.current_thread().name
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: object) -> None:
+            closed.append((threading.current_thread().name, self.thread))
+
+    ranges.reload_settings({ranges.ENV_RECORD_FUNCTION: "1"})
+    monkeypatch.setattr(ranges, "_record_function_factory", Annotation)
+    scope = ranges.gemm_range("t", "mm", 1, 2, 3, "bf16", "bf16", "bf16")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with scope:
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(10)
+        with scope:
+            b_in.set()
+            a_out.wait(10)
+
+    threads = [threading.Thread(target=a, name="A"), threading.Thread(target=b, name="B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert closed == [("A", "A"), ("B", "B")]
+    assert len(sink.pushes()) == 2 and sum(1 for e in sink.events if e[0] == "pop") == 2

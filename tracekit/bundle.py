@@ -321,7 +321,7 @@ def write_bundle(run: Run, out: Path | str, *, raw: bool = False) -> dict[str, A
 
     Returns ``{"path", "members", "bytes", "raw", "warnings"}``. The zip is written atomically and is identical
     for identical runs (fixed timestamps and order)."""
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.importer import frames_copy, frames_in_memory, load_frames
 
     out = Path(out)
     if out.suffix.lower() != ".zip":
@@ -331,15 +331,20 @@ def write_bundle(run: Run, out: Path | str, *, raw: bool = False) -> dict[str, A
             f"{out} is inside the run it would pack", "write the bundle outside the run folder"
         )
     load_frames(run)  # frames current before packing: a bundle without raw/ cannot rebuild them
+    scratch = tempfile.TemporaryDirectory(prefix="tracekit-bundle-")
+    # stale frames are rebuilt in memory, never written into the run: pack them from a scratch copy
+    packed = frames_copy(run, Path(scratch.name)) if frames_in_memory(run) else run
     warnings: list[str] = []
-    manifest = json.loads(json.dumps(run.manifest, default=str))
+    manifest = json.loads(json.dumps(packed.manifest, default=str))
     manifest.pop("bundle", None)
     manifest["bundle"] = {"from": run.name, "raw": raw}
-    members: list[tuple[str, Path]] = [(rel, p) for rel, p in run.frame_files() if _FRAME_MEMBER.match(rel)]
+    members: list[tuple[str, Path]] = [
+        (rel, p) for rel, p in packed.frame_files() if _FRAME_MEMBER.match(rel)
+    ]
     if raw:
         members += _raw_members(run, warnings)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
+    with scratch, atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
         zf.writestr(
             _member_info(MANIFEST, zipfile.ZIP_DEFLATED),
             json.dumps(manifest, indent=2, allow_nan=False) + "\n",

@@ -37,6 +37,8 @@ from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
 from tracekit.frames import SPECS
 
+from .flops import COUNTER_PREFIXES, CountedFlops, counted_flops
+
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
 
@@ -128,21 +130,68 @@ class GemmCase:
     achieved_estimate: str | None = None  # set when TFLOP/s had to be estimated (no shape)
     estimated_tflops: float | None = None
     calibrated_tflops: float | None = None
+    # without a shape: what Nsight Compute counted (per launch of the main kernel), the profiler's own FLOP
+    # count (Kineto ``flops``), and DRAM bytes the main kernel moved (ncu)
+    counted: CountedFlops | None = None
+    profiler_flops: float | None = None
+    dram_bytes: float | None = None
+    user_range: bool = False  # the case is the user's own NVTX / record_function range
+    range_name: str | None = None  # the range's own name when ``name`` adds the shape to it
 
     # -- derived quantities --------------------------------------------------------------------------------
+    @property
+    def shape_known(self) -> bool:
+        return bool(self.m and self.n and self.k)
+
+    @property
+    def flops_source(self) -> str:
+        """Where :attr:`flops` came from: shape | ncu-counters | profiler-flops | none."""
+        if self.shape_known:
+            return "shape"
+        if self.counted is not None:
+            return "ncu-counters"
+        if self.profiler_flops:
+            return "profiler-flops"
+        return "none"
+
+    @property
+    def dtype_source(self) -> str:
+        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | none."""
+        if any(naming.DTYPE_CLASS.get(d) for d in (self.dtype_a, self.dtype_b) if d):
+            return "shape"
+        if self.counted is not None and self.counted.dtype_class:
+            return "ncu-counters"
+        if dtype_class(None, None, self.main_kernel):
+            return "kernel-name"
+        return "none"
+
+    @property
+    def padding_ratio(self) -> float | None:
+        """Counted (executed) FLOPs over the shape's useful 2*M*N*K, when both are known (> 1: tile padding)."""
+        if self.shape_known and self.counted is not None and self.counted.flops:
+            return self.counted.flops / (2.0 * self.m * self.n * self.k)  # type: ignore[operator]
+        return None
+
     @property
     def label(self) -> str:
         return f"{self.name} [{self.context}]" if self.context else self.name
 
     @property
     def dtype_class(self) -> str | None:
+        named = [d for d in (self.dtype_a, self.dtype_b) if d and naming.DTYPE_CLASS.get(d)]
+        if not named and self.counted is not None and self.counted.dtype_class:
+            return self.counted.dtype_class
         return dtype_class(self.dtype_a, self.dtype_b, self.main_kernel)
 
     @property
     def flops(self) -> float | None:
+        """FLOPs per launch: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile
+        padding included), else the profiler's own count."""
         if self.m and self.n and self.k:
             return 2.0 * self.m * self.n * self.k
-        return None
+        if self.counted is not None:
+            return self.counted.flops
+        return self.profiler_flops or None
 
     @property
     def bytes_min(self) -> float | None:
@@ -151,8 +200,19 @@ class GemmCase:
         return min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
 
     @property
+    def bytes_moved(self) -> float | None:
+        """Bytes that set the memory roofline: the shape's minimum, else the DRAM bytes ncu measured."""
+        return self.bytes_min or self.dram_bytes or None
+
+    @property
+    def bytes_source(self) -> str | None:
+        if self.bytes_min:
+            return "shape (A, B, C once)"
+        return "ncu dram__bytes (read + write)" if self.dram_bytes else None
+
+    @property
     def intensity(self) -> float | None:
-        f, b = self.flops, self.bytes_min
+        f, b = self.flops, self.bytes_moved
         return f / b if f and b else None
 
     @property
@@ -405,6 +465,7 @@ _EXTRA_METRIC_PREFIXES = (
     "dram__bytes.sum.per_second",
     "launch__waves_per_multiprocessor",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
+    *COUNTER_PREFIXES,
 )
 
 
@@ -427,10 +488,42 @@ def _ncu_evidence(
     return metrics, rules
 
 
-def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
-    """Use the longest main kernel of ``rows`` as the case's profiled evidence."""
+def _kernel_counts(row: dict[str, Any], metrics: dict) -> CountedFlops | None:
+    return counted_flops(metrics.get(row["ncu_id"], {}), row.get("demangled_name") or row.get("name"))
+
+
+def _same_kernel(a: str | None, b: str | None) -> bool:
+    """Whether two spellings of a kernel name (timeline vs ncu; demangled vs function name) are one kernel."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    short_a, short_b = a.split("(")[0].split("<")[0], b.split("(")[0].split("<")[0]
+    return short_a.removeprefix("void ").strip() == short_b.removeprefix("void ").strip()
+
+
+def _pick_main(case: GemmCase, rows: list[dict[str, Any]], metrics: dict) -> dict[str, Any]:
+    """The profiled row of the case's main kernel: the timeline's main kernel by name when known, else the row
+    with the most counted math, else the longest kernel classified ``main``."""
+    if case.main_kernel:
+        named = [r for r in rows if _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))]
+        named = named or [r for r in rows if _same_kernel(case.main_kernel, r.get("name"))]
+        if named:
+            return max(named, key=lambda r: r.get("duration_ns") or 0.0)
+    counted = [(c.flops, r) for r in rows if (c := _kernel_counts(r, metrics)) is not None and not c.simt]
+    if counted:
+        return max(counted, key=lambda fr: fr[0])[1]
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
-    main = max(mains, key=lambda r: r.get("duration_ns") or 0.0)
+    return max(mains, key=lambda r: r.get("duration_ns") or 0.0)
+
+
+def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
+    """Use the main kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence, with its counted
+    FLOPs and DRAM bytes."""
+    main = _pick_main(case, rows, metrics)
+    case.counted = case.counted or _kernel_counts(main, metrics)
+    if case.dram_bytes is None and main.get("dram_bytes"):
+        case.dram_bytes = float(main["dram_bytes"])
     case.ncu = main
     case.ncu_id = main["ncu_id"]
     case.ncu_metrics = metrics.get(main["ncu_id"], {})
@@ -450,17 +543,56 @@ def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules
         )
 
 
+def _ncu_gemm_names(frames: dict[str, pl.DataFrame], metrics: dict) -> set[str]:
+    """Names (function and demangled) of profiled kernels with tensor math > 0 by Nsight Compute's counters."""
+    ncu = frames.get("ncu")
+    out: set[str] = set()
+    if ncu is None or ncu.height == 0:
+        return out
+    for row in ncu.select("ncu_id", "name", "demangled_name").iter_rows(named=True):
+        c = _kernel_counts(row, metrics)
+        if c is not None and not c.simt:
+            out.update(n for n in (row.get("name"), row.get("demangled_name")) if n)
+    return out
+
+
+def _user_split(
+    name: str, rows: list[dict[str, Any]], metrics: dict, gemm_names: set[str]
+) -> tuple[list[dict], list[dict]] | None:
+    """Main and auxiliary rows of a user range's profiled kernels; None when the range is not a GEMM case (no
+    GEMM-like kernel and a name that does not say GEMM)."""
+    mains = [
+        r
+        for r in rows
+        if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
+    ]
+    if not mains:
+        if not _GEMM_RANGE.search(name):
+            return None
+        # a SIMT kernel the user's range names: the kernel with the most time (or counted math) is the GEMM
+        totals: dict[str, float] = {}
+        for r in rows:
+            totals[r.get("name") or ""] = totals.get(r.get("name") or "", 0.0) + (r.get("duration_ns") or 0.0)
+        top = max(totals, key=lambda n: totals[n])
+        mains = [r for r in rows if (r.get("name") or "") == top]
+    return mains, [r for r in rows if r not in mains]
+
+
 def _ncu_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, metrics: dict, rules: dict
-) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase]]:
+) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase], dict[str, tuple[list, list]]]:
     """ncu rows grouped by GEMM range name, rows of tracekit ``aux`` ranges grouped by range name (auxiliary
-    kernels of a GEMM, never GEMMs themselves), and cases for kernels with no such range (one per kernel)."""
+    kernels of a GEMM, never GEMMs themselves), cases for kernels in no range (one per kernel), and the user's
+    own GEMM ranges (innermost NVTX range of a GEMM-like kernel: name -> (main rows, auxiliary rows)). Kernels of
+    a user range that holds no GEMM-like kernel are not GEMM cases."""
     ncu = frames.get("ncu")
     by_range: dict[str, list[dict]] = {}
     aux_rows: dict[str, list[dict]] = {}
     loose: list[GemmCase] = []
+    user: dict[str, list[dict]] = {}
     if ncu is None or ncu.height == 0:
-        return by_range, aux_rows, loose
+        return by_range, aux_rows, loose, {}
+    gemm_names = _ncu_gemm_names(frames, metrics)
     for row in ncu.sort("ncu_id").iter_rows(named=True):
         if aux_key(row.get("nvtx_range")) is not None:
             aux_rows.setdefault(row["nvtx_range"], []).append(row)
@@ -479,15 +611,57 @@ def _ncu_cases(
         if parsed is not None:
             by_range.setdefault(row["nvtx_range"], []).append(row)
             continue
-        name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
-        case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
-        case.device = _device_for_ncu(row, device)
-        case.device_name = row.get("device_name")
-        case.main_ns = row.get("duration_ns")
-        _attach_ncu(case, [row], metrics, rules)
-        _estimate_achieved(case)
-        loose.append(case)
-    return by_range, aux_rows, loose
+        rng = row.get("nvtx_range")
+        if rng and naming.decode(rng) is None:
+            user.setdefault(rng, []).append(row)
+            continue
+        loose.append(_kernel_case(row, device, metrics, rules))
+    user_cases: dict[str, tuple[list, list]] = {}
+    for name, rows in user.items():
+        split = _user_split(name, rows, metrics, gemm_names)
+        if split is not None:
+            user_cases[name] = split
+    return by_range, aux_rows, loose, user_cases
+
+
+def _kernel_case(row: dict[str, Any], device: DeviceSpec | None, metrics: dict, rules: dict) -> GemmCase:
+    """A profiled kernel in no GEMM range, explained on its own and named by kernel."""
+    name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
+    case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
+    case.device = _device_for_ncu(row, device)
+    case.device_name = row.get("device_name")
+    case.main_ns = row.get("duration_ns")
+    _attach_ncu(case, [row], metrics, rules)
+    _estimate_achieved(case)
+    return case
+
+
+def _user_ncu_case(
+    name: str, mains: list[dict], auxs: list[dict], device: DeviceSpec | None, metrics: dict, rules: dict
+) -> GemmCase:
+    """A user range known only from Nsight Compute: per launch of its main kernel, the main kernels' time and
+    counted FLOPs, and the auxiliary kernels' time."""
+    case = GemmCase(origin="ncu", name=name)
+    case.user_range = True
+    case.range_name = name
+    case.device = _device_for_ncu(mains[0], device)
+    case.device_name = mains[0].get("device_name")
+    per_name: dict[str, int] = {}
+    for r in mains:
+        per_name[r.get("name") or ""] = per_name.get(r.get("name") or "", 0) + 1
+    case.launches = max(per_name.values())
+    case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / case.launches
+    case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / case.launches
+    case.aux_kernels = sorted({r.get("demangled_name") or r.get("name") for r in auxs if r.get("name")})
+    counts = [c for r in mains if (c := _kernel_counts(r, metrics)) is not None]
+    if counts:
+        top = max(counts, key=lambda c: c.flops)
+        total = sum(c.flops for c in counts if c.simt == top.simt) / case.launches
+        case.counted = CountedFlops(total, top.dtype_class, top.counter_names, top.simt, top.dtype_note)
+    case.time_source = "Nsight Compute: duration of each profiled launch (kernel replay)"
+    _attach_ncu(case, mains + auxs, metrics, rules)
+    _estimate_achieved(case)
+    return case
 
 
 def _estimate_achieved(case: GemmCase) -> None:
@@ -593,15 +767,73 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
-def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+_GEMM_RANGE = re.compile(r"gemm|matmul|(?:^|[^a-z])mm(?:[^a-z]|$)|linear|mma|addmm|bmm|dot", re.IGNORECASE)
+"""A user range whose name says it runs a GEMM: its longest kernel is the GEMM even when the kernel's name does
+not say so (a SIMT kernel ``simt_kernel`` inside a range ``sgemm_smem``)."""
+
+
+def _gemm_like(name: str | None, gemm_names: set[str]) -> bool:
+    """A GEMM kernel by Nsight Compute's counters (tensor math > 0: ``gemm_names``) or by its name."""
+    return bool(name) and (name in gemm_names or is_gemm_kernel(name))
+
+
+def _user_gemm_ranges(
+    ranges: pl.DataFrame,
+    kernels: pl.DataFrame,
+    tracekit_owner: dict[int, tuple[int, bool]],
+    gemm_names: set[str],
+) -> dict[int, tuple[int, bool]]:
+    """The user's own GEMM ranges (no tracekit kind): range_id -> (case range, is auxiliary) for each case range
+    (itself, not auxiliary) and the user ranges under it that are not cases themselves (their kernels are the
+    case's auxiliary kernels). A case range is the innermost range a GEMM-like kernel was launched in, or a range
+    named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
+    outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
+    rows = ranges.select("range_id", "parent_id", "range_kind", "name").to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    rname = {r["range_id"]: r["name"] for r in rows}
+    direct: dict[int, list[str]] = {}
+    for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
+        if rid not in tracekit_owner and kind.get(rid) is None:
+            direct.setdefault(rid, []).append(kname)
+    cases = {
+        rid
+        for rid, names in direct.items()
+        if any(_gemm_like(n, gemm_names) for n in names)
+        or (_GEMM_RANGE.search(rname.get(rid) or "") and not _STEP.fullmatch((rname.get(rid) or "").strip()))
+    }
+    out: dict[int, tuple[int, bool]] = {rid: (rid, False) for rid in cases}
+    for rid in kind:
+        if rid in cases or rid in tracekit_owner or kind.get(rid) is not None:
+            continue
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            if cur in cases:
+                out[rid] = (cur, True)
+                break
+            cur, depth = parent.get(cur), depth + 1
+    return out
+
+
+def _range_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
+) -> list[GemmCase]:
+    """Timeline cases: tracekit ``gemm`` ranges and the user's own GEMM ranges (:func:`_user_gemm_ranges`).
+    ``gemm_names`` are kernel names Nsight Compute counted tensor math for."""
     ranges = frames.get("ranges")
     kernels = frames.get("kernels")
     if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
         return []
-    gemm_ranges = ranges.filter(pl.col("range_kind") == "gemm")
+    gemm_names = gemm_names or set()
+    owner = _gemm_ancestor(ranges)
+    user = _user_gemm_ranges(ranges, kernels, owner, gemm_names)
+    user_cases = {rid for rid, (gid, _) in user.items() if gid == rid}
+    owner.update(user)
+    gemm_ranges = ranges.filter((pl.col("range_kind") == "gemm") | pl.col("range_id").is_in(list(user_cases)))
     if gemm_ranges.height == 0:
         return []
-    owner = _gemm_ancestor(ranges)
+    shape_cols = [c for c in ("m", "n", "k", "dtype_a", "dtype_b", "flops") if c in ranges.columns]
+    extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
     names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
     parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
     kcols = [
@@ -613,7 +845,10 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
     per_instance: dict[int, list[dict]] = {}
     for r in ks.iter_rows(named=True):
         gid, aux = owner[r["range_id"]]
-        r["role"] = classify_kernel(r["name"], aux)
+        if gid in user_cases:
+            r["role"] = "main" if not aux and _gemm_like(r["name"], gemm_names) else "aux"
+        else:
+            r["role"] = classify_kernel(r["name"], aux)
         per_instance.setdefault(gid, []).append(r)
     # every kernel start per device, to tell a launch gap from time spent in other kernels
     starts: dict[Any, list[int]] = {}
@@ -622,18 +857,35 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
     ):
         starts[dev[0]] = grp["start_ns"].to_list()
 
-    groups: dict[tuple[str, str | None], list[int]] = {}
+    groups: dict[tuple[str, str | None, tuple], list[int]] = {}
     for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
         if r["range_id"] not in per_instance:
             continue
         parent = parents.get(r["range_id"])
         ctx = context_key(names.get(parent)) if parent is not None else None
-        groups.setdefault((r["name"], ctx), []).append(r["range_id"])
+        shape: tuple = ()
+        if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
+            e = extra.get(r["range_id"], {})
+            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b"))
+        groups.setdefault((r["name"], ctx, shape), []).append(r["range_id"])
 
     cases: list[GemmCase] = []
-    for (name, ctx), rids in groups.items():
-        parsed = parse_gemm_name(name) or {}
-        case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+    for (name, ctx, shape), rids in groups.items():
+        is_user = rids[0] in user_cases
+        if is_user:
+            m, n, k, da, db = shape or (None,) * 5
+            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db}
+            label = f"{name} M={m} N={n} K={k}" if m and n and k else name
+            case = GemmCase(origin="range", name=label, context=ctx, **parsed)
+            case.user_range = True
+            case.range_name = name
+            pf = [extra.get(rid, {}).get("flops") for rid in rids]
+            pf = [f for f in pf if f]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
+        else:
+            parsed = parse_gemm_name(name) or {}
+            case = GemmCase(origin="range", name=name, context=ctx, **parsed)
         case.device = device
         case.range_ids = rids
         rows_all = [r for rid in rids for r in per_instance[rid]]
@@ -654,6 +906,7 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         main_rows: list[dict] = []
         prev_end: int | None = None
         prev_dev = None
+        n_launches = 0
         for rid in rids:
             rows = per_instance[rid]
             intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
@@ -674,10 +927,19 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
                 if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
                     gap += first - prev_end
             prev_end, prev_dev = last, dev
-            mains.append(main_i)
-            auxs.append(aux_i)
-            gaps.append(gap)
-        case.launches = len(rids)
+            # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
+            n_i = 1
+            if is_user:
+                counts: dict[str, int] = {}
+                for r in rows:
+                    if r["role"] == "main":
+                        counts[r["name"]] = counts.get(r["name"], 0) + 1
+                n_i = max(counts.values(), default=1)
+                n_launches += n_i
+            mains.append(main_i / n_i)
+            auxs.append(aux_i / n_i)
+            gaps.append(gap / n_i)
+        case.launches = n_launches if is_user else len(rids)
         case.main_ns = statistics.median(mains)
         case.aux_ns = statistics.median(auxs)
         case.gap_ns = statistics.median(gaps)
@@ -799,16 +1061,27 @@ def build_cases(
     """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
     device = device_from_frames(frames, environment)
     metrics, rules = _ncu_evidence(frames)
-    ncu_by_range, ncu_aux, loose = _ncu_cases(frames, device, metrics, rules)
+    ncu_by_range, ncu_aux, loose, ncu_user = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)
     measured: dict[str, list[GemmCase]] = {}
     for mc in cases:
         measured.setdefault(mc.name, []).append(mc)
-    for case in _range_cases(frames, device):
+    for case in _range_cases(frames, device, _ncu_gemm_names(frames, metrics)):
         for mc in measured.get(case.name, []):
             _merge_timeline(mc, case)
         if case.name not in measured:
             cases.append(case)
+    # the user's ranges: a timeline case takes the profiled kernels of the range with the same name as evidence
+    timeline_user = {c.range_name: c for c in cases if c.user_range and c.range_name}
+    for name, (mains, auxs) in ncu_user.items():
+        tc = timeline_user.get(name)
+        if tc is not None:
+            if tc.counted is None and not tc.shape_known:
+                tc.counted = _user_ncu_case(name, mains, auxs, device, metrics, rules).counted
+            _attach_ncu(tc, mains, metrics, rules)
+            tc.ncu_rules = [x for r in mains + auxs for x in rules.get(r["ncu_id"], [])]
+        else:
+            cases.append(_user_ncu_case(name, mains, auxs, device, metrics, rules))
     names = {c.name for c in cases}
     for name, rows in ncu_by_range.items():
         if name in names:
@@ -885,6 +1158,9 @@ def gemm_frame(
                 "device_name": c.device_name,
                 "device_key": c.device.key if c.device else None,
                 "flops": c.flops,
+                "flops_source": c.flops_source,
+                "dtype_source": c.dtype_source,
+                "counted_flops": c.counted.flops if c.counted else None,
                 "min_bytes": c.bytes_min,
                 "intensity_flops_per_byte": c.intensity,
                 "main_time_ns": c.main_ns,

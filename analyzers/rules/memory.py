@@ -23,7 +23,9 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
     ridge = dev.ridge_flops_per_byte(case.dtype_class or "")
     ev = {
         "flops": case.flops,
+        "flops_source": case.flops_source,
         "min_bytes": case.bytes_min,
+        "bytes_source": case.bytes_source,
         "intensity_flops_per_byte": round(ai, 2),
         "ridge_flops_per_byte": round(ridge, 1) if ridge else None,
         "memory_bandwidth_bytes_per_s": bw,
@@ -37,8 +39,10 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
             else "Memory does not set the ceiling."
         )
         return Factor("memory", 1.0, sentence, ev, None)
+    moved = case.bytes_moved or 0.0
+    verb = "must move" if case.bytes_min else "moved (DRAM, measured)"
     sentence = (
-        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM must move {case.bytes_min / 1e6:.1f} MB; at "
+        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM {verb} {moved / 1e6:.1f} MB; at "
         f"{bw / 1e12:.2f} TB/s that caps it at {roof:.0f} TFLOP/s."
     )
     remedy = (

@@ -27,6 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.devices import DeviceSpec
+
 from .gemm import GemmCase, build_cases, gemm_frame
 from .rules import Factor
 from .rules.aux import aux
@@ -67,7 +69,7 @@ class Waterfall:
     @property
     def verdict(self) -> Factor | None:
         """The factor with the largest loss (None when nothing is lost or nothing is known)."""
-        losing = [f for f in self.factors if f.value < 0.995]
+        losing = [f for f in self.factors if f.value < 0.995 and f.evidence.get("blamed") is not False]
         return min(losing, key=lambda f: f.value) if losing else None
 
     @property
@@ -203,7 +205,32 @@ def explain_case(case: GemmCase) -> Waterfall:
         wf.notes.append(f"achieved exceeds the {peak:.0f} TFLOP/s peak by {100 * (residual - 1):.0f}%")
     f_kernel = kernel(case, residual, memory_bound=memory_bound)
     wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
+    _padding_evidence(wf, f_wave)
     return wf
+
+
+PADDING_NOTE_RATIO = 1.02
+"""Counted FLOPs above 2*M*N*K by more than this are reported as tile padding waste."""
+
+
+def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
+    """Where the shape and Nsight Compute's counters are both known, executed math beyond 2*M*N*K is the tiles'
+    padding: attached to the waves / tiles factor (or a note when there is none)."""
+    case = wf.case
+    ratio = case.padding_ratio
+    if ratio is None or ratio < PADDING_NOTE_RATIO:
+        return
+    tile = f_wave.evidence.get("tile") if f_wave is not None else None
+    text = f"executed {ratio:.1f}x the useful FLOPs (counted {case.counted.flops:.3g} vs 2*M*N*K {case.flops:.3g})"  # type: ignore[union-attr]
+    if tile:
+        text += f": M={case.m}, N={case.n} on {tile} tiles"
+    if f_wave is not None and f_wave in wf.factors:
+        f_wave.evidence["counted_flops"] = case.counted.flops  # type: ignore[union-attr]
+        f_wave.evidence["executed_over_useful"] = round(ratio, 3)
+        f_wave.evidence["padding"] = text
+        f_wave.sentence = f_wave.sentence.rstrip(".") + f"; the tensor cores {text}."
+    else:
+        wf.notes.append(f"tile padding: the tensor cores {text}")
 
 
 def _matches(case: GemmCase, pattern: str | None) -> bool:
@@ -219,10 +246,11 @@ def explain(
     calibration: dict[str, Any] | None = None,
     gemm_filter: str | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> list[Waterfall]:
     """Waterfalls for every GEMM of a run (those whose range, context, kernel or backend contain
-    ``gemm_filter``)."""
-    cases = build_cases(frames, calibration=calibration, environment=environment)
+    ``gemm_filter``); ``device`` overrides the GPU the run names."""
+    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
 
 
@@ -231,9 +259,10 @@ def gemm_summary(
     *,
     calibration: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> pl.DataFrame:
     """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""
-    cases = build_cases(frames, calibration=calibration, environment=environment)
+    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     verdicts = {}
     for i, c in enumerate(cases):
         v = explain_case(c).verdict

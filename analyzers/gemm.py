@@ -1057,9 +1057,12 @@ def build_cases(
     *,
     calibration: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> list[GemmCase]:
-    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from)."""
-    device = device_from_frames(frames, environment)
+    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from). ``device``
+    (e.g. ``explain --device``) overrides the GPU the frames name: a CSV export names only its architecture."""
+    given = device
+    device = given or device_from_frames(frames, environment)
     metrics, rules = _ncu_evidence(frames)
     ncu_by_range, ncu_aux, loose, ncu_user = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)
@@ -1105,7 +1108,7 @@ def build_cases(
     _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
     for case in cases:
-        if case.device is None:
+        if case.device is None or given is not None:
             case.device = device
         if case.device_name is None and case.device is not None:
             case.device_name = case.device.name

@@ -35,7 +35,7 @@ from .rules.aux import aux
 from .rules.clock import clock
 from .rules.gaps import gaps
 from .rules.kernel import kernel
-from .rules.memory import memory
+from .rules.memory import memory, memory_by_throughput
 from .rules.waves import waves
 
 __all__ = ["Waterfall", "explain", "explain_case", "gemm_summary"]
@@ -168,6 +168,11 @@ def explain_case(case: GemmCase) -> Waterfall:
         if kernel_rate is None:
             wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
         f_clock = clock(case)
+        f_sol = memory_by_throughput(case)
+        if f_sol is not None:
+            wf.notes.append("memory-bound by Nsight Compute's throughputs: waves do not set its ceiling")
+            wf.factors = [f for f in (f_sol, f_aux, f_gaps) if f is not None]
+            return wf
         f_wave = waves(case)
         wf.factors = [f for f in (f_clock, f_wave, f_aux, f_gaps) if f is not None]
         return wf

@@ -524,6 +524,8 @@ def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules
     case.counted = case.counted or _kernel_counts(main, metrics)
     if case.dram_bytes is None and main.get("dram_bytes"):
         case.dram_bytes = float(main["dram_bytes"])
+    elif case.dram_bytes is None and main.get("dram_bytes_per_s") and main.get("duration_ns"):
+        case.dram_bytes = float(main["dram_bytes_per_s"]) * float(main["duration_ns"]) * 1e-9  # rate x time
     case.ncu = main
     case.ncu_id = main["ncu_id"]
     case.ncu_metrics = metrics.get(main["ncu_id"], {})
@@ -967,6 +969,49 @@ def _range_cases(
     return cases
 
 
+def _loose_timeline_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+    """A timeline with no GEMM range at all (someone else's capture, no NVTX): each GEMM kernel name is a case,
+    named by kernel, its launches the instances (median kernel time; idle time before a launch counts as a gap
+    when no other kernel ran since the previous launch and it is under ``LAUNCH_GAP_MAX_NS``)."""
+    kernels = frames.get("kernels")
+    if kernels is None or kernels.height == 0:
+        return []
+    out: list[GemmCase] = []
+    ordered = kernels.sort("start_ns")
+    names = ordered["name"].to_list()
+    starts, ends = ordered["start_ns"].to_list(), ordered["end_ns"].to_list()
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        if is_gemm_kernel(n):
+            groups.setdefault(n, []).append(i)
+    for name, idx in groups.items():
+        case = GemmCase(origin="kernel", name=name)
+        case.device = device
+        case.main_kernel = name
+        case.launches = len(idx)
+        case.main_ns = statistics.median(ends[i] - starts[i] for i in idx)
+        gaps = [
+            starts[i] - ends[i - 1]
+            if i > 0 and names[i - 1] == name and 0 < starts[i] - ends[i - 1] < LAUNCH_GAP_MAX_NS
+            else 0
+            for i in idx
+        ]
+        case.gap_ns = statistics.median(gaps)
+        top = ordered.row(idx[0], named=True)
+        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        if all(g is not None for g in grid):
+            case.grid_size = int(grid[0] * grid[1] * grid[2])
+        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
+        if all(b is not None for b in block):
+            case.block_size = int(block[0] * block[1] * block[2])
+        case.registers_per_thread = top.get("registers_per_thread")
+        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+        case.time_source = "timeline: kernel durations (the kernel is in no range)"
+        out.append(case)
+    return out
+
+
 # --- measurements -------------------------------------------------------------------------------------------------
 def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
     meas = frames.get("measurements")
@@ -1107,6 +1152,8 @@ def build_cases(
         cases.append(case)
     _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
+    if not cases and (frames.get("ncu") is None or frames["ncu"].height == 0):
+        cases.extend(_loose_timeline_cases(frames, device))
     for case in cases:
         if case.device is None or given is not None:
             case.device = device

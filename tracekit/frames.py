@@ -291,7 +291,12 @@ GEMMS = FrameSpec(
     "parent range, measurement, or profiled kernel without a GEMM range. Times are per launch.",
     (
         Column("gemm_id", I64, "index of the GEMM in this analysis"),
-        Column("origin", STR, "measurement | range (timeline) | ncu (ncu rows of a GEMM range) | ncu-kernel"),
+        Column(
+            "origin",
+            STR,
+            "measurement | range (timeline: tracekit's or the user's own range) | ncu (ncu rows of a GEMM range) | "
+            "ncu-kernel | kernel (timeline kernel in no range)",
+        ),
         Column("range", STR, "range name (or kernel name for ncu-kernel)"),
         Column("context", STR, "name of the enclosing range, null at top level"),
         Column("backend", STR, "GEMM backend"),

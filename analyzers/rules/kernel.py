@@ -126,6 +126,13 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         lim = limits_from_ncu(case)
         if lim:
             ev["occupancy_limits"] = lim
+        first = limiter.split(" and ")[0]
+        if first == "shared_mem" and case.smem_per_block_bytes:
+            ev["occupancy_limited_by"] = f"shared memory: {case.smem_per_block_bytes / 1024:.0f} KB per block"
+        elif first == "registers" and case.registers_per_thread:
+            ev["occupancy_limited_by"] = f"registers: {case.registers_per_thread} per thread"
+        elif first in ("warps", "blocks") and case.block_size:
+            ev["occupancy_limited_by"] = f"block size: {case.block_size} threads per block"
     if case.registers_per_thread:
         ev["registers_per_thread"] = case.registers_per_thread
     ev.update(_stage_fit(case))

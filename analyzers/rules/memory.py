@@ -50,3 +50,30 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
         "weight type (FP8 / FP4 halves or quarters the bytes), or keep the weight resident in L2."
     )
     return Factor("memory", value, sentence, ev, remedy)
+
+
+SOL_MEMORY_PCT = 50.0
+"""DRAM throughput (% of peak) at or above which a kernel with no FLOP count counts as memory-bound, when DRAM is
+also busier than the SMs."""
+
+
+def memory_by_throughput(case: GemmCase) -> Factor | None:
+    """With no FLOP count: memory-bound when Nsight Compute's Speed Of Light shows DRAM throughput high and above
+    the SMs' (``dram_throughput_pct >= 50`` and ``> compute_throughput_pct``). The value is the SMs' throughput
+    fraction: what the memory bound leaves of the compute peak. None when not memory-bound or not profiled."""
+    row = case.ncu or {}
+    dram, sm = row.get("dram_throughput_pct"), row.get("compute_throughput_pct")
+    if dram is None or sm is None or dram < SOL_MEMORY_PCT or dram <= sm:
+        return None
+    value = max(min(float(sm) / 100.0, 1.0), 1e-3)
+    ev = {"dram_throughput_pct": round(float(dram), 1), "compute_throughput_pct": round(float(sm), 1)}
+    sentence = (
+        f"DRAM ran at {dram:.0f}% of its peak while the SMs reached {sm:.0f}% of theirs: the kernel waits on "
+        "memory (no FLOP count in the profile to place it on the roofline)."
+    )
+    remedy = (
+        "Memory-bound: batch more rows into M (or fuse GEMMs that share the weight), use a narrower weight type "
+        "(FP8 / FP4), or keep the weight resident in L2. Profile with the tensor-op counters "
+        "(`tracekit capture --ncu`) for the roofline."
+    )
+    return Factor("memory", value, sentence, ev, remedy)

@@ -1,0 +1,241 @@
+"""The explainer on captures tracekit did not instrument: the user's own NVTX ranges are the cases, FLOPs and
+dtype come from Nsight Compute's counters (or the profiler) when no shape is known, and verdicts hold without a
+shape. Real files first (the H200 counter probe, the H200 probe with its range names made foreign, SM120 CUTLASS
+exports); small timelines only for what no real file holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from _explain_data import frames
+
+from tracekit.analyzers.explain import explain
+from tracekit.analyzers.gemm import build_cases
+from tracekit.analyzers.importer import combine, read_file
+from tracekit.analyzers.ncu_csv import read_ncu_csv
+from tracekit.devices import match_device
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "ncu_details.csv"
+H200 = match_device("NVIDIA H200")
+_SHAPE = re.compile(r"probe_(?P<dtype>[a-z0-9]+)_M(?P<m>\d+)_N(?P<n>\d+)_K(?P<k>\d+)$")
+
+
+# --- Nsight Compute only: the counter probe (cuBLAS in the user's own NVTX ranges) ----------------------------------
+def test_counter_probe_ranges_are_the_cases_with_counted_flops() -> None:
+    wfs = explain(combine([read_ncu_csv(PROBE_CSV)]), device=H200)
+    assert len(wfs) == 16  # 4 dtypes x 4 shapes; the split-K reduce kernels are no cases of their own
+    for wf in wfs:
+        c = wf.case
+        shape = _SHAPE.match(c.name)
+        assert shape, c.name
+        m, n, k = (int(shape[x]) for x in "mnk")
+        assert c.user_range and c.origin == "ncu" and c.m is None
+        assert c.flops_source == "ncu-counters" and c.dtype_source == "ncu-counters"
+        assert c.dtype_class == shape["dtype"]
+        assert wf.peak_tflops == pytest.approx(H200.peak_tflops(shape["dtype"]))  # type: ignore[union-attr]
+        if m >= 1024:  # shapes that fit the tiles: counted == 2MNK
+            assert c.flops == pytest.approx(2 * m * n * k, rel=0.02), c.name
+        assert wf.achieved_tflops == pytest.approx(c.flops / (c.main_ns + c.aux_ns) / 1e3)
+        assert wf.verdict is not None
+    reduce_cases = [w for w in wfs if "splitKreduce" in (w.case.main_kernel or "")]
+    assert not reduce_cases
+    bf16_16 = next(w for w in wfs if w.case.name == "probe_bf16_M16_N2048_K6144")
+    aux = next(f for f in bf16_16.factors if f.name == "aux kernels")
+    assert aux.evidence["aux_class"] == "split-K reduce" and "Split-K" in (aux.remedy or "")
+
+
+def test_sm120_cutlass_exports_get_achieved_tflops_from_counters_with_a_device(shared_data: Path) -> None:
+    folder = shared_data / "thirdparty" / "llm-perf-opt-rtx50"
+    files = sorted(folder.glob("kernel_*_ncu.details.csv"))
+    if not files:
+        pytest.skip(f"{folder} holds no details exports")
+    dev = match_device("NVIDIA GeForce RTX 5090")
+    assert dev is not None
+    for path in files:
+        fr = combine([read_ncu_csv(path)])
+        bare = explain(fr)  # a CSV names no GPU: no peak without a device
+        assert len(bare) == 1 and bare[0].peak_tflops is None
+        (wf,) = explain(fr, device=dev)
+        c = wf.case
+        counter = fr["ncu_metrics"].filter(pl.col("metric") == "sm__ops_path_tensor_src_bf16_dst_fp32.sum")
+        assert c.flops == counter["value"][0] and c.flops_source == "ncu-counters"
+        assert c.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(dev.peak_tflops("bf16"))
+        assert wf.achieved_tflops == pytest.approx(c.flops / c.main_ns / 1e3)
+        assert 0 < wf.achieved_tflops < wf.peak_tflops
+        assert wf.verdict is not None and wf.complete
+
+
+# --- the H200 probe with its range names made foreign (no shape anywhere) -------------------------------------------
+_FOREIGN = {
+    "gemm/bf16/M=1024,N=2048,K=6144": "my_proj",
+    "gemm/fp8/M=1024,N=2048,K=6144": "my_proj_fp8",
+    "gemm/bf16/M=16,N=6144,K=6144": "decode_step_linear",
+    "gemm/fp8/M=16384,N=6144,K=6144": "prefill_fp8",
+    "gemm/bf16/M=8192,N=8192,K=8192": "big_one",
+}
+_PARSED = ("range_kind", "backend", "op", "m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "scale")
+
+
+def _foreign(fr: dict[str, pl.DataFrame], keep_shape: bool = False) -> dict[str, pl.DataFrame]:
+    """The same real frames as if the user had named the ranges: no tracekit names, no parsed fields."""
+    out = dict(fr)
+    if fr["ranges"].height:
+        drop = [c for c in _PARSED if c in fr["ranges"].columns and not (keep_shape and c in ("m", "n", "k"))]
+        out["ranges"] = fr["ranges"].with_columns(
+            pl.col("name").replace(_FOREIGN),
+            *[pl.lit(None).cast(fr["ranges"].schema[c]).alias(c) for c in drop],
+        )
+        if keep_shape:
+            out["ranges"] = out["ranges"].with_columns(dtype_a=pl.lit("bf16"), dtype_b=pl.lit("bf16"))
+    if fr["ncu"].height:
+        out["ncu"] = fr["ncu"].with_columns(pl.col("nvtx_range").replace(_FOREIGN), nvtx_stack=pl.lit(None))
+    return out
+
+
+def test_ncu_only_without_shapes_small_m_is_memory_bound_and_large_gemms_are_not(shared_data: Path) -> None:
+    fr = _foreign(combine([read_file(shared_data / "h200-probe" / "probe.ncu-rep")]))
+    wfs = {w.case.name: w for w in explain(fr)}
+    assert set(wfs) == set(_FOREIGN.values())
+    assert all(w.case.user_range and w.case.flops_source == "none" for w in wfs.values())
+    small = wfs["decode_step_linear"]
+    assert small.verdict is not None and small.verdict.name == "memory"
+    assert small.verdict.evidence["dram_throughput_pct"] > 50
+    for name in ("my_proj", "prefill_fp8", "big_one"):  # controls: well-fed GEMMs
+        v = wfs[name].verdict
+        assert v is None or v.name not in ("memory", "launch gaps"), (name, v and v.name)
+
+
+def test_timeline_only_user_ranges_are_cases(shared_data: Path) -> None:
+    fr = _foreign(combine([read_file(shared_data / "h200-probe" / "probe.sqlite")]))
+    cases = {c.name: c for c in build_cases(fr)}
+    assert set(cases) == set(_FOREIGN.values())  # kernels outside ranges (warm-up, inputs) are no cases here
+    for c in cases.values():
+        assert c.user_range and c.origin == "range" and c.flops is None and c.main_kernel.startswith("nvjet")
+    # the profiler's shape on a user range (Kineto Input Dims, emit_nvtx) gives FLOPs from the shape
+    shaped = {
+        c.name: c
+        for c in build_cases(
+            _foreign(combine([read_file(shared_data / "h200-probe/probe.sqlite")]), keep_shape=True)
+        )
+    }
+    big = shaped["big_one M=8192 N=8192 K=8192"]
+    assert big.flops_source == "shape" and big.flops == 2 * 8192**3
+
+
+def test_timeline_and_ncu_join_on_the_user_range(shared_data: Path) -> None:
+    probe = shared_data / "h200-probe"
+    fr = _foreign(combine([read_file(probe / "probe.sqlite"), read_file(probe / "probe.ncu-rep")]))
+    wfs = {w.case.name: w for w in explain(fr)}
+    assert set(wfs) == set(_FOREIGN.values())
+    for w in wfs.values():
+        assert w.case.origin == "range" and w.case.ncu is not None  # timeline times, ncu evidence
+        assert w.case.ncu["nvtx_range"] == w.case.name
+    assert wfs["decode_step_linear"].verdict.name == "memory"  # type: ignore[union-attr]
+
+
+# --- small timelines for cases no real file holds yet ---------------------------------------------------------------
+def _user_timeline(
+    instances: list[list[tuple[str, int, int]]], name: str, parent: str | None = None
+) -> dict[str, pl.DataFrame]:
+    """User ranges (no tracekit kind) named ``name``, each holding (kernel, start, end) launches."""
+    ranges, kernels = [], []
+    rid = 0
+    parent_id = None
+    if parent:
+        lo = min(s for inst in instances for _, s, _ in inst) - 10
+        hi = max(e for inst in instances for _, _, e in inst) + 10
+        ranges.append({"range_id": 0, "parent_id": None, "name": parent, "start_ns": lo, "end_ns": hi})
+        parent_id, rid = 0, 1
+    for inst in instances:
+        lo, hi = min(s for _, s, _ in inst) - 5, max(e for _, _, e in inst) + 5
+        ranges.append({"range_id": rid, "parent_id": parent_id, "name": name, "start_ns": lo, "end_ns": hi})
+        for kname, s, e in inst:
+            kernels.append(
+                {
+                    "kernel_id": len(kernels),
+                    "device": 0,
+                    "name": kname,
+                    "start_ns": s,
+                    "end_ns": e,
+                    "duration_ns": e - s,
+                    "range_id": rid,
+                    "grid_x": 132,
+                    "grid_y": 1,
+                    "grid_z": 1,
+                    "block_x": 384,
+                    "block_y": 1,
+                    "block_z": 1,
+                }
+            )
+        rid += 1
+    return frames(ranges=ranges, kernels=kernels)
+
+
+GEMM = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT"
+
+
+def test_eager_loop_with_host_work_in_one_user_range_is_launch_bound() -> None:
+    # 200 eager GEMMs of 20 us with 60 us of host work between them, all inside one range "eager_loop"
+    loop = [(GEMM, i * 80_000, i * 80_000 + 20_000) for i in range(200)]
+    (c,) = build_cases(_user_timeline([loop], "eager_loop"))
+    assert (
+        c.launches == 200
+        and c.main_ns == pytest.approx(20_000)
+        and c.gap_ns == pytest.approx(60_000 * 199 / 200)
+    )
+    (wf,) = explain(_user_timeline([loop], "eager_loop"))
+    assert wf.verdict is not None and wf.verdict.name == "launch gaps"
+    assert "host does not launch fast enough" in wf.verdict.sentence
+    # control: the same GEMMs back to back (1 us apart) never get the launch-gap sentence
+    tight = [(GEMM, i * 21_000, i * 21_000 + 20_000) for i in range(200)]
+    (ctl,) = explain(_user_timeline([tight], "eager_loop"))
+    assert ctl.verdict is None or ctl.verdict.name != "launch gaps"
+    assert all("host does not launch" not in f.sentence for f in ctl.factors)
+
+
+_AMAX = (
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MaxNanFunctor<float>>>"
+)
+_DIV = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, DivFunctor>>"
+_CAST = (
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda, c10::Float8_e4m3fn>"
+)
+_FP8 = "nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT"
+_SOFTMAX = "void at::native::cunn_SoftMaxForward<4, float>"
+
+
+def test_quantizer_kernels_are_auxiliary_with_a_quantize_remedy_and_outer_ranges_are_context() -> None:
+    insts = []
+    for i in range(3):
+        t = i * 200_000
+        insts.append(
+            [
+                (_AMAX, t, t + 4000),
+                (_DIV, t + 5000, t + 7000),
+                (_CAST, t + 8000, t + 11000),
+                (_FP8, t + 12000, t + 40000),
+            ]
+        )
+    fr = _user_timeline(insts, "fp8_linear", parent="model_forward")
+    cases = build_cases(fr)
+    assert [c.name for c in cases] == ["fp8_linear"]  # the outer range is context, the quantizers no cases
+    (c,) = cases
+    assert c.context == "model_forward" and c.main_kernel == _FP8 and len(c.aux_kernels) == 3
+    (wf,) = explain(fr)
+    aux = next(f for f in wf.factors if f.name == "aux kernels")
+    assert aux.evidence["aux_class"] == "quantize" and set(aux.evidence["aux_classes"].values()) == {
+        "quantize"
+    }
+    assert "split-K" not in (aux.remedy or "") and "quantiz" in (aux.remedy or "")
+
+
+def test_a_range_of_only_elementwise_kernels_is_no_case_but_a_simt_kernel_its_range_names_is() -> None:
+    soft = _user_timeline([[(_SOFTMAX, 0, 5000)]], "attention_softmax")
+    assert build_cases(soft) == []
+    simt = _user_timeline([[("simt_kernel", 0, 90_000)], [("simt_kernel", 200_000, 290_000)]], "sgemm_smem")
+    (c,) = build_cases(simt)
+    assert c.name == "sgemm_smem" and c.main_kernel == "simt_kernel" and c.launches == 2

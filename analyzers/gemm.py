@@ -558,6 +558,25 @@ def _ncu_gemm_names(frames: dict[str, pl.DataFrame], metrics: dict) -> set[str]:
     return out
 
 
+def _user_range_of(row: dict[str, Any]) -> str | None:
+    """The user's own innermost NVTX range of a profiled kernel: profiler op ranges (``aten::addmm, seq = 7``)
+    are skipped outward through the NVTX stack; None when the kernel is in no user range."""
+    rng = row.get("nvtx_range")
+    if not rng or naming.decode(rng) is not None:
+        return None
+    if not is_op_range(rng):
+        return rng
+    try:
+        stack = json.loads(row.get("nvtx_stack") or "[]")
+    except ValueError:
+        stack = []
+    for entry in reversed(stack):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name and not is_op_range(name) and naming.decode(name) is None:
+            return name
+    return None
+
+
 def _user_split(
     name: str, rows: list[dict[str, Any]], metrics: dict, gemm_names: set[str]
 ) -> tuple[list[dict], list[dict]] | None:
@@ -613,8 +632,8 @@ def _ncu_cases(
         if parsed is not None:
             by_range.setdefault(row["nvtx_range"], []).append(row)
             continue
-        rng = row.get("nvtx_range")
-        if rng and naming.decode(rng) is None:
+        rng = _user_range_of(row)
+        if rng:
             user.setdefault(rng, []).append(row)
             continue
         loose.append(_kernel_case(row, device, metrics, rules))
@@ -769,6 +788,23 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
+_OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
+"""Ranges a profiler writes per operator (PyTorch ``emit_nvtx`` / Kineto ``cpu_op``: ``aten::addmm, seq = 7,
+op_id = 12``), as opposed to the user's own ranges."""
+_OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$")
+
+
+def is_op_range(name: str | None) -> bool:
+    """Whether a range is a profiler's per-operator range rather than one the user named."""
+    return bool(name) and bool(_OP_RANGE.search(name))
+
+
+def range_key(name: str) -> str:
+    """A range name without the per-call counters a profiler adds (``aten::addmm, seq = 7, op_id = 12`` ->
+    ``aten::addmm``): every call of one op is an instance of one range."""
+    return _OP_SUFFIX.sub("", name).strip()
+
+
 _GEMM_RANGE = re.compile(r"gemm|matmul|(?:^|[^a-z])mm(?:[^a-z]|$)|linear|mma|addmm|bmm|dot", re.IGNORECASE)
 """A user range whose name says it runs a GEMM: its longest kernel is the GEMM even when the kernel's name does
 not say so (a SIMT kernel ``simt_kernel`` inside a range ``sgemm_smem``)."""
@@ -790,20 +826,48 @@ def _user_gemm_ranges(
     case's auxiliary kernels). A case range is the innermost range a GEMM-like kernel was launched in, or a range
     named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
     outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
-    rows = ranges.select("range_id", "parent_id", "range_kind", "name").to_dicts()
+    shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
+    rows = ranges.select("range_id", "parent_id", "range_kind", "name", *shaped_cols).to_dicts()
     kind = {r["range_id"]: r["range_kind"] for r in rows}
     parent = {r["range_id"]: r["parent_id"] for r in rows}
     rname = {r["range_id"]: r["name"] for r in rows}
+    # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
+    # without them its kernels belong to the user's range around it
+    transparent = {
+        r["range_id"]
+        for r in rows
+        if r["range_kind"] is None and is_op_range(r["name"]) and not any(r.get(c) for c in shaped_cols)
+    }
+
+    def holder(rid: int | None) -> int | None:
+        depth = 0
+        while rid is not None and rid in transparent and depth < 64:
+            rid, depth = parent.get(rid), depth + 1
+        return rid
+
     direct: dict[int, list[str]] = {}
     for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
-        if rid not in tracekit_owner and kind.get(rid) is None:
+        if rid in tracekit_owner:
+            continue
+        rid = holder(rid)
+        if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
             direct.setdefault(rid, []).append(kname)
-    cases = {
+    by_kernel = {rid for rid, names in direct.items() if any(_gemm_like(n, gemm_names) for n in names)}
+    by_name = {
         rid
-        for rid, names in direct.items()
-        if any(_gemm_like(n, gemm_names) for n in names)
-        or (_GEMM_RANGE.search(rname.get(rid) or "") and not _STEP.fullmatch((rname.get(rid) or "").strip()))
+        for rid in direct
+        if rid not in by_kernel
+        and _GEMM_RANGE.search(rname.get(rid) or "")
+        and not _STEP.fullmatch((rname.get(rid) or "").strip())
     }
+    # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
+    inside: set[int] = set()
+    for rid in by_kernel:
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            inside.add(cur)
+            cur, depth = parent.get(cur), depth + 1
+    cases = by_kernel | (by_name - inside)
     out: dict[int, tuple[int, bool]] = {rid: (rid, False) for rid in cases}
     for rid in kind:
         if rid in cases or rid in tracekit_owner or kind.get(rid) is not None:
@@ -811,7 +875,9 @@ def _user_gemm_ranges(
         cur, depth = parent.get(rid), 0
         while cur is not None and depth < 64:
             if cur in cases:
-                out[rid] = (cur, True)
+                # a profiler's op range inside the case holds its kernels directly (roles by kernel); a user's
+                # own sub-range (a "quantize" step) holds auxiliary kernels
+                out[rid] = (cur, rid not in transparent)
                 break
             cur, depth = parent.get(cur), depth + 1
     return out
@@ -866,10 +932,13 @@ def _range_cases(
         parent = parents.get(r["range_id"])
         ctx = context_key(names.get(parent)) if parent is not None else None
         shape: tuple = ()
+        name = r["name"]
         if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
             e = extra.get(r["range_id"], {})
             shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b"))
-        groups.setdefault((r["name"], ctx, shape), []).append(r["range_id"])
+            name = range_key(name)
+            ctx = range_key(ctx) if ctx else ctx
+        groups.setdefault((name, ctx, shape), []).append(r["range_id"])
 
     cases: list[GemmCase] = []
     for (name, ctx, shape), rids in groups.items():
@@ -970,9 +1039,9 @@ def _range_cases(
 
 
 def _loose_timeline_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
-    """A timeline with no GEMM range at all (someone else's capture, no NVTX): each GEMM kernel name is a case,
-    named by kernel, its launches the instances (median kernel time; idle time before a launch counts as a gap
-    when no other kernel ran since the previous launch and it is under ``LAUNCH_GAP_MAX_NS``)."""
+    """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
+    without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
+    launch gap: with no range there is nothing to attribute idle time to."""
     kernels = frames.get("kernels")
     if kernels is None or kernels.height == 0:
         return []
@@ -989,14 +1058,7 @@ def _loose_timeline_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | 
         case.device = device
         case.main_kernel = name
         case.launches = len(idx)
-        case.main_ns = statistics.median(ends[i] - starts[i] for i in idx)
-        gaps = [
-            starts[i] - ends[i - 1]
-            if i > 0 and names[i - 1] == name and 0 < starts[i] - ends[i - 1] < LAUNCH_GAP_MAX_NS
-            else 0
-            for i in idx
-        ]
-        case.gap_ns = statistics.median(gaps)
+        case.main_ns = statistics.fmean(ends[i] - starts[i] for i in idx)
         top = ordered.row(idx[0], named=True)
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         if all(g is not None for g in grid):

@@ -239,3 +239,45 @@ def test_a_range_of_only_elementwise_kernels_is_no_case_but_a_simt_kernel_its_ra
     simt = _user_timeline([[("simt_kernel", 0, 90_000)], [("simt_kernel", 200_000, 290_000)]], "sgemm_smem")
     (c,) = build_cases(simt)
     assert c.name == "sgemm_smem" and c.main_kernel == "simt_kernel" and c.launches == 2
+
+
+def _nested(shape: dict | None = None) -> dict[str, pl.DataFrame]:
+    """emit_nvtx-style op ranges inside the user's range: fp8_linear > aten::copy_ (cast), aten::_scaled_mm (GEMM)."""
+    ranges, kernels = [], []
+    for i in range(3):
+        t, base = i * 100_000, i * 3
+        ranges += [
+            {"range_id": base, "parent_id": None, "name": "fp8_linear", "start_ns": t, "end_ns": t + 50_000},
+            {"range_id": base + 1, "parent_id": base, "name": f"aten::copy_, seq = {10 + i}, op_id = {20 + i}",
+             "start_ns": t + 1, "end_ns": t + 9_000},
+            {"range_id": base + 2, "parent_id": base, "name": f"aten::_scaled_mm, seq = {30 + i}, op_id = {40 + i}",
+             "start_ns": t + 9_001, "end_ns": t + 49_000, **(shape or {})},
+        ]  # fmt: skip
+        kernels += [
+            {"kernel_id": 2 * i, "device": 0, "name": _CAST, "start_ns": t + 2_000, "end_ns": t + 8_000,
+             "duration_ns": 6_000, "range_id": base + 1},
+            {"kernel_id": 2 * i + 1, "device": 0, "name": _FP8, "start_ns": t + 10_000, "end_ns": t + 40_000,
+             "duration_ns": 30_000, "range_id": base + 2},
+        ]  # fmt: skip
+    return frames(ranges=ranges, kernels=kernels)
+
+
+def test_profiler_op_ranges_without_shapes_are_transparent_and_with_shapes_are_cases() -> None:
+    (c,) = build_cases(_nested())
+    assert c.name == "fp8_linear" and c.user_range and c.launches == 3
+    assert c.main_kernel == _FP8 and c.aux_kernels == [_CAST] and c.aux_ns == pytest.approx(6_000)
+    shaped = build_cases(_nested({"m": 16, "n": 2048, "k": 6144, "dtype_a": "e4m3", "dtype_b": "e4m3"}))
+    (s,) = shaped  # every call of the op is one case (the per-call seq / op_id counters dropped)
+    assert s.name == "aten::_scaled_mm M=16 N=2048 K=6144" and s.context == "fp8_linear" and s.launches == 3
+    assert s.flops_source == "shape" and s.dtype_class == "fp8" and s.dtype_source == "shape"
+
+
+def test_a_capture_with_only_op_ranges_and_no_shapes_explains_gemm_kernels_by_name(shared_data: Path) -> None:
+    path = shared_data / "thirdparty" / "nsys-ai" / "mfu_2gpu_before.sqlite"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    cases = build_cases(combine([read_file(path)]))
+    assert cases and {c.origin for c in cases} == {"kernel"}
+    assert not any("seq =" in c.name or c.name.startswith("aten::") for c in cases)
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names)) and "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN" in names

@@ -788,6 +788,9 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
+MAX_GEMMS_PER_CASE = 2
+"""A user range holding more distinct GEMM kernels than this (a whole model step, a decoder layer) is context, not
+one GEMM case: its GEMM kernels are explained by name."""
 _OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
 """Ranges a profiler writes per operator (PyTorch ``emit_nvtx`` / Kineto ``cpu_op``: ``aten::addmm, seq = 7,
 op_id = 12``), as opposed to the user's own ranges."""
@@ -843,6 +846,8 @@ def _user_gemm_ranges(
         depth = 0
         while rid is not None and rid in transparent and depth < 64:
             rid, depth = parent.get(rid), depth + 1
+        if rid is not None and _STEP.fullmatch((rname.get(rid) or "").strip()):
+            return None  # a training / profiler step is context, never the GEMM's own range
         return rid
 
     direct: dict[int, list[str]] = {}
@@ -852,7 +857,11 @@ def _user_gemm_ranges(
         rid = holder(rid)
         if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
             direct.setdefault(rid, []).append(kname)
-    by_kernel = {rid for rid, names in direct.items() if any(_gemm_like(n, gemm_names) for n in names)}
+    by_kernel = {
+        rid
+        for rid, names in direct.items()
+        if 0 < len({n for n in names if _gemm_like(n, gemm_names)}) <= MAX_GEMMS_PER_CASE
+    }
     by_name = {
         rid
         for rid in direct
@@ -1038,13 +1047,27 @@ def _range_cases(
     return cases
 
 
-def _loose_timeline_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+def _loose_timeline_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
+) -> list[GemmCase]:
     """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
     without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
     launch gap: with no range there is nothing to attribute idle time to."""
     kernels = frames.get("kernels")
     if kernels is None or kernels.height == 0:
         return []
+    ranges = frames.get("ranges")
+    if owned and ranges is not None and ranges.height:
+        parent = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
+        inside: set[int] = set()
+        for rid in parent:  # every range at or under a case's range
+            cur, depth = rid, 0
+            while cur is not None and depth < 64:
+                if cur in owned:
+                    inside.add(rid)
+                    break
+                cur, depth = parent.get(cur), depth + 1
+        kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
     out: list[GemmCase] = []
     ordered = kernels.sort("start_ns")
     names = ordered["name"].to_list()
@@ -1214,8 +1237,10 @@ def build_cases(
         cases.append(case)
     _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
-    if not cases and (frames.get("ncu") is None or frames["ncu"].height == 0):
-        cases.extend(_loose_timeline_cases(frames, device))
+    foreign = not any(c.origin == "measurement" or (c.origin == "range" and not c.user_range) for c in cases)
+    if foreign and (frames.get("ncu") is None or frames["ncu"].height == 0):
+        owned = {rid for c in cases if c.user_range for rid in c.range_ids}
+        cases.extend(_loose_timeline_cases(frames, device, owned))
     for case in cases:
         if case.device is None or given is not None:
             case.device = device

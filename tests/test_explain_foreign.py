@@ -111,8 +111,12 @@ def test_ncu_only_without_shapes_small_m_is_memory_bound_and_large_gemms_are_not
 
 def test_timeline_only_user_ranges_are_cases(shared_data: Path) -> None:
     fr = _foreign(combine([read_file(shared_data / "h200-probe" / "probe.sqlite")]))
-    cases = {c.name: c for c in build_cases(fr)}
-    assert set(cases) == set(_FOREIGN.values())  # kernels outside ranges (warm-up, inputs) are no cases here
+    every = build_cases(fr)
+    cases = {c.name: c for c in every if c.user_range}
+    assert set(cases) == set(_FOREIGN.values())
+    # GEMM kernels outside any range (the probe's warm-up launches) are explained too, named by kernel
+    loose = [c for c in every if not c.user_range]
+    assert loose and all(c.origin == "kernel" and c.name == c.main_kernel and "nvjet" in c.name for c in loose)
     for c in cases.values():
         assert c.user_range and c.origin == "range" and c.flops is None and c.main_kernel.startswith("nvjet")
     # the profiler's shape on a user range (Kineto Input Dims, emit_nvtx) gives FLOPs from the shape

@@ -116,7 +116,9 @@ def test_timeline_only_user_ranges_are_cases(shared_data: Path) -> None:
     assert set(cases) == set(_FOREIGN.values())
     # GEMM kernels outside any range (the probe's warm-up launches) are explained too, named by kernel
     loose = [c for c in every if not c.user_range]
-    assert loose and all(c.origin == "kernel" and c.name == c.main_kernel and "nvjet" in c.name for c in loose)
+    assert loose and all(
+        c.origin == "kernel" and c.name == c.main_kernel and "nvjet" in c.name for c in loose
+    )
     for c in cases.values():
         assert c.user_range and c.origin == "range" and c.flops is None and c.main_kernel.startswith("nvjet")
     # the profiler's shape on a user range (Kineto Input Dims, emit_nvtx) gives FLOPs from the shape

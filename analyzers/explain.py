@@ -36,6 +36,7 @@ from .rules.clock import clock
 from .rules.gaps import gaps
 from .rules.kernel import kernel
 from .rules.memory import memory, memory_by_throughput
+from .rules.tiles import parse_tile
 from .rules.waves import waves
 
 __all__ = ["Waterfall", "explain", "explain_case", "gemm_summary"]
@@ -226,6 +227,8 @@ def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
     if ratio is None or ratio < PADDING_NOTE_RATIO:
         return
     tile = f_wave.evidence.get("tile") if f_wave is not None else None
+    if tile is None and (parsed := parse_tile(case.main_kernel)) is not None:
+        tile = f"{parsed.tm}x{parsed.tn}"
     text = f"executed {ratio:.1f}x the useful FLOPs (counted {case.counted.flops:.3g} vs 2*M*N*K {case.flops:.3g})"  # type: ignore[union-attr]
     if tile:
         text += f": M={case.m}, N={case.n} on {tile} tiles"

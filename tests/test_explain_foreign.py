@@ -287,3 +287,53 @@ def test_a_capture_with_only_op_ranges_and_no_shapes_explains_gemm_kernels_by_na
     assert not any("seq =" in c.name or c.name.startswith("aten::") for c in cases)
     names = [c.name for c in cases]
     assert len(names) == len(set(names)) and "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN" in names
+
+
+def test_counted_flops_over_measured_dram_bytes_place_a_gemm_on_the_roofline(shared_data: Path) -> None:
+    """probe.ncu-rep holds DRAM throughput but no tensor counters: give each foreign-named case the FLOPs the
+    counters measure for a shape that fits its tiles (2*M*N*K, tests/test_flops.py) and the roofline decides."""
+    from tracekit.analyzers.explain import explain_case
+    from tracekit.analyzers.flops import CountedFlops
+
+    fr = _foreign(combine([read_file(shared_data / "h200-probe" / "probe.ncu-rep")]))
+    cases = {c.name: c for c in build_cases(fr)}
+    shapes = {"decode_step_linear": (16, 6144, 6144, "bf16"), "big_one": (8192, 8192, 8192, "bf16")}
+    for name, (m, n, k, cls) in shapes.items():
+        c = cases[name]
+        c.counted = CountedFlops(2.0 * m * n * k, cls, ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"])
+        assert c.flops_source == "ncu-counters" and c.dram_bytes and c.bytes_source.startswith("ncu dram")
+        assert c.dram_bytes == pytest.approx(c.ncu["dram_bytes_per_s"] * c.ncu["duration_ns"] * 1e-9)
+    small, big = explain_case(cases["decode_step_linear"]), explain_case(cases["big_one"])
+    assert small.verdict is not None and small.verdict.name == "memory" and small.complete
+    assert "moved (DRAM, measured)" in small.verdict.sentence
+    assert big.verdict is not None and big.verdict.name not in ("memory", "launch gaps") and big.complete
+
+
+def test_tile_padding_from_counted_over_useful_flops() -> None:
+    """tf32 M=16 on cuBLAS's 128x64 tile: the counters executed 4.0x the shape's 2*M*N*K."""
+    from tracekit.analyzers.explain import explain_case
+
+    cases = {c.name: c for c in build_cases(combine([read_ncu_csv(PROBE_CSV)]), device=H200)}
+    c = cases["probe_tf32_M16_N2048_K6144"]
+    c.m, c.n, c.k, c.dtype_a, c.dtype_b = 16, 2048, 6144, "tf32", "tf32"
+    assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144
+    assert c.padding_ratio == pytest.approx(4.0, rel=0.01)
+    wf = explain_case(c)
+    # memory-bound at M=16: no waves factor sets its ceiling, so the padding is a note beside the waterfall
+    assert wf.verdict is not None and wf.verdict.name == "memory"
+    assert any("executed 4.0x the useful FLOPs" in n and "128x64" in n for n in wf.notes), wf.notes
+    fits = cases["probe_bf16_M1024_N2048_K6144"]
+    fits.m, fits.n, fits.k, fits.dtype_a, fits.dtype_b = 1024, 2048, 6144, "bf16", "bf16"
+    fit_wf = explain_case(fits)
+    assert fits.padding_ratio == pytest.approx(1.0)
+    assert all("useful FLOPs" not in t for t in [*fit_wf.notes, *(f.sentence for f in fit_wf.factors)])
+
+
+def test_occupancy_limiter_is_named_with_its_amount(samples_dir: Path) -> None:
+    from tracekit.analyzers.importer import load_frames, open_run
+
+    run = open_run(samples_dir / "h200-planted-d-smem-occupancy")
+    (wf,) = explain(load_frames(run), gemm_filter="triton-bf16", environment=run.manifest.get("environment"))
+    v = wf.verdict
+    assert v is not None and v.cause == "occupancy limited by shared memory"
+    assert re.fullmatch(r"shared memory: \d+ KB per block", v.evidence["occupancy_limited_by"])

@@ -159,6 +159,11 @@ def explain_case(case: GemmCase) -> Waterfall:
         wf.notes.append(
             f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"
         )
+    if case.ncu_borrowed_from:
+        wf.notes.append(
+            f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu_borrowed_from!r}: "
+            "this range's own launches were not profiled"
+        )
     f_aux, f_gaps = aux(case), gaps(case)
     if peak is None or kernel_rate is None:
         if peak is None:

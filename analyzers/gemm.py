@@ -137,6 +137,7 @@ class GemmCase:
     dram_bytes: float | None = None
     user_range: bool = False  # the case is the user's own NVTX / record_function range
     range_name: str | None = None  # the range's own name when ``name`` adds the shape to it
+    ncu_borrowed_from: str | None = None  # range whose profiled launch of the same kernel is the evidence
 
     # -- derived quantities --------------------------------------------------------------------------------
     @property
@@ -655,6 +656,31 @@ def _kernel_case(row: dict[str, Any], device: DeviceSpec | None, metrics: dict, 
     _attach_ncu(case, [row], metrics, rules)
     _estimate_achieved(case)
     return case
+
+
+def _borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], metrics: dict, rules: dict) -> None:
+    """A user range on the timeline whose own launches were not profiled (ncu limits launches per range, a CUDA
+    graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the run:
+    same kernel and launch configuration, same math. ``ncu_borrowed_from`` names where it came from."""
+    ncu = frames.get("ncu")
+    if ncu is None or ncu.height == 0:
+        return
+    rows = ncu.sort("ncu_id").to_dicts()
+    for case in cases:
+        if not case.user_range or case.ncu is not None or not case.main_kernel or not case.grid_size:
+            continue
+        same = [
+            r
+            for r in rows
+            if r.get("grid_size") == case.grid_size
+            and _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))
+        ]
+        if not same:
+            continue
+        if case.counted is None and not case.shape_known:
+            case.counted = _kernel_counts(same[0], metrics)
+        _attach_ncu(case, same[:1], metrics, rules)
+        case.ncu_borrowed_from = same[0].get("nvtx_range") or "(no range)"
 
 
 def _user_ncu_case(
@@ -1215,6 +1241,7 @@ def build_cases(
             tc.ncu_rules = [x for r in mains + auxs for x in rules.get(r["ncu_id"], [])]
         else:
             cases.append(_user_ncu_case(name, mains, auxs, device, metrics, rules))
+    _borrow_ncu(cases, frames, metrics, rules)
     names = {c.name for c in cases}
     for name, rows in ncu_by_range.items():
         if name in names:

@@ -87,6 +87,7 @@ def test_quantizer_kernels_are_auxiliary_with_the_quantize_remedy() -> None:
     assert "_scaled_mm" not in wf.case.name and "nvjet" in (wf.case.main_kernel or "")
     aux = wf.verdict
     assert aux is not None and aux.evidence["aux_class"] == "quantize"
+    assert set(aux.evidence["aux_classes"].values()) == {"quantize"}  # amax, abs, divide, scale, cast
     assert "split-K" not in (aux.remedy or "") and "quantiz" in (aux.remedy or "")
     assert len(wf.case.aux_kernels) >= 3  # amax, divide, cast: none is a case of its own
 

@@ -18,6 +18,7 @@ _QUANT = re.compile(
     r"abs_kernel|AbsFunctor|DivFunctor|div_true|reciprocal|clamp|scale|cast",
     re.IGNORECASE,
 )
+_ELEMENTWISE = re.compile(r"elementwise|MulFunctor|direct_copy|_copy_kernel|fill", re.IGNORECASE)
 _LAYOUT = re.compile(r"transpose|permute|contiguous|copy|swizzle|layout|reorder", re.IGNORECASE)
 _REMEDY = {
     "quantize": "Fuse the activation quantize (amax, scale, cast) into the producer kernel (the previous op, or "
@@ -52,6 +53,13 @@ def aux(case: GemmCase) -> Factor | None:
     short = ", ".join(n.split("(")[0].split("<")[0].removeprefix("void ")[:60] for n in names[:3])
     share = 100.0 * (1.0 - value)
     classes = {n: aux_class(n) for n in names}
+    if "quantize" in classes.values():
+        # beside an amax / cast, the range's plain elementwise steps (multiply by the scale, a copy to float)
+        # are the quantizer's too
+        classes = {
+            n: "quantize" if c in ("other", "layout") and _ELEMENTWISE.search(n) else c
+            for n, c in classes.items()
+        }
     found = [c for c in AUX_CLASSES if c in classes.values()]
     ev = {
         "main_time_ns": case.main_ns,

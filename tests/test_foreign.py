@@ -107,3 +107,49 @@ def test_base_clock_costs_more_than_unlocked_clocks() -> None:
     f_free = next(f for f in free.factors if f.name == "clock")
     assert f_free.value > f_locked.value
     assert "--clock-control none" in (f_locked.remedy or "")
+
+
+def _frames_without(run_name: str, *drop: str) -> tuple[dict, dict]:
+    from tracekit.frames import SPECS
+
+    path = SAMPLES / run_name
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
+    run = open_run(path)
+    fr = dict(load_frames(run))
+    for name in drop:
+        fr[name] = SPECS[name].empty()
+    return fr, run.manifest.get("environment") or {}
+
+
+def test_nsys_only_eager_loop_is_launch_bound_without_any_flop_count() -> None:
+    fr, env = _frames_without("h200-foreign-eager_host_gaps", "ncu", "ncu_metrics", "ncu_rules")
+    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    eager, graph = wfs["eager_loop"], wfs["graph_loop"]
+    assert eager.case.flops is None and eager.case.launches == 200
+    assert eager.verdict is not None and eager.verdict.name == "launch gaps"
+    assert graph.verdict is None or graph.verdict.name != "launch gaps"
+
+
+@pytest.mark.parametrize(
+    ("run_name", "verdicts"),
+    [
+        ("h200-foreign-cublas_small_m", {"decode_gemm_m16": "memory", "prefill_gemm_m4096": "not memory"}),
+        ("h200-foreign-triton_waves", {"triton_waves_bad": "waves", "triton_waves_control": "not waves"}),
+    ],
+)
+def test_ncu_only_gives_the_same_cases_and_verdicts(run_name: str, verdicts: dict[str, str]) -> None:
+    """(The fp8 capture's ncu pass profiled GEMM-named kernels only: its quantizer is on the timeline alone.)"""
+    fr, env = _frames_without(run_name, "kernels", "ranges")
+    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    assert set(wfs) == set(verdicts)
+    for name, want in verdicts.items():
+        v = wfs[name].verdict
+        assert wfs[name].case.origin == "ncu" and wfs[name].case.flops_source == "ncu-counters"
+        if want.startswith("not "):
+            assert v is None or v.name != want[4:], name
+        else:
+            assert v is not None and v.name == want, (
+                name,
+                [(f.name, round(f.value, 3)) for f in wfs[name].factors],
+            )

@@ -16,6 +16,20 @@ A GEMM comes from one of three places, in this order of preference for a given r
 3. Nsight Compute rows (``ncu``): grouped by their NVTX range when it names a GEMM (tracekit's names or the
    older ``gemm/<dtype>/M=..,N=..,K=..``), else every profiled kernel on its own.
 
+The user's own ranges (no tracekit name: code tracekit never saw) are cases too, on a timeline, in Nsight
+Compute rows, or both (joined on the range name): the innermost user NVTX / record_function range that holds a
+GEMM-like kernel (tensor math > 0 by ncu's counters, a kernel named like a GEMM, or any kernel of a range named
+like one: ``sgemm_smem`` around ``simt_kernel``). Its main kernel is the GEMM-like one; every other kernel in it
+(and in user sub-ranges) is auxiliary. A range with only other kernels is no case; a range holding GEMM ranges,
+or more than ``MAX_GEMMS_PER_CASE`` distinct GEMM kernels, is context; a profiler's per-op range (``aten::addmm,
+seq = 7``) is a case only with the shape or FLOPs the profiler recorded, else transparent to the user's range
+around it. Instances of one range name are one case (median instance); a range holding a loop of GEMM launches
+is timed per launch. GEMM kernels of a foreign capture in no case are explained by kernel name.
+
+Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`.flops`; ``flops_source`` /
+``dtype_source`` say which), else from the profiler's own count (a ``flops`` column on the range); DRAM bytes the
+kernel moved stand in for the shape's minimum bytes on the roofline.
+
 Ncu rows for a range also found on a timeline (or in measurements) are attached as evidence (clock, grid,
 occupancy, stalls) rather than counted twice. Everything is kept in :class:`GemmCase` objects (a few hundred at
 most); :func:`gemm_frame` turns them into the ``gemms`` frame.

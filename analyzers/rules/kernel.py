@@ -100,8 +100,11 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
     """The in-kernel factor with its breakdown (``value`` is the residual the explainer computed)."""
     ev: dict[str, Any] = {}
     row = case.ncu or {}
-    tensor_active = row.get("tensor_pipe_pct")
-    tensor_elapsed = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    simt = case.counted is not None and case.counted.simt  # FP32 SIMT math: the tensor pipe is not its limit
+    tensor_active = None if simt else row.get("tensor_pipe_pct")
+    tensor_elapsed = (
+        None if simt else case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    )
     if tensor_active is not None:
         ev["tensor_pipe_active_pct"] = round(float(tensor_active), 1)
         ev["tensor_pipe_metric"] = row.get("tensor_pipe_metric")

@@ -848,7 +848,9 @@ def range_key(name: str) -> str:
     return _OP_SUFFIX.sub("", name).strip()
 
 
-_GEMM_RANGE = re.compile(r"gemm|matmul|(?:^|[^a-z])mm(?:[^a-z]|$)|linear|mma|addmm|bmm|dot", re.IGNORECASE)
+_GEMM_RANGE = re.compile(
+    r"gemm|matmul|(?<![a-z])(?:mm|bmm|addmm|linear|mma|dot|fc|proj)(?![a-z])", re.IGNORECASE
+)
 """A user range whose name says it runs a GEMM: its longest kernel is the GEMM even when the kernel's name does
 not say so (a SIMT kernel ``simt_kernel`` inside a range ``sgemm_smem``)."""
 

@@ -242,6 +242,9 @@ def test_quantizer_kernels_are_auxiliary_with_a_quantize_remedy_and_outer_ranges
 def test_a_range_of_only_elementwise_kernels_is_no_case_but_a_simt_kernel_its_range_names_is() -> None:
     soft = _user_timeline([[(_SOFTMAX, 0, 5000)]], "attention_softmax")
     assert build_cases(soft) == []
+    assert (
+        build_cases(_user_timeline([[(_SOFTMAX, 0, 5000)]], "nonlinear_act")) == []
+    )  # "linear" inside a word
     simt = _user_timeline([[("simt_kernel", 0, 90_000)], [("simt_kernel", 200_000, 290_000)]], "sgemm_smem")
     (c,) = build_cases(simt)
     assert c.name == "sgemm_smem" and c.main_kernel == "simt_kernel" and c.launches == 2

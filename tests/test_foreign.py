@@ -153,3 +153,30 @@ def test_ncu_only_gives_the_same_cases_and_verdicts(run_name: str, verdicts: dic
                 name,
                 [(f.name, round(f.value, 3)) for f in wfs[name].factors],
             )
+
+
+def test_explain_json_and_the_gemms_frame_say_where_flops_came_from() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.analyzers.explain import gemm_summary
+    from tracekit.cli import cli
+    from tracekit.frames import SPECS
+
+    path = SAMPLES / "h200-foreign-cublas_small_m"
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
+    res = CliRunner().invoke(cli, ["explain", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    gemms = {g["range"]: g for g in json.loads(res.output)["gemms"]}
+    small = gemms["decode_gemm_m16"]
+    assert small["flops_source"] == "ncu-counters" and small["dtype_source"] == "ncu-counters"
+    assert small["flops"] == pytest.approx(2 * 16 * 2048 * 6144, rel=0.02)
+    assert small["counters"] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
+    assert small["verdict"]["factor"] == "memory"
+    run = open_run(path)
+    frame = gemm_summary(load_frames(run), environment=run.manifest.get("environment"))
+    assert frame.schema == SPECS["gemms"].schema
+    row = frame.filter(frame["range"] == "prefill_gemm_m4096").row(0, named=True)
+    assert row["flops_source"] == "ncu-counters" and row["counted_flops"] == row["flops"]

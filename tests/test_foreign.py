@@ -180,3 +180,23 @@ def test_explain_json_and_the_gemms_frame_say_where_flops_came_from() -> None:
     assert frame.schema == SPECS["gemms"].schema
     row = frame.filter(frame["range"] == "prefill_gemm_m4096").row(0, named=True)
     assert row["flops_source"] == "ncu-counters" and row["counted_flops"] == row["flops"]
+
+
+def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    path = SAMPLES / "h200-foreign-simt_smem"
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
+    res = CliRunner().invoke(cli, ["show", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {g["range"]: g for g in json.loads(res.output)["gemms"]}
+    assert set(rows) == {"sgemm_smem_capped", "sgemm_smem_control"}
+    capped = rows["sgemm_smem_capped"]
+    assert capped["verdict"] == "in-kernel: occupancy limited by shared memory"
+    assert capped["flops_source"] == "ncu-counters" and capped["dtype"] == "fp32"
+    assert capped["tflops"] == pytest.approx(2 * 2048**3 / (capped["time_us"] * 1e-6) / 1e12, rel=0.02)

@@ -340,3 +340,17 @@ def test_occupancy_limiter_is_named_with_its_amount(samples_dir: Path) -> None:
     v = wf.verdict
     assert v is not None and v.cause == "occupancy limited by shared memory"
     assert re.fullmatch(r"shared memory: \d+ KB per block", v.evidence["occupancy_limited_by"])
+
+
+def test_profiler_flop_count_on_a_range_is_used_when_there_is_no_shape() -> None:
+    """A ``flops`` column on the ranges frame (the profiler's own count, Kineto ``flops``) makes the op range a case
+    whose FLOPs come from it; read only where the column exists."""
+    fr = _nested()
+    ranges = fr["ranges"]
+    fr["ranges"] = ranges.with_columns(
+        flops=pl.when(pl.col("name").str.starts_with("aten::_scaled_mm")).then(pl.lit(4.0e8)).otherwise(None)
+    )
+    (c,) = build_cases(fr)
+    assert c.name == "aten::_scaled_mm" and c.context == "fp8_linear"
+    assert c.flops_source == "profiler-flops" and c.flops == 4.0e8 and c.m is None
+    assert c.kernel_tflops == pytest.approx(4.0e8 / 30_000 / 1e3)

@@ -18,7 +18,9 @@ _QUANT = re.compile(
     r"abs_kernel|AbsFunctor|DivFunctor|div_true|reciprocal|clamp|scale|cast",
     re.IGNORECASE,
 )
-_ELEMENTWISE = re.compile(r"elementwise|MulFunctor|direct_copy|_copy_kernel|fill|reduce_kernel", re.IGNORECASE)
+_ELEMENTWISE = re.compile(
+    r"elementwise|MulFunctor|direct_copy|_copy_kernel|fill|reduce_kernel", re.IGNORECASE
+)
 _LAYOUT = re.compile(r"transpose|permute|contiguous|copy|swizzle|layout|reorder", re.IGNORECASE)
 _REMEDY = {
     "quantize": "Fuse the activation quantize (amax, scale, cast) into the producer kernel (the previous op, or "

@@ -1006,8 +1006,14 @@ def _range_cases(
             if pf:
                 case.profiler_flops = statistics.median(pf)
         else:
-            parsed = parse_gemm_name(name) or {}
+            parsed = parse_gemm_name(name)
+            if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
+                e = extra.get(rids[0], {})
+                parsed = {c: e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b") if e.get(c) is not None}
             case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+            pf = [f for rid in rids if (f := extra.get(rid, {}).get("flops"))]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
         case.device = device
         case.range_ids = rids
         rows_all = [r for rid in rids for r in per_instance[rid]]

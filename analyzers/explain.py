@@ -173,6 +173,9 @@ def explain_case(case: GemmCase) -> Waterfall:
             )
         if kernel_rate is None:
             wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
+        occupancy_note = _occupancy_note(case)
+        if occupancy_note:
+            wf.notes.append(occupancy_note)
         f_clock = clock(case)
         f_sol = memory_by_throughput(case)
         if f_sol is not None:
@@ -218,6 +221,27 @@ def explain_case(case: GemmCase) -> Waterfall:
     wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
     _padding_evidence(wf, f_wave)
     return wf
+
+
+def _occupancy_note(case: GemmCase) -> str | None:
+    """Without a rate there is no in-kernel factor; a launch configuration that caps occupancy (computed from the
+    timeline's block size, registers and shared memory) is still worth saying."""
+    from .rules.kernel import LOW_OCCUPANCY_PCT, _warp_specialised
+    from .rules.occupancy import ctas_per_sm, theoretical_occupancy_pct
+
+    theo = theoretical_occupancy_pct(case)
+    per_sm, limiter = ctas_per_sm(case)
+    if theo is None or not limiter or theo > LOW_OCCUPANCY_PCT or _warp_specialised(case):
+        return None
+    first = limiter.split(" and ")[0]
+    what = {
+        "shared_mem": f"shared memory: {(case.smem_per_block_bytes or 0) / 1024:.0f} KB per block",
+        "registers": f"registers: {case.registers_per_thread} per thread",
+    }.get(first, f"{first}: {case.block_size} threads per block")
+    return (
+        f"occupancy capped at {theo:.1f}% ({per_sm} CTA/SM), limited by {what}; with no FLOP count its cost is "
+        "not measured (profile with `tracekit capture --ncu`)"
+    )
 
 
 PADDING_NOTE_RATIO = 1.02

@@ -989,6 +989,8 @@ def _range_cases(
             shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b"))
             name = range_key(name)
             ctx = range_key(ctx) if ctx else ctx
+        elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
+            name = range_key(name)
         groups.setdefault((name, ctx, shape), []).append(r["range_id"])
 
     cases: list[GemmCase] = []

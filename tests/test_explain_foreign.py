@@ -354,3 +354,19 @@ def test_profiler_flop_count_on_a_range_is_used_when_there_is_no_shape() -> None
     assert c.name == "aten::_scaled_mm" and c.context == "fp8_linear"
     assert c.flops_source == "profiler-flops" and c.flops == 4.0e8 and c.m is None
     assert c.kernel_tflops == pytest.approx(4.0e8 / 30_000 / 1e3)
+
+
+def test_a_gemm_range_named_by_someone_else_keeps_the_shape_its_row_carries() -> None:
+    """A reader may mark a profiler's shaped op as a ``gemm`` range: its M, N, K and dtypes come from the row."""
+    fr = _nested()
+    fr["ranges"] = fr["ranges"].with_columns(
+        range_kind=pl.when(pl.col("name").str.starts_with("aten::_scaled_mm")).then(pl.lit("gemm")),
+        m=pl.when(pl.col("name").str.starts_with("aten::_scaled_mm")).then(pl.lit(16, pl.Int64)),
+        n=pl.lit(2048, pl.Int64),
+        k=pl.lit(6144, pl.Int64),
+        dtype_a=pl.lit("e4m3"),
+        dtype_b=pl.lit("e4m3"),
+    )
+    (c,) = [c for c in build_cases(fr) if c.m]
+    assert c.name == "aten::_scaled_mm" and c.launches == 3
+    assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144 and c.dtype_class == "fp8"

@@ -200,3 +200,14 @@ def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
     assert capped["verdict"] == "in-kernel: occupancy limited by shared memory"
     assert capped["flops_source"] == "ncu-counters" and capped["dtype"] == "fp32"
     assert capped["tflops"] == pytest.approx(2 * 2048**3 / (capped["time_us"] * 1e-6) / 1e12, rel=0.02)
+
+
+def test_nsys_only_smem_capped_kernel_says_its_occupancy_cap() -> None:
+    fr, env = _frames_without("h200-foreign-simt_smem", "ncu", "ncu_metrics", "ncu_rules")
+    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    capped, control = wfs["sgemm_smem_capped"], wfs["sgemm_smem_control"]
+    assert capped.case.flops is None and capped.case.main_kernel.startswith("sgemm_smem")
+    assert any(
+        "occupancy capped at 12.5% (1 CTA/SM), limited by shared memory: 200 KB" in n for n in capped.notes
+    )
+    assert not any("occupancy capped" in n for n in control.notes)

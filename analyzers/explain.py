@@ -35,7 +35,8 @@ from .rules.aux import aux
 from .rules.clock import clock
 from .rules.gaps import gaps
 from .rules.kernel import kernel
-from .rules.memory import memory
+from .rules.memory import memory, memory_by_throughput
+from .rules.tiles import parse_tile
 from .rules.waves import waves
 
 __all__ = ["Waterfall", "explain", "explain_case", "gemm_summary"]
@@ -69,7 +70,7 @@ class Waterfall:
     @property
     def verdict(self) -> Factor | None:
         """The factor with the largest loss (None when nothing is lost or nothing is known)."""
-        losing = [f for f in self.factors if f.value < 0.995]
+        losing = [f for f in self.factors if f.value < 0.995 and f.evidence.get("blamed") is not False]
         return min(losing, key=lambda f: f.value) if losing else None
 
     @property
@@ -93,6 +94,12 @@ class Waterfall:
             "n": c.n,
             "k": c.k,
             "dtype_class": c.dtype_class,
+            "dtype_source": c.dtype_source,
+            "flops": c.flops,
+            "flops_source": c.flops_source,
+            "counted_flops": c.counted.flops if c.counted else None,
+            "counters": c.counted.counter_names if c.counted else [],
+            "counted_dtype_note": c.counted.dtype_note if c.counted else None,
             "device": c.device.name if c.device else c.device_name,
             "main_kernel": c.main_kernel,
             "aux_kernels": c.aux_kernels,
@@ -152,6 +159,11 @@ def explain_case(case: GemmCase) -> Waterfall:
         wf.notes.append(
             f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"
         )
+    if case.ncu_borrowed_from:
+        wf.notes.append(
+            f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu_borrowed_from!r}: "
+            "this range's own launches were not profiled"
+        )
     f_aux, f_gaps = aux(case), gaps(case)
     if peak is None or kernel_rate is None:
         if peak is None:
@@ -161,7 +173,15 @@ def explain_case(case: GemmCase) -> Waterfall:
             )
         if kernel_rate is None:
             wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
+        occupancy_note = _occupancy_note(case)
+        if occupancy_note:
+            wf.notes.append(occupancy_note)
         f_clock = clock(case)
+        f_sol = memory_by_throughput(case)
+        if f_sol is not None:
+            wf.notes.append("memory-bound by Nsight Compute's throughputs: waves do not set its ceiling")
+            wf.factors = [f for f in (f_sol, f_aux, f_gaps) if f is not None]
+            return wf
         f_wave = waves(case)
         wf.factors = [f for f in (f_clock, f_wave, f_aux, f_gaps) if f is not None]
         return wf
@@ -199,7 +219,55 @@ def explain_case(case: GemmCase) -> Waterfall:
         wf.notes.append(f"achieved exceeds the {peak:.0f} TFLOP/s peak by {100 * (residual - 1):.0f}%")
     f_kernel = kernel(case, residual, memory_bound=memory_bound)
     wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
+    _padding_evidence(wf, f_wave)
     return wf
+
+
+def _occupancy_note(case: GemmCase) -> str | None:
+    """Without a rate there is no in-kernel factor; a launch configuration that caps occupancy (computed from the
+    timeline's block size, registers and shared memory) is still worth saying."""
+    from .rules.kernel import LOW_OCCUPANCY_PCT, _warp_specialised
+    from .rules.occupancy import ctas_per_sm, theoretical_occupancy_pct
+
+    theo = theoretical_occupancy_pct(case)
+    per_sm, limiter = ctas_per_sm(case)
+    if theo is None or not limiter or theo > LOW_OCCUPANCY_PCT or _warp_specialised(case):
+        return None
+    first = limiter.split(" and ")[0]
+    what = {
+        "shared_mem": f"shared memory: {(case.smem_per_block_bytes or 0) / 1024:.0f} KB per block",
+        "registers": f"registers: {case.registers_per_thread} per thread",
+    }.get(first, f"{first}: {case.block_size} threads per block")
+    return (
+        f"occupancy capped at {theo:.1f}% ({per_sm} CTA/SM), limited by {what}; with no FLOP count its cost is "
+        "not measured (profile with `tracekit capture --ncu`)"
+    )
+
+
+PADDING_NOTE_RATIO = 1.02
+"""Counted FLOPs above 2*M*N*K by more than this are reported as tile padding waste."""
+
+
+def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
+    """Where the shape and Nsight Compute's counters are both known, executed math beyond 2*M*N*K is the tiles'
+    padding: attached to the waves / tiles factor (or a note when there is none)."""
+    case = wf.case
+    ratio = case.padding_ratio
+    if ratio is None or ratio < PADDING_NOTE_RATIO:
+        return
+    tile = f_wave.evidence.get("tile") if f_wave is not None else None
+    if tile is None and (parsed := parse_tile(case.main_kernel)) is not None:
+        tile = f"{parsed.tm}x{parsed.tn}"
+    text = f"executed {ratio:.1f}x the useful FLOPs (counted {case.counted.flops:.3g} vs 2*M*N*K {case.flops:.3g})"  # type: ignore[union-attr]
+    if tile:
+        text += f": M={case.m}, N={case.n} on {tile} tiles"
+    if f_wave is not None and f_wave in wf.factors:
+        f_wave.evidence["counted_flops"] = case.counted.flops  # type: ignore[union-attr]
+        f_wave.evidence["executed_over_useful"] = round(ratio, 3)
+        f_wave.evidence["padding"] = text
+        f_wave.sentence = f_wave.sentence.rstrip(".") + f"; the tensor cores {text}."
+    else:
+        wf.notes.append(f"tile padding: the tensor cores {text}")
 
 
 def _matches(case: GemmCase, pattern: str | None) -> bool:
@@ -228,9 +296,10 @@ def gemm_summary(
     *,
     calibration: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
 ) -> pl.DataFrame:
     """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""
-    cases = build_cases(frames, calibration=calibration, environment=environment)
+    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     verdicts = {}
     for i, c in enumerate(cases):
         v = explain_case(c).verdict

@@ -16,6 +16,20 @@ A GEMM comes from one of three places, in this order of preference for a given r
 3. Nsight Compute rows (``ncu``): grouped by their NVTX range when it names a GEMM (tracekit's names or the
    older ``gemm/<dtype>/M=..,N=..,K=..``), else every profiled kernel on its own.
 
+The user's own ranges (no tracekit name: code tracekit never saw) are cases too, on a timeline, in Nsight
+Compute rows, or both (joined on the range name): the innermost user NVTX / record_function range that holds a
+GEMM-like kernel (tensor math > 0 by ncu's counters, a kernel named like a GEMM, or any kernel of a range named
+like one: ``sgemm_smem`` around ``simt_kernel``). Its main kernel is the GEMM-like one; every other kernel in it
+(and in user sub-ranges) is auxiliary. A range with only other kernels is no case; a range holding GEMM ranges,
+or more than ``MAX_GEMMS_PER_CASE`` distinct GEMM kernels, is context; a profiler's per-op range (``aten::addmm,
+seq = 7``) is a case only with the shape or FLOPs the profiler recorded, else transparent to the user's range
+around it. Instances of one range name are one case (median instance); a range holding a loop of GEMM launches
+is timed per launch. GEMM kernels of a foreign capture in no case are explained by kernel name.
+
+Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`.flops`; ``flops_source`` /
+``dtype_source`` say which), else from the profiler's own count (a ``flops`` column on the range); DRAM bytes the
+kernel moved stand in for the shape's minimum bytes on the roofline.
+
 Ncu rows for a range also found on a timeline (or in measurements) are attached as evidence (clock, grid,
 occupancy, stalls) rather than counted twice. Everything is kept in :class:`GemmCase` objects (a few hundred at
 most); :func:`gemm_frame` turns them into the ``gemms`` frame.
@@ -36,6 +50,8 @@ import polars as pl
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
 from tracekit.frames import SPECS
+
+from .flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
@@ -128,21 +144,69 @@ class GemmCase:
     achieved_estimate: str | None = None  # set when TFLOP/s had to be estimated (no shape)
     estimated_tflops: float | None = None
     calibrated_tflops: float | None = None
+    # without a shape: what Nsight Compute counted (per launch of the main kernel), the profiler's own FLOP
+    # count (Kineto ``flops``), and DRAM bytes the main kernel moved (ncu)
+    counted: CountedFlops | None = None
+    profiler_flops: float | None = None
+    dram_bytes: float | None = None
+    user_range: bool = False  # the case is the user's own NVTX / record_function range
+    range_name: str | None = None  # the range's own name when ``name`` adds the shape to it
+    ncu_borrowed_from: str | None = None  # range whose profiled launch of the same kernel is the evidence
 
     # -- derived quantities --------------------------------------------------------------------------------
+    @property
+    def shape_known(self) -> bool:
+        return bool(self.m and self.n and self.k)
+
+    @property
+    def flops_source(self) -> str:
+        """Where :attr:`flops` came from: shape | ncu-counters | profiler-flops | none."""
+        if self.shape_known:
+            return "shape"
+        if self.counted is not None:
+            return "ncu-counters"
+        if self.profiler_flops:
+            return "profiler-flops"
+        return "none"
+
+    @property
+    def dtype_source(self) -> str:
+        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | none."""
+        if any(naming.DTYPE_CLASS.get(d) for d in (self.dtype_a, self.dtype_b) if d):
+            return "shape"
+        if self.counted is not None and self.counted.dtype_class:
+            return "ncu-counters"
+        if dtype_class(None, None, self.main_kernel):
+            return "kernel-name"
+        return "none"
+
+    @property
+    def padding_ratio(self) -> float | None:
+        """Counted (executed) FLOPs over the shape's useful 2*M*N*K, when both are known (> 1: tile padding)."""
+        if self.shape_known and self.counted is not None and self.counted.flops:
+            return self.counted.flops / (2.0 * self.m * self.n * self.k)  # type: ignore[operator]
+        return None
+
     @property
     def label(self) -> str:
         return f"{self.name} [{self.context}]" if self.context else self.name
 
     @property
     def dtype_class(self) -> str | None:
+        named = [d for d in (self.dtype_a, self.dtype_b) if d and naming.DTYPE_CLASS.get(d)]
+        if not named and self.counted is not None and self.counted.dtype_class:
+            return self.counted.dtype_class
         return dtype_class(self.dtype_a, self.dtype_b, self.main_kernel)
 
     @property
     def flops(self) -> float | None:
+        """FLOPs per launch: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile
+        padding included), else the profiler's own count."""
         if self.m and self.n and self.k:
             return 2.0 * self.m * self.n * self.k
-        return None
+        if self.counted is not None:
+            return self.counted.flops
+        return self.profiler_flops or None
 
     @property
     def bytes_min(self) -> float | None:
@@ -151,8 +215,19 @@ class GemmCase:
         return min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
 
     @property
+    def bytes_moved(self) -> float | None:
+        """Bytes that set the memory roofline: the shape's minimum, else the DRAM bytes ncu measured."""
+        return self.bytes_min or self.dram_bytes or None
+
+    @property
+    def bytes_source(self) -> str | None:
+        if self.bytes_min:
+            return "shape (A, B, C once)"
+        return "ncu dram__bytes (read + write)" if self.dram_bytes else None
+
+    @property
     def intensity(self) -> float | None:
-        f, b = self.flops, self.bytes_min
+        f, b = self.flops, self.bytes_moved
         return f / b if f and b else None
 
     @property
@@ -405,6 +480,7 @@ _EXTRA_METRIC_PREFIXES = (
     "dram__bytes.sum.per_second",
     "launch__waves_per_multiprocessor",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
+    *COUNTER_PREFIXES,
 )
 
 
@@ -427,10 +503,44 @@ def _ncu_evidence(
     return metrics, rules
 
 
-def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
-    """Use the longest main kernel of ``rows`` as the case's profiled evidence."""
+def _kernel_counts(row: dict[str, Any], metrics: dict) -> CountedFlops | None:
+    return counted_flops(metrics.get(row["ncu_id"], {}), row.get("demangled_name") or row.get("name"))
+
+
+def _same_kernel(a: str | None, b: str | None) -> bool:
+    """Whether two spellings of a kernel name (timeline vs ncu; demangled vs function name) are one kernel."""
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    short_a, short_b = a.split("(")[0].split("<")[0], b.split("(")[0].split("<")[0]
+    return short_a.removeprefix("void ").strip() == short_b.removeprefix("void ").strip()
+
+
+def _pick_main(case: GemmCase, rows: list[dict[str, Any]], metrics: dict) -> dict[str, Any]:
+    """The profiled row of the case's main kernel: the timeline's main kernel by name when known, else the row
+    with the most counted math, else the longest kernel classified ``main``."""
+    if case.main_kernel:
+        named = [r for r in rows if _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))]
+        named = named or [r for r in rows if _same_kernel(case.main_kernel, r.get("name"))]
+        if named:
+            return max(named, key=lambda r: r.get("duration_ns") or 0.0)
+    counted = [(c.flops, r) for r in rows if (c := _kernel_counts(r, metrics)) is not None and not c.simt]
+    if counted:
+        return max(counted, key=lambda fr: fr[0])[1]
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
-    main = max(mains, key=lambda r: r.get("duration_ns") or 0.0)
+    return max(mains, key=lambda r: r.get("duration_ns") or 0.0)
+
+
+def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
+    """Use the main kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence, with its counted
+    FLOPs and DRAM bytes."""
+    main = _pick_main(case, rows, metrics)
+    case.counted = case.counted or _kernel_counts(main, metrics)
+    if case.dram_bytes is None and main.get("dram_bytes"):
+        case.dram_bytes = float(main["dram_bytes"])
+    elif case.dram_bytes is None and main.get("dram_bytes_per_s") and main.get("duration_ns"):
+        case.dram_bytes = float(main["dram_bytes_per_s"]) * float(main["duration_ns"]) * 1e-9  # rate x time
     case.ncu = main
     case.ncu_id = main["ncu_id"]
     case.ncu_metrics = metrics.get(main["ncu_id"], {})
@@ -450,17 +560,75 @@ def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules
         )
 
 
+def _ncu_gemm_names(frames: dict[str, pl.DataFrame], metrics: dict) -> set[str]:
+    """Names (function and demangled) of profiled kernels with tensor math > 0 by Nsight Compute's counters."""
+    ncu = frames.get("ncu")
+    out: set[str] = set()
+    if ncu is None or ncu.height == 0:
+        return out
+    for row in ncu.select("ncu_id", "name", "demangled_name").iter_rows(named=True):
+        c = _kernel_counts(row, metrics)
+        if c is not None and not c.simt:
+            out.update(n for n in (row.get("name"), row.get("demangled_name")) if n)
+    return out
+
+
+def _user_range_of(row: dict[str, Any]) -> str | None:
+    """The user's own innermost NVTX range of a profiled kernel: profiler op ranges (``aten::addmm, seq = 7``)
+    are skipped outward through the NVTX stack; None when the kernel is in no user range."""
+    rng = row.get("nvtx_range")
+    if not rng or naming.decode(rng) is not None:
+        return None
+    if not is_op_range(rng):
+        return rng
+    try:
+        stack = json.loads(row.get("nvtx_stack") or "[]")
+    except ValueError:
+        stack = []
+    for entry in reversed(stack):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name and not is_op_range(name) and naming.decode(name) is None:
+            return name
+    return None
+
+
+def _user_split(
+    name: str, rows: list[dict[str, Any]], metrics: dict, gemm_names: set[str]
+) -> tuple[list[dict], list[dict]] | None:
+    """Main and auxiliary rows of a user range's profiled kernels; None when the range is not a GEMM case (no
+    GEMM-like kernel and a name that does not say GEMM)."""
+    mains = [
+        r
+        for r in rows
+        if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
+    ]
+    if not mains:
+        if not _GEMM_RANGE.search(name):
+            return None
+        # a SIMT kernel the user's range names: the kernel with the most time (or counted math) is the GEMM
+        totals: dict[str, float] = {}
+        for r in rows:
+            totals[r.get("name") or ""] = totals.get(r.get("name") or "", 0.0) + (r.get("duration_ns") or 0.0)
+        top = max(totals, key=lambda n: totals[n])
+        mains = [r for r in rows if (r.get("name") or "") == top]
+    return mains, [r for r in rows if r not in mains]
+
+
 def _ncu_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, metrics: dict, rules: dict
-) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase]]:
+) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase], dict[str, tuple[list, list]]]:
     """ncu rows grouped by GEMM range name, rows of tracekit ``aux`` ranges grouped by range name (auxiliary
-    kernels of a GEMM, never GEMMs themselves), and cases for kernels with no such range (one per kernel)."""
+    kernels of a GEMM, never GEMMs themselves), cases for kernels in no range (one per kernel), and the user's
+    own GEMM ranges (innermost NVTX range of a GEMM-like kernel: name -> (main rows, auxiliary rows)). Kernels of
+    a user range that holds no GEMM-like kernel are not GEMM cases."""
     ncu = frames.get("ncu")
     by_range: dict[str, list[dict]] = {}
     aux_rows: dict[str, list[dict]] = {}
     loose: list[GemmCase] = []
+    user: dict[str, list[dict]] = {}
     if ncu is None or ncu.height == 0:
-        return by_range, aux_rows, loose
+        return by_range, aux_rows, loose, {}
+    gemm_names = _ncu_gemm_names(frames, metrics)
     for row in ncu.sort("ncu_id").iter_rows(named=True):
         if aux_key(row.get("nvtx_range")) is not None:
             aux_rows.setdefault(row["nvtx_range"], []).append(row)
@@ -479,15 +647,82 @@ def _ncu_cases(
         if parsed is not None:
             by_range.setdefault(row["nvtx_range"], []).append(row)
             continue
-        name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
-        case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
-        case.device = _device_for_ncu(row, device)
-        case.device_name = row.get("device_name")
-        case.main_ns = row.get("duration_ns")
-        _attach_ncu(case, [row], metrics, rules)
-        _estimate_achieved(case)
-        loose.append(case)
-    return by_range, aux_rows, loose
+        rng = _user_range_of(row)
+        if rng:
+            user.setdefault(rng, []).append(row)
+            continue
+        loose.append(_kernel_case(row, device, metrics, rules))
+    user_cases: dict[str, tuple[list, list]] = {}
+    for name, rows in user.items():
+        split = _user_split(name, rows, metrics, gemm_names)
+        if split is not None:
+            user_cases[name] = split
+    return by_range, aux_rows, loose, user_cases
+
+
+def _kernel_case(row: dict[str, Any], device: DeviceSpec | None, metrics: dict, rules: dict) -> GemmCase:
+    """A profiled kernel in no GEMM range, explained on its own and named by kernel."""
+    name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
+    case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
+    case.device = _device_for_ncu(row, device)
+    case.device_name = row.get("device_name")
+    case.main_ns = row.get("duration_ns")
+    _attach_ncu(case, [row], metrics, rules)
+    _estimate_achieved(case)
+    return case
+
+
+def _borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], metrics: dict, rules: dict) -> None:
+    """A user range on the timeline whose own launches were not profiled (ncu limits launches per range, a CUDA
+    graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the run:
+    same kernel and launch configuration, same math. ``ncu_borrowed_from`` names where it came from."""
+    ncu = frames.get("ncu")
+    if ncu is None or ncu.height == 0:
+        return
+    rows = ncu.sort("ncu_id").to_dicts()
+    for case in cases:
+        if not case.user_range or case.ncu is not None or not case.main_kernel or not case.grid_size:
+            continue
+        same = [
+            r
+            for r in rows
+            if r.get("grid_size") == case.grid_size
+            and _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))
+        ]
+        if not same:
+            continue
+        if case.counted is None and not case.shape_known:
+            case.counted = _kernel_counts(same[0], metrics)
+        _attach_ncu(case, same[:1], metrics, rules)
+        case.ncu_borrowed_from = same[0].get("nvtx_range") or "(no range)"
+
+
+def _user_ncu_case(
+    name: str, mains: list[dict], auxs: list[dict], device: DeviceSpec | None, metrics: dict, rules: dict
+) -> GemmCase:
+    """A user range known only from Nsight Compute: per launch of its main kernel, the main kernels' time and
+    counted FLOPs, and the auxiliary kernels' time."""
+    case = GemmCase(origin="ncu", name=name)
+    case.user_range = True
+    case.range_name = name
+    case.device = _device_for_ncu(mains[0], device)
+    case.device_name = mains[0].get("device_name")
+    per_name: dict[str, int] = {}
+    for r in mains:
+        per_name[r.get("name") or ""] = per_name.get(r.get("name") or "", 0) + 1
+    case.launches = max(per_name.values())
+    case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / case.launches
+    case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / case.launches
+    case.aux_kernels = sorted({r.get("demangled_name") or r.get("name") for r in auxs if r.get("name")})
+    counts = [c for r in mains if (c := _kernel_counts(r, metrics)) is not None]
+    if counts:
+        top = max(counts, key=lambda c: c.flops)
+        total = sum(c.flops for c in counts if c.simt == top.simt) / case.launches
+        case.counted = CountedFlops(total, top.dtype_class, top.counter_names, top.simt, top.dtype_note)
+    case.time_source = "Nsight Compute: duration of each profiled launch (kernel replay)"
+    _attach_ncu(case, mains + auxs, metrics, rules)
+    _estimate_achieved(case)
+    return case
 
 
 def _estimate_achieved(case: GemmCase) -> None:
@@ -593,15 +828,131 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
-def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+MAX_GEMMS_PER_CASE = 2
+"""A user range holding more distinct GEMM kernels than this (a whole model step, a decoder layer) is context, not
+one GEMM case: its GEMM kernels are explained by name."""
+_OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
+"""Ranges a profiler writes per operator (PyTorch ``emit_nvtx`` / Kineto ``cpu_op``: ``aten::addmm, seq = 7,
+op_id = 12``), as opposed to the user's own ranges."""
+_OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$")
+
+
+def is_op_range(name: str | None) -> bool:
+    """Whether a range is a profiler's per-operator range rather than one the user named."""
+    return bool(name) and bool(_OP_RANGE.search(name))
+
+
+def range_key(name: str) -> str:
+    """A range name without the per-call counters a profiler adds (``aten::addmm, seq = 7, op_id = 12`` ->
+    ``aten::addmm``): every call of one op is an instance of one range."""
+    return _OP_SUFFIX.sub("", name).strip()
+
+
+_GEMM_RANGE = re.compile(
+    r"gemm|matmul|(?<![a-z])(?:mm|bmm|addmm|linear|mma|dot|fc|proj)(?![a-z])", re.IGNORECASE
+)
+"""A user range whose name says it runs a GEMM: its longest kernel is the GEMM even when the kernel's name does
+not say so (a SIMT kernel ``simt_kernel`` inside a range ``sgemm_smem``)."""
+
+
+def _gemm_like(name: str | None, gemm_names: set[str]) -> bool:
+    """A GEMM kernel by Nsight Compute's counters (tensor math > 0: ``gemm_names``) or by its name."""
+    return bool(name) and (name in gemm_names or is_gemm_kernel(name))
+
+
+def _user_gemm_ranges(
+    ranges: pl.DataFrame,
+    kernels: pl.DataFrame,
+    tracekit_owner: dict[int, tuple[int, bool]],
+    gemm_names: set[str],
+) -> dict[int, tuple[int, bool]]:
+    """The user's own GEMM ranges (no tracekit kind): range_id -> (case range, is auxiliary) for each case range
+    (itself, not auxiliary) and the user ranges under it that are not cases themselves (their kernels are the
+    case's auxiliary kernels). A case range is the innermost range a GEMM-like kernel was launched in, or a range
+    named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
+    outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
+    shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
+    rows = ranges.select("range_id", "parent_id", "range_kind", "name", *shaped_cols).to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    rname = {r["range_id"]: r["name"] for r in rows}
+    # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
+    # without them its kernels belong to the user's range around it
+    transparent = {
+        r["range_id"]
+        for r in rows
+        if r["range_kind"] is None and is_op_range(r["name"]) and not any(r.get(c) for c in shaped_cols)
+    }
+
+    def holder(rid: int | None) -> int | None:
+        depth = 0
+        while rid is not None and rid in transparent and depth < 64:
+            rid, depth = parent.get(rid), depth + 1
+        if rid is not None and _STEP.fullmatch((rname.get(rid) or "").strip()):
+            return None  # a training / profiler step is context, never the GEMM's own range
+        return rid
+
+    direct: dict[int, list[str]] = {}
+    for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
+        if rid in tracekit_owner:
+            continue
+        rid = holder(rid)
+        if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
+            direct.setdefault(rid, []).append(kname)
+    by_kernel = {
+        rid
+        for rid, names in direct.items()
+        if 0 < len({n for n in names if _gemm_like(n, gemm_names)}) <= MAX_GEMMS_PER_CASE
+    }
+    by_name = {
+        rid
+        for rid in direct
+        if rid not in by_kernel
+        and _GEMM_RANGE.search(rname.get(rid) or "")
+        and not _STEP.fullmatch((rname.get(rid) or "").strip())
+    }
+    # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
+    inside: set[int] = set()
+    for rid in by_kernel:
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            inside.add(cur)
+            cur, depth = parent.get(cur), depth + 1
+    cases = by_kernel | (by_name - inside)
+    out: dict[int, tuple[int, bool]] = {rid: (rid, False) for rid in cases}
+    for rid in kind:
+        if rid in cases or rid in tracekit_owner or kind.get(rid) is not None:
+            continue
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            if cur in cases:
+                # a profiler's op range inside the case holds its kernels directly (roles by kernel); a user's
+                # own sub-range (a "quantize" step) holds auxiliary kernels
+                out[rid] = (cur, rid not in transparent)
+                break
+            cur, depth = parent.get(cur), depth + 1
+    return out
+
+
+def _range_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
+) -> list[GemmCase]:
+    """Timeline cases: tracekit ``gemm`` ranges and the user's own GEMM ranges (:func:`_user_gemm_ranges`).
+    ``gemm_names`` are kernel names Nsight Compute counted tensor math for."""
     ranges = frames.get("ranges")
     kernels = frames.get("kernels")
     if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
         return []
-    gemm_ranges = ranges.filter(pl.col("range_kind") == "gemm")
+    gemm_names = gemm_names or set()
+    owner = _gemm_ancestor(ranges)
+    user = _user_gemm_ranges(ranges, kernels, owner, gemm_names)
+    user_cases = {rid for rid, (gid, _) in user.items() if gid == rid}
+    owner.update(user)
+    gemm_ranges = ranges.filter((pl.col("range_kind") == "gemm") | pl.col("range_id").is_in(list(user_cases)))
     if gemm_ranges.height == 0:
         return []
-    owner = _gemm_ancestor(ranges)
+    shape_cols = [c for c in ("m", "n", "k", "dtype_a", "dtype_b", "flops") if c in ranges.columns]
+    extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
     names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
     parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
     kcols = [
@@ -613,7 +964,10 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
     per_instance: dict[int, list[dict]] = {}
     for r in ks.iter_rows(named=True):
         gid, aux = owner[r["range_id"]]
-        r["role"] = classify_kernel(r["name"], aux)
+        if gid in user_cases:
+            r["role"] = "main" if not aux and _gemm_like(r["name"], gemm_names) else "aux"
+        else:
+            r["role"] = classify_kernel(r["name"], aux)
         per_instance.setdefault(gid, []).append(r)
     # every kernel start per device, to tell a launch gap from time spent in other kernels
     starts: dict[Any, list[int]] = {}
@@ -622,18 +976,46 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
     ):
         starts[dev[0]] = grp["start_ns"].to_list()
 
-    groups: dict[tuple[str, str | None], list[int]] = {}
+    groups: dict[tuple[str, str | None, tuple], list[int]] = {}
     for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
         if r["range_id"] not in per_instance:
             continue
         parent = parents.get(r["range_id"])
         ctx = context_key(names.get(parent)) if parent is not None else None
-        groups.setdefault((r["name"], ctx), []).append(r["range_id"])
+        shape: tuple = ()
+        name = r["name"]
+        if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
+            e = extra.get(r["range_id"], {})
+            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b"))
+            name = range_key(name)
+            ctx = range_key(ctx) if ctx else ctx
+        elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
+            name = range_key(name)
+        groups.setdefault((name, ctx, shape), []).append(r["range_id"])
 
     cases: list[GemmCase] = []
-    for (name, ctx), rids in groups.items():
-        parsed = parse_gemm_name(name) or {}
-        case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+    for (name, ctx, shape), rids in groups.items():
+        is_user = rids[0] in user_cases
+        if is_user:
+            m, n, k, da, db = shape or (None,) * 5
+            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db}
+            label = f"{name} M={m} N={n} K={k}" if m and n and k else name
+            case = GemmCase(origin="range", name=label, context=ctx, **parsed)
+            case.user_range = True
+            case.range_name = name
+            pf = [extra.get(rid, {}).get("flops") for rid in rids]
+            pf = [f for f in pf if f]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
+        else:
+            parsed = parse_gemm_name(name)
+            if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
+                e = extra.get(rids[0], {})
+                parsed = {c: e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b") if e.get(c) is not None}
+            case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+            pf = [f for rid in rids if (f := extra.get(rid, {}).get("flops"))]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
         case.device = device
         case.range_ids = rids
         rows_all = [r for rid in rids for r in per_instance[rid]]
@@ -654,6 +1036,7 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
         main_rows: list[dict] = []
         prev_end: int | None = None
         prev_dev = None
+        n_launches = 0
         for rid in rids:
             rows = per_instance[rid]
             intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
@@ -674,10 +1057,19 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
                 if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
                     gap += first - prev_end
             prev_end, prev_dev = last, dev
-            mains.append(main_i)
-            auxs.append(aux_i)
-            gaps.append(gap)
-        case.launches = len(rids)
+            # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
+            n_i = 1
+            if is_user:
+                counts: dict[str, int] = {}
+                for r in rows:
+                    if r["role"] == "main":
+                        counts[r["name"]] = counts.get(r["name"], 0) + 1
+                n_i = max(counts.values(), default=1)
+                n_launches += n_i
+            mains.append(main_i / n_i)
+            auxs.append(aux_i / n_i)
+            gaps.append(gap / n_i)
+        case.launches = n_launches if is_user else len(rids)
         case.main_ns = statistics.median(mains)
         case.aux_ns = statistics.median(auxs)
         case.gap_ns = statistics.median(gaps)
@@ -703,6 +1095,56 @@ def _range_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> 
                 case.aux_ns += ns
                 case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
     return cases
+
+
+def _loose_timeline_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
+) -> list[GemmCase]:
+    """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
+    without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
+    launch gap: with no range there is nothing to attribute idle time to."""
+    kernels = frames.get("kernels")
+    if kernels is None or kernels.height == 0:
+        return []
+    ranges = frames.get("ranges")
+    if owned and ranges is not None and ranges.height:
+        parent = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
+        inside: set[int] = set()
+        for rid in parent:  # every range at or under a case's range
+            cur, depth = rid, 0
+            while cur is not None and depth < 64:
+                if cur in owned:
+                    inside.add(rid)
+                    break
+                cur, depth = parent.get(cur), depth + 1
+        kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
+    out: list[GemmCase] = []
+    ordered = kernels.sort("start_ns")
+    names = ordered["name"].to_list()
+    starts, ends = ordered["start_ns"].to_list(), ordered["end_ns"].to_list()
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        if is_gemm_kernel(n):
+            groups.setdefault(n, []).append(i)
+    for name, idx in groups.items():
+        case = GemmCase(origin="kernel", name=name)
+        case.device = device
+        case.main_kernel = name
+        case.launches = len(idx)
+        case.main_ns = statistics.fmean(ends[i] - starts[i] for i in idx)
+        top = ordered.row(idx[0], named=True)
+        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        if all(g is not None for g in grid):
+            case.grid_size = int(grid[0] * grid[1] * grid[2])
+        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
+        if all(b is not None for b in block):
+            case.block_size = int(block[0] * block[1] * block[2])
+        case.registers_per_thread = top.get("registers_per_thread")
+        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+        case.time_source = "timeline: kernel durations (the kernel is in no range)"
+        out.append(case)
+    return out
 
 
 # --- measurements -------------------------------------------------------------------------------------------------
@@ -801,22 +1243,35 @@ def build_cases(
 
     ``device`` (``--device``: tracekit.devices.lookup_device) replaces the GPU the files name, for every GEMM:
     Nsight Compute CSV exports name only the compute capability, and a user may know better than a report."""
+    given = device
     if device is None:
         device = device_from_frames(frames, environment)
     elif (ncu := frames.get("ncu")) is not None and ncu.height:
         # each profiled kernel's own GPU name would win in _device_for_ncu: the flag wins over it
         frames = {**frames, "ncu": ncu.with_columns(pl.lit(None, pl.String).alias("device_name"))}
     metrics, rules = _ncu_evidence(frames)
-    ncu_by_range, ncu_aux, loose = _ncu_cases(frames, device, metrics, rules)
+    ncu_by_range, ncu_aux, loose, ncu_user = _ncu_cases(frames, device, metrics, rules)
     cases = _measurement_cases(frames, device)
     measured: dict[str, list[GemmCase]] = {}
     for mc in cases:
         measured.setdefault(mc.name, []).append(mc)
-    for case in _range_cases(frames, device):
+    for case in _range_cases(frames, device, _ncu_gemm_names(frames, metrics)):
         for mc in measured.get(case.name, []):
             _merge_timeline(mc, case)
         if case.name not in measured:
             cases.append(case)
+    # the user's ranges: a timeline case takes the profiled kernels of the range with the same name as evidence
+    timeline_user = {c.range_name: c for c in cases if c.user_range and c.range_name}
+    for name, (mains, auxs) in ncu_user.items():
+        tc = timeline_user.get(name)
+        if tc is not None:
+            if tc.counted is None and not tc.shape_known:
+                tc.counted = _user_ncu_case(name, mains, auxs, device, metrics, rules).counted
+            _attach_ncu(tc, mains, metrics, rules)
+            tc.ncu_rules = [x for r in mains + auxs for x in rules.get(r["ncu_id"], [])]
+        else:
+            cases.append(_user_ncu_case(name, mains, auxs, device, metrics, rules))
+    _borrow_ncu(cases, frames, metrics, rules)
     names = {c.name for c in cases}
     for name, rows in ncu_by_range.items():
         if name in names:
@@ -839,8 +1294,12 @@ def build_cases(
         cases.append(case)
     _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
+    foreign = not any(c.origin == "measurement" or (c.origin == "range" and not c.user_range) for c in cases)
+    if foreign and (frames.get("ncu") is None or frames["ncu"].height == 0):
+        owned = {rid for c in cases if c.user_range for rid in c.range_ids}
+        cases.extend(_loose_timeline_cases(frames, device, owned))
     for case in cases:
-        if case.device is None:
+        if case.device is None or given is not None:
             case.device = device
         if case.device_name is None and case.device is not None:
             case.device_name = case.device.name
@@ -893,6 +1352,9 @@ def gemm_frame(
                 "device_name": c.device_name,
                 "device_key": c.device.key if c.device else None,
                 "flops": c.flops,
+                "flops_source": c.flops_source,
+                "dtype_source": c.dtype_source,
+                "counted_flops": c.counted.flops if c.counted else None,
                 "min_bytes": c.bytes_min,
                 "intensity_flops_per_byte": c.intensity,
                 "main_time_ns": c.main_ns,

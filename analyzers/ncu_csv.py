@@ -316,6 +316,9 @@ def _read_details(header: list[str], body: list[list[str]]) -> list[_Kernel]:
         k = kernels.get(int(ident))
         if k is None:
             k = kernels[int(ident)] = _Kernel(int(ident), _fixed(header[: col["Section Name"]], row))
+            nvtx = next((i for i, h in enumerate(header) if "Push/Pop_Range" in h), None)
+            if nvtx is not None and nvtx < len(row):
+                k.stack = _nvtx_cell(row[nvtx])
         section, label = get(row, "Section Name"), get(row, "Metric Name")
         if label:
             if section == "Command line profiler metrics" or "__" in label:

@@ -561,11 +561,11 @@ def analyze_ranks(
     rows, wfs = _case_rows(frames, ranks, environment, calibration)
     if not rows:
         rows = _kernel_rows(k)
-        if rows:
-            notes.append(
-                "no tracekit GEMM ranges or Nsight Compute rows: GEMMs compared by kernel name, timeline only "
-                "(capture with 'tracekit capture --ranks --nsys --ncu' for each rank's waterfall)"
-            )
+    if rows and all(r["origin"] == "kernel" for r in rows):  # by name: from here or from the explainer
+        notes.append(
+            "no tracekit GEMM ranges or Nsight Compute rows: GEMMs compared by kernel name, timeline only "
+            "(capture with 'tracekit capture --ranks --nsys --ncu' for each rank's waterfall)"
+        )
     gemms = (
         pl.DataFrame(rows, schema=_GEMM_SCHEMA).sort("gemm", "rank")
         if rows

@@ -395,6 +395,9 @@ def build_report(
             "dtype_out": case.dtype_out,
             "scale": case.scale,
             "dtype_class": case.dtype_class,
+            "dtype_source": case.dtype_source,
+            "flops": _f(case.flops),
+            "flops_source": case.flops_source,
             "launches": case.launches,
             "main_kernel": case.main_kernel,
             "time_us": time_us,
@@ -846,6 +849,15 @@ def _waterfall_blocks(wf: dict[str, Any], d: Detail, index: int) -> list[Any]:
             head.append(("t", f" = {100 * ach / peak:.0f}%"))
     if wf.get("calibrated_tflops"):
         head.append(("t", f"; calibrated {wf['calibrated_tflops']:,.0f} TFLOP/s"))
+    if wf.get("flops_source") in ("ncu-counters", "profiler-flops") and head:
+        what = (
+            "Nsight Compute's counters"
+            if wf["flops_source"] == "ncu-counters"
+            else "the profiler's FLOP count"
+        )
+        head.append(
+            ("t", f" (no shape: FLOPs from {what}, dtype from {md_text(wf.get('dtype_source') or '?')})")
+        )
     if head:
         blocks.append(Para(head))
     factors = wf.get("factors") or []

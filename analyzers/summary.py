@@ -176,6 +176,30 @@ def moe_summary(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | N
     return None if analysis.empty else moe_json(analysis)
 
 
+def _case_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A ``gemms`` frame row (analyzers/explain.py) in the shape of ``show --json``'s GEMM rows, with where its
+    FLOPs and dtype came from."""
+    main = r.get("main_time_ns")
+    return {
+        "range": r.get("range"),
+        "backend": r.get("backend"),
+        "op": r.get("op"),
+        "m": r.get("m"),
+        "n": r.get("n"),
+        "k": r.get("k"),
+        "dtype": r.get("dtype_a") or r.get("dtype_class"),
+        "time_us": main / 1e3 if main is not None else None,
+        "tflops": r.get("kernel_tflops"),
+        "launches": r.get("launches"),
+        "pct_of_peak": r.get("pct_of_peak"),
+        "verdict": r.get("verdict"),
+        "origin": r.get("origin"),
+        "main_kernel": r.get("main_kernel"),
+        "flops_source": r.get("flops_source"),
+        "dtype_source": r.get("dtype_source"),
+    }
+
+
 def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     """The JSON object of ``tracekit show --json``."""
     from tracekit.frames import SCHEMA_VERSION
@@ -195,6 +219,8 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
             info = by_range.get(row.get("range"), {})
             row["pct_of_peak"] = info.get("pct_of_peak")
             row["verdict"] = info.get("verdict")
+        if not gemm_rows:  # no tracekit ranges or measurements: the explainer's cases (the user's own ranges)
+            gemm_rows = [_case_row(r) for r in _records(extra)]
     # a crash's evidence columns too; frames written before they existed lack them (null)
     wanted = ("backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback", *_CRASH_FIELDS)
     failures = frames["failures"].select(

@@ -319,7 +319,12 @@ GEMMS = FrameSpec(
     "parent range, measurement, or profiled kernel without a GEMM range. Times are per launch.",
     (
         Column("gemm_id", I64, "index of the GEMM in this analysis"),
-        Column("origin", STR, "measurement | range (timeline) | ncu (ncu rows of a GEMM range) | ncu-kernel"),
+        Column(
+            "origin",
+            STR,
+            "measurement | range (timeline: tracekit's or the user's own range) | ncu (ncu rows of a GEMM range) | "
+            "ncu-kernel | kernel (timeline kernel in no range)",
+        ),
         Column("range", STR, "range name (or kernel name for ncu-kernel)"),
         Column("context", STR, "name of the enclosing range, null at top level"),
         Column("backend", STR, "GEMM backend"),
@@ -340,7 +345,20 @@ GEMMS = FrameSpec(
         Column("aux_kernels", STR, "auxiliary kernels in the range, JSON list of names"),
         Column("device_name", STR, "GPU name"),
         Column("device_key", STR, "device catalog key (tracekit/data/devices.json)"),
-        Column("flops", F64, "2*M*N*K per launch"),
+        Column(
+            "flops",
+            F64,
+            "FLOPs per launch: 2*M*N*K from the shape, else Nsight Compute's counted math (tile padding "
+            "included), else the profiler's own count",
+        ),
+        Column("flops_source", STR, "where flops came from: shape | ncu-counters | profiler-flops | none"),
+        Column("dtype_source", STR, "where dtype_class came from: shape | ncu-counters | kernel-name | none"),
+        Column(
+            "counted_flops",
+            F64,
+            "FLOPs Nsight Compute counted per launch of the main kernel (sm__ops_path_tensor_src_*, or FP32 "
+            "2*FFMA+FADD+FMUL); above 2*M*N*K when tiles are padded",
+        ),
         Column("min_bytes", F64, "fewest bytes per launch: A, B, their scales and C at real widths"),
         Column("intensity_flops_per_byte", F64, "flops / min_bytes"),
         Column("main_time_ns", F64, "time of the GEMM's own kernels per launch, ns"),

@@ -100,8 +100,11 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
     """The in-kernel factor with its breakdown (``value`` is the residual the explainer computed)."""
     ev: dict[str, Any] = {}
     row = case.ncu or {}
-    tensor_active = row.get("tensor_pipe_pct")
-    tensor_elapsed = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    simt = case.counted is not None and case.counted.simt  # FP32 SIMT math: the tensor pipe is not its limit
+    tensor_active = None if simt else row.get("tensor_pipe_pct")
+    tensor_elapsed = (
+        None if simt else case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
+    )
     if tensor_active is not None:
         ev["tensor_pipe_active_pct"] = round(float(tensor_active), 1)
         ev["tensor_pipe_metric"] = row.get("tensor_pipe_metric")
@@ -126,6 +129,13 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         lim = limits_from_ncu(case)
         if lim:
             ev["occupancy_limits"] = lim
+        first = limiter.split(" and ")[0]
+        if first == "shared_mem" and case.smem_per_block_bytes:
+            ev["occupancy_limited_by"] = f"shared memory: {case.smem_per_block_bytes / 1024:.0f} KB per block"
+        elif first == "registers" and case.registers_per_thread:
+            ev["occupancy_limited_by"] = f"registers: {case.registers_per_thread} per thread"
+        elif first in ("warps", "blocks") and case.block_size:
+            ev["occupancy_limited_by"] = f"block size: {case.block_size} threads per block"
     if case.registers_per_thread:
         ev["registers_per_thread"] = case.registers_per_thread
     ev.update(_stage_fit(case))

@@ -23,7 +23,9 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
     ridge = dev.ridge_flops_per_byte(case.dtype_class or "")
     ev = {
         "flops": case.flops,
+        "flops_source": case.flops_source,
         "min_bytes": case.bytes_min,
+        "bytes_source": case.bytes_source,
         "intensity_flops_per_byte": round(ai, 2),
         "ridge_flops_per_byte": round(ridge, 1) if ridge else None,
         "memory_bandwidth_bytes_per_s": bw,
@@ -37,12 +39,41 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
             else "Memory does not set the ceiling."
         )
         return Factor("memory", 1.0, sentence, ev, None)
+    moved = case.bytes_moved or 0.0
+    verb = "must move" if case.bytes_min else "moved (DRAM, measured)"
     sentence = (
-        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM must move {case.bytes_min / 1e6:.1f} MB; at "
+        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM {verb} {moved / 1e6:.1f} MB; at "
         f"{bw / 1e12:.2f} TB/s that caps it at {roof:.0f} TFLOP/s."
     )
     remedy = (
         "Memory-bound by shape: batch more rows into M (or fuse GEMMs that share the weight), use a narrower "
         "weight type (FP8 / FP4 halves or quarters the bytes), or keep the weight resident in L2."
+    )
+    return Factor("memory", value, sentence, ev, remedy)
+
+
+SOL_MEMORY_PCT = 50.0
+"""DRAM throughput (% of peak) at or above which a kernel with no FLOP count counts as memory-bound, when DRAM is
+also busier than the SMs."""
+
+
+def memory_by_throughput(case: GemmCase) -> Factor | None:
+    """With no FLOP count: memory-bound when Nsight Compute's Speed Of Light shows DRAM throughput high and above
+    the SMs' (``dram_throughput_pct >= 50`` and ``> compute_throughput_pct``). The value is the SMs' throughput
+    fraction: what the memory bound leaves of the compute peak. None when not memory-bound or not profiled."""
+    row = case.ncu or {}
+    dram, sm = row.get("dram_throughput_pct"), row.get("compute_throughput_pct")
+    if dram is None or sm is None or dram < SOL_MEMORY_PCT or dram <= sm:
+        return None
+    value = max(min(float(sm) / 100.0, 1.0), 1e-3)
+    ev = {"dram_throughput_pct": round(float(dram), 1), "compute_throughput_pct": round(float(sm), 1)}
+    sentence = (
+        f"DRAM ran at {dram:.0f}% of its peak while the SMs reached {sm:.0f}% of theirs: the kernel waits on "
+        "memory (no FLOP count in the profile to place it on the roofline)."
+    )
+    remedy = (
+        "Memory-bound: batch more rows into M (or fuse GEMMs that share the weight), use a narrower weight type "
+        "(FP8 / FP4), or keep the weight resident in L2. Profile with the tensor-op counters "
+        "(`tracekit capture --ncu`) for the roofline."
     )
     return Factor("memory", value, sentence, ev, remedy)

@@ -27,7 +27,7 @@ class Tile:
 
 
 _NVJET = re.compile(r"nvjet_(?:sm\d+_)?[a-z]+_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)")
-_CUTLASS2 = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_(?:tn|nt|nn|tt)\b", re.I)
+_CUTLASS2 = re.compile(r"_(\d+)x(\d+)_(\d+)x(\d+)_(?:tn|nt|nn|tt)(?:\b|_)", re.I)
 _XMMA = re.compile(r"tilesize(\d+)x(\d+)x(\d+)")
 _STAGE = re.compile(r"stages?(\d+)|_stage(\d+)")
 _CUTE = re.compile(r"cute::C<(\d+)>\s*,\s*cute::C<(\d+)>\s*,\s*cute::C<(\d+)>")

@@ -107,8 +107,9 @@ def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filte
         what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"
         console.print(
             Text(
-                f"No GEMMs {what}. tracekit finds GEMMs in tracekit `gemm` ranges on a timeline, in "
-                "`tracekit bench` measurements, and in Nsight Compute profiles.",
+                f"No GEMMs {what}. tracekit finds GEMMs in tracekit `gemm` ranges and in your own NVTX / "
+                "record_function ranges that hold a GEMM kernel, in `tracekit bench` measurements, and in Nsight "
+                "Compute profiles.",
                 style="yellow",
             )
         )
@@ -131,6 +132,12 @@ def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filte
                 head.append(f" = {100 * ach / peak:.0f}%")
         if d["calibrated_tflops"]:
             head.append(f"; calibrated {d['calibrated_tflops']:,.0f} ({d['pct_of_calibrated']:.0f}%)")
+        if d.get("flops"):
+            head.append(
+                f"\n{d['flops'] / 1e9:,.3g} GFLOP per launch from {d['flops_source']}; "
+                f"{c.dtype_class or 'dtype unknown'} from {d['dtype_source']}",
+                style="dim",
+            )
         if c.main_kernel:
             head.append(f"\nkernel {safe(c.main_kernel, 100)}", style="dim")
         wide = console.width >= WIDE

@@ -112,6 +112,9 @@ class GemmCase:
     dtype_a: str | None = None
     dtype_b: str | None = None
     dtype_out: str | None = None
+    batch: int | None = (
+        None  # batched GEMMs (bmm, baddbmm, _grouped_mm): FLOPs and bytes are per batch x this
+    )
     scale: str | None = None
     launches: int = 1
     time_source: str | None = None  # where main / aux / gap times came from (shown as evidence)
@@ -203,7 +206,7 @@ class GemmCase:
         """FLOPs per launch: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile
         padding included), else the profiler's own count."""
         if self.m and self.n and self.k:
-            return 2.0 * self.m * self.n * self.k
+            return 2.0 * self.m * self.n * self.k * (self.batch or 1)
         if self.counted is not None:
             return self.counted.flops
         return self.profiler_flops or None
@@ -212,7 +215,8 @@ class GemmCase:
     def bytes_min(self) -> float | None:
         if not (self.m and self.n and self.k):
             return None
-        return min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
+        one = min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
+        return one * (self.batch or 1)
 
     @property
     def bytes_moved(self) -> float | None:
@@ -418,9 +422,28 @@ def min_bytes(
     )
 
 
+_NOT_GEMM_FUNCTION = re.compile(
+    r"flash|attn|attention|softmax|finaliz|norm|topk|permut|gather|scatter|rotary|rope|embedding|sort|histogram",
+    re.IGNORECASE,
+)
+"""Words in a kernel's own function name (before its template arguments) that say it is not a GEMM, although its
+template arguments name CUTLASS types (``pytorch_flash::flash_fwd_kernel<... cutlass::bfloat16_t ...>``,
+``moe::dev::finalize::finalizeKernelVecLoad<... cutlass::bfloat16_t ...>``)."""
+
+
+def _function_part(name: str) -> str:
+    """A demangled kernel name without its return type, template arguments and parameters."""
+    text = name.removeprefix("void ").strip()
+    cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 def is_gemm_kernel(name: str | None) -> bool:
-    """A GEMM kernel by its name alone: named like a GEMM, and classified ``main`` (not an auxiliary kernel)."""
-    return bool(name) and bool(_GEMM_PATTERN.search(name)) and classify_kernel(name) == "main"
+    """A GEMM kernel by its name alone: named like a GEMM, not an attention / normalisation / routing kernel by
+    its own function name, and classified ``main`` (not an auxiliary kernel)."""
+    if not name or not _GEMM_PATTERN.search(name) or classify_kernel(name) != "main":
+        return False
+    return not _NOT_GEMM_FUNCTION.search(_function_part(name))
 
 
 def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
@@ -944,6 +967,14 @@ def _range_cases(
     if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
         return []
     gemm_names = gemm_names or set()
+    # a profiler's per-operator GEMM range (Kineto cpu_op, emit_nvtx: range_kind gemm-op) is the user's side of
+    # the run, not tracekit's: a case when it carries a shape or FLOP count, else transparent to the range around it
+    ranges = ranges.with_columns(
+        pl.when(pl.col("range_kind") == "gemm-op")
+        .then(None)
+        .otherwise(pl.col("range_kind"))
+        .alias("range_kind")
+    )
     owner = _gemm_ancestor(ranges)
     user = _user_gemm_ranges(ranges, kernels, owner, gemm_names)
     user_cases = {rid for rid, (gid, _) in user.items() if gid == rid}
@@ -951,7 +982,9 @@ def _range_cases(
     gemm_ranges = ranges.filter((pl.col("range_kind") == "gemm") | pl.col("range_id").is_in(list(user_cases)))
     if gemm_ranges.height == 0:
         return []
-    shape_cols = [c for c in ("m", "n", "k", "dtype_a", "dtype_b", "flops") if c in ranges.columns]
+    shape_cols = [
+        c for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops") if c in ranges.columns
+    ]
     extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
     names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
     parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
@@ -986,7 +1019,7 @@ def _range_cases(
         name = r["name"]
         if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
             e = extra.get(r["range_id"], {})
-            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b"))
+            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch"))
             name = range_key(name)
             ctx = range_key(ctx) if ctx else ctx
         elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
@@ -997,9 +1030,11 @@ def _range_cases(
     for (name, ctx, shape), rids in groups.items():
         is_user = rids[0] in user_cases
         if is_user:
-            m, n, k, da, db = shape or (None,) * 5
-            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db}
+            m, n, k, da, db, do, batch = shape or (None,) * 7
+            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db, "dtype_out": do, "batch": batch}
             label = f"{name} M={m} N={n} K={k}" if m and n and k else name
+            if label != name and batch and batch > 1:
+                label = f"{label} batch={batch}"
             case = GemmCase(origin="range", name=label, context=ctx, **parsed)
             case.user_range = True
             case.range_name = name

@@ -918,10 +918,40 @@ def _findings_table(findings: Sequence[dict[str, Any]], d: Detail) -> Table:
     return Table(["GEMMs #", "rule", "type", "est. speed-up", "finding"], rows, ["r", "l", "l", "r", "l"])
 
 
+def _crash_parts(f: dict[str, Any]) -> list[str]:
+    """A crash's evidence (capture's ``crashed`` / ``timeout`` records): the signal, the GEMM call in flight, the
+    Python stack and the program's last stderr lines, each whole."""
+    parts = []
+    head = []
+    if f.get("signal"):
+        head.append(f"signal: {_one_line(f['signal'])}")
+    call = " ".join(
+        str(x)
+        for x in (
+            f.get("range"),
+            f"dtypes {f.get('dtype_a')}/{f.get('dtype_b')}->{f.get('dtype_out')}"
+            if f.get("dtype_a")
+            else None,
+        )
+        if x
+    )
+    if call or f.get("caller"):
+        where = f" called at {_one_line(f['caller'])}" if f.get("caller") else ""
+        head.append(f"GEMM call in flight: {_one_line(call) or '?'}{where}")
+    if head:
+        parts.append("\n".join(head))
+    if f.get("python_stack") and f.get("python_stack") != f.get("traceback"):
+        parts.append("Python stack:\n" + _clean(f["python_stack"]).rstrip())
+    if f.get("stderr_tail"):
+        parts.append("the program's last stderr lines:\n" + _clean(f["stderr_tail"]).rstrip())
+    return parts
+
+
 def _failure_text(f: dict[str, Any], d: Detail) -> str:
     parts = [_clean(f.get("message")).rstrip()]
     if f.get("traceback"):
         parts.append(_clean(f["traceback"]).rstrip())
+    parts += _crash_parts(f)
     extra = []
     if f.get("device_name"):
         extra.append(f"device: {_one_line(f['device_name'])} (CC {f.get('compute_capability') or '?'})")

@@ -19,6 +19,32 @@ from tracekit.tui.text import clean
 from tracekit.tui.widgets.footer import KeyFooter
 
 
+def _crash_parts(r: dict[str, Any]) -> list[Any]:
+    """A crash's evidence (kind ``crashed`` / ``timeout``): the signal, the GEMM call in flight and where it was
+    made, the Python stack and the program's last stderr lines, whole."""
+    parts: list[Any] = []
+    if r.get("signal"):
+        parts += [("signal: ", "bold"), clean(r["signal"]), "\n"]
+    if r.get("range") or r.get("caller"):
+        parts += [("GEMM call in flight: ", "bold"), clean(r.get("range") or "?")]
+        if r.get("caller"):
+            parts += [" at ", (clean(r["caller"]), "$accent")]
+        parts.append("\n")
+    if r.get("python_stack") and r.get("python_stack") != r.get("traceback"):
+        parts += [
+            ("Python stack:\n", "bold"),
+            (clean(r["python_stack"], keep_newlines=True), "$text-muted"),
+            "\n",
+        ]
+    if r.get("stderr_tail"):
+        parts += [
+            ("the program's last stderr lines:\n", "bold"),
+            (clean(r["stderr_tail"], keep_newlines=True), "$text-muted"),
+            "\n",
+        ]
+    return parts
+
+
 def failure_content(rows: list[dict[str, Any]]) -> Content:
     """Every failure of one cell in full: kind, exception, message, traceback, device, versions."""
     parts: list[Any] = []
@@ -38,6 +64,7 @@ def failure_content(rows: list[dict[str, Any]]) -> Content:
                 (clean(r["traceback"], keep_newlines=True), "$text-muted"),
                 "\n",
             ]
+        parts += _crash_parts(r)
         device = " ".join(clean(r.get(k)) for k in ("device_name", "compute_capability") if r.get(k))
         if device:
             parts += [("device: ", "bold"), device, "\n"]

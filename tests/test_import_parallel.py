@@ -56,6 +56,9 @@ def _rank_files(shared: Path, samples: Path, tmp: Path) -> list[Path]:
         samples / "h200-bench-gemm/raw/failures.jsonl",
         samples / "h200-bench-gemm/raw/measurements.jsonl",
     ]
+    # the same failures recorded by two passes: kept once across the files
+    files.append(inp / "other" / "failures.jsonl")
+    shutil.copy(samples / "h200-bench-gemm/raw/failures.jsonl", files[-1])
     ncu = inp / "ncu.rank2.ncu-rep.xz"
     shutil.copy(samples / "h200-capture-gemm/raw/ncu.ncu-rep.xz", ncu)
     files.append(ncu)

@@ -43,9 +43,23 @@ from typing import Any
 import polars as pl
 
 from tracekit._version import SCHEMA_VERSION
-from tracekit.errors import BadInputError, MissingToolError, TracekitError, UnreadableFileError
+from tracekit.errors import (
+    BadInputError,
+    MissingToolError,
+    StorageError,
+    TracekitError,
+    UnreadableFileError,
+)
 from tracekit.frames import SPECS
-from tracekit.run import HIVE_NULL, PARTITION_KEY, Run, atomic_path, new_run_name, sha256_file
+from tracekit.run import (
+    HIVE_NULL,
+    PARTITION_KEY,
+    STATUS_INCOMPLETE,
+    Run,
+    atomic_path,
+    new_run_name,
+    sha256_file,
+)
 
 from .importer import _ID_COLUMNS, _ID_FAMILY, _ID_OWNER, _IGNORED_SUFFIXES, plain_name
 
@@ -150,7 +164,14 @@ def read_task(job: ReadJob) -> ReadResult:
     from .ranks import label_extract
 
     src, raw = Path(job.src), Path(job.raw)
-    shutil.copy2(src, raw)
+    try:
+        with atomic_path(raw) as tmp:  # a worker killed mid-copy leaves a hidden .tmp, not a short raw file
+            shutil.copy2(src, tmp)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot copy {job.src} into {Path(_shown(job.raw, job.shown)).parent} ({exc.strerror or exc})",
+            "free disk space (or check the folder's permissions), then retry",
+        ) from exc
     out = ReadResult(index=job.index, name=raw.name)
     if job.read:
         record: dict[str, Any] = {
@@ -321,8 +342,9 @@ class _Ray:
             for ref in done:
                 try:
                     yield refs[ref], ray.get(ref), None
-                except ray.exceptions.RayTaskError as exc:  # an exception in tracekit's code: a bug, not data
-                    raise exc.as_instanceof_cause() from None
+                except ray.exceptions.RayTaskError as exc:  # raised by tracekit's code in the task
+                    cause = getattr(exc, "cause", None)
+                    raise (cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()) from None
                 except ray.exceptions.RayError as exc:  # the worker or node died (out of memory, preempted)
                     yield refs[ref], None, exc
 
@@ -504,6 +526,11 @@ def import_parallel(
                     )
                 written.update(rows)
         keep = True
+    except KeyboardInterrupt:
+        # what was copied stays in raw/; run.json says the frames are not built, so the next read rebuilds them
+        keep = True
+        run.mark(STATUS_INCOMPLETE, "import interrupted: rerun it, or `tracekit import --rebuild` this run")
+        raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if not keep:

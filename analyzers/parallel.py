@@ -400,9 +400,10 @@ def _died(job: ReadJob, why: BaseException, shown: tuple[tuple[str, str], ...]) 
 
 
 def _write_jobs(
-    run: Run, stage: Path, results: list[ReadResult]
+    frames_dir: Path, stage: Path, results: list[ReadResult]
 ) -> tuple[list[list[WriteJob]], dict[str, str], list[int]]:
-    """Split the frames' writing into tasks: one per rank partition, one for the frames written as one file."""
+    """Split the frames' writing into tasks: one per rank partition, one for the frames written as one file.
+    ``frames_dir`` is absolute: a Ray task does not run in this process's folder."""
     imported = [r for r in results if r.imported]
     ranks = sorted({rk for r in imported for values in r.ranks.values() for rk in values if rk is not None})
     totals = {name: sum(r.rows.get(name, 0) for r in imported) for name in SPECS}
@@ -431,11 +432,11 @@ def _write_jobs(
             for value in sorted(values, key=lambda v: (v is None, v or 0)):
                 folder = f"{PARTITION_KEY}={HIVE_NULL if value is None else value}"
                 pieces = tuple(piece(r, name) for r in imported if value in r.ranks.get(name, []))
-                target = run.frame_dir(name) / folder / "part-0.parquet"
+                target = frames_dir / name / folder / "part-0.parquet"
                 per_rank.setdefault(value, []).append(WriteJob(name, str(target), pieces, True, value))
         else:
             pieces = tuple(piece(r, name) for r in imported)
-            rest.append(WriteJob(name, str(run.frame_path(name)), pieces))
+            rest.append(WriteJob(name, str(frames_dir / f"{name}.parquet"), pieces))
     return [*per_rank.values(), rest], partitioned, ranks
 
 
@@ -514,7 +515,7 @@ def import_parallel(
                 raise UnreadableFileError(
                     paths[0], f"none of the {len(paths)} files could be read; first: {first_msg}"
                 )
-            tasks, partitioned, ranks = _write_jobs(run, stage, results)
+            tasks, partitioned, ranks = _write_jobs(run.frames_dir.resolve(), stage, results)
             if on_event:
                 on_event("writing frames" + (f" of {len(ranks)} ranks" if len(ranks) >= 2 else ""))
             written: dict[str, int] = {}
@@ -542,7 +543,7 @@ def import_parallel(
 
     rows = {name: 0 for name in SPECS}
     for tgt, n in written.items():
-        rel = Path(tgt).relative_to(run.frames_dir)
+        rel = Path(tgt).relative_to(run.frames_dir.resolve())
         rows[rel.parts[0].removesuffix(".parquet")] += n
     failed = [{"path": r.record["path"], "message": r.failed} for r in results if r.failed and r.record]
     warnings = [w for r in results for w in r.warnings] + _nsys_rep_warnings(run.raw_dir)

@@ -201,12 +201,12 @@ def test_executor_ray_without_ray_is_a_missing_tool(
 def test_ray_import_makes_the_same_run(
     job: tuple[list[Path], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One task per file on a local Ray; the run folder given relative to this process's folder, which a Ray
-    worker does not share."""
+    """One task per file on a local Ray; the run folder given relative to the importing process's folder, which
+    the Ray workers do not share."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'tracekit[ray]')")
     files, serial = job
-    monkeypatch.chdir(tmp_path)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # its workers start in this folder ...
+    monkeypatch.chdir(tmp_path)  # ... and the import runs in another, like a driver on a cluster
     try:
         run, summary = import_parallel(files, Path("ray"), executor="ray")
     finally:

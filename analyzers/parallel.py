@@ -568,11 +568,3 @@ def import_parallel(
         "rows": rows,
         "ranks": ranks,
     }
-
-
-def fleet_kernels(runs_glob: str) -> pl.LazyFrame:
-    """One lazy scan over the kernels of many multi-rank runs (``runs/*``), with ``run`` and ``rank`` columns:
-    how a fleet's imports are queried afterwards (docs/RANKS.md)."""
-    return pl.scan_parquet(
-        f"{runs_glob}/frames/kernels/*/*.parquet", hive_partitioning=True, include_file_paths="path"
-    ).with_columns(pl.col("path").str.extract(r"([^/]+)/frames/kernels/").alias("run"))

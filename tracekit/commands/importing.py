@@ -72,6 +72,8 @@ def import_(
       tracekit import profile.ncu-rep -o runs/cutlass-fp4
       tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
       tracekit import --rebuild runs/old-run        # after upgrading tracekit
+      tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
+      tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """
     from tracekit.analyzers.importer import import_files, import_into, open_run
     from tracekit.errors import EXIT_INCOMPLETE, BadInputError

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,22 +243,43 @@ def write_task(jobs: list[WriteJob]) -> dict[str, int]:
 
 
 # --- executors ------------------------------------------------------------------------------------------------------
+def _worker_start() -> None:
+    """In each worker: Ctrl-C is the parent's to handle (it stops the workers and keeps what was copied)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class _Local:
     """Spawned worker processes, each with a share of the cores for polars."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
 
-    @contextmanager
-    def session(self) -> Iterator[None]:
+    def _pool(self, workers: int) -> ProcessPoolExecutor:
         import multiprocessing
 
+        return ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start
+        )
+
+    def _stop(self) -> None:
+        """End the workers now (an error or Ctrl-C in the parent): their files' work is not wanted any more."""
+        for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+            with suppress(OSError):
+                proc.terminate()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
         threads = str(max(1, default_workers() // self.workers))
         before = os.environ.get("POLARS_MAX_THREADS")
         os.environ["POLARS_MAX_THREADS"] = threads  # read by each spawned worker when it imports polars
-        self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = self._pool(self.workers)
         try:
             yield
+        except BaseException:
+            self._stop()
+            raise
         finally:
             self.pool.shutdown(wait=True, cancel_futures=True)
             if before is None:
@@ -277,22 +298,26 @@ class _Local:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 try:
-                    yield futures[fut], fut.result(), None
+                    result = fut.result()
                 except BrokenProcessPool:
                     broken.append(futures[fut])
+                else:
+                    yield futures[fut], result, None
         if broken:
             # A worker died (killed for memory, most likely) and took the pool down: retry those files one at a
             # time in a fresh process each, so the one that kills its worker is named and the others are kept.
-            import multiprocessing
-
             self.pool.shutdown(wait=True, cancel_futures=True)
             for job in broken:
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as one:
-                    try:
-                        yield job, one.submit(fn, job).result(), None
-                    except BrokenProcessPool as exc:
-                        yield job, None, exc
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+                self.pool = self._pool(1)
+                try:
+                    result = self.pool.submit(fn, job).result()
+                except BrokenProcessPool as exc:
+                    yield job, None, exc
+                else:
+                    yield job, result, None
+                finally:
+                    self.pool.shutdown(wait=True)
+            self.pool = self._pool(self.workers)
 
 
 class _Ray:

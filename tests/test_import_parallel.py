@@ -214,3 +214,18 @@ def test_ray_import_makes_the_same_run(
     assert run.path == Path("ray")
     _assert_same_run(serial, tmp_path / "ray", given="ray")
     assert summary["partial"] and [f["path"] for f in summary["failed"]] == ["raw/rank7.json.gz"]
+
+
+def test_ctrl_c_keeps_what_was_copied_and_marks_the_run(job: tuple[list[Path], Path], tmp_path: Path) -> None:
+    files, _ = job
+
+    def interrupt(event: str) -> None:
+        if event.startswith("read "):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_parallel(files, tmp_path / "cut", workers=2, on_event=interrupt)
+    run = Run.open(tmp_path / "cut")
+    assert run.status == "incomplete" and "interrupted" in str(run.manifest["incomplete_reason"])
+    assert not run.frames_current() and any(run.raw_dir.iterdir())
+    assert not [p for p in run.frames_dir.iterdir() if p.name.startswith(".")]

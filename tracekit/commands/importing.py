@@ -27,9 +27,34 @@ import click
     type=click.Path(path_type=Path),
     help="Rebuild the frames of an existing RUN from its raw/.",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Files read at once, each in its own process (default: the cores; 1 reads them one after another).",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Read the files in local processes, or as one task per file on a Ray cluster (pip install tracekit[ray]).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="The Ray cluster to use with --executor ray (default: $RAY_ADDRESS, a running local one, or a new one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON on stdout.")
 def import_(
-    files: tuple[Path, ...], out: Path | None, runs_dir: Path, rebuild: Path | None, as_json: bool
+    files: tuple[Path, ...],
+    out: Path | None,
+    runs_dir: Path,
+    rebuild: Path | None,
+    workers: int | None,
+    executor: str,
+    ray_address: str | None,
+    as_json: bool,
 ) -> None:
     """Build a run from existing reports: Nsight Compute (.ncu-rep, or CSV from `ncu --csv --page raw|details`),
     Nsight Systems SQLite exports (`nsys export --type sqlite`), PyTorch profiler traces (.json / .json.gz), in any mix.
@@ -38,11 +63,17 @@ def import_(
     written to RUN/frames/. A file that cannot be read is reported and kept in raw/ (the run is marked partial,
     exit 4); if none can be read nothing is written (exit 2).
 
+    Several files (one per rank of a distributed job) are read in parallel, one process per file up to --workers,
+    each writing its rank's frames; the run is the same as with --workers 1. With --executor ray each file is a
+    task on a Ray cluster: the files and the run folder must be on storage every node sees (docs/RANKS.md).
+
     \b
     Examples:
       tracekit import profile.ncu-rep -o runs/cutlass-fp4
       tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
       tracekit import --rebuild runs/old-run        # after upgrading tracekit
+      tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
+      tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """
     from tracekit.analyzers.importer import import_files, import_into, open_run
     from tracekit.errors import EXIT_INCOMPLETE, BadInputError
@@ -54,8 +85,25 @@ def import_(
     if rebuild is not None:
         if files:
             raise BadInputError("--rebuild takes a run, not files", "use either FILES... or --rebuild RUN")
+        if executor != "local":
+            raise BadInputError("--rebuild reads the run's raw/ here", "drop --executor ray for --rebuild")
         run = open_run(rebuild)
         summary = import_into(run, progress)
+    elif executor == "ray" or (len(files) > 1 and workers != 1):
+        from tracekit.analyzers.parallel import default_workers, import_parallel
+
+        if executor == "ray" or min(workers or default_workers(), len(files)) > 1:
+            run, summary = import_parallel(
+                list(files),
+                out,
+                runs_dir=runs_dir,
+                workers=workers,
+                executor=executor,
+                ray_address=ray_address,
+                on_event=progress,
+            )
+        else:  # one core: the serial path
+            run, summary = import_files(list(files), out, runs_dir=runs_dir, on_event=progress)
     else:
         run, summary = import_files(list(files), out, runs_dir=runs_dir, on_event=progress)
     if as_json:

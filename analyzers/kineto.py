@@ -192,8 +192,8 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
         return _decode_strict(text), []
     except msgspec.ValidationError as exc:
         raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
-    except msgspec.DecodeError:
-        pass
+    except msgspec.DecodeError as exc:
+        damage_at = _error_byte(exc)
     # Not strict JSON (NaN, huge integers) or cut short: the stdlib parser accepts the former.
     try:
         obj = json.loads(text)
@@ -209,7 +209,7 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
             return _decode_strict(msgspec.json.encode(_strict(obj))), []
         except msgspec.ValidationError as exc:
             raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
-    salvaged = _salvage(text)
+    salvaged = _salvage(text, damage_at)
     if salvaged is None:
         raise UnreadableFileError(
             path, "is not valid JSON and no complete events could be recovered", "capture the trace again"
@@ -248,22 +248,37 @@ def _decode_strict(text: bytes) -> Any:
     return _TRACE_DECODER.decode(text)
 
 
-def _salvage(text: bytes) -> tuple[Any, int] | None:
-    """Cut a truncated trace after its last complete event and close the JSON; None if nothing parses."""
-    end = len(text)
+def _error_byte(exc: Exception) -> int | None:
+    """Where msgspec stopped reading (``... (byte 1234)``), if it says."""
+    m = _AT_BYTE.search(str(exc))
+    return int(m[1]) if m else None
+
+
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _salvage(text: bytes, damage_at: int | None = None) -> tuple[Any, int] | None:
+    """Cut a truncated trace after its last complete event and close the JSON; None if nothing parses.
+
+    ``damage_at``: the byte where the decoder first failed. Each try starts before the point the last one failed
+    at, so damage in the middle of a 50 MB trace costs a few decodes, not one per event after it."""
+    end = len(text) if damage_at is None else min(len(text), damage_at)
     for _ in range(_SALVAGE_TRIES):
         cut = text.rfind(b"}", 0, end)
         if cut < 0:
             return None
+        end = cut
         for closing in (b"]}", b"]", b"]}]}"):
             candidate = text[: cut + 1] + closing
             try:
                 trace = _decode_strict(candidate)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                at = _error_byte(exc)
+                if at is not None and at < cut:  # the candidate breaks before the cut: retry before that
+                    end = min(end, at)
                 continue
             if trace.traceEvents:
                 return trace, cut + 1
-        end = cut
     return None
 
 

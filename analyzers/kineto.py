@@ -191,7 +191,7 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
     try:
         return _decode_strict(text), []
     except msgspec.ValidationError as exc:
-        raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
+        return _decode_loose(path, text, exc)
     except msgspec.DecodeError as exc:
         damage_at = _error_byte(exc)
     # Not strict JSON (NaN, huge integers) or cut short: the stdlib parser accepts the former.
@@ -205,10 +205,11 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
         obj = None
     if obj is not None:
         # re-encode as strict JSON (NaN -> null, integers past 64 bits -> null) and decode as usual
+        strict = msgspec.json.encode(_strict(obj))
         try:
-            return _decode_strict(msgspec.json.encode(_strict(obj))), []
+            return _decode_strict(strict), []
         except msgspec.ValidationError as exc:
-            raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
+            return _decode_loose(path, strict, exc)
     salvaged = _salvage(text, damage_at)
     if salvaged is None:
         raise UnreadableFileError(
@@ -218,6 +219,51 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
     return trace, [
         f"JSON is truncated or corrupt; read the events in the first {kept_bytes} of {len(text)} bytes"
     ]
+
+
+class _LooseTrace(msgspec.Struct, gc=False):
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_ONE_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _decode_loose(path: Path, text: bytes, exc: msgspec.ValidationError) -> tuple[Any, list[str]]:
+    """Valid JSON that does not fit the trace's types (an event that is a number, ``deviceProperties`` that is
+    text: a damaged file): keep every event that is an object and say how many were not. Raises
+    UnreadableFileError when ``traceEvents`` itself is not a list."""
+    try:
+        if _first_byte(text) == b"[":
+            loose, raw_events = _LooseTrace(), _RAW_LIST_DECODER.decode(text)
+        else:
+            loose = msgspec.json.decode(text, type=_LooseTrace)
+            raw_events = _RAW_LIST_DECODER.decode(loose.traceEvents) if loose.traceEvents else None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
+    events: list[_Event] = []
+    for raw in raw_events or ():
+        try:
+            events.append(_ONE_EVENT_DECODER.decode(raw))
+        except msgspec.ValidationError:
+            continue
+    props = loose.deviceProperties
+    trace = _Trace(
+        traceEvents=events if raw_events is not None else None,
+        deviceProperties=props if isinstance(props, list) else None,
+        distributedInfo=loose.distributedInfo if isinstance(loose.distributedInfo, dict) else None,
+        baseTimeNanoseconds=loose.baseTimeNanoseconds,
+    )
+    dropped = len(raw_events or ()) - len(events)
+    what = (
+        f"{dropped} of {len(raw_events or ())} trace events are not JSON objects and were skipped"
+        if dropped
+        else "some fields have the wrong type"
+    )
+    return trace, [f"{what} (first: {exc}); the rest was read"]
 
 
 def _strict(obj: Any) -> Any:
@@ -607,7 +653,7 @@ def _read_kineto(path: Path) -> Extract:
     buckets: tuple[list[_Event], ...] = ([], [], [], [], [])
     which = _BUCKET.get
     for e in trace.traceEvents:
-        i = which(e.cat)
+        i = which(e.cat) if type(e.cat) is str else None  # a damaged file's "cat": [1] is no category
         if i is not None:
             buckets[i].append(e)
     kern, launch_events, cpu_events, gpu_events, other_cpu = buckets

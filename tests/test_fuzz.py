@@ -1,0 +1,227 @@
+"""A seeded fuzz campaign: real profiler files damaged (tests/_fuzz_corpus.py), each through ``tracekit import``.
+
+Every damaged copy of the shared files (nsys SQLite exports, Kineto traces, an ncu report, ncu CSV exports;
+byte flips, truncation, a duplicated chunk, SQL-level damage: dropped tables, NULLs, wrong types, malformed
+pages) goes through the CLI's own entry point, ``tracekit.cli.main``, in this process (a fresh interpreter per
+case would cost ~1 s of imports each). The contract, per case:
+
+- exit 0, 2 or 4, never 1 (an internal error);
+- exit 2: one ``tracekit:`` line saying what is wrong (after the ``reading F`` progress line), no traceback,
+  and nothing written;
+- exit 4: the run is written and marked partial in run.json, and ``show --json`` says so;
+- every stderr line is a ``tracekit:`` line (no exception text spilling over several lines);
+- each case ends within ``CASE_LIMIT_S``.
+
+The damaged files that ended in exit 1 before the readers were fixed are kept by name in ``REGRESSIONS`` and
+also run in a subprocess, as a user runs them. About 130 cases; the file takes ~30 s on two cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _fuzz_corpus as F
+import pytest
+
+from tracekit.run import Run
+
+CASE_LIMIT_S = 20.0
+"""Wall time one damaged file may take to import (a 75k-event trace damaged in the middle took 30 s once)."""
+
+# damaged files that ended in an internal error (exit 1), took too long, or were refused whole for one bad
+# event, before the readers were fixed; and what broke
+REGRESSIONS = {
+    "mock.sqlite~huge-389462909": "device = 2**63 - 1 failed the cast to Int32",
+    "mock.sqlite~pages-576903739": "PRAGMA table_info: a column type that is not UTF-8",
+    "probe.sqlite~flip16-196676841": "sqlite_master: a table name that is not UTF-8 (UnicodeDecodeError)",
+    "probe.sqlite~pages-363104290": "PRAGMA table_info: could not decode to UTF-8",
+    "healthy_1pct.sqlite~dup-311519900": "max(rowid) < min(rowid) in a damaged b-tree (seen while fixing)",
+    "ncu_raw.csv~flip16-664224382": "a value past Int32 in the ncu frame (polars ComputeError)",
+    "ncu_raw.csv~cells-1059921048": "an ID cell of 1e999 (OverflowError: float infinity to integer)",
+    "resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz~dup-78665716": "47 s to refuse it",
+    "h100__gaunernst_bert-small-uncased__1016001.json.gz~values-1027333849": "an event whose cat is an object",
+    "h100__gaunernst_bert-small-uncased__1016001.json.gz~values-799350778": "one event that is not an object",
+}
+
+
+@dataclass
+class Answer:
+    """What one in-process CLI call did."""
+
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def call(*args: str | Path) -> Answer:
+    """``tracekit ARGS`` through ``tracekit.cli.main``, in this process, as the console script runs it."""
+    from tracekit.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    rc = 0
+    start = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else 1
+    return Answer(rc, out.getvalue(), err.getvalue(), time.monotonic() - start)
+
+
+def check(name: str, answer: Answer, run: Path) -> None:
+    """The contract of the module docstring for one damaged file imported into ``run``."""
+    why = f"{name}: exit {answer.rc}\n{answer.stderr[-3000:]}"
+    assert answer.rc in (0, 2, 4), why
+    assert "Traceback" not in answer.stderr, why
+    lines = [ln for ln in answer.stderr.splitlines() if ln.strip()]
+    assert all(ln.startswith("tracekit: ") for ln in lines), why
+    assert answer.seconds < CASE_LIMIT_S, f"{name}: {answer.seconds:.1f} s"
+    if answer.rc == 2:
+        said = [ln for ln in lines if not ln.startswith("tracekit: reading ")]
+        assert len(said) == 1 and said[0].startswith("tracekit: cannot read file: "), why
+        assert not run.exists(), f"{name}: a refused import must write nothing"
+        return
+    manifest = Run.open(run).manifest
+    assert bool(manifest["partial"]) == (answer.rc == 4), why
+    if answer.rc == 4:
+        assert "(partial)" in answer.stdout
+        assert manifest["import_warnings"] or any(s["status"] != "ok" for s in manifest["sources"])
+
+
+@pytest.fixture(scope="session")
+def campaign(
+    shared_data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Answer, Path, Answer | None]]:
+    """Import every mutant once; the partial runs also go through ``show --json``."""
+    base = tmp_path_factory.mktemp("fuzz")
+    results: dict[str, tuple[Answer, Path, Answer | None]] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRACEKIT_CACHE_DIR", str(base / "cache"))
+        mp.setenv("COLUMNS", "100")
+        for i, m in enumerate(F.campaign(shared_data)):
+            folder = base / str(i)
+            folder.mkdir()
+            damaged = m.make(folder / m.source.name)
+            run = folder / "run"
+            answer = call("import", damaged, "-o", run)
+            shown = call("show", run, "--json") if answer.rc == 4 else None
+            results[m.name] = (answer, run, shown)
+    return results
+
+
+FORMATS = sorted({fmt for fmt, _, _ in F.SOURCES})
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damaged_files_never_end_in_an_internal_error(
+    campaign: dict[str, tuple[Answer, Path, Answer | None]], fmt: str
+) -> None:
+    names = {m.name for m in F.campaign(F.SHARED) if m.fmt == fmt}
+    cases = {n: r for n, r in campaign.items() if n in names}
+    if not cases:
+        pytest.skip(f"no {fmt} source file under ../shared/data")
+    for name, (answer, run, _) in cases.items():
+        check(name, answer, run)
+
+
+def test_partial_runs_say_so_in_show(campaign: dict[str, tuple[Answer, Path, Answer | None]]) -> None:
+    partial = {n: s for n, (_, _, s) in campaign.items() if s is not None}
+    assert partial, "the campaign should hold damaged files that import in part"
+    for name, shown in partial.items():
+        assert shown.rc == 0, (name, shown.stderr[-2000:])
+        assert json.loads(shown.stdout)["run"]["partial"] is True, name
+
+
+def test_the_campaign_covers_every_answer(campaign: dict[str, tuple[Answer, Path, Answer | None]]) -> None:
+    """The damage is neither all fatal nor all harmless: each answer occurs, for each format with sources."""
+    by_fmt: dict[str, set[int]] = {}
+    fmt_of = {m.name: m.fmt for m in F.campaign(F.SHARED)}
+    for name, (answer, _, _) in campaign.items():
+        by_fmt.setdefault(fmt_of[name], set()).add(answer.rc)
+    assert by_fmt["nsys"] >= {0, 2, 4} and by_fmt["kineto"] >= {0, 2, 4}, by_fmt
+    assert 2 in by_fmt["ncu"] and by_fmt["ncu-csv"] >= {0, 2}, by_fmt
+
+
+def test_campaign_is_seeded(shared_data: Path, tmp_path: Path) -> None:
+    """The same name gives the same bytes: a failing case is reproduced from its name alone."""
+    for m in F.campaign(shared_data)[::9]:
+        a = m.make(tmp_path / "a").read_bytes()
+        b = F.by_name(shared_data, m.name).make(tmp_path / "b").read_bytes()
+        assert a == b and a != m.source.read_bytes(), m.name
+
+
+# --- the cases that used to crash, as a user runs them ------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_regressions_in_a_subprocess(shared_data: Path, tmp_path: Path, name: str) -> None:
+    m = F.by_name(shared_data, name)
+    if not m.source.is_file():
+        pytest.skip(f"{m.source} is absent")
+    damaged = m.make(tmp_path / m.source.name)
+    start = time.monotonic()
+    p = subprocess.run(
+        [sys.executable, "-m", "tracekit", "import", str(damaged), "-o", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACEKIT_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    check(name, Answer(p.returncode, p.stdout, p.stderr, time.monotonic() - start), tmp_path / "run")
+
+
+# --- the damage issue 18 names, made on purpose ------------------------------------------------------------------
+def _zero_page_of(src: Path, dst: Path, table: str) -> Path:
+    """A copy of ``src`` whose ``table``'s root b-tree page is overwritten: SQLite then answers "database disk
+    image is malformed" when that table is read, and only then."""
+    data = bytearray(src.read_bytes())
+    con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    try:
+        (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        (page,) = con.execute("PRAGMA page_size").fetchone()
+    finally:
+        con.close()
+    data[(root - 1) * page : root * page] = b"\xff" * page
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("table", "rc"),
+    [
+        ("ENUM_NSYS_EVENT_TYPE", 0),  # the event-type lookup: the usual ids are used instead, with a warning
+        ("NVTX_EVENTS", 4),  # kernels kept, ranges lost, marked partial
+        ("StringIds", 4),  # kernels and ranges kept without names
+        ("CUPTI_ACTIVITY_KIND_KERNEL", 4),  # ranges kept
+    ],
+)
+def test_malformed_table_in_the_probe_export(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, rc: int
+) -> None:
+    monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
+    damaged = _zero_page_of(shared_data / "h200-probe/probe.sqlite", tmp_path / "probe.sqlite", table)
+    answer = call("import", damaged, "-o", tmp_path / "run")
+    check(table, answer, tmp_path / "run")
+    assert answer.rc == rc, answer.stderr
+    assert table in answer.stderr and "malformed" in answer.stderr
+    data: dict[str, Any] = json.loads(call("show", tmp_path / "run", "--json").stdout)
+    assert (data["kernel_count"] > 0) == (table != "CUPTI_ACTIVITY_KIND_KERNEL")
+    assert (data["range_count"] > 0) == (table != "NVTX_EVENTS")
+
+
+def test_every_table_malformed_is_refused_in_one_line(shared_data: Path, tmp_path: Path) -> None:
+    src = shared_data / "h200-probe/probe.sqlite"
+    damaged = _zero_page_of(src, tmp_path / "a.sqlite", "CUPTI_ACTIVITY_KIND_KERNEL")
+    damaged = _zero_page_of(damaged, tmp_path / "probe.sqlite", "NVTX_EVENTS")
+    answer = call("import", damaged, "-o", tmp_path / "run")
+    check("kernels and ranges malformed", answer, tmp_path / "run")
+    assert answer.rc == 2 and "is damaged: " in answer.stderr and "export the report again" in answer.stderr

@@ -62,7 +62,7 @@ try:  # zlib-ng inflates 2.5x faster than the stdlib zlib (0.24 s against 0.62 s
 except ImportError:  # pragma: no cover - same results, slower
     import zlib as _zlib
 
-from tracekit.analyzers.base import Extract, source_name
+from tracekit.analyzers.base import Extract, fit_rows, source_name
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
@@ -550,7 +550,10 @@ def _ranges(
     return RANGES.conform(df)
 
 
-def _devices(props: list[dict[str, Any]] | None, source: str, rank: int | None) -> pl.DataFrame:
+def _devices(
+    props: list[dict[str, Any]] | None, source: str, rank: int | None, warnings: list[str]
+) -> pl.DataFrame:
+    """``deviceProperties`` as device rows; a value past its column's range (a damaged file) is null and said."""
     rows = []
     for p in props or []:
         if not isinstance(p, dict):
@@ -574,13 +577,10 @@ def _devices(props: list[dict[str, Any]] | None, source: str, rank: int | None) 
                 "regs_per_sm": _as_int(p.get("regsPerMultiprocessor")),
             }
         )
-    if not rows:
-        return DEVICES.empty()
-    return DEVICES.conform(
-        pl.DataFrame(
-            rows, schema_overrides={k: v for k, v in DEVICES.schema.items() if k != "boost_clock_hz"}
-        )
-    )
+    df, bad = fit_rows(rows, DEVICES)
+    if bad:
+        warnings.append(f"{bad} deviceProperties values are out of range for their column and are left null")
+    return DEVICES.conform(df)
 
 
 # -- public API ------------------------------------------------------------------------------------------------
@@ -699,6 +699,6 @@ def _read_kineto(path: Path) -> Extract:
     frames = {
         "kernels": kframe,
         "ranges": _ranges(cpu_ranges, gpu_ranges, base_ns, single_pid, source, rank),
-        "devices": _devices(trace.deviceProperties, source, rank),
+        "devices": _devices(trace.deviceProperties, source, rank, warnings),
     }
     return Extract(kind=KIND, source=source, frames=frames, partial=bool(warnings), warnings=warnings)

@@ -272,7 +272,16 @@ class _Db:
     def small(self, sql: str) -> list[tuple]:
         con = sqlite3.connect(self.uri, uri=True)
         try:
-            return con.execute(sql).fetchall()
+            try:
+                return con.execute(sql).fetchall()
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+                note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
+                if note not in self.notes:
+                    self.notes.append(note)
+                con.text_factory = _replace_bad_utf8
+                return con.execute(sql).fetchall()
         finally:
             con.close()
 
@@ -320,7 +329,9 @@ class _Db:
         except sqlite3.OperationalError as e:
             if "decode" not in str(e):
                 raise
-            self.notes.append("some strings are not UTF-8; the bad bytes are shown as U+FFFD")
+            note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
+            if note not in self.notes:
+                self.notes.append(note)
             return _query_sqlite3(self.uri, sql, schema, self.lost, replace_bad_utf8=True)
 
 
@@ -693,7 +704,6 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
             lost[_TABLE_OF[key]] = _why(failed)
         else:
             got[key] = pl.concat(mine, rechunk=False)  # type: ignore[arg-type]
-    warnings += [f"{src}: {note}" for note in db.notes]
 
     strings = got.get("strings", pl.DataFrame(schema={"id": pl.Int64(), "value": pl.String()}))
     counts: list[int] = []
@@ -729,6 +739,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         raise UnreadableFileError(
             path, f"is damaged: {table} could not be read ({why})", "export the report again"
         )
+    warnings += [f"{src}: {note}" for note in db.notes]
     frames.setdefault("kernels", KERNELS.empty())
     frames.setdefault("ranges", RANGES.empty())
     warnings += [

@@ -51,6 +51,8 @@ REGRESSIONS = {
     "resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz~dup-78665716": "47 s to refuse it",
     "h100__gaunernst_bert-small-uncased__1016001.json.gz~values-1027333849": "an event whose cat is an object",
     "h100__gaunernst_bert-small-uncased__1016001.json.gz~values-799350778": "one event that is not an object",
+    "critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz~values-489520195": "2**70 in "
+    "deviceProperties (polars ComputeError)",
 }
 
 
@@ -225,3 +227,18 @@ def test_every_table_malformed_is_refused_in_one_line(shared_data: Path, tmp_pat
     answer = call("import", damaged, "-o", tmp_path / "run")
     check("kernels and ranges malformed", answer, tmp_path / "run")
     assert answer.rc == 2 and "is damaged: " in answer.stderr and "export the report again" in answer.stderr
+
+
+def test_device_name_not_utf8_is_kept_visibly(shared_data: Path, tmp_path: Path) -> None:
+    """A GPU name whose bytes are not UTF-8: the device row stays, the bad bytes shown as U+FFFD, and said."""
+    from tracekit.analyzers.nsys import read_nsys_sqlite
+
+    path = tmp_path / "probe.sqlite"
+    path.write_bytes((shared_data / "h200-probe/probe.sqlite").read_bytes())
+    con = sqlite3.connect(path)
+    con.execute("UPDATE TARGET_INFO_GPU SET name = CAST(x'483230ff30' AS TEXT)")
+    con.commit()
+    con.close()
+    ex = read_nsys_sqlite(path)
+    assert ex.frames["devices"]["name"].to_list() == ["H20\ufffd0"]
+    assert any("not UTF-8" in w for w in ex.warnings)

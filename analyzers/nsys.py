@@ -735,7 +735,8 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         warnings.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
 
     if lost and "kernels" not in frames and "ranges" not in frames:
-        table, why = next(iter(lost.items()))
+        table = next(t for t in (KERNEL_TABLE, NVTX_TABLE, *lost) if t in lost)  # the one that mattered
+        why = lost[table]
         raise UnreadableFileError(
             path, f"is damaged: {table} could not be read ({why})", "export the report again"
         )

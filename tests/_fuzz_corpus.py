@@ -233,7 +233,7 @@ def _kineto_mutant(src: Path, dst: Path, kind: str, seed: int) -> Path:
         damaged = json.dumps(json_values(json.loads(text), rng, rng.randrange(1, 6))).encode()
     else:
         damaged = BYTE_DAMAGE[kind](text, rng)
-    dst.write_bytes(gzip.compress(damaged, 1))
+    dst.write_bytes(gzip.compress(damaged, 1, mtime=0))  # no time stamp: the same name gives the same bytes
     return dst
 
 

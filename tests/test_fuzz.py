@@ -245,3 +245,27 @@ def test_device_name_not_utf8_is_kept_visibly(shared_data: Path, tmp_path: Path)
     ex = read_nsys_sqlite(path)
     assert ex.frames["devices"]["name"].to_list() == ["H20\ufffd0"]
     assert any("not UTF-8" in w for w in ex.warnings)
+
+
+def test_ncu_values_past_their_column_are_null_and_counted() -> None:
+    """A bit flip in a report's launch metrics (a grid of 5,460,000,000 blocks, 1e300 registers): the kernel
+    stays, those values are null and counted, the rest of the row is kept."""
+    from tracekit.analyzers.ncu import frames_from_actions
+
+    action = {
+        "range": 0,
+        "action": 0,
+        "name": "k",
+        "demangled": "k",
+        "nvtx": [],
+        "rules": [],
+        "metrics": [
+            ["launch__grid_dim_x", "i", 5_460_000_000, ""],
+            ["launch__registers_per_thread", "f", 1e300, ""],
+            ["launch__grid_dim_y", "i", 7, ""],
+        ],
+    }
+    lost: list[int] = []
+    ncu = frames_from_actions([action], "x.ncu-rep", lost=lost)["ncu"]
+    assert ncu.select("grid_x", "grid_y", "registers_per_thread").rows() == [(None, 7, None)]
+    assert lost == [2]

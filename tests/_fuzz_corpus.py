@@ -31,10 +31,10 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # (format, path under ../shared/data, mutants in the test suite's campaign): small real files of each format
 # tracekit reads; the big Kineto trace (75k events, 1.1 MB gzip) gets fewer cases, it costs ~0.5 s each
 SOURCES: list[tuple[str, str, int]] = [
-    ("nsys", "h200-probe/probe.sqlite", 14),
-    ("nsys", "thirdparty/nsys-ai/healthy_1pct.sqlite", 14),
-    ("nsys", "thirdparty/nsys-ai/mock.sqlite", 14),
-    ("kineto", "h200-probe/torch_trace.json.gz", 8),
+    ("nsys", "h200-probe/probe.sqlite", 28),
+    ("nsys", "thirdparty/nsys-ai/healthy_1pct.sqlite", 28),
+    ("nsys", "thirdparty/nsys-ai/mock.sqlite", 28),
+    ("kineto", "h200-probe/torch_trace.json.gz", 16),
     ("kineto", "thirdparty/hta/critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz", 8),
     ("kineto", "thirdparty/hta/triton_example__triton_example.json.gz", 4),
     ("kineto", "thirdparty/tracelens/h100__gaunernst_bert-small-uncased__1016001.json.gz", 8),
@@ -43,8 +43,8 @@ SOURCES: list[tuple[str, str, int]] = [
         "thirdparty/kineto-tbplugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",
         4,
     ),
-    ("ncu", "h200-probe/probe.ncu-rep", 8),
-    ("ncu-csv", "h200-probe/ncu_raw.csv", 6),
+    ("ncu", "h200-probe/probe.ncu-rep", 12),
+    ("ncu-csv", "h200-probe/ncu_raw.csv", 12),
     ("ncu-csv", "thirdparty/llm-perf-opt-rtx50/kernel_0003_ncu.details.csv", 6),
     ("ncu-csv", "thirdparty/llm-perf-opt-rtx50/kernel_0005_ncu.metrics.csv", 6),
 ]

@@ -189,3 +189,18 @@ def test_show_in_a_subprocess(samples_dir: Path) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--limit" in bad.stderr
+
+
+def test_moe_launches_one_line_each_and_cut(
+    samples_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The MoE table at 100 columns: a line per launch (the verdict elided, never folded), and the cut said."""
+    run = samples_dir / "h200-moe"
+    launches = _json(capsys, monkeypatch, run)["moe"]["launches"]
+    out = _show(capsys, monkeypatch, str(run), "--limit", "5")
+    lines = out.splitlines()
+    assert all(len(ln) <= 100 for ln in lines)
+    rows = [ln for ln in lines if ln.startswith("│ ") and ln.split("│")[1].strip() == launches[0]["backend"]]
+    tokens = [int(ln.split("│")[3]) for ln in rows[:5]]
+    assert tokens == [r["tokens"] for r in launches[:5]]  # one line per launch, in order
+    assert f"… {len(launches) - 5} more MoE launches: `tracekit show {run} --all` or `--json`" in out

@@ -167,7 +167,7 @@ def _render_failures(console: Any, failures: pl.DataFrame, limit: int | None, ru
     console.print(
         Text(
             f"Failures: {failures.height} in {groups.height} group{'s' if groups.height != 1 else ''} "
-            "(backend, kind, message; each in full: --json, tracekit report)",
+            "of one backend, kind and message (every failure in full: --json, tracekit report)",
             style="italic",
         )
     )
@@ -309,24 +309,49 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
 
 
 def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:
-    """Grouped / MoE launches: one row each with its efficiency, padding, hot expert and verdict."""
-    from rich.table import Table
+    """Grouped / MoE launches: one line each (numbers whole, the verdict elided to the width) with its
+    efficiency, padding, hot expert and verdict."""
+    import polars as pl
 
-    table = Table(title="MoE grouped launches (per-expert rows: show --json, report, view key e)")
-    for col in ("backend", "route", "tokens", "active/E", "µs", "TFLOP/s", "%peak", "pad%", "hot", "verdict"):
-        table.add_column(col, overflow="fold")
-    for r in moe["launches"][:limit]:
-        us = r["time_ns"] / 1e3 if r.get("time_ns") else None
-        table.add_row(
-            safe(r.get("backend")),
-            safe(r.get("route") or "–"),
-            str(r.get("tokens") if r.get("tokens") is not None else "–"),
-            f"{r.get('active')}/{r.get('experts')}",
-            "–" if us is None else f"{us:,.1f}",
-            "–" if r.get("tflops") is None else f"{r['tflops']:,.1f}",
-            "–" if r.get("pct_of_peak") is None else f"{r['pct_of_peak']:.2f}",
-            "–" if r.get("padding_waste_pct") is None else f"{r['padding_waste_pct']:.0f}",
-            "–" if r.get("hot_expert") is None else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
-            safe(r.get("verdict") or ""),
+    def num(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    rows = [
+        {
+            "backend": r.get("backend"),
+            "route": r.get("route"),
+            "tokens": r.get("tokens"),
+            "active/E": f"{r.get('active')}/{r.get('experts')}",
+            "µs": None if not r.get("time_ns") else r["time_ns"] / 1e3,
+            "TFLOP/s": num(r.get("tflops")),
+            "%peak": num(r.get("pct_of_peak")),
+            "pad%": num(r.get("padding_waste_pct")),
+            "hot": None
+            if r.get("hot_expert") is None
+            else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
+            "verdict": r.get("verdict"),
+        }
+        for r in moe["launches"][:limit]
+    ]
+    schema = {
+        "backend": pl.String,
+        "route": pl.String,
+        "tokens": pl.Int64,
+        "active/E": pl.String,
+        "µs": pl.Float64,
+        "TFLOP/s": pl.Float64,
+        "%peak": pl.Float64,
+        "pad%": pl.Float64,
+        "hot": pl.String,
+        "verdict": pl.String,
+    }
+    console.print(
+        frame_table(
+            pl.DataFrame(rows, schema=schema, strict=False),
+            "MoE grouped launches (per-expert rows: show --json, report, view key e)",
+            {"verdict": 400},
+            width=console.width,
+            priority=["backend", "route", "tokens", "µs", "%peak", "verdict", "TFLOP/s", "pad%", "hot"],
+            min_widths={"verdict": 30},
         )
-    console.print(table)
+    )

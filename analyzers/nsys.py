@@ -64,6 +64,7 @@ _FIELD = (
 )  # nsys packs pid and tid in 24-bit fields: pid = gtid >> 24 & 0xFFFFFF, tid = gtid & 0xFFFFFF
 _CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
 _WORKERS = max(2, min(4, os.cpu_count() or 2))
+_MAX_SMEM_BYTES = 1 << 31  # shared memory per block; real GPUs have at most a few hundred KiB
 _BATCH_ROWS = 1 << 30  # rows per Arrow batch from the ADBC driver: in practice all of them
 
 
@@ -313,11 +314,12 @@ class _Db:
             try:
                 df = _query_adbc(self._connect, self.uri, sql)
                 df.columns = list(schema)
-                df = df.cast(schema, strict=True)  # type: ignore[arg-type]
                 # the driver passes text that is not UTF-8 through unchecked, and such a frame cannot be
-                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back
+                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back. Checked
+                # before the cast: a failed cast's error quotes the value, and polars aborts the process when
+                # that message is not UTF-8 (a damaged export did: "PyObject pointer is null").
                 df.select(pl.col(pl.String).cast(pl.Binary).cast(pl.String))
-                return df
+                return df.cast(schema, strict=True)  # type: ignore[arg-type]
             except Exception as e:
                 if not (_is_adbc_error(e) or isinstance(e, pl.exceptions.PolarsError)):
                     raise
@@ -481,6 +483,13 @@ def _read_kernels(
             f"{src}: {unlinked} of {kernels.height} kernels have no CUDA runtime launch record "
             "(launch_tid / launch_start_ns null)"
         )
+    # shared memory per block past 2 GiB is no GPU's (a damaged value: summed, it overflowed later analyses)
+    for c in ("static_smem_bytes", "dynamic_smem_bytes"):
+        lost.append(int((~kernels[c].is_between(0, _MAX_SMEM_BYTES)).sum()))
+    kernels = kernels.with_columns(
+        pl.when(pl.col(c).is_between(0, _MAX_SMEM_BYTES)).then(pl.col(c)).alias(c)
+        for c in ("static_smem_bytes", "dynamic_smem_bytes")
+    )
     kernels = kernels.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"),
         pl.lit(src).alias("source"),
@@ -748,7 +757,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     ]
     if bad := sum(counts) + sum(db.lost):
         warnings.append(
-            f"{src}: {bad} values are not of the type nsys writes (a damaged file?) and are left null"
+            f"{src}: {bad} values are of the wrong type or out of range (a damaged file?) and are left null"
         )
     ex = Extract("nsys", src, frames, warnings=warnings)
     ex.partial = bool(lost or bad)

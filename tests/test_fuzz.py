@@ -55,6 +55,8 @@ REGRESSIONS = {
     "critical_path__cuda_event_sync_multi_stream__event_sync_trace.json.gz~values-489520195": "2**70 in "
     "deviceProperties (polars ComputeError)",
     "probe.sqlite~blob-782593592": "kernels without a start in GEMM ranges: show / explain / report exit 1",
+    "probe.sqlite~huge-3682109": "shared memory of 2**63 - 1 bytes overflowed the GEMM frame in show",
+    "healthy_1pct.sqlite~flip16-459437671": "text not UTF-8 in a failed cast's message: polars aborted (SIGABRT)",
 }
 
 

@@ -13,8 +13,11 @@ case would cost ~1 s of imports each). The contract, per case:
 - every stderr line is a ``tracekit:`` line (no exception text spilling over several lines);
 - each case ends within ``CASE_LIMIT_S``.
 
-The damaged files that ended in exit 1 before the readers were fixed are kept by name in ``REGRESSIONS`` and
-also run in a subprocess, as a user runs them. About 170 cases; the file takes ~30 s on two cores.
+The damaged files that broke tracekit before the readers were fixed (exit 1, a polars abort, 47 s to answer)
+are kept by name in ``REGRESSIONS`` and run in a subprocess, as a user runs them (an abort there fails one test;
+in this process it would end the session). A case is rebuilt from its name alone:
+``_fuzz_corpus.by_name(SHARED, "probe.sqlite~pages-363104290").make(path)``. About 170 cases; the file takes
+~30 s on two cores.
 """
 
 from __future__ import annotations

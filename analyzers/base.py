@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.frames import SPECS
+from tracekit.frames import SPECS, FrameSpec
 
 
 @dataclass
@@ -32,3 +32,39 @@ class Extract:
 
 def source_name(path: Path) -> str:
     return path.name
+
+
+def _fits(values: list[object], dtype: pl.DataType) -> tuple[pl.Series, int]:
+    """``values`` as a Series of ``dtype``; a value that does not fit (out of range, not a number) becomes null."""
+    series = pl.Series(values, dtype=dtype, strict=False)
+    return series, series.null_count() - sum(v is None for v in values)
+
+
+def fit_rows(rows: list[dict], spec: FrameSpec) -> tuple[pl.DataFrame, int]:
+    """``rows`` (dicts keyed by column) as a frame of ``spec`` and the number of values that did not fit.
+
+    A damaged report holds values no real one does (a grid of 5,460,000,000 blocks, a cell of ``1e999``): each
+    becomes null and is counted, so the reader keeps the rest of the file and marks it partial instead of
+    failing on one value. Columns no row has are left out (``spec.conform`` adds them as nulls)."""
+    if not rows:
+        return spec.empty(), 0
+    schema = spec.schema
+    columns, bad = {}, 0
+    for name in schema.names():
+        if any(name in r for r in rows):
+            columns[name], n = _fits([r.get(name) for r in rows], schema[name])
+            bad += n
+    return pl.DataFrame(columns), bad
+
+
+def fit_frame(df: pl.DataFrame, spec: FrameSpec) -> tuple[pl.DataFrame, int]:
+    """``df`` conformed to ``spec`` and the number of values that did not fit their column's type (now null).
+
+    ``spec.conform`` casts strictly and raises on one out-of-range value; this is for readers of damaged files
+    (an INTEGER column set to 2**63 - 1, text in a number column), which keep the rest and say how much was lost."""
+    if df.width == 0:
+        return spec.empty(), 0
+    casts = {c.name: pl.col(c.name).cast(c.dtype, strict=False) for c in spec.columns if c.name in df.columns}
+    cast = df.with_columns(**casts)
+    bad = sum(cast[name].null_count() - df[name].null_count() for name in casts)
+    return spec.conform(cast), bad

@@ -993,7 +993,8 @@ def _range_cases(
         "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
         "dynamic_smem_bytes",
     ]  # fmt: skip
-    ks = kernels.filter(pl.col("range_id").is_in(list(owner))).select(kcols).sort("start_ns")
+    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
+    ks = kernels.filter(pl.col("range_id").is_in(list(owner)) & timed).select(kcols).sort("start_ns")
     per_instance: dict[int, list[dict]] = {}
     for r in ks.iter_rows(named=True):
         gid, aux = owner[r["range_id"]]
@@ -1005,7 +1006,10 @@ def _range_cases(
     # every kernel start per device, to tell a launch gap from time spent in other kernels
     starts: dict[Any, list[int]] = {}
     for dev, grp in (
-        kernels.select("device", "start_ns").sort("start_ns").group_by("device", maintain_order=True)
+        kernels.filter(timed)
+        .select("device", "start_ns")
+        .sort("start_ns")
+        .group_by("device", maintain_order=True)
     ):
         starts[dev[0]] = grp["start_ns"].to_list()
 

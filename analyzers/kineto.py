@@ -68,7 +68,7 @@ try:  # zlib-ng inflates 2.5x faster than the stdlib zlib (0.24 s against 0.62 s
 except ImportError:  # pragma: no cover - same results, slower
     import zlib as _zlib
 
-from tracekit.analyzers.base import Extract, source_name
+from tracekit.analyzers.base import Extract, fit_rows, source_name
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
@@ -199,9 +199,9 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
     try:
         return _decode_strict(text), []
     except msgspec.ValidationError as exc:
-        raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
-    except msgspec.DecodeError:
-        pass
+        return _decode_loose(path, text, exc)
+    except msgspec.DecodeError as exc:
+        damage_at = _error_byte(exc)
     # Not strict JSON (NaN, huge integers) or cut short: the stdlib parser accepts the former.
     try:
         obj = json.loads(text)
@@ -213,11 +213,12 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
         obj = None
     if obj is not None:
         # re-encode as strict JSON (NaN -> null, integers past 64 bits -> null) and decode as usual
+        strict = msgspec.json.encode(_strict(obj))
         try:
-            return _decode_strict(msgspec.json.encode(_strict(obj))), []
+            return _decode_strict(strict), []
         except msgspec.ValidationError as exc:
-            raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
-    salvaged = _salvage(text)
+            return _decode_loose(path, strict, exc)
+    salvaged = _salvage(text, damage_at)
     if salvaged is None:
         raise UnreadableFileError(
             path, "is not valid JSON and no complete events could be recovered", "capture the trace again"
@@ -226,6 +227,51 @@ def _decode(path: Path, text: bytes) -> tuple[Any, list[str]]:
     return trace, [
         f"JSON is truncated or corrupt; read the events in the first {kept_bytes} of {len(text)} bytes"
     ]
+
+
+class _LooseTrace(msgspec.Struct, gc=False):
+    traceEvents: msgspec.Raw = msgspec.Raw(b"")
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_ONE_EVENT_DECODER = msgspec.json.Decoder(_Event)
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _decode_loose(path: Path, text: bytes, exc: msgspec.ValidationError) -> tuple[Any, list[str]]:
+    """Valid JSON that does not fit the trace's types (an event that is a number, ``deviceProperties`` that is
+    text: a damaged file): keep every event that is an object and say how many were not. Raises
+    UnreadableFileError when ``traceEvents`` itself is not a list."""
+    try:
+        if _first_byte(text) == b"[":
+            loose, raw_events = _LooseTrace(), _RAW_LIST_DECODER.decode(text)
+        else:
+            loose = msgspec.json.decode(text, type=_LooseTrace)
+            raw_events = _RAW_LIST_DECODER.decode(loose.traceEvents) if loose.traceEvents else None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        raise UnreadableFileError(path, f"is not a PyTorch profiler trace ({exc})") from exc
+    events: list[_Event] = []
+    for raw in raw_events or ():
+        try:
+            events.append(_ONE_EVENT_DECODER.decode(raw))
+        except msgspec.ValidationError:
+            continue
+    props = loose.deviceProperties
+    trace = _Trace(
+        traceEvents=events if raw_events is not None else None,
+        deviceProperties=props if isinstance(props, list) else None,
+        distributedInfo=loose.distributedInfo if isinstance(loose.distributedInfo, dict) else None,
+        baseTimeNanoseconds=loose.baseTimeNanoseconds,
+    )
+    dropped = len(raw_events or ()) - len(events)
+    what = (
+        f"{dropped} of {len(raw_events or ())} trace events are not JSON objects and were skipped"
+        if dropped
+        else "some fields have the wrong type"
+    )
+    return trace, [f"{what} (first: {exc}); the rest was read"]
 
 
 def _strict(obj: Any) -> Any:
@@ -256,22 +302,37 @@ def _decode_strict(text: bytes) -> Any:
     return _TRACE_DECODER.decode(text)
 
 
-def _salvage(text: bytes) -> tuple[Any, int] | None:
-    """Cut a truncated trace after its last complete event and close the JSON; None if nothing parses."""
-    end = len(text)
+def _error_byte(exc: Exception) -> int | None:
+    """Where msgspec stopped reading (``... (byte 1234)``), if it says."""
+    m = _AT_BYTE.search(str(exc))
+    return int(m[1]) if m else None
+
+
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _salvage(text: bytes, damage_at: int | None = None) -> tuple[Any, int] | None:
+    """Cut a truncated trace after its last complete event and close the JSON; None if nothing parses.
+
+    ``damage_at``: the byte where the decoder first failed. Each try starts before the point the last one failed
+    at, so damage in the middle of a 50 MB trace costs a few decodes, not one per event after it."""
+    end = len(text) if damage_at is None else min(len(text), damage_at)
     for _ in range(_SALVAGE_TRIES):
         cut = text.rfind(b"}", 0, end)
         if cut < 0:
             return None
+        end = cut
         for closing in (b"]}", b"]", b"]}]}"):
             candidate = text[: cut + 1] + closing
             try:
                 trace = _decode_strict(candidate)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                at = _error_byte(exc)
+                if at is not None and at < cut:  # the candidate breaks before the cut: retry before that
+                    end = min(end, at)
                 continue
             if trace.traceEvents:
                 return trace, cut + 1
-        end = cut
     return None
 
 
@@ -566,7 +627,10 @@ def _op_ranges(ops: list[Any], base_ns: int) -> pl.DataFrame:
     return df.with_columns(start.alias("start_ns"), (start + dur).alias("end_ns"))
 
 
-def _devices(props: list[dict[str, Any]] | None, source: str, rank: int | None) -> pl.DataFrame:
+def _devices(
+    props: list[dict[str, Any]] | None, source: str, rank: int | None, warnings: list[str]
+) -> pl.DataFrame:
+    """``deviceProperties`` as device rows; a value past its column's range (a damaged file) is null and said."""
     rows = []
     for p in props or []:
         if not isinstance(p, dict):
@@ -590,13 +654,10 @@ def _devices(props: list[dict[str, Any]] | None, source: str, rank: int | None) 
                 "regs_per_sm": _as_int(p.get("regsPerMultiprocessor")),
             }
         )
-    if not rows:
-        return DEVICES.empty()
-    return DEVICES.conform(
-        pl.DataFrame(
-            rows, schema_overrides={k: v for k, v in DEVICES.schema.items() if k != "boost_clock_hz"}
-        )
-    )
+    df, bad = fit_rows(rows, DEVICES)
+    if bad:
+        warnings.append(f"{bad} deviceProperties values are out of range for their column and are left null")
+    return DEVICES.conform(df)
 
 
 # -- public API ------------------------------------------------------------------------------------------------
@@ -669,7 +730,7 @@ def _read_kineto(path: Path) -> Extract:
     buckets: tuple[list[_Event], ...] = ([], [], [], [], [])
     which = _BUCKET.get
     for e in trace.traceEvents:
-        i = which(e.cat)
+        i = which(e.cat) if type(e.cat) is str else None  # a damaged file's "cat": [1] is no category
         if i is not None:
             buckets[i].append(e)
     kern, launch_events, cpu_events, gpu_events, other_cpu = buckets
@@ -718,6 +779,6 @@ def _read_kineto(path: Path) -> Extract:
         "ranges": _ranges(
             cpu_ranges, gpu_ranges, base_ns, single_pid, source, rank, _op_ranges(gemm_ops, base_ns)
         ),
-        "devices": _devices(trace.deviceProperties, source, rank),
+        "devices": _devices(trace.deviceProperties, source, rank, warnings),
     }
     return Extract(kind=KIND, source=source, frames=frames, partial=bool(warnings), warnings=warnings)

@@ -33,7 +33,7 @@ from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 from tracekit.naming import DOMAIN
 
 from . import _ncu_columns as cols
-from .base import Extract, source_name
+from .base import Extract, fit_frame, fit_rows, source_name
 
 MAGIC = b"NVR\x00"
 """First four bytes of every .ncu-rep (Nsight Compute 2019.x to 2025.x)."""
@@ -300,9 +300,12 @@ def _stack(nvtx: list[list]) -> list[tuple[str | None, str]]:
 
 
 def frames_from_actions(
-    actions: list[dict], source: str, command_line: str | None = None
+    actions: list[dict], source: str, command_line: str | None = None, lost: list[int] | None = None
 ) -> dict[str, pl.DataFrame]:
-    """Build the four frames from the worker's plain-data kernels (also used by tests on hand-made input)."""
+    """Build the four frames from the worker's plain-data kernels (also used by tests on hand-made input).
+
+    A value that does not fit its column (a damaged report: a grid of 5,460,000,000 blocks) is null; how many
+    there were is appended to ``lost``."""
     clock = clock_control(command_line)
     ncu_rows: list[dict] = []
     metric_rows: list[tuple] = []
@@ -345,22 +348,18 @@ def frames_from_actions(
         orient="row",
         infer_schema_length=None,
     )
-    return {
-        "ncu": NCU.conform(_frame(ncu_rows, NCU)),
-        "ncu_metrics": NCU_METRICS.conform(metrics_df if metric_rows else NCU_METRICS.empty()),
-        "ncu_rules": NCU_RULES.conform(_frame(rule_rows, NCU_RULES)),
-        "devices": DEVICES.conform(_frame(list(devices.values()), DEVICES)),
-    }
-
-
-def _frame(rows: list[dict], spec: object) -> pl.DataFrame:
-    if not rows:
-        return spec.empty()  # type: ignore[attr-defined]
-    schema = spec.schema  # type: ignore[attr-defined]
-    names = [c for c in schema.names() if c in rows[0] or any(c in r for r in rows)]
-    return pl.DataFrame(
-        [{c: r.get(c) for c in names} for r in rows], schema={c: schema[c] for c in names}, strict=False
-    )
+    frames, bad = {}, 0
+    for name, spec, rows in (
+        ("ncu", NCU, ncu_rows),
+        ("ncu_rules", NCU_RULES, rule_rows),
+        ("devices", DEVICES, list(devices.values())),
+    ):
+        df, n = fit_rows(rows, spec)
+        frames[name], bad = spec.conform(df), bad + n
+    frames["ncu_metrics"], n = fit_frame(metrics_df, NCU_METRICS) if metric_rows else (NCU_METRICS.empty(), 0)
+    if lost is not None:
+        lost.append(bad + n)
+    return frames
 
 
 def read_ncu_report(path: Path, *, isolate: bool = True, timeout_s: float | None = None) -> Extract:
@@ -394,5 +393,12 @@ def read_ncu_report(path: Path, *, isolate: bool = True, timeout_s: float | None
             path, f"kernel {empty[0]} (of {len(actions)}) has no metrics: the report is damaged there", _HINT
         )
     source = source_name(path)
-    frames = frames_from_actions(actions, source, structure.command_line)
-    return Extract(kind="ncu", source=source, frames=frames)
+    lost: list[int] = []
+    frames = frames_from_actions(actions, source, structure.command_line, lost)
+    ex = Extract(kind="ncu", source=source, frames=frames)
+    if sum(lost):
+        ex.partial = True
+        ex.warnings.append(
+            f"{source}: {sum(lost)} metric values do not fit their column (damaged?) and are null"
+        )
+    return ex

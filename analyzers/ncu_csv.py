@@ -30,7 +30,7 @@ from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 from tracekit.naming import DOMAIN
 
 from . import _ncu_columns as cols
-from .base import Extract, source_name
+from .base import Extract, fit_frame, fit_rows, source_name
 
 _FIXED = frozenset(
     [
@@ -139,9 +139,10 @@ def _number(cell: str) -> float | None:
     if not s or not _NUMBER.match(s) or s in ("+", "-", "."):
         return None
     try:
-        return float(s.replace(",", ""))
+        value = float(s.replace(",", ""))
     except ValueError:
         return None
+    return value if math.isfinite(value) else None  # "1e999" in a damaged file: not a number ncu writes
 
 
 def _head_lines(path: Path) -> tuple[list[str], int] | None:
@@ -346,7 +347,8 @@ def _read_details(header: list[str], body: list[list[str]]) -> list[_Kernel]:
     return list(kernels.values())
 
 
-def _frames(kernels: list[_Kernel], source: str) -> dict[str, pl.DataFrame]:
+def _frames(kernels: list[_Kernel], source: str) -> tuple[dict[str, pl.DataFrame], int]:
+    """The four frames, and how many values did not fit their column (a damaged file: they are null)."""
     ncu_rows, metric_rows, rule_rows = [], [], []
     devices: dict[tuple, dict] = {}
     for ncu_id, k in enumerate(kernels):
@@ -390,22 +392,16 @@ def _frames(kernels: list[_Kernel], source: str) -> dict[str, pl.DataFrame]:
         orient="row",
         infer_schema_length=None,
     )
-    return {
-        "ncu": NCU.conform(_frame(ncu_rows, NCU)),
-        "ncu_metrics": NCU_METRICS.conform(metrics_df) if metric_rows else NCU_METRICS.empty(),
-        "ncu_rules": NCU_RULES.conform(_frame(rule_rows, NCU_RULES)),
-        "devices": DEVICES.conform(_frame(list(devices.values()), DEVICES)),
-    }
-
-
-def _frame(rows: list[dict], spec: object) -> pl.DataFrame:
-    if not rows:
-        return spec.empty()  # type: ignore[attr-defined]
-    schema = spec.schema  # type: ignore[attr-defined]
-    names = [c for c in schema.names() if any(c in r for r in rows)]
-    return pl.DataFrame(
-        [{c: r.get(c) for c in names} for r in rows], schema={c: schema[c] for c in names}, strict=False
-    )
+    frames, bad = {}, 0
+    for name, spec, rows in (
+        ("ncu", NCU, ncu_rows),
+        ("ncu_rules", NCU_RULES, rule_rows),
+        ("devices", DEVICES, list(devices.values())),
+    ):
+        df, n = fit_rows(rows, spec)
+        frames[name], bad = spec.conform(df), bad + n
+    frames["ncu_metrics"], n = fit_frame(metrics_df, NCU_METRICS) if metric_rows else (NCU_METRICS.empty(), 0)
+    return frames, bad + n
 
 
 def read_ncu_csv(path: Path) -> Extract:
@@ -418,4 +414,11 @@ def read_ncu_csv(path: Path) -> Extract:
             path, f"the Nsight Compute CSV export ({layout} page) holds no kernels", _HINT
         )
     source = source_name(path)
-    return Extract(kind="ncu-csv", source=source, frames=_frames(kernels, source))
+    frames, bad = _frames(kernels, source)
+    ex = Extract(kind="ncu-csv", source=source, frames=frames)
+    if bad:
+        ex.partial = True
+        ex.warnings.append(
+            f"{source}: {bad} values do not fit their column (damaged cells?) and are left null"
+        )
+    return ex

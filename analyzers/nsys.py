@@ -44,9 +44,9 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import MissingToolError, UnreadableFileError
-from tracekit.frames import DEVICES, KERNELS, RANGES
+from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
-from .base import Extract, source_name
+from .base import Extract, fit_frame, source_name
 from .torch_ops import GEMM_OPS, nvtx_op_shape
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
@@ -69,6 +69,7 @@ _FIELD = (
 )  # nsys packs pid and tid in 24-bit fields: pid = gtid >> 24 & 0xFFFFFF, tid = gtid & 0xFFFFFF
 _CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
 _WORKERS = max(2, min(4, os.cpu_count() or 2))
+_MAX_SMEM_BYTES = 1 << 31  # shared memory per block; real GPUs have at most a few hundred KiB
 _BATCH_ROWS = 1 << 30  # rows per Arrow batch from the ADBC driver: in practice all of them
 
 
@@ -86,6 +87,8 @@ def _table_names(path: Path) -> set[str]:
     con = sqlite3.connect(_uri(path), uri=True)
     try:
         return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    except UnicodeDecodeError as e:  # a damaged schema page: names that are not text
+        raise sqlite3.DatabaseError(f"its schema is damaged: a table name is not UTF-8 ({e.reason})") from e
     finally:
         con.close()
 
@@ -193,8 +196,27 @@ def _replace_bad_utf8(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
+def _rows_frame(rows: list[tuple], schema: dict[str, pl.DataType], lost: list[int]) -> pl.DataFrame:
+    """``rows`` as a frame of ``schema``; a value of the wrong type (text in an INTEGER column: SQLite keeps
+    whatever it is given) becomes null and is counted in ``lost``."""
+    try:
+        return pl.DataFrame(rows, schema=schema, orient="row")
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        columns = {}
+        for i, (name, dtype) in enumerate(schema.items()):
+            values = [r[i] for r in rows]
+            columns[name] = pl.Series(values, dtype=dtype, strict=False)
+            lost.append(columns[name].null_count() - sum(v is None for v in values))
+        return pl.DataFrame(columns)
+
+
 def _query_sqlite3(
-    uri: str, sql: str, schema: dict[str, pl.DataType], *, replace_bad_utf8: bool = False
+    uri: str,
+    sql: str,
+    schema: dict[str, pl.DataType],
+    lost: list[int],
+    *,
+    replace_bad_utf8: bool = False,
 ) -> pl.DataFrame:
     con = sqlite3.connect(uri, uri=True)
     if replace_bad_utf8:  # slower (a Python call per text value): only after the plain read failed on one
@@ -203,7 +225,7 @@ def _query_sqlite3(
         cur = con.execute(sql)
         parts = []
         while rows := cur.fetchmany(262144):
-            parts.append(pl.DataFrame(rows, schema=schema, orient="row"))
+            parts.append(_rows_frame(rows, schema, lost))
         return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     finally:
         con.close()
@@ -237,6 +259,7 @@ class _Db:
             raise MissingToolError("engine 'adbc' needs adbc-driver-sqlite", "pip install adbc-driver-sqlite")
         self._cols: dict[str, dict[str, str]] = {}
         self.notes: list[str] = []
+        self.lost: list[int] = []  # per query chunk: values of the wrong type, read as null
 
     @property
     def engine(self) -> str:
@@ -255,7 +278,16 @@ class _Db:
     def small(self, sql: str) -> list[tuple]:
         con = sqlite3.connect(self.uri, uri=True)
         try:
-            return con.execute(sql).fetchall()
+            try:
+                return con.execute(sql).fetchall()
+            except sqlite3.OperationalError as e:
+                if "decode" not in str(e):
+                    raise
+                note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
+                if note not in self.notes:
+                    self.notes.append(note)
+                con.text_factory = _replace_bad_utf8
+                return con.execute(sql).fetchall()
         finally:
             con.close()
 
@@ -269,7 +301,8 @@ class _Db:
             )[0]
         except sqlite3.OperationalError:  # a WITHOUT ROWID table: one statement
             lo = hi = None
-        bounds = [None] if lo is None else list(range(lo, hi + 1, _CHUNK_ROWS))
+        # a damaged b-tree can answer max < min: then one statement, which reads what there is
+        bounds = [None] if lo is None or hi is None or hi < lo else list(range(lo, hi + 1, _CHUNK_ROWS))
         out = []
         for b in bounds:
             cond = where if b is None else [*where, f"rowid >= {b}", f"rowid < {b + _CHUNK_ROWS}"]
@@ -286,11 +319,12 @@ class _Db:
             try:
                 df = _query_adbc(self._connect, self.uri, sql)
                 df.columns = list(schema)
-                df = df.cast(schema, strict=True)  # type: ignore[arg-type]
                 # the driver passes text that is not UTF-8 through unchecked, and such a frame cannot be
-                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back
+                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back. Checked
+                # before the cast: a failed cast's error quotes the value, and polars aborts the process when
+                # that message is not UTF-8 (a damaged export did: "PyObject pointer is null").
                 df.select(pl.col(pl.String).cast(pl.Binary).cast(pl.String))
-                return df
+                return df.cast(schema, strict=True)  # type: ignore[arg-type]
             except Exception as e:
                 if not (_is_adbc_error(e) or isinstance(e, pl.exceptions.PolarsError)):
                     raise
@@ -298,12 +332,14 @@ class _Db:
                     f"the ADBC reader failed ({' '.join(str(e).split())[:200]}); read with sqlite3"
                 )
         try:
-            return _query_sqlite3(self.uri, sql, schema)
+            return _query_sqlite3(self.uri, sql, schema, self.lost)
         except sqlite3.OperationalError as e:
             if "decode" not in str(e):
                 raise
-            self.notes.append("some strings are not UTF-8; the bad bytes are shown as U+FFFD")
-            return _query_sqlite3(self.uri, sql, schema, replace_bad_utf8=True)
+            note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
+            if note not in self.notes:
+                self.notes.append(note)
+            return _query_sqlite3(self.uri, sql, schema, self.lost, replace_bad_utf8=True)
 
 
 def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:
@@ -313,6 +349,14 @@ def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = 
     if integer and "INT" not in cols[name]:
         return f'CAST("{name}" AS INTEGER) AS {alias}'
     return f'"{name}" AS {alias}'
+
+
+def _fit(spec: FrameSpec, df: pl.DataFrame, lost: list[int]) -> pl.DataFrame:
+    """``df`` conformed to ``spec``; values that do not fit their column (a damaged file: a grid of 2**63 - 1
+    blocks) become null and are counted in ``lost``."""
+    df, n = fit_frame(df, spec)
+    lost.append(n)
+    return df
 
 
 def _first(cols: dict[str, str], *names: str) -> str | None:
@@ -429,7 +473,12 @@ def _link_launches(kernels: pl.DataFrame, runtime: pl.DataFrame | None, warnings
 
 
 def _read_kernels(
-    kernels: pl.DataFrame, runtime: pl.DataFrame | None, strings: pl.DataFrame, warnings: list[str], src: str
+    kernels: pl.DataFrame,
+    runtime: pl.DataFrame | None,
+    strings: pl.DataFrame,
+    warnings: list[str],
+    src: str,
+    lost: list[int],
 ) -> pl.DataFrame:
     kernels = _resolve(_resolve(kernels, "name", strings), "short_name", strings)
     kernels = _link_launches(kernels, runtime, warnings, src)
@@ -439,13 +488,20 @@ def _read_kernels(
             f"{src}: {unlinked} of {kernels.height} kernels have no CUDA runtime launch record "
             "(launch_tid / launch_start_ns null)"
         )
+    # shared memory per block past 2 GiB is no GPU's (a damaged value: summed, it overflowed later analyses)
+    for c in ("static_smem_bytes", "dynamic_smem_bytes"):
+        lost.append(int((~kernels[c].is_between(0, _MAX_SMEM_BYTES)).sum()))
+    kernels = kernels.with_columns(
+        pl.when(pl.col(c).is_between(0, _MAX_SMEM_BYTES)).then(pl.col(c)).alias(c)
+        for c in ("static_smem_bytes", "dynamic_smem_bytes")
+    )
     kernels = kernels.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("kernel_id"),
         pl.lit(src).alias("source"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
         (pl.col("static_smem_bytes") + pl.col("dynamic_smem_bytes")).alias("smem_bytes"),
     )
-    return KERNELS.conform(kernels)
+    return _fit(KERNELS, kernels, lost)
 
 
 # --- ranges -----------------------------------------------------------------------------------------------------
@@ -485,7 +541,12 @@ def _nvtx_query(db: _Db, ids: dict[str, int]) -> _Query:
 
 
 def _read_ranges(
-    events: pl.DataFrame, ids: dict[str, int], strings: pl.DataFrame, warnings: list[str], src: str
+    events: pl.DataFrame,
+    ids: dict[str, int],
+    strings: pl.DataFrame,
+    warnings: list[str],
+    src: str,
+    lost: list[int],
 ) -> pl.DataFrame:
     kinds = {ids["NvtxPushPopRange"]: "push_pop", ids["NvtxStartEndRange"]: "start_end"}
     marks = int((events["event"] == ids["NvtxMark"]).sum())
@@ -524,7 +585,7 @@ def _read_ranges(
         (pl.col("proc") % _FIELD).alias("pid"),
         (pl.col("gtid") % _FIELD).alias("tid"),
     )
-    return _nvtx_op_shapes(RANGES.conform(ranges))
+    return _nvtx_op_shapes(_fit(RANGES, ranges, lost))
 
 
 def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -620,71 +681,141 @@ def _read_devices(db: _Db, warnings: list[str], src: str) -> pl.DataFrame:
     if not rows:
         return DEVICES.empty()
     df = pl.DataFrame(rows, infer_schema_length=None).with_columns(pl.lit(src).alias("source"))
-    return DEVICES.conform(df).unique("device", keep="first", maintain_order=True)
+    return _fit(DEVICES, df, db.lost).unique("device", keep="first", maintain_order=True)
 
 
 # --- the reader -------------------------------------------------------------------------------------------------
+# What a damaged export raises while it is read: SQLite's own errors ("database disk image is malformed"), text
+# that is not UTF-8 where SQLite hands Python a str, values polars cannot hold.
+_DAMAGE = (sqlite3.Error, UnicodeDecodeError, pl.exceptions.PolarsError)
+_TABLE_OF = {"strings": STRINGS_TABLE, "kernels": KERNEL_TABLE, "runtime": RUNTIME_TABLE, "nvtx": NVTX_TABLE}
+
+
+def _why(e: BaseException) -> str:
+    """The first line of an exception's text, short enough for a one-line message."""
+    text = " ".join((str(e).strip().splitlines() or [type(e).__name__])[0].split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
 def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     """Read an Nsight Systems SQLite export into ``kernels``, ``ranges`` and ``devices`` frames.
 
     ``engine`` is ``auto`` (ADBC where installed, else sqlite3), ``adbc`` or ``sqlite3``; both give the same
     frames. Raises UnreadableFileError for a file that is not a complete nsys SQLite export (a ``.nsys-rep``
     needs ``nsys export --type sqlite`` first). A table the file lacks gives an empty frame and a warning.
+
+    A damaged export keeps what can be read: a table SQLite cannot read (``database disk image is malformed``)
+    is left out, and a value of the wrong type (text or an out-of-range number in an INTEGER column) is null;
+    either marks the Extract ``partial`` with a warning that says what was lost. When neither kernels nor
+    ranges can be read the file is refused (UnreadableFileError).
     """
     path = Path(path)
     tables = _check_file(path)
     src = source_name(path)
     db = _Db(path, tables, engine=engine)
     warnings: list[str] = []
-    ids = _event_ids(db)
+    lost: dict[str, str] = {}  # table -> why it could not be read (a damaged file: the rest is kept)
+    try:
+        ids = _event_ids(db)
+    except _DAMAGE as e:
+        ids = dict(_EVENT_DEFAULTS)
+        warnings.append(
+            f"{src}: ENUM_NSYS_EVENT_TYPE could not be read ({_why(e)}); the usual NVTX ids are used"
+        )
 
-    jobs: dict[str, _Query] = {}
+    makers: dict[str, Callable[[], _Query | None]] = {}
     if STRINGS_TABLE in tables:
-        cols = db.columns(STRINGS_TABLE)
-        schema: dict[str, pl.DataType] = {"id": pl.Int64(), "value": pl.String()}
-        jobs["strings"] = _Query(STRINGS_TABLE, f'{_col(cols, "id", "id")}, "value" AS value', None, schema)
+        makers["strings"] = lambda: _Query(
+            STRINGS_TABLE,
+            f'{_col(db.columns(STRINGS_TABLE), "id", "id")}, "value" AS value',
+            None,
+            {"id": pl.Int64(), "value": pl.String()},
+        )
     if KERNEL_TABLE in tables:
-        jobs["kernels"] = _kernel_query(db)
-        if (rt := _runtime_query(db)) is not None:
-            jobs["runtime"] = rt
+        makers["kernels"] = lambda: _kernel_query(db)
+        makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
-        jobs["nvtx"] = _nvtx_query(db, ids)
+        makers["nvtx"] = lambda: _nvtx_query(db, ids)
+    jobs: dict[str, _Query] = {}
+    plan: list[tuple[str, str]] = []
+    for key, make in makers.items():
+        try:
+            if (q := make()) is not None:
+                plan += [(key, sql) for sql in db.chunks(q)]
+                jobs[key] = q
+        except _DAMAGE as e:
+            lost[_TABLE_OF[key]] = _why(e)
+
+    def read(key: str, sql: str) -> pl.DataFrame | Exception:
+        try:
+            return db.query(sql, jobs[key].schema)
+        except _DAMAGE as e:
+            return e
 
     try:
-        plan = [(k, sql) for k, q in jobs.items() for sql in db.chunks(q)]
         if db.engine == "adbc":
             # The driver steps SQLite and fills Arrow buffers without holding the GIL: chunks read in parallel.
             with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
-                futures = [(k, pool.submit(db.query, sql, jobs[k].schema)) for k, sql in plan]
+                futures = [(k, pool.submit(read, k, sql)) for k, sql in plan]
                 parts = [(k, f.result()) for k, f in futures]
         else:
-            parts = [(k, db.query(sql, jobs[k].schema)) for k, sql in plan]
-        got = {k: pl.concat([df for kk, df in parts if kk == k], rechunk=False) for k in jobs}
-        devices = _read_devices(db, warnings, src)
-    except (sqlite3.Error, OSError) as e:
+            parts = [(k, read(k, sql)) for k, sql in plan]
+    except OSError as e:
         raise UnreadableFileError(path, f"could not be read ({e})", "export the report again") from e
-    except pl.exceptions.PolarsError as e:  # e.g. text in a column nsys declares INTEGER
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnreadableFileError(
-            path, f"holds values of an unexpected type ({first})", "export the report again"
-        ) from e
-    warnings += [f"{src}: {note}" for note in db.notes]
+    got: dict[str, pl.DataFrame] = {}
+    for key in jobs:
+        mine = [df for k, df in parts if k == key]
+        failed = next((e for e in mine if isinstance(e, Exception)), None)
+        if failed is not None:
+            lost[_TABLE_OF[key]] = _why(failed)
+        else:
+            got[key] = pl.concat(mine, rechunk=False)  # type: ignore[arg-type]
 
     strings = got.get("strings", pl.DataFrame(schema={"id": pl.Int64(), "value": pl.String()}))
-    frames: dict[str, pl.DataFrame] = {"devices": devices}
+    counts: list[int] = []
+    frames: dict[str, pl.DataFrame] = {}
+    try:
+        frames["devices"] = _read_devices(db, warnings, src)
+    except _DAMAGE as e:
+        lost["TARGET_INFO_GPU"] = _why(e)
+        frames["devices"] = DEVICES.empty()
 
     if "kernels" in got:
         if "runtime" not in got:
             warnings.append(f"{src}: no usable {RUNTIME_TABLE} table, so kernels have no launch thread")
-        frames["kernels"] = _read_kernels(got["kernels"], got.get("runtime"), strings, warnings, src)
-    else:
+        try:
+            frames["kernels"] = _read_kernels(
+                got["kernels"], got.get("runtime"), strings, warnings, src, counts
+            )
+        except pl.exceptions.PolarsError as e:
+            lost[KERNEL_TABLE] = _why(e)
+    elif KERNEL_TABLE not in lost:
         warnings.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
-        frames["kernels"] = KERNELS.empty()
 
     if "nvtx" in got:
-        frames["ranges"] = _read_ranges(got["nvtx"], ids, strings, warnings, src)
-    else:
+        try:
+            frames["ranges"] = _read_ranges(got["nvtx"], ids, strings, warnings, src, counts)
+        except pl.exceptions.PolarsError as e:
+            lost[NVTX_TABLE] = _why(e)
+    elif NVTX_TABLE not in lost:
         warnings.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
-        frames["ranges"] = RANGES.empty()
 
-    return Extract("nsys", src, frames, warnings=warnings)
+    if lost and "kernels" not in frames and "ranges" not in frames:
+        table = next(t for t in (KERNEL_TABLE, NVTX_TABLE, *lost) if t in lost)  # the one that mattered
+        why = lost[table]
+        raise UnreadableFileError(
+            path, f"is damaged: {table} could not be read ({why})", "export the report again"
+        )
+    warnings += [f"{src}: {note}" for note in db.notes]
+    frames.setdefault("kernels", KERNELS.empty())
+    frames.setdefault("ranges", RANGES.empty())
+    warnings += [
+        f"{src}: {table} could not be read ({why}); its rows are left out" for table, why in lost.items()
+    ]
+    if bad := sum(counts) + sum(db.lost):
+        warnings.append(
+            f"{src}: {bad} values are of the wrong type or out of range (a damaged file?) and are left null"
+        )
+    ex = Extract("nsys", src, frames, warnings=warnings)
+    ex.partial = bool(lost or bad)
+    return ex

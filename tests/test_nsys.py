@@ -379,14 +379,39 @@ def test_nsys_rep_asks_for_the_export(shared_data: Path, tmp_path: Path) -> None
     assert "Nsight Systems report" in _unreadable(renamed).message
 
 
-def test_mistyped_values_fall_back_then_fail_cleanly(shared_data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["auto", "sqlite3"])
+def test_mistyped_values_are_null_and_marked(shared_data: Path, tmp_path: Path, engine: str) -> None:
+    """Text and an out-of-range number in INTEGER columns: the file is read, those values are null, the
+    Extract is partial and says how many values it lost."""
     path = _copy(shared_data, PROBE, tmp_path)
     con = sqlite3.connect(path)
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 'oops' WHERE rowid = 3")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET blockX = 9223372036854775807 WHERE rowid = 5")
+    (n,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     con.commit()
     con.close()
-    err = _unreadable_sqlite(path)
-    assert "unexpected type" in err.message
+    ex = read_nsys_sqlite(path, engine=engine)
+    kernels = ex.frames["kernels"]
+    assert ex.partial and kernels.height == n
+    assert kernels["grid_x"][2] is None and kernels["block_x"][4] is None
+    assert kernels["grid_x"].null_count() == 1 and kernels["block_x"].null_count() == 1
+    assert any("2 values are of the wrong type or out of range" in w for w in ex.warnings), ex.warnings
+
+
+def test_a_malformed_table_is_left_out_and_marked(shared_data: Path, tmp_path: Path) -> None:
+    """A page of NVTX_EVENTS zeroed (``database disk image is malformed``): kernels are kept, the run is partial."""
+    path = _copy(shared_data, PROBE, tmp_path)
+    con = sqlite3.connect(path)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone()
+    (page_size,) = con.execute("PRAGMA page_size").fetchone()
+    (n,) = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.close()
+    data = bytearray(path.read_bytes())
+    data[(root - 1) * page_size : root * page_size] = b"\xff" * page_size
+    path.write_bytes(bytes(data))
+    ex = read_nsys_sqlite(path)
+    assert ex.partial and ex.frames["kernels"].height == n and ex.frames["ranges"].height == 0
+    assert any("NVTX_EVENTS could not be read" in w and "malformed" in w for w in ex.warnings), ex.warnings
 
 
 def _unreadable_sqlite(path: Path) -> UnreadableFileError:

@@ -97,7 +97,108 @@ def frame_table(
     return table
 
 
-def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int) -> None:
+def _dims(values: list[int]) -> str:
+    """Distinct sizes of one dimension, compact: ``6144``, ``768|2048|4096``, or ``16..4096`` beyond three."""
+    if len(values) <= 3:
+        return "|".join(map(str, values))
+    return f"{values[0]}..{values[-1]}"
+
+
+def shapes_text(m: list[Any], n: list[Any], k: list[Any]) -> str:
+    """The shapes a group of failures covers: ``M=16..4096, N=768|2048, K=6144`` (unknown sizes left out)."""
+    parts = [
+        f"{d}={_dims(sorted({v for v in vals if v is not None}))}"
+        for d, vals in zip("MNK", (m, n, k), strict=True)
+    ]
+    known = [p for p in parts if not p.endswith("=")]
+    return ", ".join(known) if known else "shape unknown"
+
+
+def failure_groups(failures: pl.DataFrame) -> pl.DataFrame:
+    """Failures grouped by backend, kind, exception type and first line of the message, most frequent first
+    (ties in the order they occurred): ``backend``, ``kind``, ``count``, ``shapes`` (see shapes_text) and
+    ``message`` (``ErrorType: first line``, the type without its module path)."""
+    import polars as pl
+
+    first = pl.col("message").fill_null("").str.strip_chars().str.split("\n").list.first().str.strip_chars()
+    grouped = (
+        failures.with_columns(first.alias("first"))
+        .group_by("backend", "kind", "error_type", "first", maintain_order=True)
+        .agg(pl.len().alias("count"), pl.col("m"), pl.col("n"), pl.col("k"))
+        .sort("count", descending=True, maintain_order=True)
+    )
+    rows = []
+    for g in grouped.iter_rows(named=True):
+        etype = (g["error_type"] or "").rsplit(".", 1)[-1]
+        message = f"{etype}: {g['first']}" if etype and g["first"] else etype or g["first"] or ""
+        rows.append(
+            {
+                "backend": g["backend"],
+                "kind": g["kind"],
+                "count": g["count"],
+                "shapes": shapes_text(g["m"], g["n"], g["k"]),
+                "message": message,
+            }
+        )
+    schema = {
+        "backend": pl.String,
+        "kind": pl.String,
+        "count": pl.Int64,
+        "shapes": pl.String,
+        "message": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def more_line(left_out: int, what: str, run: str) -> str:
+    """What a table cut to ``--limit`` rows says under it: how many rows it left out and how to see them."""
+    import shlex
+
+    return f"… {left_out} more {what}: `tracekit show {shlex.quote(run)} --all` or `--json`"
+
+
+def _render_failures(console: Any, failures: pl.DataFrame, limit: int | None, run: str) -> None:
+    """Failures grouped (failure_groups): a line per group with its count and shapes, the message under it,
+    each line cut to the terminal's width."""
+    from rich.text import Text
+
+    groups = failure_groups(failures)
+    w = console.width
+    console.print(
+        Text(
+            f"Failures: {failures.height} in {groups.height} group{'s' if groups.height != 1 else ''} "
+            "of one backend, kind and message (every failure in full: --json, tracekit report)",
+            style="italic",
+        )
+    )
+    shown = groups if limit is None else groups.head(limit)
+    bw = max(len(safe(b, 40)) for b in shown["backend"].to_list())
+    kw = max(len(safe(k, 20)) for k in shown["kind"].to_list())
+    cw = max(len(str(c)) for c in shown["count"].to_list()) + 1
+    styles = {"crashed": "red", "error": "red", "unsupported": "yellow", "unavailable": "dim"}
+    for g in shown.iter_rows(named=True):
+        head = Text("  ")
+        head.append(f"{safe(g['backend'], 40):<{bw}}  ", style="bold")
+        head.append(f"{safe(g['kind'], 20):<{kw}}  ", style=styles.get(g["kind"] or "", ""))
+        head.append(f"{'×' + str(g['count']):>{cw}}  {g['shapes']}")
+        head.truncate(w, overflow="ellipsis")
+        console.print(head, no_wrap=True, overflow="ellipsis")
+        console.print(Text("      " + safe(g["message"], max(w - 6, 10))), no_wrap=True, overflow="ellipsis")
+    if groups.height > shown.height:
+        console.print(Text(more_line(groups.height - shown.height, "failure groups", run), style="dim"))
+
+
+def _print_cut(console: Any, table: Any, total: int, shown: int, what: str, run: str) -> None:
+    """Print ``table``, then the line that says how many rows it left out (when it did)."""
+    from rich.text import Text
+
+    console.print(table)
+    if total > shown:
+        console.print(Text(more_line(total - shown, what, run), style="dim"))
+
+
+def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int | None) -> None:
+    """``tracekit show``'s tables; each is cut to ``limit`` rows (None: every row) and says what it left out."""
     import polars as pl
     from rich.console import Console
     from rich.text import Text
@@ -106,6 +207,11 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
 
     console = Console()
     w = console.width
+    path = str(data["run"]["path"])
+
+    def cut(df: pl.DataFrame) -> pl.DataFrame:
+        return df if limit is None else df.head(limit)
+
     run = data["run"]
     status = run["status"] + (" (partial)" if run["partial"] else "")
     console.print(Text(f"run {run['path']}  status: {status}", style="bold"))
@@ -148,37 +254,22 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
     if data.get("moe"):
         _render_moe(console, data["moe"], limit)
+        launches = len(data["moe"]["launches"])
+        if limit is not None and launches > limit:
+            console.print(Text(more_line(launches - limit, "MoE launches", path), style="dim"))
     gemms = S.gemm_table(frames)
     if gemms.height:
-        console.print(
-            frame_table(
-                gemms.drop([c for c in ("range",) if c in gemms.columns]).head(limit),
-                "GEMMs",
-                width=w,
-                priority=["backend", "m", "n", "k", "dtype", "time_us", "tflops", "status", "launches"],
-            )
+        shown = cut(gemms.drop([c for c in ("range",) if c in gemms.columns]))
+        table = frame_table(
+            shown,
+            "GEMMs",
+            width=w,
+            priority=["backend", "m", "n", "k", "dtype", "time_us", "tflops", "status", "launches"],
         )
+        _print_cut(console, table, gemms.height, shown.height, "GEMMs", path)
     fails = frames["failures"]
     if fails.height:
-        short = fails.select(
-            "backend",
-            "m",
-            "n",
-            "k",
-            "kind",
-            "error_type",
-            pl.col("message").str.split("\n").list.first().alias("message"),
-        ).head(limit)
-        console.print(
-            frame_table(
-                short,
-                "Failures (full text: --json, tracekit report)",
-                {"message": 100},
-                width=w,
-                priority=["backend", "m", "n", "k", "kind", "message"],
-                min_widths={"message": 24},
-            )
-        )
+        _render_failures(console, fails, limit, path)
     ncu = frames["ncu"]
     if ncu.height:
         cols = [
@@ -193,42 +284,74 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
             )
             if c in ncu.columns
         ]
-        console.print(
-            frame_table(
-                ncu.select(cols).head(limit),
-                "Nsight Compute kernels",
-                {"name": 50, "nvtx_range": 50},
-                width=w,
-                priority=["name", "duration_ns", "tensor_pipe_pct", "sm_clock_hz"],
-            )
+        shown = cut(ncu.select(cols))
+        table = frame_table(
+            shown,
+            "Nsight Compute kernels",
+            {"name": 50, "nvtx_range": 50},
+            width=w,
+            priority=["name", "duration_ns", "tensor_pipe_pct", "sm_clock_hz"],
         )
-    rt = S.range_table(frames, limit)
+        _print_cut(console, table, ncu.height, shown.height, "Nsight Compute kernels", path)
+    everything = (
+        2**62
+    )  # the summary's tables take a row limit: ask for all, cut here to count what is left out
+    rt = S.range_table(frames, everything)
     if rt.height:
-        console.print(frame_table(rt, "Top ranges", {"name": 70}, width=w))
-    kt = S.kernel_table(frames, limit)
+        shown = cut(rt)
+        table = frame_table(shown, "Top ranges (by total time)", {"name": 70}, width=w)
+        _print_cut(console, table, rt.height, shown.height, "range names", path)
+    kt = S.kernel_table(frames, everything)
     if kt.height:
-        console.print(frame_table(kt, "Top kernels", {"name": 70}, width=w))
+        shown = cut(kt)
+        table = frame_table(shown, "Top kernels (by total time)", {"name": 70}, width=w)
+        _print_cut(console, table, kt.height, shown.height, "kernel names", path)
 
 
-def _render_moe(console: Any, moe: dict[str, Any], limit: int) -> None:
-    """Grouped / MoE launches: one row each with its efficiency, padding, hot expert and verdict."""
-    from rich.table import Table
+def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:
+    """Grouped / MoE launches: one line each (numbers whole, the verdict elided to the width) with its
+    efficiency, padding, hot expert and verdict."""
+    import polars as pl
 
-    table = Table(title="MoE grouped launches (per-expert rows: show --json, report, view key e)")
-    for col in ("backend", "route", "tokens", "active/E", "µs", "TFLOP/s", "%peak", "pad%", "hot", "verdict"):
-        table.add_column(col, overflow="fold")
-    for r in moe["launches"][:limit]:
-        us = r["time_ns"] / 1e3 if r.get("time_ns") else None
-        table.add_row(
-            safe(r.get("backend")),
-            safe(r.get("route") or "–"),
-            str(r.get("tokens") if r.get("tokens") is not None else "–"),
-            f"{r.get('active')}/{r.get('experts')}",
-            "–" if us is None else f"{us:,.1f}",
-            "–" if r.get("tflops") is None else f"{r['tflops']:,.1f}",
-            "–" if r.get("pct_of_peak") is None else f"{r['pct_of_peak']:.2f}",
-            "–" if r.get("padding_waste_pct") is None else f"{r['padding_waste_pct']:.0f}",
-            "–" if r.get("hot_expert") is None else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
-            safe(r.get("verdict") or ""),
+    def num(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    rows = [
+        {
+            "backend": r.get("backend"),
+            "route": r.get("route"),
+            "tokens": r.get("tokens"),
+            "active/E": f"{r.get('active')}/{r.get('experts')}",
+            "µs": None if not r.get("time_ns") else r["time_ns"] / 1e3,
+            "TFLOP/s": num(r.get("tflops")),
+            "%peak": num(r.get("pct_of_peak")),
+            "pad%": num(r.get("padding_waste_pct")),
+            "hot": None
+            if r.get("hot_expert") is None
+            else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
+            "verdict": r.get("verdict"),
+        }
+        for r in moe["launches"][:limit]
+    ]
+    schema = {
+        "backend": pl.String,
+        "route": pl.String,
+        "tokens": pl.Int64,
+        "active/E": pl.String,
+        "µs": pl.Float64,
+        "TFLOP/s": pl.Float64,
+        "%peak": pl.Float64,
+        "pad%": pl.Float64,
+        "hot": pl.String,
+        "verdict": pl.String,
+    }
+    console.print(
+        frame_table(
+            pl.DataFrame(rows, schema=schema, strict=False),
+            "MoE grouped launches (per-expert rows: show --json, report, view key e)",
+            {"verdict": 400},
+            width=console.width,
+            priority=["backend", "route", "tokens", "µs", "%peak", "verdict", "TFLOP/s", "pad%", "hot"],
+            min_widths={"verdict": 30},
         )
-    console.print(table)
+    )

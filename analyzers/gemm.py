@@ -1170,7 +1170,8 @@ def _loose_timeline_cases(
         case.device = device
         case.main_kernel = name
         case.launches = len(idx)
-        case.main_ns = statistics.fmean(ends[i] - starts[i] for i in idx)
+        timed = [ends[i] - starts[i] for i in idx if ends[i] is not None and starts[i] is not None]
+        case.main_ns = statistics.fmean(timed) if timed else None  # a damaged file's kernel with no time
         top = ordered.row(idx[0], named=True)
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         if all(g is not None for g in grid):

@@ -130,7 +130,7 @@ def test_the_call_in_flight_survives_the_crash(tmp_path: Path, how: str, returnc
     assert last["caller"] == f"{script}:{_line('LINE_CRASH')}"
     assert last["range"].startswith("gemm backend=torch-bf16 op=mm M=99 N=256 K=128")
     assert isinstance(last["t"], float) and abs(last["t"] - time.time()) < 600
-    assert last["v"] == 1 and last["pid"] == int(file.name.split(".")[1]) and last["file"] == str(file)
+    assert last["v"] == 2 and last["pid"] == int(file.name.split(".")[1]) and last["file"] == str(file)
     # every earlier call was on a thread of its own (one slot each) and is marked returned or raised
     done = {c["m"]: c for c in crumbs_read if c["state"] == "done"}
     assert sorted(done) == [16, 32]
@@ -184,7 +184,7 @@ def test_read_breadcrumbs_skips_empty_and_garbled_slots(tmp_path: Path) -> None:
         b"C" + b"\xff\xfe" + b"\0",  # not UTF-8
         b"R" + json.dumps({**good, "seq": 9}).encode() + b"\0" + b'stale tail of a longer record"}',
     ]
-    data = b"".join(s.ljust(B.SLOT_BYTES, b"\0") for s in slots)
+    data = b"".join(s.ljust(B.V1_SLOT_BYTES, b"\0") for s in slots)
     (tmp_path / "breadcrumb.1.bin").write_bytes(data + b"C{")  # a torn last slot
     rows = B.read_breadcrumbs(tmp_path)
     assert [(r["state"], r["seq"]) for r in rows] == [("done", 3), ("raised", 9)]

@@ -37,10 +37,10 @@ A wrapped call that raises is also written as one failure record (the keys of
 ``tracekit.collectors.failures.failure_record``) to ``<dir>/failures.<pid>.jsonl``, whether or not the caller
 catches the exception; the import reads those files as failures.
 
-Cost: a call packs 24 bytes with one precompiled ``struct`` (no text formatting) after one dict lookup of its
-site, cached per range scope on (code object id, bytecode offset) of the caller (the cache keeps the code
-objects alive, so an id cannot be reused while it names a site), and one ``threading.local`` read of its slot;
-the return rewrites one byte. ``benchmarks/bench_instrument.py --breadcrumbs`` measures it (numbers below).
+Cost: a call packs 24 bytes with one precompiled ``struct`` (no text formatting) after one ``threading.local``
+read (its slot) and one dict lookup of its site, cached per range scope on the caller's bytecode offset and
+checked against the caller's code object by identity (cheaper than hashing an (id, offset) pair); the return
+rewrites one byte. ``benchmarks/bench_instrument.py --breadcrumbs`` measures it (numbers below).
 """
 
 from __future__ import annotations
@@ -113,12 +113,12 @@ _lock = threading.Lock()
 _slots = itertools.count()
 _seq = itertools.count(1)
 _next_site = 1
-_site_maps: dict[int, dict[tuple[int, int], int]] = {}
+_site_maps: dict[int, dict[Any, Any]] = {}
 """Every scope's site cache that holds a site of this file, by id: emptied when the file changes (reload,
 fork) and when the site table starts a new lap (the ids they hold are about to be overwritten)."""
 _keep: list[Any] = []
-"""The caller code objects the site caches are keyed on (by id): kept alive so no other code object can take
-an id while a cache holds it."""
+"""The caller code objects site caches hold by id: kept alive so no other code object can take the id while a
+cache holds it."""
 
 
 class _Thread(threading.local):
@@ -245,22 +245,29 @@ def site_entry(name: str, caller: str, limit: int = SITE_BYTES - _SITE_ID.size -
 
 def _site(scope: Any, frame: Any) -> int:
     """The site id of a call of ``scope`` made at ``frame``: written to the site table on the first call from
-    that place, then cached on the scope."""
+    that place, then cached on the scope (``scope.crumb``). The cache maps the caller's bytecode offset to
+    (code object, site id), which :func:`enter` checks by identity; a second code object calling the scope from
+    the same offset, and a call without a frame, are kept under (code object id, offset) and found here."""
     global _next_site
+    code = frame.f_code if frame is not None else None
+    lasti = frame.f_lasti if frame is not None else -1
+    key = (id(code), lasti)
+    sites = scope.crumb
+    if sites is not None:
+        hit = sites.get(key)
+        if hit is not None:
+            return hit
     with _lock:
         mm = _map if _map is not None else _open()
         if mm is None:
             return 0
-        if frame is None:
-            key, caller = (0, -1), ""
-        else:
-            code = frame.f_code
-            key, caller = (id(code), frame.f_lasti), f"{code.co_filename}:{frame.f_lineno}"
-        sites = scope.crumb
         if sites is None:
             sites = scope.crumb = {}
+        first = sites.get(lasti)
+        if first is not None and first[0] is code:  # another thread wrote it meanwhile
+            return first[1]
         hit = sites.get(key)
-        if hit is not None:  # another thread wrote it meanwhile (caches are emptied, never made stale)
+        if hit is not None:
             return hit
         site = _next_site
         _next_site += 1
@@ -269,12 +276,15 @@ def _site(scope: Any, frame: Any) -> int:
                 cached.clear()
             _site_maps.clear()
             _keep.clear()
+        caller = f"{code.co_filename}:{frame.f_lineno}" if code is not None else ""
         entry = _SITE_ID.pack(site) + site_entry(scope.name, caller) + b"\0"
         at = SITES_AT + (site - 1) % SITES * SITE_BYTES
         mm[at : at + len(entry)] = entry
-        if frame is not None:
-            _keep.append(frame.f_code)
-        sites[key] = site
+        if first is None and code is not None:
+            sites[lasti] = (code, site)
+        else:
+            sites[key] = site
+            _keep.append(code)
         _site_maps[id(sites)] = sites
         return site
 
@@ -302,7 +312,8 @@ def enter(scope: Any, frame: Any) -> int:
             if off < 0:
                 return -1
         try:
-            site = scope.crumb[(id(frame.f_code), frame.f_lasti)]
+            hit = scope.crumb[frame.f_lasti]
+            site = hit[1] if hit[0] is frame.f_code else _site(scope, frame)
         except (KeyError, TypeError, AttributeError):  # first call from here, first of the scope, no frame
             site = _site(scope, frame)
         _pack(_map, off, _CALL, site, next(_seq), _time_ns())

@@ -40,7 +40,12 @@ catches the exception; the import reads those files as failures.
 Cost: a call packs 24 bytes with one precompiled ``struct`` (no text formatting) after one ``threading.local``
 read (its slot) and one dict lookup of its site, cached per range scope on the caller's bytecode offset and
 checked against the caller's code object by identity (cheaper than hashing an (id, offset) pair); the return
-rewrites one byte. ``benchmarks/bench_instrument.py --breadcrumbs`` measures it (numbers below).
+rewrites one byte. ``benchmarks/bench_instrument.py --breadcrumbs`` measures it. On a loaded 2-core CPU (Python
+3.11; the v1 module, which formatted a ~250-byte JSON slot per call, imported beside this one, runs interleaved,
+best of 9 x 100,000 calls): ``enter`` + ``done`` about 0.39-0.6 µs (v1: 1.1-1.3 µs); the instrumented call with
+breadcrumbs on 0.65-1.0 µs over the same call with them off (v1: 1.6-2.0 µs). What is left is Python's floor
+for the work: the caller's frame (``sys._getframe``), two attribute reads off it, ``time.time_ns()``, one
+``pack_into`` and two function calls.
 """
 
 from __future__ import annotations

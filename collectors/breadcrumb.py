@@ -13,20 +13,20 @@ otherwise the wrappers check one module attribute (``active``) and do nothing el
 
 File format v2 (the contract the capture / import side reads; all integers little-endian):
 
-- one file per process, ``<dir>/breadcrumb.<pid>.bin``, :data:`FILE_BYTES` long (sparse: only written pages take
+- one file per process, ``<dir>/breadcrumb.<pid>.bin``, :data:`FILE_BYTES` (136 KiB) long (sparse: only written pages take
   space), created at the process's first wrapped call;
 - header, :data:`HEADER_BYTES` (64) bytes: magic ``b"tkcrumb\\0"``, then u32 version (2), pid, slot count
-  (:data:`SLOTS`, 256), slot bytes (:data:`SLOT_BYTES`, 32), site count (:data:`SITES`, 1024), site bytes
+  (:data:`SLOTS`, 256), slot bytes (:data:`SLOT_BYTES`, 32), site count (:data:`SITES`, 256), site bytes
   (:data:`SITE_BYTES`, 512);
 - slots, from byte 64: a thread takes the next slot on its first call (slot = per-process thread index mod 256)
   and reuses it. Slot: u8 state (``C`` call in flight, ``D`` returned, ``R`` raised, NUL no call yet), 3 bytes
   padding, u32 site id, u64 seq (per-process counter, from 1), u64 t (``time.time_ns()`` at the call), u64 tid
   (the thread's native id, written when the thread takes the slot);
-- sites, from byte 64 + 256 * 32: site id ``s`` (from 1) lives in entry ``(s - 1) mod 1024``: u32 ``s``, then a
+- sites, from byte 64 + 256 * 32: site id ``s`` (from 1) lives in entry ``(s - 1) mod 256``: u32 ``s``, then a
   UTF-8 (ASCII) JSON object with keys ``backend``, ``op``, ``m``, ``n``, ``k``, ``dtype_a``, ``dtype_b``,
   ``dtype_out``, ``scale``, ``range``, ``caller`` (``path/to/file.py:123``), then a NUL (what follows it is
   padding, possibly left from a longer earlier entry). ``range`` and ``caller`` are shortened so the entry fits.
-  A process with more than 1024 distinct sites reuses entries from the oldest: a slot whose entry no longer
+  A process with more than 256 distinct sites reuses entries from the oldest: a slot whose entry no longer
   holds its id is read with the site's keys None rather than with another call's.
 
 :func:`read_breadcrumbs` returns one dict per used slot with the keys ``v``, ``pid``, ``tid``, ``seq``, ``t``
@@ -88,7 +88,7 @@ HEADER = struct.Struct("<8s6I")
 HEADER_BYTES = 64
 SLOTS = 256
 SLOT_BYTES = 32
-SITES = 1024
+SITES = 256
 SITE_BYTES = 512
 SLOTS_AT = HEADER_BYTES
 SITES_AT = SLOTS_AT + SLOTS * SLOT_BYTES

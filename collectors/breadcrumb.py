@@ -13,8 +13,8 @@ otherwise the wrappers check one module attribute (``active``) and do nothing el
 
 File format v2 (the contract the capture / import side reads; all integers little-endian):
 
-- one file per process, ``<dir>/breadcrumb.<pid>.bin``, :data:`FILE_BYTES` (136 KiB) long (sparse: only written pages take
-  space), created at the process's first wrapped call;
+- one file per process, ``<dir>/breadcrumb.<pid>.bin``, :data:`FILE_BYTES` (136 KiB) long (sparse: only
+  written pages take space), created at the process's first wrapped call;
 - header, :data:`HEADER_BYTES` (64) bytes: magic ``b"tkcrumb\\0"``, then u32 version (2), pid, slot count
   (:data:`SLOTS`, 256), slot bytes (:data:`SLOT_BYTES`, 32), site count (:data:`SITES`, 256), site bytes
   (:data:`SITE_BYTES`, 512);

@@ -8,8 +8,8 @@ Default (CPU only, no torch): prints ns/call for a bare call of a stand-in GEMM 
 through the `tracekit.instrument()` wrapper (shape / dtype keying, cached range, NVTX push/pop), a
 `gemm_range(...)` block around it, and a reused range scope. The nvtx package without a tool attached is what a
 user's program sees outside a profiler. ``--breadcrumbs`` adds the instrumented call with breadcrumbs on
-(``TRACEKIT_BREADCRUMB_DIR`` set to a temporary folder: every call writes its slot of the mapped file), and the
-same with the range open on another thread (the wrapper must still name this thread's call).
+(``TRACEKIT_BREADCRUMB_DIR`` set to a temporary folder: every call writes its slot of the mapped file) and the
+breadcrumb's own ``enter`` + ``done`` with the caller's frame lookup, outside any wrapper.
 
 ``--torch``: the same comparison with the real ``torch.mm`` on small bf16 matrices (CUDA when available, else
 float32 on the CPU, where tensors are not named and the wrapper only passes through). Host time per call over
@@ -46,7 +46,7 @@ class _Tensor:
         self.shape, self.dtype, self.is_cuda = tuple(shape), dtype, True
 
 
-def _with_breadcrumbs(measure: Callable[[], float]) -> float:
+def _with_breadcrumbs(measure: Callable[[], float | None]) -> float | None:
     """``measure()`` with breadcrumbs on, written to a temporary folder (collectors/breadcrumb.py)."""
     import os
     import tempfile
@@ -204,9 +204,19 @@ def main() -> None:
     I.instrument(flashinfer=False, sgl=False)
     bench("instrumented torch.mm(a, b)", lambda: torch.mm(a, b))
     if args.breadcrumbs:
-        _with_breadcrumbs(
-            lambda: bench("instrumented torch.mm(a, b), breadcrumbs on", lambda: torch.mm(a, b))
-        )
+        from tracekit.collectors import breadcrumb
+
+        scope = ranges.range_for(("bench-breadcrumb",), lambda: "gemm bench breadcrumb")
+        getframe = sys._getframe
+
+        def crumb() -> None:  # what the wrapper adds for its breadcrumb, the caller's frame lookup included
+            breadcrumb.done(breadcrumb.enter(scope, getframe(1)))
+
+        def with_crumbs() -> None:
+            bench("instrumented torch.mm(a, b), breadcrumbs on", lambda: torch.mm(a, b))
+            bench("breadcrumb enter + done alone", crumb)
+
+        _with_breadcrumbs(with_crumbs)
     I.uninstrument()
 
     def block():
@@ -223,9 +233,9 @@ def main() -> None:
     bench("with <reused scope>: mm(a, b)", reused)
 
     print(f"sink: {ranges.get_sink().kind}; python {sys.version.split()[0]}; best of 5 x {n} calls")
-    print(f"{'call':<40} {'ns/call':>9} {'added ns':>9}")
+    print(f"{'call':<44} {'ns/call':>9} {'added ns':>9}")
     for label, ns in rows:
-        print(f"{label:<40} {ns:9.0f} {ns - base:9.0f}")
+        print(f"{label:<44} {ns:9.0f} {ns - base:9.0f}")
 
 
 if __name__ == "__main__":

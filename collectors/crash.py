@@ -1,14 +1,17 @@
 """What a capture keeps when the profiled program crashes, hangs or dies of a CUDA fault: the evidence for one
 failure record of kind ``crashed`` / ``timeout`` that names the GEMM call in flight.
 
-Pieces, all standard library (captures run on GPU machines without polars):
+Pieces, all standard library and tracekit's own (captures run on GPU machines without polars):
 
 * **Breadcrumbs** (:func:`read_breadcrumbs`): ``tracekit capture`` points ``TRACEKIT_BREADCRUMB_DIR`` at a folder
   of the run; the instrument wrapper writes ``breadcrumb.<pid>.bin`` there before and after each wrapped GEMM
-  call: 64 slots of 512 bytes, byte 0 the state (``C`` call in flight, ``D`` returned, ``R`` raised), bytes 1..511
-  a UTF-8 JSON object padded with NUL (keys ``v``, ``pid``, ``tid``, ``seq``, ``t``, ``backend``, ``op``, ``m``,
-  ``n``, ``k``, ``dtype_a``, ``dtype_b``, ``dtype_out``, ``scale``, ``range``, ``caller``). A slot is written in
-  place, so the file survives SIGSEGV / SIGKILL; a slot torn by the crash is skipped, never fatal.
+  call: a memory-mapped file of one slot per thread (a packed record: state ``C`` call in flight, ``D``
+  returned, ``R`` raised; seq; time; site id) and a table of sites (the range's fields and the caller, JSON,
+  written once per range and call site). Its layout, v2 (and the older v1 of 512-byte JSON slots, still read),
+  is collectors/breadcrumb.py's, which is also its one reader: this module wraps the dicts it returns (keys
+  ``v``, ``pid``, ``tid``, ``seq``, ``t``, ``backend``, ``op``, ``m``, ``n``, ``k``, ``dtype_a``, ``dtype_b``,
+  ``dtype_out``, ``scale``, ``range``, ``caller``). A slot is written in place, so the file survives SIGSEGV /
+  SIGKILL; a slot torn by the crash is skipped, never fatal.
 * **Program output apart from the profiler's** (:class:`OutputSplitter`): ncu's ``==PROF==`` / ``==ERROR==`` lines,
   nsys's banner and progress lines and the PyTorch-profiler driver's own lines are told from the program's, so
   the program's stdout / stderr are kept whole in ``raw/program*.stdout`` / ``.stderr``.
@@ -20,7 +23,6 @@ Pieces, all standard library (captures run on GPU machines without polars):
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from collections.abc import Iterable
@@ -28,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ENV_BREADCRUMB_DIR = "TRACEKIT_BREADCRUMB_DIR"
-BREADCRUMB_GLOB = "breadcrumb.*.bin"
+from tracekit.collectors import breadcrumb as _breadcrumb
+
+ENV_BREADCRUMB_DIR = _breadcrumb.ENV_DIR
 WRAPPER_FAILURES_GLOB = "failures.*.jsonl"
-SLOTS = 64
-SLOT_BYTES = 512
 IN_FLIGHT, RETURNED, RAISED = "C", "D", "R"
 STDERR_TAIL_LINES = 50
 
@@ -81,41 +82,18 @@ class Breadcrumb:
         return self.fields.get(key)
 
 
-def _slot(data: bytes, file: str) -> Breadcrumb | None:
-    if not data.strip(b"\x00"):
-        return None  # an empty slot
-    state = chr(data[0])
-    if state not in (IN_FLIGHT, RETURNED, RAISED):
-        return None
-    body = data[1:].split(b"\x00", 1)[0]
-    try:
-        obj = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None  # torn by the crash, or not a breadcrumb
-    if not isinstance(obj, dict):
-        return None
-    return Breadcrumb(state, obj, file)
-
-
-def read_breadcrumb_file(path: Path) -> list[Breadcrumb]:
-    """The readable slots of one ``breadcrumb.<pid>.bin`` (garbled and empty slots skipped)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
-    out = []
-    for i in range(min(SLOTS, len(data) // SLOT_BYTES)):
-        crumb = _slot(data[i * SLOT_BYTES : (i + 1) * SLOT_BYTES], path.name)
-        if crumb is not None:
-            out.append(crumb)
-    return out
+_STATE_LETTERS = {"call": IN_FLIGHT, "done": RETURNED, "raised": RAISED}
 
 
 def read_breadcrumbs(folder: Path) -> list[Breadcrumb]:
-    """Every readable slot of every process's breadcrumb file in ``folder``, oldest first."""
-    if not folder.is_dir():
-        return []
-    crumbs = [c for p in sorted(folder.glob(BREADCRUMB_GLOB)) for c in read_breadcrumb_file(p)]
+    """Every readable slot of every process's breadcrumb file in ``folder``, oldest first
+    (:func:`tracekit.collectors.breadcrumb.read_breadcrumbs` reads them; ``file`` here is the file's name)."""
+    crumbs = []
+    for row in _breadcrumb.read_breadcrumbs(folder):
+        state = _STATE_LETTERS.get(row.pop("state", None))
+        path = Path(str(row.pop("file", "")))
+        if state is not None:
+            crumbs.append(Breadcrumb(state, row, path.name))
     return sorted(crumbs, key=lambda c: c.order)
 
 

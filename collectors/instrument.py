@@ -550,11 +550,16 @@ def _same_kind(a: Any, b: Any) -> bool:
         return False
 
 
-def _traced(fn: Callable[..., Any], scope: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+_getframe = sys._getframe
+
+
+def _traced(
+    fn: Callable[..., Any], scope: Any, args: tuple[Any, ...], kwargs: dict[str, Any], state: Any
+) -> Any:
     """A wrapped call with breadcrumbs on: the slot is written before the call and marked after it; a call that
-    raises is recorded as a failure and its exception re-raised unchanged (collectors/breadcrumb.py)."""
-    off = _B.enter(scope, sys._getframe(2))  # 2: the wrapper's caller
-    state = ranges.LOCAL.state
+    raises is recorded as a failure and its exception re-raised unchanged (collectors/breadcrumb.py). ``state``
+    is the calling thread's ``ranges.LOCAL.state``, which the wrapper has already read."""
+    off = _B.enter(scope, _getframe(2))  # 2: the wrapper's caller
     try:
         if scope.is_gemm and ranges._plain and not state.suppressed:  # the lean path: one push, one pop
             push, arg, pop = scope.main
@@ -620,7 +625,7 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
             if scope is None or (_DYNAMO in _modules and compiling()):
                 return fn(*args, **kwargs)
             if B.active:
-                return _traced(fn, scope, args, kwargs)
+                return _traced(fn, scope, args, kwargs, state)
             if R._plain and not state.suppressed:  # no ncu budget, no record_function: one push, one pop
                 push, arg, pop = scope.main
                 state.depth += 1
@@ -643,7 +648,7 @@ def make_wrapper(fn: Callable[..., Any], target: Target, package: Any) -> Callab
             if scope is None:
                 return fn(*args, **kwargs)
             if B.active:
-                result = _traced(fn, scope, args, kwargs)
+                result = _traced(fn, scope, args, kwargs, local.state)
             else:
                 with scope:
                     result = fn(*args, **kwargs)

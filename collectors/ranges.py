@@ -364,7 +364,7 @@ class RangeScope:
         self.is_gemm = is_gemm
         self.count = 0
         self.crumb: Any = None
-        """The range's breadcrumb JSON prefix and fields, built on its first call with breadcrumbs on
+        """The range's breadcrumb site ids by call site, filled on its calls with breadcrumbs on
         (tracekit.collectors.breadcrumb)."""
         sink = get_sink()
         self.main = sink.handle(DOMAIN, name)

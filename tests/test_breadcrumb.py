@@ -14,13 +14,34 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tracekit.collectors import breadcrumb as B
+from tracekit.collectors import crash, ranges
+
+KEYS = {
+    "v",
+    "pid",
+    "tid",
+    "seq",
+    "t",
+    "backend",
+    "op",
+    "m",
+    "n",
+    "k",
+    "dtype_a",
+    "dtype_b",
+    "dtype_out",
+    "scale",
+}
+KEYS |= {"range", "caller", "state", "file"}
 
 CHILD = textwrap.dedent(
     """
@@ -130,7 +151,7 @@ def test_the_call_in_flight_survives_the_crash(tmp_path: Path, how: str, returnc
     assert last["caller"] == f"{script}:{_line('LINE_CRASH')}"
     assert last["range"].startswith("gemm backend=torch-bf16 op=mm M=99 N=256 K=128")
     assert isinstance(last["t"], float) and abs(last["t"] - time.time()) < 600
-    assert last["v"] == 1 and last["pid"] == int(file.name.split(".")[1]) and last["file"] == str(file)
+    assert last["v"] == 2 and last["pid"] == int(file.name.split(".")[1]) and last["file"] == str(file)
     # every earlier call was on a thread of its own (one slot each) and is marked returned or raised
     done = {c["m"]: c for c in crumbs_read if c["state"] == "done"}
     assert sorted(done) == [16, 32]
@@ -138,6 +159,11 @@ def test_the_call_in_flight_survives_the_crash(tmp_path: Path, how: str, returnc
     assert {c["m"] for c in crumbs_read if c["state"] == "raised"} == {7}  # m=5 shared the crashing slot
     assert last["seq"] == max(c["seq"] for c in crumbs_read)
     assert len({c["tid"] for c in crumbs_read}) == 4
+    assert all(set(c) == KEYS for c in crumbs_read)
+    # the capture side reads the file through the same reader and names the same call
+    crumb = crash.in_flight(crash.read_breadcrumbs(crumbs))
+    assert crumb is not None and (crumb.state, crumb.file) == ("C", file.name)
+    assert crumb.fields == {k: v for k, v in last.items() if k not in ("state", "file")}
 
 
 def test_a_raising_call_is_a_failure_and_the_import_reads_it(tmp_path: Path) -> None:
@@ -184,7 +210,7 @@ def test_read_breadcrumbs_skips_empty_and_garbled_slots(tmp_path: Path) -> None:
         b"C" + b"\xff\xfe" + b"\0",  # not UTF-8
         b"R" + json.dumps({**good, "seq": 9}).encode() + b"\0" + b'stale tail of a longer record"}',
     ]
-    data = b"".join(s.ljust(B.SLOT_BYTES, b"\0") for s in slots)
+    data = b"".join(s.ljust(B.V1_SLOT_BYTES, b"\0") for s in slots)
     (tmp_path / "breadcrumb.1.bin").write_bytes(data + b"C{")  # a torn last slot
     rows = B.read_breadcrumbs(tmp_path)
     assert [(r["state"], r["seq"]) for r in rows] == [("done", 3), ("raised", 9)]
@@ -208,9 +234,8 @@ def test_off_without_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_long_range_names_and_caller_paths_are_shortened_to_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A slot holds 512 bytes: the range name is cut, and the caller keeps its end (file name and line)."""
-    from tracekit.collectors import ranges
-
+    """A site entry holds 512 bytes: the range name is cut, and the caller keeps its end (file name and
+    line)."""
     monkeypatch.setenv(B.ENV_DIR, str(tmp_path))
     B.reload()
     try:
@@ -230,3 +255,120 @@ def test_long_range_names_and_caller_paths_are_shortened_to_fit(
     assert row["state"] == "done" and (row["m"], row["n"], row["k"]) == (16, 32, 64)
     assert row["caller"].startswith("...") and row["caller"].endswith("deep/model.py:2")
     assert name.startswith(row["range"]) and len(row["range"]) < len(name)
+
+
+@pytest.fixture
+def crumbs_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Breadcrumbs on in this process, written to ``tmp_path/crumbs``."""
+    monkeypatch.setenv(B.ENV_DIR, str(tmp_path / "crumbs"))
+    B.reload()
+    yield tmp_path / "crumbs"
+    monkeypatch.delenv(B.ENV_DIR)
+    B.reload()
+
+
+def _caller_in(path: str) -> Callable[[ranges.RangeScope], int]:
+    """A function compiled as if from file ``path`` that writes a breadcrumb for its own frame (line 2)."""
+    namespace: dict[str, object] = {"sys": sys, "B": B}
+    exec(compile("def call(scope):\n    return B.enter(scope, sys._getframe())\n", path, "exec"), namespace)
+    return namespace["call"]  # type: ignore[return-value]
+
+
+def _scope(m: int) -> ranges.RangeScope:
+    return ranges.RangeScope(ranges.gemm_name("torch-bf16", "mm", m, 32, 64, "bf16", "bf16", "bf16"), True)
+
+
+def test_two_callers_at_the_same_offset_each_name_their_own_file(crumbs_on: Path) -> None:
+    """The site cache is keyed on the caller's bytecode offset: a second code object calling the same range
+    from the same offset (same bytecode, another file) must not take the first one's site."""
+    scope = _scope(16)
+    first, second = _caller_in("/models/attention.py"), _caller_in("/models/mlp.py")
+    assert first.__code__.co_code == second.__code__.co_code and first.__code__ is not second.__code__
+    callers = []
+    for call in (first, second, first, second, second, first):
+        B.done(call(scope))
+        (row,) = B.read_breadcrumbs(crumbs_on)
+        callers.append(row["caller"])
+        assert (row["state"], row["m"]) == ("done", 16)
+    assert callers == [
+        f"/models/{name}.py:2" for name in ("attention", "mlp", "attention", "mlp", "mlp", "attention")
+    ]
+    assert B._next_site == 3  # two sites, each written once: later calls found them in the cache
+
+
+def test_a_full_site_table_is_reused_and_never_names_another_call(
+    crumbs_on: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past SITES distinct sites the table starts again from its first entry: a slot whose entry now holds
+    another site reads with the site's keys None (the call is kept, not named wrongly), and a range whose cached
+    site went with the lap gets a new entry."""
+    monkeypatch.setattr(B, "SITES", 4)
+    scopes = [_scope(m) for m in range(1, 7)]
+    call = _caller_in("/models/layer.py")
+    worker = threading.Thread(target=call, args=(scopes[0],))  # site 1, never marked returned: in flight
+    worker.start()
+    worker.join()
+    for scope in scopes[1:]:  # sites 2..6: 5 and 6 take the entries of 1 and 2
+        B.done(call(scope))
+    rows = B.read_breadcrumbs(crumbs_on)
+    (flight,) = [r for r in rows if r["state"] == "call"]
+    assert set(flight) == KEYS and flight["seq"] == 1
+    assert (flight["m"], flight["range"], flight["caller"], flight["backend"]) == (None, None, None, None)
+    (main,) = [r for r in rows if r["state"] == "done"]
+    assert (main["m"], main["caller"]) == (6, "/models/layer.py:2")
+    B.done(call(scopes[0]))
+    (main,) = [r for r in B.read_breadcrumbs(crumbs_on) if r["state"] == "done"]
+    assert (main["m"], main["caller"], main["seq"]) == (1, "/models/layer.py:2", 7)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_writes_its_own_file_and_sites(crumbs_on: Path) -> None:
+    """The child's file has its own site table: a range the parent had cached is written again there."""
+    scope, call = _scope(16), _caller_in("/app/serve.py")
+    B.done(call(scope))
+    pid = os.fork()
+    if pid == 0:  # the child: one call in flight, then gone
+        try:
+            call(scope)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    by_pid = {r["pid"]: r for r in B.read_breadcrumbs(crumbs_on)}
+    assert set(by_pid) == {os.getpid(), pid}
+    child, parent = by_pid[pid], by_pid[os.getpid()]
+    assert (child["state"], child["m"], child["caller"], child["seq"]) == ("call", 16, "/app/serve.py:2", 1)
+    assert (parent["state"], parent["m"], parent["file"]) == (
+        "done",
+        16,
+        str(crumbs_on / f"breadcrumb.{os.getpid()}.bin"),
+    )
+
+
+def test_a_v2_file_torn_or_garbled_keeps_what_it_can(crumbs_on: Path, tmp_path: Path) -> None:
+    """A site entry garbled by the crash leaves its call in flight without names; a cut file or an unknown
+    state byte gives no row and no error."""
+    call = _caller_in("/app/serve.py")
+    call(_scope(16))  # in flight
+    (path,) = crumbs_on.glob("breadcrumb.*.bin")
+    data = bytearray(path.read_bytes())
+    out = tmp_path / "copy"
+    out.mkdir()
+    copy = out / path.name
+
+    def read(content: bytes) -> list[dict[str, object]]:
+        copy.write_bytes(content)
+        return B.read_breadcrumbs(out)
+
+    (row,) = read(bytes(data))
+    assert (row["state"], row["m"], row["caller"]) == ("call", 16, "/app/serve.py:2")
+    garbled = bytearray(data)
+    garbled[B.SITES_AT + 4 : B.SITES_AT + 12] = b"\xff" * 8
+    (row,) = read(bytes(garbled))
+    assert (row["state"], row["seq"], row["m"], row["caller"]) == ("call", 1, None, None)
+    assert read(bytes(data[: B.SLOTS_AT + 10])) == []  # cut inside the first slot
+    assert read(bytes(data[:20])) == []  # cut inside the header
+    unknown = bytearray(data)
+    unknown[B.SLOTS_AT] = ord("X")
+    assert read(bytes(unknown)) == []

@@ -18,14 +18,16 @@ import pytest
 
 from tracekit.analyzers.importer import import_into
 from tracekit.collectors import crash, tools
+from tracekit.collectors.breadcrumb import V1_SLOT_BYTES
 from tracekit.collectors.capture import SITE_DIR, capture, is_python_command, ranges_filter
 from tracekit.errors import BadInputError
 from tracekit.run import Run
 
 PY = sys.executable
 
-# What a test program runs first: a breadcrumb writer in the wrapper's file format (64 slots x 512 bytes, state
-# byte then JSON then NUL padding), written by the program itself since the wrapper is not part of this test.
+# What a test program runs first: a breadcrumb writer in the wrapper's first file format (v1: 64 slots x 512 bytes,
+# state byte then JSON then NUL padding; still read), written by the program itself since the wrapper is not part
+# of this test (tests/test_breadcrumb.py covers the wrapper's v2 files).
 CRUMBS = r"""
 import json, os, time, threading
 _dir = os.environ["TRACEKIT_BREADCRUMB_DIR"]
@@ -355,14 +357,14 @@ def test_in_flight_is_never_a_raise_that_was_caught_earlier(tmp_path):
         body = (
             state.encode() + json.dumps({"v": 1, "seq": seq, "t": 100.0 + seq, "backend": backend}).encode()
         )
-        return body.ljust(crash.SLOT_BYTES, b"\0")
+        return body.ljust(V1_SLOT_BYTES, b"\0")
 
     path = tmp_path / "breadcrumb.5.bin"
-    path.write_bytes(slot("R", 1, "torch-nvfp4") + slot("D", 2, "torch-bf16") + bytes(62 * crash.SLOT_BYTES))
+    path.write_bytes(slot("R", 1, "torch-nvfp4") + slot("D", 2, "torch-bf16") + bytes(62 * V1_SLOT_BYTES))
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)) is None  # died outside any wrapped call
-    path.write_bytes(slot("D", 1, "torch-bf16") + slot("R", 2, "torch-nvfp4") + bytes(62 * crash.SLOT_BYTES))
+    path.write_bytes(slot("D", 1, "torch-bf16") + slot("R", 2, "torch-nvfp4") + bytes(62 * V1_SLOT_BYTES))
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "torch-nvfp4"
-    path.write_bytes(slot("C", 1, "sgl-fp4") + slot("R", 2, "torch-nvfp4") + bytes(62 * crash.SLOT_BYTES))
+    path.write_bytes(slot("C", 1, "sgl-fp4") + slot("R", 2, "torch-nvfp4") + bytes(62 * V1_SLOT_BYTES))
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "sgl-fp4"
 
 

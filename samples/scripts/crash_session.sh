@@ -14,19 +14,23 @@ bash samples/scripts/gpu_session.sh setup 2>&1 | tail -2
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs PATH=$PATH:/usr/local/cuda/bin
 export TRACEKIT_NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
 T0=$SECONDS
+LIMIT=${LIMIT_S:-530}
+# run STEP only when at least NEED seconds of the call's LIMIT are left
+left() { echo $((LIMIT - (SECONDS - T0))); }
+room() { if (($(left) < $1)); then echo "=== skipped $2: $(left) s left"; return 1; fi; }
 TK_PACK=/tmp/pk TK_BUDGET_S=${CRASH_BUDGET_S:-230} bash benchmarks/foreign/capture_all.sh crash 2>&1 | tail -12
 echo "=== crash done at $((SECONDS - T0)) s"
-(cd /tmp && timeout ${SEED_T:-170} python3 -m tracekit capture --nsys --ncu --max-per-range 1 --timeout 150 \
-  --ncu-arg=--kernel-name=regex:nvjet|gemm|Gemm|xmma|cutlass|splitK -o /tmp/tk/h200-capture-seed --no-import -- \
+room 100 seed && (cd /tmp && timeout $(($(left) < 160 ? $(left) - 10 : 150)) python3 -m tracekit capture --nsys --ncu --max-per-range 1 --timeout 150 \
+  '--ncu-arg=--kernel-name=regex:nvjet|gemm|Gemm|xmma|cutlass|splitK' -o /tmp/tk/h200-capture-seed --no-import -- \
   python3 -m tracekit bench gemm --backends torch-bf16,torch-fp8-tensorwise,torch-nvfp4,flashinfer-fp4-cutlass,sgl-fp4 \
   --shapes 16x2048x6144,256x2048x6144,4096x2048x6144 --repeats 10 --warmup 3) > /tmp/tk/seed.log 2>&1
 echo "seed rc=$? at $((SECONDS - T0)) s"; tail -6 /tmp/tk/seed.log
-(cd /tmp && timeout 90 python3 "$R/benchmarks/bench_instrument.py" --breadcrumbs && timeout 120 python3 "$R/benchmarks/bench_instrument.py" --torch --breadcrumbs) > /tmp/tk/instrument.log 2>&1
+room 60 instrument && (cd /tmp && timeout 60 python3 "$R/benchmarks/bench_instrument.py" --breadcrumbs && timeout 90 python3 "$R/benchmarks/bench_instrument.py" --torch --breadcrumbs --rounds 4) > /tmp/tk/instrument.log 2>&1
 echo "instrument rc=$? at $((SECONDS - T0)) s"; grep -v '^\s*$' /tmp/tk/instrument.log | tail -14
-(cd /tmp && timeout ${TESTS_T:-150} python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu \
+room 60 tests && (cd /tmp && timeout $(($(left) - 45)) python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu \
   "$R/tests/gpu/test_crash_capture_gpu.py" "$R/tests/gpu/test_instrument_gpu.py" -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) > /tmp/tk/tests.log 2>&1
 echo "tests rc=$? at $((SECONDS - T0)) s"; tail -8 /tmp/tk/tests.log
-(cd /tmp/tk && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} timeout 60 "$TRACEKIT_NSYS" profile -t cuda,nvtx -s none \
+room 35 emit && (cd /tmp/tk && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} timeout 30 "$TRACEKIT_NSYS" profile -t cuda,nvtx -s none \
   --cpuctxsw=none --export=sqlite -o /tmp/tk/emit_nvtx_shapes python3 "$R/benchmarks/foreign/emit_nvtx_shapes.py") > /tmp/tk/emit.log 2>&1
 echo "emit rc=$? at $((SECONDS - T0)) s"
 # pack: reports xz-compressed, no .nsys-rep (the .sqlite export is what tracekit reads)

@@ -97,16 +97,26 @@ def read_breadcrumbs(folder: Path) -> list[Breadcrumb]:
     return sorted(crumbs, key=lambda c: c.order)
 
 
-def in_flight(crumbs: Iterable[Breadcrumb]) -> Breadcrumb | None:
-    """The call the program died in: the newest slot still in state ``C``; else, when the newest call of all
-    raised (a CUDA fault surfaces as an exception, which the wrapper marks ``R``), that one; else None (a call
-    that raised earlier and was caught is not what the program died of)."""
+def in_flight(crumbs: Iterable[Breadcrumb], ended_by: str | None = None) -> Breadcrumb | None:
+    """The call the program died in: the newest slot still in state ``C``; else the newest call of all when it
+    raised and the exception that ended the program (``ended_by``: its traceback) passed through that call's line
+    (a CUDA fault surfaces as an exception, which the wrapper marks ``R``); else None. A call that raised and was
+    caught is not what the program died of, even when it was the last wrapped call before a crash elsewhere (a
+    segfault in a native call after a caught NVFP4 error, measured on the H200)."""
     crumbs = list(crumbs)
     calls = [c for c in crumbs if c.state == IN_FLIGHT]
     if calls:
         return max(calls, key=lambda c: c.order)
     newest = max(crumbs, key=lambda c: c.order, default=None)
-    return newest if newest is not None and newest.state == RAISED else None
+    if newest is None or newest.state != RAISED or not ended_by:
+        return None
+    return newest if _passed_through(newest, ended_by) else None
+
+
+def _passed_through(crumb: Breadcrumb, traceback_text: str) -> bool:
+    """Whether a traceback holds the frame of the crumb's caller (``File "path", line N``)."""
+    path, _, line = str(crumb.get("caller") or "").rpartition(":")
+    return bool(path) and line.isdigit() and f'File "{path}", line {line}' in traceback_text
 
 
 def describe_call(crumb: Breadcrumb) -> str:
@@ -339,7 +349,7 @@ def crash_record(
         and stderr_pos(program_stderr, tb) > stderr_pos(program_stderr, stack)
     ):
         stack = f"{stack}\n\n{tb}"  # the watchdog's stacks, then where Ctrl-C found it
-    crumb = in_flight(crumbs)
+    crumb = in_flight(crumbs, tb if kind != "timeout" and sig is None else None)
     where = f" during {describe_call(crumb)}" if crumb is not None else ""
     if kind == "timeout":
         error_type = "timeout"

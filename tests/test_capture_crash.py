@@ -199,13 +199,18 @@ def test_abort_takes_the_newest_call_in_flight_of_several_processes(tmp_path):
 
 def test_cuda_fault_raised_as_an_exception(tmp_path):
     """An illegal-address fault kills the CUDA context: the program exits 1 after a Python exception. The
-    failure takes the exception's type and full message and the call that raised (state R)."""
+    failure takes the exception's type and full message and the call that raised (state R), since the
+    exception's traceback passes through that call's line."""
     code = (
         CRUMBS + "crumb('D', 0, 'torch-bf16', 16, 16, 16, 'bf16', 'bf16', 'bf16', 'b.py:1')\n"
-        "crumb('R', 1, 'deepgemm-fp8', 64, 4096, 7168, 'e4m3', 'e4m3', 'bf16', 'b.py:9')\n"
         "class AcceleratorError(RuntimeError):\n    pass\n"
-        "raise AcceleratorError('CUDA error: an illegal memory access was encountered\\n"
+        "def gemm():\n"
+        "    raise AcceleratorError('CUDA error: an illegal memory access was encountered\\n"
         "CUDA kernel errors might be asynchronously reported at some other API call')\n"
+        "import sys\n"
+        "crumb('R', 1, 'deepgemm-fp8', 64, 4096, 7168, 'e4m3', 'e4m3', 'bf16', "
+        "f'{sys._getframe().f_code.co_filename}:{sys._getframe().f_lineno + 1}')\n"
+        "gemm()\n"
     )
     run = _capture(tmp_path, code)
     (rec,) = _records(run)
@@ -354,16 +359,18 @@ def test_splitter_on_real_logs_keeps_only_the_programs_lines(samples_dir, tool):
 
 def test_in_flight_is_never_a_raise_that_was_caught_earlier(tmp_path):
     def slot(state: str, seq: int, backend: str) -> bytes:
-        body = (
-            state.encode() + json.dumps({"v": 1, "seq": seq, "t": 100.0 + seq, "backend": backend}).encode()
-        )
-        return body.ljust(V1_SLOT_BYTES, b"\0")
+        fields = {"v": 1, "seq": seq, "t": 100.0 + seq, "backend": backend, "caller": f"/w/b.py:{seq}"}
+        return (state.encode() + json.dumps(fields).encode()).ljust(V1_SLOT_BYTES, b"\0")
 
     path = tmp_path / "breadcrumb.5.bin"
     path.write_bytes(slot("R", 1, "torch-nvfp4") + slot("D", 2, "torch-bf16") + bytes(62 * V1_SLOT_BYTES))
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)) is None  # died outside any wrapped call
+    # the newest call raised: it is what the program died of only when the fatal traceback passed through it
     path.write_bytes(slot("D", 1, "torch-bf16") + slot("R", 2, "torch-nvfp4") + bytes(62 * V1_SLOT_BYTES))
-    assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "torch-nvfp4"
+    crumbs = crash.read_breadcrumbs(tmp_path)
+    assert crash.in_flight(crumbs) is None  # a signal after a caught NVFP4 error (seen on the H200)
+    assert crash.in_flight(crumbs, 'File "/w/main.py", line 40, in <module>') is None
+    assert crash.in_flight(crumbs, 'File "/w/b.py", line 2, in main').get("backend") == "torch-nvfp4"
     path.write_bytes(slot("C", 1, "sgl-fp4") + slot("R", 2, "torch-nvfp4") + bytes(62 * V1_SLOT_BYTES))
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "sgl-fp4"
 

@@ -543,6 +543,250 @@ def _ncu_problem(log_path: Path) -> str | None:
     return errors[0] if errors else None
 
 
+@dataclass
+class _Options:
+    """capture()'s options once checked, as the phases after the check read them."""
+
+    cmd: list[str]
+    env: dict[str, str]
+    cwd: Path | None
+    instrument: bool
+    timeout: float | None
+    grace_s: float
+    torch_ops: str
+    trace_repeats: int | None
+    nsys_extra: list[str]
+    crash_flush: str
+    ranks: RankLaunch | None
+    ranges: str | None
+    ncu_opts: dict[str, Any]
+    """sections, metrics, nvtx_include, clock_control, launch_count, per_range, extra: the ncu pass's options."""
+
+    @property
+    def program(self) -> list[str]:
+        """The program itself: the command, or with ranks each rank's command inside the launcher."""
+        return list(self.ranks.command) if self.ranks is not None else self.cmd
+
+
+def _check_options(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None,
+    cwd: Path | str | None,
+    ranks: RankLaunch | None,
+    ranges: str | None,
+    nvtx_include: str | None,
+    crash_flush: str,
+    clock_control: str,
+    torch_ops: str,
+    trace_repeats: int | None,
+    max_per_range: int | None,
+    sections: Iterable[str],
+    metrics: Iterable[str],
+    launch_count: int | None,
+    ncu_extra: Sequence[str],
+    nsys_extra: Sequence[str],
+    instrument: bool,
+    timeout: float | None,
+    grace_s: float,
+) -> _Options:
+    """Phase 1, check: the command and every option, raising BadInputError before anything is created."""
+    cmd = [str(c) for c in cmd]
+    base_env = dict(os.environ if env is None else env)
+    work = Path(cwd).absolute() if cwd is not None else None
+    _check_command(cmd, base_env, work)
+    if ranges is not None:
+        nvtx_include = ranges_filter(ranges)
+    if crash_flush not in CRASH_FLUSH_CHOICES:
+        raise BadInputError(
+            f"crash flush {crash_flush!r} is not one of {', '.join(CRASH_FLUSH_CHOICES)}",
+            "use profiler-stop (stop the profiler from a fatal-signal handler) or none",
+        )
+    if ranks is not None and ranks.kind == "launcher":
+        _check_command(list(ranks.launcher), base_env, work)
+    if clock_control not in tools.CLOCK_CONTROLS:
+        raise BadInputError(
+            f"clock control {clock_control!r} is not one of {', '.join(tools.CLOCK_CONTROLS)}",
+            "use none (your run's clocks) or base (ncu's locked base clock)",
+        )
+    if torch_ops not in OPS_CHOICES:
+        raise BadInputError(
+            f"PyTorch-profiler ops {torch_ops!r} is not one of {', '.join(OPS_CHOICES)}",
+            "use ranges (record_function ranges only) or all (every ATen operator too)",
+        )
+    if trace_repeats is not None and trace_repeats < 1:
+        raise BadInputError(f"--trace-repeats {trace_repeats} must be at least 1", "give 1 or more, or all")
+    per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
+    if per_range < 1:
+        raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
+    ncu_opts = {
+        "sections": list(sections),
+        "metrics": list(metrics),
+        "nvtx_include": nvtx_include,
+        "clock_control": clock_control,
+        "launch_count": launch_count,
+        "per_range": per_range,
+        "extra": list(ncu_extra),
+    }
+    return _Options(
+        cmd=cmd,
+        env=base_env,
+        cwd=work,
+        instrument=instrument,
+        timeout=timeout,
+        grace_s=grace_s,
+        torch_ops=torch_ops,
+        trace_repeats=trace_repeats,
+        nsys_extra=list(nsys_extra),
+        crash_flush=crash_flush,
+        ranks=ranks,
+        ranges=ranges,
+        ncu_opts=ncu_opts,
+    )
+
+
+def _check_instrument(instrument: bool) -> None:
+    if instrument and not (SITE_DIR / "sitecustomize.py").is_file():
+        raise MissingToolError(
+            f"--instrument needs {SITE_DIR / 'sitecustomize.py'}, which this tracekit lacks",
+            "reinstall tracekit, or wrap your GEMMs in tracekit ranges yourself",
+        )
+
+
+def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
+    """Phase 3, record: the capture settings run.json keeps (tools, their versions and options)."""
+    ncu_opts = opts.ncu_opts
+    settings: dict[str, Any] = {
+        "tools": plan.passes,
+        "instrument": opts.instrument,
+        "python_faulthandler": python_cmd and not opts.env.get("PYTHONFAULTHANDLER"),
+        "breadcrumbs": f"raw/{BREADCRUMB_DIR}/<pass>",
+        "timeout_s": opts.timeout,
+        "cwd": str(opts.cwd or Path.cwd()),
+    }
+    if plan.ncu:
+        settings["ncu"] = {
+            **plan.ncu.as_dict(),
+            "clock_control": ncu_opts["clock_control"],
+            "sections": ncu_opts["sections"],
+            "metrics": ncu_opts["metrics"],
+            "nvtx_include": ncu_opts["nvtx_include"],
+            "ranges": opts.ranges,
+            "max_per_range": ncu_opts["per_range"],
+            "launch_count": ncu_opts["launch_count"],
+            "extra": list(ncu_opts["extra"]),
+        }
+    if plan.nsys:
+        settings["nsys"] = {
+            **plan.nsys.as_dict(),
+            "trace": tools.NSYS_TRACE,
+            "cuda_graph_trace": tools.nsys_graph_trace(opts.nsys_extra),
+            "libs": opts.env.get(tools.ENV_NSYS_LIBS),
+            "extra": list(opts.nsys_extra),
+            "crash_flush": opts.crash_flush if python_cmd else "none",
+        }
+    if "torch" in plan.passes and plan.python:
+        settings["torch_profiler"] = {
+            "python": plan.python[0][0],
+            "activities": ["cpu", "cuda"],
+            "cpu_events": opts.torch_ops,
+            "trace_repeats": "all" if opts.trace_repeats is None else opts.trace_repeats,
+        }
+    if opts.ranks is not None:
+        settings["ranks"] = opts.ranks.as_dict()
+    return settings
+
+
+def _run_passes(
+    run: Run,
+    opts: _Options,
+    plan: _Plan,
+    python_cmd: bool,
+    output: Callable[[str, bytes], None],
+    log: Callable[..., None],
+) -> list[PassResult]:
+    """Phase 4, run the passes: the environment recorded, then one pass per tool, each saved in the manifest as
+    it ends. Ctrl-C or a failure marks the run incomplete (what was captured is kept) and raises
+    CaptureInterrupted / IncompleteError / the failure itself."""
+    run_dir = run.path.absolute()
+    raw = run_dir / "raw"
+    results: list[PassResult] = []
+    try:
+        log("start", "setup", f"run folder {run.path}")
+        for warning in plan.warnings:
+            log("warning", "setup", warning)
+        run.manifest["environment"] = _fingerprint()
+        run.save()
+        log("done", "setup", "environment recorded")
+        for tool in plan.passes:
+            result = _one_pass(
+                tool,
+                opts.cmd,
+                plan,
+                raw,
+                run_dir,
+                opts.env,
+                instrument=opts.instrument,
+                timeout=opts.timeout,
+                grace_s=opts.grace_s,
+                output=output,
+                log=log,
+                cwd=opts.cwd,
+                ranks=opts.ranks,
+                torch_ops=opts.torch_ops,
+                trace_repeats=opts.trace_repeats,
+                nsys_extra=list(opts.nsys_extra),
+                python_cmd=python_cmd,
+                crash_flush=opts.crash_flush,
+                program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
+                ncu_opts=dict(opts.ncu_opts),
+            )
+            results.append(result)
+            run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+            run.save()
+            if result.interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        where = results[-1].tool if results else "setup"
+        said = results[-1].reason if results and results[-1].interrupted else None
+        reason = said if said and "interrupted" in said else f"interrupted (Ctrl-C) during the {where} pass"
+        log("error", where, reason)
+        run.mark(STATUS_INCOMPLETE, reason)
+        raise CaptureInterrupted(run) from None
+    except BaseException as exc:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        reason = f"capture failed: {type(exc).__name__}: {exc}"
+        # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
+        with contextlib.suppress(OSError, StorageError):
+            log("error", "capture", reason)
+        with contextlib.suppress(OSError, StorageError):
+            run.mark(STATUS_INCOMPLETE, reason)
+        if isinstance(exc, OSError | StorageError):
+            detail = exc.message if isinstance(exc, StorageError) else f"{exc.strerror or exc}"
+            raise IncompleteError(
+                f"capture into {run.path} stopped, a write failed ({detail}); what was captured is kept",
+                f"free disk space, then `tracekit import --rebuild {run.path}`",
+            ) from exc
+        raise
+    return results
+
+
+def _finish(run: Run, results: list[PassResult], log: Callable[..., None]) -> None:
+    """Phase 5, finish: the run marked complete, or incomplete with every pass's reason."""
+    reasons = [r.reason for r in results if r.reason]
+    if reasons:
+        run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
+    else:
+        run.mark(STATUS_COMPLETE)
+    # an incomplete capture is not a success: the terminal shows it as a warning, not with a tick
+    log(
+        "done" if run.status == STATUS_COMPLETE else "warning",
+        "capture",
+        f"capture {run.status}: {len(results)} pass(es)",
+    )
+
+
 def capture(
     cmd: Sequence[str],
     *,
@@ -590,179 +834,57 @@ def capture(
     a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
     output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything,
     and CaptureInterrupted on Ctrl-C after marking the run."""
-    cmd = [str(c) for c in cmd]
-    base_env = dict(os.environ if env is None else env)
-    work = Path(cwd).absolute() if cwd is not None else None
-    sections = list(sections)
-    metrics = list(metrics)
-    emit = on_event or (lambda ev: None)
-    output = on_output or _default_output
-    _check_command(cmd, base_env, work)
-    if ranges is not None:
-        nvtx_include = ranges_filter(ranges)
-    if crash_flush not in CRASH_FLUSH_CHOICES:
-        raise BadInputError(
-            f"crash flush {crash_flush!r} is not one of {', '.join(CRASH_FLUSH_CHOICES)}",
-            "use profiler-stop (stop the profiler from a fatal-signal handler) or none",
-        )
-    if ranks is not None and ranks.kind == "launcher":
-        _check_command(list(ranks.launcher), base_env, work)
-    if clock_control not in tools.CLOCK_CONTROLS:
-        raise BadInputError(
-            f"clock control {clock_control!r} is not one of {', '.join(tools.CLOCK_CONTROLS)}",
-            "use none (your run's clocks) or base (ncu's locked base clock)",
-        )
-    if torch_ops not in OPS_CHOICES:
-        raise BadInputError(
-            f"PyTorch-profiler ops {torch_ops!r} is not one of {', '.join(OPS_CHOICES)}",
-            "use ranges (record_function ranges only) or all (every ATen operator too)",
-        )
-    if trace_repeats is not None and trace_repeats < 1:
-        raise BadInputError(f"--trace-repeats {trace_repeats} must be at least 1", "give 1 or more, or all")
-    per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
-    if per_range < 1:
-        raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
+    opts = _check_options(
+        cmd,
+        env=env,
+        cwd=cwd,
+        ranks=ranks,
+        ranges=ranges,
+        nvtx_include=nvtx_include,
+        crash_flush=crash_flush,
+        clock_control=clock_control,
+        torch_ops=torch_ops,
+        trace_repeats=trace_repeats,
+        max_per_range=max_per_range,
+        sections=sections,
+        metrics=metrics,
+        launch_count=launch_count,
+        ncu_extra=ncu_extra,
+        nsys_extra=nsys_extra,
+        instrument=instrument,
+        timeout=timeout,
+        grace_s=grace_s,
+    )
+    # phase 2, plan: which passes, with the tools found (raises MissingToolError before anything is created)
     plan = _plan(
-        list(ranks.command) if ranks is not None else cmd,
+        opts.program,
         ncu=ncu,
         nsys=nsys,
         torch_profiler=torch_profiler,
         ncu_path=ncu_path,
         nsys_path=nsys_path,
-        env=base_env,
+        env=opts.env,
     )
-    if instrument and not (SITE_DIR / "sitecustomize.py").is_file():
-        raise MissingToolError(
-            f"--instrument needs {SITE_DIR / 'sitecustomize.py'}, which this tracekit lacks",
-            "reinstall tracekit, or wrap your GEMMs in tracekit ranges yourself",
-        )
-
-    path = _reserve_run_dir(out, runs_dir, _label(list(ranks.command) if ranks is not None else cmd))
-    python_cmd = is_python_command(list(ranks.command) if ranks is not None else cmd, work)
-    settings: dict[str, Any] = {
-        "tools": plan.passes,
-        "instrument": instrument,
-        "python_faulthandler": python_cmd and not base_env.get("PYTHONFAULTHANDLER"),
-        "breadcrumbs": f"raw/{BREADCRUMB_DIR}/<pass>",
-        "timeout_s": timeout,
-        "cwd": str(work or Path.cwd()),
-    }
-    if plan.ncu:
-        settings["ncu"] = {
-            **plan.ncu.as_dict(),
-            "clock_control": clock_control,
-            "sections": sections,
-            "metrics": metrics,
-            "nvtx_include": nvtx_include,
-            "ranges": ranges,
-            "max_per_range": per_range,
-            "launch_count": launch_count,
-            "extra": list(ncu_extra),
-        }
-    if plan.nsys:
-        settings["nsys"] = {
-            **plan.nsys.as_dict(),
-            "trace": tools.NSYS_TRACE,
-            "cuda_graph_trace": tools.nsys_graph_trace(nsys_extra),
-            "libs": base_env.get(tools.ENV_NSYS_LIBS),
-            "extra": list(nsys_extra),
-            "crash_flush": crash_flush if python_cmd else "none",
-        }
-    if "torch" in plan.passes and plan.python:
-        settings["torch_profiler"] = {
-            "python": plan.python[0][0],
-            "activities": ["cpu", "cuda"],
-            "cpu_events": torch_ops,
-            "trace_repeats": "all" if trace_repeats is None else trace_repeats,
-        }
-    if ranks is not None:
-        settings["ranks"] = ranks.as_dict()
-    run = Run.create(path, command=cmd, capture=settings, status=STATUS_CAPTURING, exist_ok=True)
-    run_dir = run.path.absolute()
-    raw = run_dir / "raw"
+    _check_instrument(instrument)
+    # phase 3, record: the run folder with its settings
+    path = _reserve_run_dir(out, runs_dir, _label(opts.program))
+    python_cmd = is_python_command(opts.program, opts.cwd)
+    run = Run.create(
+        path,
+        command=opts.cmd,
+        capture=_settings(opts, plan, python_cmd),
+        status=STATUS_CAPTURING,
+        exist_ok=True,
+    )
+    emit = on_event or (lambda ev: None)
 
     def log(kind: str, phase: str, message: str, **extra: Any) -> None:
         run.log(phase, message, level=kind, **extra)
         emit(CaptureEvent(kind, phase, message))
 
-    results: list[PassResult] = []
-    try:
-        log("start", "setup", f"run folder {run.path}")
-        for warning in plan.warnings:
-            log("warning", "setup", warning)
-        run.manifest["environment"] = _fingerprint()
-        run.save()
-        log("done", "setup", "environment recorded")
-        for tool in plan.passes:
-            result = _one_pass(
-                tool,
-                cmd,
-                plan,
-                raw,
-                run_dir,
-                base_env,
-                instrument=instrument,
-                timeout=timeout,
-                grace_s=grace_s,
-                output=output,
-                log=log,
-                cwd=work,
-                ranks=ranks,
-                torch_ops=torch_ops,
-                trace_repeats=trace_repeats,
-                nsys_extra=list(nsys_extra),
-                python_cmd=python_cmd,
-                crash_flush=crash_flush,
-                program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
-                ncu_opts={
-                    "sections": sections,
-                    "metrics": metrics,
-                    "nvtx_include": nvtx_include,
-                    "clock_control": clock_control,
-                    "launch_count": launch_count,
-                    "per_range": per_range,
-                    "extra": list(ncu_extra),
-                },
-            )
-            results.append(result)
-            run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
-            run.save()
-            if result.interrupted:
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
-        where = results[-1].tool if results else "setup"
-        said = results[-1].reason if results and results[-1].interrupted else None
-        reason = said if said and "interrupted" in said else f"interrupted (Ctrl-C) during the {where} pass"
-        log("error", where, reason)
-        run.mark(STATUS_INCOMPLETE, reason)
-        raise CaptureInterrupted(run) from None
-    except BaseException as exc:
-        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
-        reason = f"capture failed: {type(exc).__name__}: {exc}"
-        # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
-        with contextlib.suppress(OSError, StorageError):
-            log("error", "capture", reason)
-        with contextlib.suppress(OSError, StorageError):
-            run.mark(STATUS_INCOMPLETE, reason)
-        if isinstance(exc, OSError | StorageError):
-            detail = exc.message if isinstance(exc, StorageError) else f"{exc.strerror or exc}"
-            raise IncompleteError(
-                f"capture into {run.path} stopped, a write failed ({detail}); what was captured is kept",
-                f"free disk space, then `tracekit import --rebuild {run.path}`",
-            ) from exc
-        raise
-    reasons = [r.reason for r in results if r.reason]
-    if reasons:
-        run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
-    else:
-        run.mark(STATUS_COMPLETE)
-    # an incomplete capture is not a success: the terminal shows it as a warning, not with a tick
-    log(
-        "done" if run.status == STATUS_COMPLETE else "warning",
-        "capture",
-        f"capture {run.status}: {len(results)} pass(es)",
-    )
+    # phase 4, run the passes; phase 5, finish
+    results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log)
+    _finish(run, results, log)
     return run
 
 

@@ -139,7 +139,7 @@ def _offsets(counts: tuple[int, ...], device: Any) -> Any:
 
 
 def _rowwise_fp8(x: Any) -> tuple[Any, Any]:
-    from tracekit.collectors.backends import _fp8_rowwise
+    from tracekit.collectors.torch_quant import _fp8_rowwise
 
     return _fp8_rowwise(x)
 

@@ -377,7 +377,7 @@ def build_report(
 
 
 def moe_section(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The report's MoE data (analyzers/moe.py): launches, the focus launch's expert histogram, the what-if; None
+    """The report's MoE data (analyzers/moe/): launches, the focus launch's expert histogram, the what-if; None
     for a run without grouped launches."""
     from ..moe import analyze_moe, expert_histogram, focus_launch, moe_json
 

@@ -490,7 +490,7 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
 
 
 def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
-    """The per-rank section of a multi-rank run (analyzers/ranks.py): the rank table, who the others wait for and
+    """The per-rank section of a multi-rank run (analyzers/ranks/): the rank table, who the others wait for and
     why, and the GEMMs whose time differs most between ranks."""
     cross = rep.get("ranks")
     if not cross:

@@ -28,7 +28,7 @@ expert: the reference path), ``flashinfer-cutlass-moe`` (``flashinfer.fused_moe.
 expert GEMMs and the activation, where FlashInfer imports).
 
 Per-expert time: a grouped launch is one kernel, so its experts are not timed apart here; the launch time is
-attributed to experts by the analyzer (analyzers/moe.py: in proportion to each expert's CTA tiles). The loop
+attributed to experts by the analyzer (analyzers/moe/: in proportion to each expert's CTA tiles). The loop
 backends time each distinct per-expert row count on its own (a dense ``m x N x K`` GEMM on a cold expert weight,
 rotated over enough experts to defeat the L2), which is both each expert's measured time and the time-vs-M curve
 the what-if analysis reads; those curve points are written to ``raw/moe_curve.jsonl`` (the keys of a GEMM measurement).

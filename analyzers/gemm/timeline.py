@@ -1,0 +1,331 @@
+"""GEMM cases from a timeline: tracekit's and the user's ranges joined to their kernels, auxiliary kernels
+and launch gaps timed apart, median instance per case; GEMM kernels in no case explained by kernel name."""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+from typing import Any
+
+import polars as pl
+
+from tracekit.devices import DeviceSpec
+
+from .case import LAUNCH_GAP_MAX_NS, GemmCase, _gemm_key, context_key
+from .names import _serves, aux_key, classify_kernel, is_gemm_kernel, parse_gemm_name
+from .user_ranges import _gemm_like, _user_gemm_ranges, range_key
+
+
+# --- timeline ------------------------------------------------------------------------------------------------------
+def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
+    """range_id -> (gemm range it belongs to, whether it is an aux range) for gemm ranges and descendants."""
+    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    out: dict[int, tuple[int, bool]] = {}
+    for rid in kind:
+        cur, aux, depth = rid, False, 0
+        while cur is not None and depth < 64:
+            if kind.get(cur) == "gemm":
+                out[rid] = (cur, aux)
+                break
+            if kind.get(cur) == "aux":
+                aux = True
+            cur, depth = parent.get(cur), depth + 1
+    return out
+
+
+def _free_aux(ranges: pl.DataFrame, owner: dict[int, tuple[int, bool]]) -> dict[int, int]:
+    """range_id -> the outermost ``aux`` range enclosing it, for ranges under no GEMM range."""
+    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    out: dict[int, int] = {}
+    for rid in kind:
+        if rid in owner:
+            continue
+        cur, top, depth = rid, None, 0
+        while cur is not None and depth < 64:
+            if kind.get(cur) == "aux":
+                top = cur
+            cur, depth = parent.get(cur), depth + 1
+        if top is not None:
+            out[rid] = top
+    return out
+
+
+def _free_aux_time(
+    ranges: pl.DataFrame, kernels: pl.DataFrame, owner: dict[int, tuple[int, bool]]
+) -> dict[tuple[str, int, int], tuple[float, dict[str, int]]]:
+    """Per (backend, M, K): the auxiliary kernel time one GEMM launch carries from ``aux`` ranges outside GEMM
+    ranges (per aux range name, the median kernel time of its instances that launched kernels, summed over names:
+    a quantize and a swizzle step both count), and the aux kernels' names with their launch counts."""
+    free = _free_aux(ranges, owner)
+    if not free:
+        return {}
+    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
+    ks = kernels.filter(pl.col("range_id").is_in(list(free))).select("range_id", "name", "duration_ns")
+    per_instance: dict[int, float] = {}
+    kernel_names: dict[str, dict[str, int]] = {}
+    for r in ks.iter_rows(named=True):
+        top = free[r["range_id"]]
+        per_instance[top] = per_instance.get(top, 0.0) + (r["duration_ns"] or 0)
+        counts = kernel_names.setdefault(names[top], {})
+        counts[r["name"]] = counts.get(r["name"], 0) + 1
+    by_name: dict[str, list[float]] = {}
+    for top, ns in per_instance.items():
+        by_name.setdefault(names[top], []).append(ns)
+    out: dict[tuple[str, int, int], tuple[float, dict[str, int]]] = {}
+    for name, times in by_name.items():
+        key = aux_key(name)
+        if key is None:
+            continue
+        total, counts = out.get(key, (0.0, {}))
+        for kname, c in kernel_names.get(name, {}).items():
+            counts[kname] = counts.get(kname, 0) + c
+        out[key] = (total + statistics.median(times), counts)
+    return out
+
+
+def _union_busy(intervals: list[tuple[int, int]]) -> int:
+    busy, end = 0, None
+    for s, e in sorted(intervals):
+        if end is None or s >= end:
+            busy += e - s
+            end = e
+        elif e > end:
+            busy += e - end
+            end = e
+    return busy
+
+
+def _range_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
+) -> list[GemmCase]:
+    """Timeline cases: tracekit ``gemm`` ranges and the user's own GEMM ranges (:func:`_user_gemm_ranges`).
+    ``gemm_names`` are kernel names Nsight Compute counted tensor math for."""
+    ranges = frames.get("ranges")
+    kernels = frames.get("kernels")
+    if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
+        return []
+    gemm_names = gemm_names or set()
+    # a profiler's per-operator GEMM range (Kineto cpu_op, emit_nvtx: range_kind gemm-op) is the user's side of
+    # the run, not tracekit's: a case when it carries a shape or FLOP count, else transparent to the range around it
+    ranges = ranges.with_columns(
+        pl.when(pl.col("range_kind") == "gemm-op")
+        .then(None)
+        .otherwise(pl.col("range_kind"))
+        .alias("range_kind")
+    )
+    owner = _gemm_ancestor(ranges)
+    user = _user_gemm_ranges(ranges, kernels, owner, gemm_names)
+    user_cases = {rid for rid, (gid, _) in user.items() if gid == rid}
+    owner.update(user)
+    gemm_ranges = ranges.filter((pl.col("range_kind") == "gemm") | pl.col("range_id").is_in(list(user_cases)))
+    if gemm_ranges.height == 0:
+        return []
+    shape_cols = [
+        c for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops") if c in ranges.columns
+    ]
+    extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
+    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
+    parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
+    kcols = [
+        "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
+        "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
+        "dynamic_smem_bytes",
+    ]  # fmt: skip
+    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
+    ks = kernels.filter(pl.col("range_id").is_in(list(owner)) & timed).select(kcols).sort("start_ns")
+    per_instance: dict[int, list[dict]] = {}
+    for r in ks.iter_rows(named=True):
+        gid, aux = owner[r["range_id"]]
+        if gid in user_cases:
+            r["role"] = "main" if not aux and _gemm_like(r["name"], gemm_names) else "aux"
+        else:
+            r["role"] = classify_kernel(r["name"], aux)
+        per_instance.setdefault(gid, []).append(r)
+    # every kernel start per device, to tell a launch gap from time spent in other kernels
+    starts: dict[Any, list[int]] = {}
+    for dev, grp in (
+        kernels.filter(timed)
+        .select("device", "start_ns")
+        .sort("start_ns")
+        .group_by("device", maintain_order=True)
+    ):
+        starts[dev[0]] = grp["start_ns"].to_list()
+
+    groups: dict[tuple[str, str | None, tuple], list[int]] = {}
+    for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
+        if r["range_id"] not in per_instance:
+            continue
+        parent = parents.get(r["range_id"])
+        ctx = context_key(names.get(parent)) if parent is not None else None
+        shape: tuple = ()
+        name = r["name"]
+        if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
+            e = extra.get(r["range_id"], {})
+            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch"))
+            name = range_key(name)
+            ctx = range_key(ctx) if ctx else ctx
+        elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
+            name = range_key(name)
+        groups.setdefault((name, ctx, shape), []).append(r["range_id"])
+
+    cases: list[GemmCase] = []
+    for (name, ctx, shape), rids in groups.items():
+        is_user = rids[0] in user_cases
+        if is_user:
+            m, n, k, da, db, do, batch = shape or (None,) * 7
+            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db, "dtype_out": do, "batch": batch}
+            label = f"{name} M={m} N={n} K={k}" if m and n and k else name
+            if label != name and batch and batch > 1:
+                label = f"{label} batch={batch}"
+            case = GemmCase(origin="range", name=label, context=ctx, **parsed)
+            case.user_range = True
+            case.range_name = name
+            pf = [extra.get(rid, {}).get("flops") for rid in rids]
+            pf = [f for f in pf if f]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
+        else:
+            parsed = parse_gemm_name(name)
+            if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
+                e = extra.get(rids[0], {})
+                parsed = {c: e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b") if e.get(c) is not None}
+            case = GemmCase(origin="range", name=name, context=ctx, **parsed)
+            pf = [f for rid in rids if (f := extra.get(rid, {}).get("flops"))]
+            if pf:
+                case.profiler_flops = statistics.median(pf)
+        case.device = device
+        case.range_ids = rids
+        rows_all = [r for rid in rids for r in per_instance[rid]]
+        if not any(
+            r["role"] == "main" for r in rows_all
+        ):  # only aux-looking kernels: the longest is the GEMM
+            main_name = max(rows_all, key=lambda r: r["duration_ns"])["name"]
+            for r in rows_all:
+                if r["name"] == main_name:
+                    r["role"] = "main"
+        # Per instance: own kernel time, auxiliary kernel time, idle time (inside the range, and since the
+        # previous instance when nothing else ran in between). The median instance is reported: one cold
+        # first launch (module load, a lazily created handle) must not set the typical launch's numbers.
+        mains: list[float] = []
+        auxs: list[float] = []
+        gaps: list[float] = []
+        aux_names: dict[str, int] = {}
+        main_rows: list[dict] = []
+        prev_end: int | None = None
+        prev_dev = None
+        n_launches = 0
+        for rid in rids:
+            rows = per_instance[rid]
+            intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
+            first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
+            gap = max(last - first - _union_busy(intervals), 0)
+            main_i = aux_i = 0
+            for r in rows:
+                if r["role"] == "aux":
+                    aux_i += r["duration_ns"]
+                    aux_names[r["name"]] = aux_names.get(r["name"], 0) + 1
+                else:
+                    main_i += r["duration_ns"]
+                    main_rows.append(r)
+            dev = rows[0]["device"]
+            if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
+                dev_starts = starts.get(dev, [])
+                i = bisect.bisect_right(dev_starts, prev_end)
+                if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
+                    gap += first - prev_end
+            prev_end, prev_dev = last, dev
+            # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
+            n_i = 1
+            if is_user:
+                counts: dict[str, int] = {}
+                for r in rows:
+                    if r["role"] == "main":
+                        counts[r["name"]] = counts.get(r["name"], 0) + 1
+                n_i = max(counts.values(), default=1)
+                n_launches += n_i
+            mains.append(main_i / n_i)
+            auxs.append(aux_i / n_i)
+            gaps.append(gap / n_i)
+        case.launches = n_launches if is_user else len(rids)
+        case.main_ns = statistics.median(mains)
+        case.aux_ns = statistics.median(auxs)
+        case.gap_ns = statistics.median(gaps)
+        case.aux_kernels = sorted(aux_names)
+        top = max(main_rows, key=lambda r: r["duration_ns"])
+        case.main_kernel = top["name"]
+        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
+        if all(g is not None for g in grid):
+            case.grid_size = int(grid[0] * grid[1] * grid[2])
+        if all(b is not None for b in block):
+            case.block_size = int(block[0] * block[1] * block[2])
+        case.registers_per_thread = top.get("registers_per_thread")
+        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+        case.time_source = "timeline: kernel durations and idle time inside the GEMM's ranges"
+        cases.append(case)
+    free_aux = _free_aux_time(ranges, kernels, owner)
+    for case in cases:
+        key = _gemm_key(case)
+        for akey, (ns, counts) in free_aux.items() if key is not None else ():
+            if _serves(akey, key):
+                case.aux_ns += ns
+                case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
+    return cases
+
+
+def _loose_timeline_cases(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
+) -> list[GemmCase]:
+    """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
+    without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
+    launch gap: with no range there is nothing to attribute idle time to."""
+    kernels = frames.get("kernels")
+    if kernels is None or kernels.height == 0:
+        return []
+    ranges = frames.get("ranges")
+    if owned and ranges is not None and ranges.height:
+        parent = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
+        inside: set[int] = set()
+        for rid in parent:  # every range at or under a case's range
+            cur, depth = rid, 0
+            while cur is not None and depth < 64:
+                if cur in owned:
+                    inside.add(rid)
+                    break
+                cur, depth = parent.get(cur), depth + 1
+        kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
+    out: list[GemmCase] = []
+    ordered = kernels.sort("start_ns")
+    names = ordered["name"].to_list()
+    starts, ends = ordered["start_ns"].to_list(), ordered["end_ns"].to_list()
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        if is_gemm_kernel(n):
+            groups.setdefault(n, []).append(i)
+    for name, idx in groups.items():
+        case = GemmCase(origin="kernel", name=name)
+        case.device = device
+        case.main_kernel = name
+        case.launches = len(idx)
+        timed_ns = [ends[i] - starts[i] for i in idx if ends[i] is not None and starts[i] is not None]
+        case.main_ns = (
+            statistics.fmean(timed_ns) if timed_ns else None
+        )  # a damaged file's kernel with no time
+        top = ordered.row(idx[0], named=True)
+        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        if all(g is not None for g in grid):
+            case.grid_size = int(grid[0] * grid[1] * grid[2])
+        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
+        if all(b is not None for b in block):
+            case.block_size = int(block[0] * block[1] * block[2])
+        case.registers_per_thread = top.get("registers_per_thread")
+        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
+        case.smem_per_block_bytes = smem or None
+        case.time_source = "timeline: kernel durations (the kernel is in no range)"
+        out.append(case)
+    return out

@@ -1,0 +1,116 @@
+"""The user's own ranges as GEMM cases: profiler per-op ranges told apart from the user's ranges, and the
+innermost user range that holds a GEMM-like kernel found on a timeline."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from .case import _STEP
+from .names import is_gemm_kernel
+
+MAX_GEMMS_PER_CASE = 2
+"""A user range holding more distinct GEMM kernels than this (a whole model step, a decoder layer) is context, not
+one GEMM case: its GEMM kernels are explained by name."""
+_OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
+"""Ranges a profiler writes per operator (PyTorch ``emit_nvtx`` / Kineto ``cpu_op``: ``aten::addmm, seq = 7,
+op_id = 12``), as opposed to the user's own ranges."""
+_OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$")
+
+
+def is_op_range(name: str | None) -> bool:
+    """Whether a range is a profiler's per-operator range rather than one the user named."""
+    return bool(name) and bool(_OP_RANGE.search(name))
+
+
+def range_key(name: str) -> str:
+    """A range name without the per-call counters a profiler adds (``aten::addmm, seq = 7, op_id = 12`` ->
+    ``aten::addmm``): every call of one op is an instance of one range."""
+    return _OP_SUFFIX.sub("", name).strip()
+
+
+_GEMM_RANGE = re.compile(
+    r"gemm|matmul|(?<![a-z])(?:mm|bmm|addmm|linear|mma|dot|fc|proj)(?![a-z])", re.IGNORECASE
+)
+"""A user range whose name says it runs a GEMM: its longest kernel is the GEMM even when the kernel's name does
+not say so (a SIMT kernel ``simt_kernel`` inside a range ``sgemm_smem``)."""
+
+
+def _gemm_like(name: str | None, gemm_names: set[str]) -> bool:
+    """A GEMM kernel by Nsight Compute's counters (tensor math > 0: ``gemm_names``) or by its name."""
+    return bool(name) and (name in gemm_names or is_gemm_kernel(name))
+
+
+def _user_gemm_ranges(
+    ranges: pl.DataFrame,
+    kernels: pl.DataFrame,
+    tracekit_owner: dict[int, tuple[int, bool]],
+    gemm_names: set[str],
+) -> dict[int, tuple[int, bool]]:
+    """The user's own GEMM ranges (no tracekit kind): range_id -> (case range, is auxiliary) for each case range
+    (itself, not auxiliary) and the user ranges under it that are not cases themselves (their kernels are the
+    case's auxiliary kernels). A case range is the innermost range a GEMM-like kernel was launched in, or a range
+    named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
+    outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
+    shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
+    rows = ranges.select("range_id", "parent_id", "range_kind", "name", *shaped_cols).to_dicts()
+    kind = {r["range_id"]: r["range_kind"] for r in rows}
+    parent = {r["range_id"]: r["parent_id"] for r in rows}
+    rname = {r["range_id"]: r["name"] for r in rows}
+    # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
+    # without them its kernels belong to the user's range around it
+    transparent = {
+        r["range_id"]
+        for r in rows
+        if r["range_kind"] is None and is_op_range(r["name"]) and not any(r.get(c) for c in shaped_cols)
+    }
+
+    def holder(rid: int | None) -> int | None:
+        depth = 0
+        while rid is not None and rid in transparent and depth < 64:
+            rid, depth = parent.get(rid), depth + 1
+        if rid is not None and _STEP.fullmatch((rname.get(rid) or "").strip()):
+            return None  # a training / profiler step is context, never the GEMM's own range
+        return rid
+
+    direct: dict[int, list[str]] = {}
+    for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
+        if rid in tracekit_owner:
+            continue
+        rid = holder(rid)
+        if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
+            direct.setdefault(rid, []).append(kname)
+    by_kernel = {
+        rid
+        for rid, names in direct.items()
+        if 0 < len({n for n in names if _gemm_like(n, gemm_names)}) <= MAX_GEMMS_PER_CASE
+    }
+    by_name = {
+        rid
+        for rid in direct
+        if rid not in by_kernel
+        and _GEMM_RANGE.search(rname.get(rid) or "")
+        and not _STEP.fullmatch((rname.get(rid) or "").strip())
+    }
+    # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
+    inside: set[int] = set()
+    for rid in by_kernel:
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            inside.add(cur)
+            cur, depth = parent.get(cur), depth + 1
+    cases = by_kernel | (by_name - inside)
+    out: dict[int, tuple[int, bool]] = {rid: (rid, False) for rid in cases}
+    for rid in kind:
+        if rid in cases or rid in tracekit_owner or kind.get(rid) is not None:
+            continue
+        cur, depth = parent.get(rid), 0
+        while cur is not None and depth < 64:
+            if cur in cases:
+                # a profiler's op range inside the case holds its kernels directly (roles by kernel); a user's
+                # own sub-range (a "quantize" step) holds auxiliary kernels
+                out[rid] = (cur, rid not in transparent)
+                break
+            cur, depth = parent.get(cur), depth + 1
+    return out

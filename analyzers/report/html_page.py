@@ -1,0 +1,111 @@
+"""One self-contained HTML page from the document blocks (inline CSS, plots inlined as SVG, no scripts),
+never summarised; :func:`plot_svg` draws a report's plots for either writer."""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import replace
+from typing import Any
+
+from .. import plots as P
+from .document import document
+from .model import LEVELS, Bullets, Code, Details, Heading, Image, Inline, Para, Table, _gemm_label
+from .text import _html_attr_safe, _one_line
+
+
+# --- plots -----------------------------------------------------------------------------------------------------------
+def plot_svg(rep: dict[str, Any], key: str) -> str:
+    """The SVG text of plot ``key`` ("tflops" or "waterfall-<gemm_id>")."""
+    if key == "tflops":
+        groups: dict[str, list[tuple[float, float]]] = {}
+        nk: dict[str, set[tuple[Any, Any]]] = {}
+        for g in rep["gemms"]:
+            if g.get("m") and g.get("achieved_tflops"):
+                name = _gemm_label(g)
+                nk.setdefault(name, set()).add((g["n"], g["k"]))
+        peaks: dict[str, float] = {}
+        for g in rep["gemms"]:
+            if not (g.get("m") and g.get("achieved_tflops")):
+                continue
+            name = _gemm_label(g)
+            if len(nk[name]) > 1:
+                name += f" N={g['n']} K={g['k']}"
+            groups.setdefault(name, []).append((float(g["m"]), float(g["achieved_tflops"])))
+            if g.get("peak_tflops") and g.get("dtype_class"):
+                peaks[str(g["dtype_class"])] = float(g["peak_tflops"])
+        series = [P.Series(name, pts) for name, pts in sorted(groups.items())]
+        gpu = rep["environment"].get("gpu") or "GPU"
+        return P.tflops_vs_m(series[:24], peaks, title=f"TFLOP/s vs M per backend on {gpu}")
+    if key.startswith("waterfall-"):
+        gid = int(key.split("-", 1)[1])
+        wf = next(w for w in rep["waterfalls"] if w["gemm_id"] == gid)
+        steps = [(str(f["name"]), float(f["value"])) for f in wf.get("factors") or []]
+        return P.waterfall(float(wf["peak_tflops"]), steps, title=f"{wf.get('range')}: peak to achieved")
+    raise KeyError(key)
+
+
+# --- HTML ------------------------------------------------------------------------------------------------------------
+_CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#1f2328}
+table{border-collapse:collapse;margin:0.8em 0}th,td{border:1px solid #d0d7de;padding:3px 8px;vertical-align:top}
+th{background:#f6f8fa}td.r{text-align:right}code{background:#f6f8fa;padding:0 3px;border-radius:4px}
+pre{background:#f6f8fa;padding:8px;overflow-x:auto;white-space:pre-wrap}summary{cursor:pointer}svg{max-width:100%;height:auto}"""
+
+
+def _unmd(text: str) -> str:
+    """Undo md_text's escapes (the HTML writer escapes for HTML instead)."""
+    text = text.replace("@\u2060", "@").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return re.sub(r"\\(.)", r"\1", text)
+
+
+def _html_inline(parts: Inline) -> str:
+    out = []
+    for kind, text in parts:
+        if kind == "c":
+            out.append(f"<code>{html.escape(text)}</code>")
+        elif kind == "b":
+            out.append(f"<b>{html.escape(_unmd(text))}</b>")
+        elif kind == "i":
+            out.append(f"<i>{html.escape(_unmd(text))}</i>")
+        else:
+            out.append(html.escape(_unmd(text)))
+    return "".join(out)
+
+
+def _html_block(b: Any, rep: dict[str, Any]) -> str:
+    if isinstance(b, Heading):
+        return f"<h{b.level}>{_html_inline(b.parts)}</h{b.level}>"
+    if isinstance(b, Para):
+        return f"<p>{_html_inline(b.parts)}</p>"
+    if isinstance(b, Bullets):
+        return "<ul>" + "".join(f"<li>{_html_inline(i)}</li>" for i in b.items) + "</ul>"
+    if isinstance(b, Table):
+        align = b.align or ["l"] * len(b.headers)
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in b.headers)
+        rows = "".join(
+            "<tr>"
+            + "".join(f'<td class="{a}">{_html_inline(c)}</td>' for a, c in zip(align, row, strict=False))
+            + "</tr>"
+            for row in b.rows
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    if isinstance(b, Code):
+        return f"<pre><code>{html.escape(b.text)}</code></pre>"
+    if isinstance(b, Details):
+        body = "".join(_html_block(x, rep) for x in b.body)
+        return f"<details><summary>{html.escape(_one_line(b.summary, 300))}</summary>{body}</details>"
+    if isinstance(b, Image):
+        svg = plot_svg(rep, b.key)
+        return f'<figure role="img" aria-label="{_html_attr_safe(b.alt)}">{svg}</figure>'
+    raise TypeError(f"unknown block {b!r}")
+
+
+def render_html(rep: dict[str, Any]) -> str:
+    """One self-contained HTML page (plots inlined as SVG, no scripts, nothing fetched), never summarised."""
+    blocks, _ = document(rep, replace(LEVELS[0], cell_chars=100_000))
+    body = "\n".join(_html_block(b, rep) for b in blocks)
+    title = html.escape(f"tracekit report: {rep['run']['name']}")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{title}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )

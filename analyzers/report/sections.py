@@ -1,0 +1,583 @@
+"""The report's sections as blocks: environment, GEMM table, waterfalls, Nsight Compute findings, failures
+(grouped when summarised), grouped MoE launches and ranks. Each takes the report dict and a :class:`Detail`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .gather import _LIBS
+from .model import (
+    Bullets,
+    Code,
+    Detail,
+    Details,
+    Heading,
+    Image,
+    Inline,
+    Para,
+    Table,
+    _cut,
+    _fmt,
+    _gemm_label,
+    _shape,
+)
+from .text import _clean, _f, _one_line, md_text
+
+
+def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[str]]:
+    """The Markdown section on grouped / MoE launches: launches, the focus launch's expert histogram, the what-if."""
+    from ..moe import PER_EXPERT_NOTE
+
+    if not moe:
+        return [], []
+    notes: list[str] = []
+    blocks: list[Any] = [Heading(3, [("t", "Mixture of experts: grouped GEMMs per expert")])]
+    blocks.append(Para([("t", md_text(PER_EXPERT_NOTE))]))
+    launches = moe["launches"]
+    shown = launches
+    if d.gemm_rows is not None and len(launches) > d.gemm_rows:
+        shown = sorted(launches, key=lambda r: -(r.get("time_ns") or 0.0))[: d.gemm_rows]
+        notes.append(f"MoE table: the {len(shown)} of {len(launches)} launches with the most time")
+    rows = []
+    for r in shown:
+        hot = (
+            f"e{r['hot_expert']}: {_fmt(r.get('hot_rows_share_pct'))}% rows, {_fmt(r.get('hot_time_share_pct'))}% "
+            f"time, {_fmt(r.get('hot_vs_median'))}× median"
+            if r.get("hot_expert") is not None
+            else "–"
+        )
+        rows.append(
+            [
+                [("c", _one_line(r.get("backend") or "?", d.cell_chars))],
+                [("t", md_text(r.get("route") or "–"))],
+                [("t", str(r.get("tokens") if r.get("tokens") is not None else "–"))],
+                [("t", f"{r.get('active')}/{r.get('experts')}")],
+                [("t", _fmt((r.get("time_ns") or 0) / 1e3 if r.get("time_ns") else None))],
+                [("t", _fmt(r.get("tflops")))],
+                [("t", _fmt(r.get("pct_of_peak"), 2))],
+                [("t", _fmt(r.get("pct_of_roofline")))],
+                [("t", _fmt(r.get("padding_waste_pct")))],
+                [("t", md_text(hot))],
+                [("t", md_text(r.get("verdict") or "–", d.cell_chars))],
+            ]
+        )
+    blocks.append(
+        Table(
+            [
+                "backend",
+                "route",
+                "tokens",
+                "active/E",
+                "µs",
+                "TFLOP/s",
+                "% peak",
+                "% roofline",
+                "padding %",
+                "hot expert",
+                "verdict",
+            ],
+            rows,
+            ["l", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"],
+        )
+    )
+    focus = next((r for r in launches if r["launch_id"] == moe.get("focus_launch")), None)
+    if focus is not None and moe.get("histogram"):
+        title = f"Expert histogram: {focus.get('backend')} {focus.get('route') or ''} tokens={focus.get('tokens')}"
+        blocks.append(Heading(4, [("t", md_text(title))]))
+        hrows = []
+        for b in moe["histogram"]:
+            bar = "█" * max(1, round((b.get("time_share_pct") or 0) / 5)) if b.get("time_share_pct") else ""
+            hrows.append(
+                [
+                    [("t", b["rows"] + (" (hot)" if b.get("hot") else ""))],
+                    [("t", str(b["experts"]))],
+                    [("t", _fmt(b.get("rows_share_pct")))],
+                    [("t", _fmt(b.get("time_share_pct")))],
+                    [("t", bar)],
+                    [("t", _fmt(b.get("median_pct_of_peak"), 2))],
+                    [("t", str(b.get("memory_bound")))],
+                ]
+            )
+        blocks.append(
+            Table(
+                ["rows / expert", "experts", "% rows", "% time", "", "median % peak", "memory-bound"],
+                hrows,
+                ["l", "r", "r", "r", "l", "r", "r"],
+            )
+        )
+    if moe.get("whatif"):
+        blocks.append(Heading(4, [("t", "What would reach peak: rows per expert, from the measured curve")]))
+        wrows = []
+        for w in moe["whatif"]:
+            wrows.append(
+                [
+                    [("c", _one_line(w.get("backend") or "?", d.cell_chars))],
+                    [("t", w.get("curve") or "")],
+                    [("t", _fmt(w.get("target_pct"), 0))],
+                    [("t", _fmt(w.get("m_needed")))],
+                    [("t", md_text(w.get("how") or ""))],
+                    [("t", _fmt(w.get("tokens_per_step")))],
+                    [("t", _fmt(w.get("ep_degree")))],
+                ]
+            )
+        blocks.append(
+            Table(
+                [
+                    "backend",
+                    "curve",
+                    "% of peak",
+                    "rows/expert",
+                    "how",
+                    "tokens/step (uniform)",
+                    "EP degree (64 tokens/GPU)",
+                ],
+                wrows,
+                ["l", "l", "r", "r", "l", "r", "r"],
+            )
+        )
+    return blocks, notes
+
+
+def _environment_blocks(rep: dict[str, Any], d: Detail) -> list[Any]:
+    env, cap, run = rep["environment"], rep["capture"], rep["run"]
+    cc = d.cell_chars
+    gpu = env.get("gpu") or "unknown GPU"
+    extra = []
+    if env.get("compute_capability"):
+        extra.append(f"CC {env['compute_capability']}")
+    if env.get("sm_count"):
+        extra.append(f"{env['sm_count']} SMs")
+    rows: list[list[Inline]] = [
+        [[("t", "GPU")], [("t", md_text(gpu, cc) + (f" ({', '.join(extra)})" if extra else ""))]]
+    ]
+    for dev in env.get("gpus_in_run") or []:
+        rows.append(
+            [
+                [("t", "also in run")],
+                [("t", md_text(f"{dev.get('name')} CC {dev.get('compute_capability')}", cc))],
+            ]
+        )
+    for label, key in (
+        ("driver", "driver"),
+        ("CUDA", "cuda"),
+        ("Python", "python"),
+        ("platform", "platform"),
+    ):
+        if env.get(key):
+            rows.append([[("t", label)], [("c", str(env[key]))]])
+    if env.get("max_sm_clock_hz"):
+        rows.append([[("t", "max SM clock")], [("t", f"{env['max_sm_clock_hz'] / 1e6:,.0f} MHz")]])
+    if env.get("default_power_limit_w"):
+        rows.append([[("t", "power limit")], [("t", f"{env['default_power_limit_w']:,.0f} W")]])
+    versions = env.get("versions") or {}
+    libs = [k for k in _LIBS if k in versions] + sorted(k for k in versions if k not in _LIBS)
+    for lib in libs:
+        rows.append([[("t", md_text(lib, cc))], [("c", str(versions[lib]))]])
+    if not versions:
+        rows.append([[("t", "libraries")], [("t", "not recorded (imported profiles)")]])
+    tools = cap.get("tools")
+    if tools:
+        rows.append([[("t", "capture")], [("t", md_text(", ".join(map(str, tools)), cc))]])
+    clock = cap.get("ncu_clock_control")
+    if clock:
+        meaning = {"none": "kernels ran at the run's own clocks", "base": "ncu locked clocks to base"}.get(
+            clock, ""
+        )
+        rows.append(
+            [
+                [("t", "ncu clock control")],
+                [
+                    ("c", str(clock)),
+                    ("t", " " + md_text(f"({meaning}; from {cap.get('ncu_clock_control_from')})", cc)),
+                ],
+            ]
+        )
+    if cap.get("ncu_sections"):
+        rows.append([[("t", "ncu sections")], [("t", md_text(", ".join(map(str, cap["ncu_sections"])), cc))]])
+    if cap.get("imported_from"):
+        rows.append([[("t", "imported from")], [("t", md_text(", ".join(cap["imported_from"]), cc))]])
+    status = run["status"] + (" (partial)" if run.get("partial") else "")
+    if run.get("incomplete_reason"):
+        status += f": {run['incomplete_reason']}"
+    rows.append(
+        [[("t", "run")], [("t", md_text(f"{run['name']}, {status}, created {run.get('created')}", cc))]]
+    )
+    rows.append(
+        [
+            [("t", "tracekit")],
+            [("t", md_text(f"{rep['tracekit_version']} (run made by {run.get('tracekit_version')})", cc))],
+        ]
+    )
+    blocks: list[Any] = [Heading(3, [("t", "Environment")]), Table(["", ""], rows, ["l", "l"])]
+    repro = rep["reproduce"]
+    blocks.append(Heading(3, [("t", "Reproduce")]))
+    if repro.get("command"):
+        blocks.append(Code(repro["command"], "sh"))
+    if repro.get("note"):
+        blocks.append(Para([("i", md_text(repro["note"], cc))]))
+    return blocks
+
+
+def _gemm_table(rows: Sequence[dict[str, Any]], d: Detail) -> Table:
+    headers = [
+        "#",
+        "backend / kernel",
+        "op",
+        "M×N×K",
+        "dtype",
+        "time µs",
+        "p10–p90 µs",
+        "TFLOP/s",
+        "% peak",
+        "SM MHz",
+        "verdict",
+    ]
+    out = []
+    for r in rows:
+        spread = (
+            f"{_fmt(r['time_us_p10'], 2)}–{_fmt(r['time_us_p90'], 2)}"
+            if r.get("time_us_p10") is not None and r.get("time_us_p90") is not None
+            else "–"
+        )
+        verdict = "–"
+        if r.get("verdict"):
+            verdict = str(r["verdict"]) + (f": {r['verdict_cause']}" if r.get("verdict_cause") else "")
+            if r.get("verdict_gain_pct") is not None:
+                verdict += f" (+{r['verdict_gain_pct']:.0f}%)"
+        status = " (wrong result)" if r.get("status") == "wrong" else ""
+        out.append(
+            [
+                [("t", str(r["gemm_id"]))],
+                [("c", _gemm_label(r))],
+                [("c", str(r["op"]))] if r.get("op") else [("t", "–")],
+                [("t", _shape(r))],
+                [("t", md_text(r.get("dtype") or r.get("dtype_class") or "–", 40))],
+                [("t", _fmt(r.get("time_us"), 2) + status)],
+                [("t", spread)],
+                [("t", _fmt(r.get("achieved_tflops")))],
+                [("t", _fmt(r.get("pct_of_peak"), 0))],
+                [("t", _fmt(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, 0))],
+                [("t", md_text(verdict, d.cell_chars))],
+            ]
+        )
+    return Table(headers, out, ["r", "l", "l", "r", "l", "r", "r", "r", "r", "r", "l"])
+
+
+def _waterfall_blocks(wf: dict[str, Any], d: Detail, index: int) -> list[Any]:
+    cc = d.cell_chars
+    title: Inline = [("t", f"{index}. "), ("c", _one_line(wf.get("range"), cc))]
+    if wf.get("context"):
+        title += [("t", " in "), ("c", _one_line(wf["context"], cc))]
+    blocks: list[Any] = [Heading(4, title)]
+    head: Inline = []
+    if wf.get("main_kernel"):
+        head += [("t", "kernel "), ("c", _one_line(wf["main_kernel"], cc)), ("t", "; ")]
+    ach, peak = _f(wf.get("achieved_tflops")), _f(wf.get("peak_tflops"))
+    if ach is not None:
+        head.append(("b", f"{ach:,.1f} TFLOP/s"))
+    if peak is not None:
+        head.append(
+            (
+                "t",
+                f" of a {peak:,.0f} TFLOP/s {md_text(wf.get('dtype_class') or '')} peak ({md_text(wf.get('peak_source') or '?')})",
+            )
+        )
+        if ach is not None:
+            head.append(("t", f" = {100 * ach / peak:.0f}%"))
+    if wf.get("calibrated_tflops"):
+        head.append(("t", f"; calibrated {wf['calibrated_tflops']:,.0f} TFLOP/s"))
+    if wf.get("flops_source") in ("ncu-counters", "profiler-flops") and head:
+        what = (
+            "Nsight Compute's counters"
+            if wf["flops_source"] == "ncu-counters"
+            else "the profiler's FLOP count"
+        )
+        head.append(
+            ("t", f" (no shape: FLOPs from {what}, dtype from {md_text(wf.get('dtype_source') or '?')})")
+        )
+    if head:
+        blocks.append(Para(head))
+    factors = wf.get("factors") or []
+    if peak is not None and factors:
+        blocks.append(Image(f"waterfall-{wf['gemm_id']}", f"waterfall of {_one_line(wf.get('range'), 80)}"))
+    rows: list[list[Inline]] = []
+    running = peak
+    if peak is not None:
+        rows.append([[("t", "datasheet peak")], [("t", "")], [("t", f"{peak:,.1f}")], [("t", "")]])
+    for f in factors:
+        value = _f(f.get("value")) or 0.0
+        name = str(f.get("name")) + (f" ({f['cause']})" if f.get("cause") else "")
+        loss = ""
+        if running is not None:
+            after = running * value
+            loss = f"{after:,.1f} (−{running - after:,.1f})"
+            running = after
+        rows.append(
+            [
+                [("b", md_text(name, cc))],
+                [("t", f"×{value:.3f}")],
+                [("t", loss or "–")],
+                [("t", md_text(f.get("sentence"), cc))],
+            ]
+        )
+    if rows:
+        if ach is not None:
+            rows.append([[("t", "achieved")], [("t", "")], [("b", f"{ach:,.1f}")], [("t", "")]])
+        blocks.append(Table(["factor", "×", "TFLOP/s after", "why"], rows, ["l", "r", "r", "l"]))
+    v = wf.get("verdict")
+    if v:
+        what = str(v.get("factor")) + (f" ({v['cause']})" if v.get("cause") else "")
+        text: Inline = [("b", "Verdict:"), ("t", " " + md_text(what, cc))]
+        if v.get("gain_pct") is not None:
+            text.append(("t", f": removing this loss would give +{v['gain_pct']:.0f}%."))
+        if v.get("remedy"):
+            text.append(("t", " Try: " + md_text(v["remedy"], cc)))
+        blocks.append(Para(text))
+    notes = wf.get("notes") or []
+    if notes:
+        blocks.append(Bullets([[("i", md_text(n, cc))] for n in notes]))
+    return blocks
+
+
+def _findings_table(findings: Sequence[dict[str, Any]], d: Detail) -> Table:
+    rows = []
+    for f in findings:
+        what = " — ".join(x for x in (f.get("title"), f.get("message")) if x)
+        rows.append(
+            [
+                [("t", ", ".join(str(g) for g in f["gemm_ids"]))],
+                [("c", str(f.get("rule") or "?"))],
+                [("t", md_text(f.get("kind") or "", 20))],
+                [("t", f"{f['speedup_pct']:.0f}%" if f.get("speedup_pct") is not None else "–")],
+                [("t", md_text(what, d.cell_chars))],
+            ]
+        )
+    return Table(["GEMMs #", "rule", "type", "est. speed-up", "finding"], rows, ["r", "l", "l", "r", "l"])
+
+
+def _crash_parts(f: dict[str, Any]) -> list[str]:
+    """A crash's evidence (capture's ``crashed`` / ``timeout`` records): the signal, the GEMM call in flight, the
+    Python stack and the program's last stderr lines, each whole."""
+    parts = []
+    head = []
+    if f.get("signal"):
+        head.append(f"signal: {_one_line(f['signal'])}")
+    call = " ".join(
+        str(x)
+        for x in (
+            f.get("range"),
+            f"dtypes {f.get('dtype_a')}/{f.get('dtype_b')}->{f.get('dtype_out')}"
+            if f.get("dtype_a")
+            else None,
+        )
+        if x
+    )
+    if call or f.get("caller"):
+        where = f" called at {_one_line(f['caller'])}" if f.get("caller") else ""
+        head.append(f"GEMM call in flight: {_one_line(call) or '?'}{where}")
+    if head:
+        parts.append("\n".join(head))
+    if f.get("python_stack") and f.get("python_stack") != f.get("traceback"):
+        parts.append("Python stack:\n" + _clean(f["python_stack"]).rstrip())
+    if f.get("stderr_tail"):
+        parts.append("the program's last stderr lines:\n" + _clean(f["stderr_tail"]).rstrip())
+    return parts
+
+
+def _failure_text(f: dict[str, Any], d: Detail) -> str:
+    parts = [_clean(f.get("message")).rstrip()]
+    if f.get("traceback"):
+        parts.append(_clean(f["traceback"]).rstrip())
+    parts += _crash_parts(f)
+    extra = []
+    if f.get("device_name"):
+        extra.append(f"device: {_one_line(f['device_name'])} (CC {f.get('compute_capability') or '?'})")
+    if f.get("versions"):
+        v = f["versions"]
+        extra.append(
+            "versions: "
+            + (", ".join(f"{k} {v[k]}" for k in sorted(v)) if isinstance(v, dict) else _one_line(v))
+        )
+    if extra:
+        parts.append("\n".join(extra))
+    return _cut("\n\n".join(p for p in parts if p), d.detail_chars)
+
+
+def _summary_text(text: str) -> str:
+    return text.replace("@", "@\u2060")
+
+
+def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str]]:
+    failures, groups = rep["failures"], rep["failure_groups"]
+    notes: list[str] = []
+    if not failures:
+        return [], notes
+    cc = d.cell_chars
+    blocks: list[Any] = [Heading(3, [("t", f"Failures ({len(failures)})")])]
+    if d.group_failures:
+        notes.append(
+            f"{len(failures)} failures grouped into {len(groups)} (same backend, error type and first message line)"
+        )
+        shown_groups = groups if d.failure_groups is None else groups[: d.failure_groups]
+        if len(shown_groups) < len(groups):
+            notes.append(f"failure table: the {len(shown_groups)} largest of {len(groups)} failure groups")
+        rows = []
+        for g in shown_groups:
+            shapes = ", ".join(g["shapes"][:12]) + (
+                f", … ({len(g['shapes'])} in all)" if len(g["shapes"]) > 12 else ""
+            )
+            rows.append(
+                [
+                    [("c", str(g.get("backend")))],
+                    [("c", str(g.get("error_type") or "?"))],
+                    [("c", _one_line(g["first_line"], cc))] if g["first_line"] else [("t", "–")],
+                    [("t", md_text(", ".join(g["kinds"]), 40))],
+                    [("t", str(g["count"]))],
+                    [("t", md_text(shapes or "–", cc))],
+                ]
+            )
+        blocks.append(
+            Para(
+                [
+                    (
+                        "t",
+                        f"{len(failures)} failures in {len(groups)} groups (same backend, error type and first message line); one full example per group.",
+                    )
+                ]
+            )
+        )
+        blocks.append(
+            Table(
+                ["backend", "error", "first line", "kind", "count", "shapes (M×N×K)"],
+                rows,
+                ["l", "l", "l", "l", "r", "l"],
+            )
+        )
+        detail_groups = shown_groups if d.failure_details is None else shown_groups[: d.failure_details]
+        if len(detail_groups) < len(groups):
+            notes.append(f"full error text for {len(detail_groups)} of {len(groups)} failure groups")
+        for g in detail_groups:
+            ex = failures[g["example"]]
+            summary = f"{g.get('backend')} {_shape(ex)} — {g.get('error_type')}: {_one_line(g['first_line'], 160)} (×{g['count']})"
+            blocks.append(Details(summary, [Code(_failure_text(ex, d))]))
+    else:
+        rows = []
+        for f in failures:
+            rows.append(
+                [
+                    [("c", str(f.get("backend")))],
+                    [("c", str(f["op"]))] if f.get("op") else [("t", "–")],
+                    [("t", _shape(f))],
+                    [("t", md_text(f.get("kind") or "", 20))],
+                    [("c", str(f.get("error_type") or "?"))],
+                    [("c", _one_line(f["first_line"], cc))] if f["first_line"] else [("t", "–")],
+                ]
+            )
+        blocks.append(
+            Table(
+                ["backend", "op", "M×N×K", "kind", "error", "first line"],
+                rows,
+                ["l", "l", "r", "l", "l", "l"],
+            )
+        )
+        for f in failures:
+            summary = (
+                f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(f['first_line'], 160)}"
+            )
+            blocks.append(Details(summary, [Code(_failure_text(f, d))]))
+    return blocks, notes
+
+
+def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
+    """The per-rank section of a multi-rank run (analyzers/ranks/): the rank table, who the others wait for and
+    why, and the GEMMs whose time differs most between ranks."""
+    cross = rep.get("ranks")
+    if not cross:
+        return []
+    cc = d.cell_chars
+
+    def ms(v: Any) -> str:
+        return _fmt(v / 1e6 if isinstance(v, int | float) else None, 2)
+
+    blocks: list[Any] = [Heading(3, [("t", "Ranks")])]
+    n = len(cross["ranks"])
+    lead = f"{n} ranks. "
+    lead += (
+        f"Rank {cross['straggler']} is the straggler."
+        if cross.get("straggler") is not None
+        else "No straggler stands out."
+    )
+    blocks.append(Para([("t", md_text(lead))]))
+    rows = []
+    for r in cross["ranks"]:
+        rows.append(
+            [
+                [("b" if r.get("straggler") else "t", str(r["rank"]))],
+                [("t", "–" if r.get("pid") is None else str(r["pid"]))],
+                [("t", "–" if r.get("device") is None else str(r["device"]))],
+                [("t", md_text(r.get("gpu") or "–", 60))],
+                [("t", f"{r.get('kernels') or 0:,}")],
+                [("t", ms(r.get("gemm_ns")))],
+                [("t", ms(r.get("comm_ns")))],
+                [("t", ms(r.get("compute_ns")))],
+                [("t", ms(r.get("idle_ns")))],
+                [("t", str(r.get("last_arrivals") or 0))],
+            ]
+        )
+    headers = [
+        "rank",
+        "pid",
+        "device",
+        "GPU",
+        "kernels",
+        "GEMM ms",
+        "comm ms",
+        "compute ms",
+        "idle ms",
+        "last in",
+    ]
+    blocks.append(Table(headers, rows, ["r", "r", "r", "l", "r", "r", "r", "r", "r", "r"]))
+    blocks.append(
+        Para(
+            [
+                (
+                    "t",
+                    "Kernel time per rank: compute is kernel time outside collectives, idle the GPU's idle time in "
+                    "its span, last in the collectives it reached last (the others waited inside theirs).",
+                )
+            ]
+        )
+    )
+    if cross.get("reasons"):
+        blocks.append(Bullets([[("t", md_text(x, cc))] for x in cross["reasons"]]))
+    spread = [g for g in cross.get("gemm_spread") or [] if g.get("spread_pct") is not None]
+    if spread:
+        shown = spread if d.gemm_rows is None else spread[: d.gemm_rows]
+        if len(shown) < len(spread):
+            notes.append(f"GEMMs across ranks: the {len(shown)} of {len(spread)} that differ most")
+        blocks.append(
+            Para([("t", "The same GEMM on every rank (time per launch), largest difference first:")])
+        )
+        srows = [
+            [
+                [("c", _one_line(g["gemm"], min(cc, 120)))],
+                [("t", str(g["ranks"]))],
+                [("t", _fmt(g["min_ns"] / 1e3, 2))],
+                [("t", _fmt(g["max_ns"] / 1e3, 2))],
+                [("t", _fmt(g["spread_pct"], 1))],
+                [("t", f"{g['slowest_rank']} (fastest {g['fastest_rank']})")],
+                [("t", md_text(g.get("why") or "–", cc))],
+            ]
+            for g in shown
+        ]
+        blocks.append(
+            Table(
+                ["GEMM", "ranks", "min µs", "max µs", "spread %", "slowest rank", "why"],
+                srows,
+                ["l", "r", "r", "r", "r", "l", "l"],
+            )
+        )
+    for note in cross.get("notes") or []:
+        blocks.append(Para([("i", md_text(note, cc))]))
+    return blocks

@@ -1,0 +1,69 @@
+"""Escaping for reports: data (kernel names, ranges, error texts) made safe as Markdown text, code spans
+and HTML attributes, and numbers made JSON-safe."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+# --- escaping --------------------------------------------------------------------------------------------------------
+def _clean(text: Any) -> str:
+    """Text with control characters (ANSI escapes included) made visible; newlines kept."""
+    s = "" if text is None else str(text)
+    s = s.replace("\r\n", "\n").replace("\r", "\n")
+    return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def _one_line(text: Any, limit: int | None = None) -> str:
+    s = " ".join(_clean(text).split())
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return s
+
+
+_MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~$#!{}"}
+_MD_ESCAPES.update({"<": "&lt;", ">": "&gt;", "&": "&amp;", "@": "@\u2060"})
+_MD_TABLE = str.maketrans(_MD_ESCAPES)
+
+
+def md_text(text: Any, limit: int | None = None) -> str:
+    """One line of data as Markdown text: emphasis, code, links, tables, math, HTML and @mentions neutralised
+    (a word joiner after ``@`` keeps GitHub from notifying anyone)."""
+    return _one_line(text, limit).translate(_MD_TABLE)
+
+
+def md_code(text: Any, limit: int | None = None, *, in_table: bool = True) -> str:
+    """One line of data as a Markdown code span, with a fence longer than any backtick run in it."""
+    s = _one_line(text, limit)
+    if not s:
+        return ""
+    if in_table:
+        s = s.replace("|", "\\|")
+    run = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (run + 1)
+    pad = " " if s.startswith(("`", " ")) or s.endswith(("`", " ")) or run else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def _fence(text: str) -> str:
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, run + 1)
+
+
+def _html_attr_safe(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+# --- the report as data -----------------------------------------------------------------------------------------------
+def _f(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None

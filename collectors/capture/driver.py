@@ -1,0 +1,269 @@
+""":func:`capture` as its phases: check the options, plan the passes, record the settings in a new run,
+run the passes, finish (mark the run complete or incomplete)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import IncompleteError, StorageError
+from tracekit.naming import NCU_FILTER
+from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
+
+from .. import tools
+from ..ranks import RankLaunch
+from ..torchprof import (
+    DEFAULT_TRACE_REPEATS,
+)
+from .common import (
+    BREADCRUMB_DIR,
+    CRASH_FLUSH_DEFAULT,
+    CaptureEvent,
+    CaptureInterrupted,
+    PassResult,
+    _default_output,
+    _fingerprint,
+    _label,
+    _reserve_run_dir,
+    is_python_command,
+)
+from .passes import _one_pass
+from .plan import _check_instrument, _check_options, _Options, _Plan, _plan
+
+
+def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
+    """Phase 3, record: the capture settings run.json keeps (tools, their versions and options)."""
+    ncu_opts = opts.ncu_opts
+    settings: dict[str, Any] = {
+        "tools": plan.passes,
+        "instrument": opts.instrument,
+        "python_faulthandler": python_cmd and not opts.env.get("PYTHONFAULTHANDLER"),
+        "breadcrumbs": f"raw/{BREADCRUMB_DIR}/<pass>",
+        "timeout_s": opts.timeout,
+        "cwd": str(opts.cwd or Path.cwd()),
+    }
+    if plan.ncu:
+        settings["ncu"] = {
+            **plan.ncu.as_dict(),
+            "clock_control": ncu_opts["clock_control"],
+            "sections": ncu_opts["sections"],
+            "metrics": ncu_opts["metrics"],
+            "nvtx_include": ncu_opts["nvtx_include"],
+            "ranges": opts.ranges,
+            "max_per_range": ncu_opts["per_range"],
+            "launch_count": ncu_opts["launch_count"],
+            "extra": list(ncu_opts["extra"]),
+        }
+    if plan.nsys:
+        settings["nsys"] = {
+            **plan.nsys.as_dict(),
+            "trace": tools.NSYS_TRACE,
+            "cuda_graph_trace": tools.nsys_graph_trace(opts.nsys_extra),
+            "libs": opts.env.get(tools.ENV_NSYS_LIBS),
+            "extra": list(opts.nsys_extra),
+            "crash_flush": opts.crash_flush if python_cmd else "none",
+        }
+    if "torch" in plan.passes and plan.python:
+        settings["torch_profiler"] = {
+            "python": plan.python[0][0],
+            "activities": ["cpu", "cuda"],
+            "cpu_events": opts.torch_ops,
+            "trace_repeats": "all" if opts.trace_repeats is None else opts.trace_repeats,
+        }
+    if opts.ranks is not None:
+        settings["ranks"] = opts.ranks.as_dict()
+    return settings
+
+
+def _run_passes(
+    run: Run,
+    opts: _Options,
+    plan: _Plan,
+    python_cmd: bool,
+    output: Callable[[str, bytes], None],
+    log: Callable[..., None],
+) -> list[PassResult]:
+    """Phase 4, run the passes: the environment recorded, then one pass per tool, each saved in the manifest as
+    it ends. Ctrl-C or a failure marks the run incomplete (what was captured is kept) and raises
+    CaptureInterrupted / IncompleteError / the failure itself."""
+    run_dir = run.path.absolute()
+    raw = run_dir / "raw"
+    results: list[PassResult] = []
+    try:
+        log("start", "setup", f"run folder {run.path}")
+        for warning in plan.warnings:
+            log("warning", "setup", warning)
+        run.manifest["environment"] = _fingerprint()
+        run.save()
+        log("done", "setup", "environment recorded")
+        for tool in plan.passes:
+            result = _one_pass(
+                tool,
+                opts.cmd,
+                plan,
+                raw,
+                run_dir,
+                opts.env,
+                instrument=opts.instrument,
+                timeout=opts.timeout,
+                grace_s=opts.grace_s,
+                output=output,
+                log=log,
+                cwd=opts.cwd,
+                ranks=opts.ranks,
+                torch_ops=opts.torch_ops,
+                trace_repeats=opts.trace_repeats,
+                nsys_extra=list(opts.nsys_extra),
+                python_cmd=python_cmd,
+                crash_flush=opts.crash_flush,
+                program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
+                ncu_opts=dict(opts.ncu_opts),
+            )
+            results.append(result)
+            run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+            run.save()
+            if result.interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        where = results[-1].tool if results else "setup"
+        said = results[-1].reason if results and results[-1].interrupted else None
+        reason = said if said and "interrupted" in said else f"interrupted (Ctrl-C) during the {where} pass"
+        log("error", where, reason)
+        run.mark(STATUS_INCOMPLETE, reason)
+        raise CaptureInterrupted(run) from None
+    except BaseException as exc:
+        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        reason = f"capture failed: {type(exc).__name__}: {exc}"
+        # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
+        with contextlib.suppress(OSError, StorageError):
+            log("error", "capture", reason)
+        with contextlib.suppress(OSError, StorageError):
+            run.mark(STATUS_INCOMPLETE, reason)
+        if isinstance(exc, OSError | StorageError):
+            detail = exc.message if isinstance(exc, StorageError) else f"{exc.strerror or exc}"
+            raise IncompleteError(
+                f"capture into {run.path} stopped, a write failed ({detail}); what was captured is kept",
+                f"free disk space, then `tracekit import --rebuild {run.path}`",
+            ) from exc
+        raise
+    return results
+
+
+def _finish(run: Run, results: list[PassResult], log: Callable[..., None]) -> None:
+    """Phase 5, finish: the run marked complete, or incomplete with every pass's reason."""
+    reasons = [r.reason for r in results if r.reason]
+    if reasons:
+        run.mark(STATUS_INCOMPLETE, "; ".join(reasons))
+    else:
+        run.mark(STATUS_COMPLETE)
+    # an incomplete capture is not a success: the terminal shows it as a warning, not with a tick
+    log(
+        "done" if run.status == STATUS_COMPLETE else "warning",
+        "capture",
+        f"capture {run.status}: {len(results)} pass(es)",
+    )
+
+
+def capture(
+    cmd: Sequence[str],
+    *,
+    ncu: bool = False,
+    nsys: bool = False,
+    torch_profiler: bool = False,
+    torch_ops: str = "ranges",
+    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
+    instrument: bool = False,
+    out: Path | str | None = None,
+    runs_dir: Path | str = "runs",
+    timeout: float | None = None,
+    on_event: Callable[[CaptureEvent], None] | None = None,
+    on_output: Callable[[str, bytes], None] | None = None,
+    ncu_path: str | os.PathLike[str] | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    clock_control: str = "none",
+    sections: Iterable[str] = tools.DEFAULT_SECTIONS,
+    metrics: Iterable[str] = tools.DEFAULT_METRICS,
+    nvtx_include: str | None = NCU_FILTER,
+    max_per_range: int | None = None,
+    launch_count: int | None = None,
+    ncu_extra: Sequence[str] = (),
+    nsys_extra: Sequence[str] = (),
+    grace_s: float = 20.0,
+    env: dict[str, str] | None = None,
+    cwd: Path | str | None = None,
+    ranks: RankLaunch | None = None,
+    ranges: str | None = None,
+    crash_flush: str = CRASH_FLUSH_DEFAULT,
+) -> Run:
+    """Run ``cmd`` under each chosen tool into a new run folder and return it, ``complete`` or ``incomplete``.
+
+    With ``ranks`` (:func:`tracekit.collectors.ranks.plan_ranks` of ``cmd``), every pass runs the launcher once
+    and one profiler per rank inside it, each writing files named with its rank (collectors/ranks.py).
+
+    With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
+    run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
+    (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
+    trace). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
+    benchmark inside: a traced pass of that many repeats after its warm-up, a segment file each
+    (``tracekit.collectors.worker.TraceWindow``); None records every launch of every worker, and the profiler's
+    cost then grows with the benchmark's repeats. ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
+    after tracekit's own options (and into run.json). ``timeout`` applies to each pass; ``grace_s`` is how long
+    a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
+    output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything,
+    and CaptureInterrupted on Ctrl-C after marking the run."""
+    opts = _check_options(
+        cmd,
+        env=env,
+        cwd=cwd,
+        ranks=ranks,
+        ranges=ranges,
+        nvtx_include=nvtx_include,
+        crash_flush=crash_flush,
+        clock_control=clock_control,
+        torch_ops=torch_ops,
+        trace_repeats=trace_repeats,
+        max_per_range=max_per_range,
+        sections=sections,
+        metrics=metrics,
+        launch_count=launch_count,
+        ncu_extra=ncu_extra,
+        nsys_extra=nsys_extra,
+        instrument=instrument,
+        timeout=timeout,
+        grace_s=grace_s,
+    )
+    # phase 2, plan: which passes, with the tools found (raises MissingToolError before anything is created)
+    plan = _plan(
+        opts.program,
+        ncu=ncu,
+        nsys=nsys,
+        torch_profiler=torch_profiler,
+        ncu_path=ncu_path,
+        nsys_path=nsys_path,
+        env=opts.env,
+    )
+    _check_instrument(instrument)
+    # phase 3, record: the run folder with its settings
+    path = _reserve_run_dir(out, runs_dir, _label(opts.program))
+    python_cmd = is_python_command(opts.program, opts.cwd)
+    run = Run.create(
+        path,
+        command=opts.cmd,
+        capture=_settings(opts, plan, python_cmd),
+        status=STATUS_CAPTURING,
+        exist_ok=True,
+    )
+    emit = on_event or (lambda ev: None)
+
+    def log(kind: str, phase: str, message: str, **extra: Any) -> None:
+        run.log(phase, message, level=kind, **extra)
+        emit(CaptureEvent(kind, phase, message))
+
+    # phase 4, run the passes; phase 5, finish
+    results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log)
+    _finish(run, results, log)
+    return run

@@ -1,0 +1,388 @@
+"""One tool pass (nsys, the PyTorch profiler, ncu, or a plain run) and what finishes it: the crash record of
+a program that died, the nsys export, ncu's own error lines, and with ranks each rank's files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import tools
+from ..crash import (
+    ENV_BREADCRUMB_DIR,
+    crash_record,
+    read_breadcrumbs,
+    read_text,
+)
+from ..ranks import RANK_TOKEN, RankLaunch, rank_files
+from ..torchprof import (
+    DEFAULT_TRACE_REPEATS,
+    ENV_TORCH_OPS,
+    ENV_TRACE_REPEATS,
+    append_jsonl,
+)
+from .child import _run_pass
+from .common import (
+    BREADCRUMB_DIR,
+    CRASH_FLUSH_DEFAULT,
+    ENV_CAPTURE_TOOL,
+    ENV_CRASH_FLUSH,
+    ENV_HANG_DUMP,
+    ENV_RUN_DIR,
+    FAILURES_FILE,
+    SITE_DIR,
+    TORCH_TRACE,
+    TORCHPROF_PY,
+    PassResult,
+    _count_lines,
+    _describe_exit,
+)
+from .plan import _Plan
+
+
+def _ncu_problem(log_path: Path) -> str | None:
+    """A one-line reason from ncu's own messages in its log, with a fix where one is known."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return None
+    if "ERR_NVGPUCTRPERM" in text:
+        return (
+            "ncu may not read the GPU performance counters (ERR_NVGPUCTRPERM): run as root or load the driver "
+            "with NVreg_RestrictProfilingToAdminUsers=0"
+        )
+    errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
+    return errors[0] if errors else None
+
+
+def _one_pass(
+    tool: str,
+    cmd: list[str],
+    plan: _Plan,
+    raw: Path,
+    run_dir: Path,
+    base_env: dict[str, str],
+    *,
+    instrument: bool,
+    timeout: float | None,
+    grace_s: float,
+    output: Callable[[str, bytes], None],
+    log: Callable[..., None],
+    cwd: Path | None,
+    ncu_opts: dict[str, Any],
+    torch_ops: str = "ranges",
+    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
+    nsys_extra: Sequence[str] = (),
+    ranks: RankLaunch | None = None,
+    python_cmd: bool = False,
+    crash_flush: str = CRASH_FLUSH_DEFAULT,
+    program_stem: str = "program",
+) -> PassResult:
+    env = dict(base_env)
+    # with ranks, each tool wraps one rank's command and names its files raw/<tool>.rank<R>.* (rankwrap.py)
+    inner = list(ranks.command) if ranks is not None else cmd
+    tag = f".rank{RANK_TOKEN}" if ranks is not None else ""
+    env[ENV_RUN_DIR] = str(run_dir)
+    env[ENV_CAPTURE_TOOL] = tool
+    # the per-range budget belongs to the ncu pass only: elsewhere it would hide launches from the timeline
+    env.pop(tools.ENV_MAX_PER_RANGE, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    crumbs_dir = raw / BREADCRUMB_DIR / tool
+    crumbs_dir.mkdir(parents=True, exist_ok=True)
+    env[ENV_BREADCRUMB_DIR] = str(crumbs_dir)
+    if python_cmd and not env.get("PYTHONFAULTHANDLER"):
+        env["PYTHONFAULTHANDLER"] = "1"  # a native crash prints the Python stack
+    flush = tool == "nsys" and python_cmd and crash_flush != "none"
+    env.pop(ENV_CRASH_FLUSH, None)
+    env.pop(ENV_HANG_DUMP, None)
+    if flush:
+        env[ENV_CRASH_FLUSH] = crash_flush
+    hang_dump = python_cmd and timeout is not None and timeout > 1.0
+    if hang_dump:
+        assert timeout is not None
+        env[ENV_HANG_DUMP] = f"{timeout - min(2.0, timeout * 0.1):.3f}"
+    if instrument or flush or hang_dump:
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
+        if not instrument:
+            env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
+    if tool == "ncu":
+        assert plan.ncu is not None
+        env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])
+        argv = tools.ncu_command(
+            plan.ncu.path,
+            raw / f"ncu{tag}",
+            inner,
+            sections=ncu_opts["sections"],
+            metrics=ncu_opts["metrics"],
+            nvtx_include=ncu_opts["nvtx_include"],
+            clock_control=ncu_opts["clock_control"],
+            launch_count=ncu_opts["launch_count"],
+            extra=ncu_opts["extra"],
+        )
+    elif tool == "nsys":
+        assert plan.nsys is not None
+        env = tools.nsys_env(env)
+        argv = tools.nsys_command(plan.nsys.path, raw / f"nsys{tag}", inner, extra=nsys_extra)
+    elif tool == "torch":
+        assert plan.python is not None
+        interp, target = plan.python
+        env[ENV_TORCH_OPS] = torch_ops  # a tracekit benchmark's profiled workers record what the parent does
+        env[ENV_TRACE_REPEATS] = "all" if trace_repeats is None else str(trace_repeats)
+        argv = [
+            *interp,
+            str(TORCHPROF_PY),
+            "--ops",
+            torch_ops,
+            "--out",
+            str(raw / TORCH_TRACE.replace(".json.gz", f"{tag}.json.gz")),
+            "--failures",
+            str(raw / FAILURES_FILE),
+            "--",
+            *target,
+        ]
+    else:
+        argv = list(cmd)
+    if ranks is not None and tool != "plain":
+        argv = ranks.wrap(argv)
+    result = PassResult(tool, argv)
+    log_path = raw / f"{tool}.log"
+    program = {"stdout": raw / f"{program_stem}.stdout", "stderr": raw / f"{program_stem}.stderr"}
+    failures_before = _count_lines(raw / FAILURES_FILE)
+    before = {p.name for p in raw.iterdir()}
+    log("start", tool, f"{tool} pass: {' '.join(argv)}", log=f"raw/{log_path.name}")
+    _run_pass(
+        result, env, log_path, timeout=timeout, grace_s=grace_s, on_output=output, cwd=cwd, program=program
+    )
+
+    code = result.exit_code
+    if result.reason is None:
+        if result.interrupted:
+            result.reason = f"interrupted (Ctrl-C) during the {tool} pass"
+        elif result.timed_out:
+            result.reason = f"{tool} pass timed out after {timeout:g} s and was stopped"
+        elif code not in (0, None):
+            result.reason = f"{tool} pass: the command ended with {_describe_exit(code)}"
+            if tool == "ncu":
+                problem = _ncu_problem(log_path)
+                if problem:
+                    result.reason += f" ({problem})"
+    if ranks is not None:
+        _finish_ranks(result, tool, ranks, plan, raw, log_path, log, grace_s, ncu_opts["nvtx_include"])
+    elif tool == "nsys":
+        try:
+            _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
+        except KeyboardInterrupt:  # Ctrl-C while `nsys export` ran (subprocess.run has killed it)
+            result.interrupted = True
+            rep = "raw/nsys.nsys-rep"
+            result.reason = (
+                f"interrupted (Ctrl-C) during the nsys export; {rep} is kept: "
+                f"`nsys export --type sqlite -o {run_dir / 'raw/nsys.sqlite'} {run_dir / rep}`, then "
+                f"`tracekit import --rebuild {run_dir}`"
+            )
+            log("error", "nsys-export", result.reason)
+        if (result.timed_out or code not in (0, None)) and nsys_kernel_count(raw / "nsys.sqlite") == 0:
+            extra = (
+                "nsys kept no kernels of the program that died (its CUDA buffers went with it); GEMM times "
+                "come from ncu's kernel durations where an ncu pass profiled them"
+                + ("" if crash_flush != "none" or not python_cmd else "; try --crash-flush profiler-stop")
+            )
+            result.reason = f"{result.reason}; {extra}" if result.reason else extra
+    elif tool == "ncu":
+        _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
+    elif tool == "torch" and not (raw / TORCH_TRACE).is_file() and result.reason is None:
+        result.reason = f"the PyTorch profiler wrote no {TORCH_TRACE} (see raw/{log_path.name})"
+    # a crash that left no crash record of its own gets one, naming the GEMM in flight, so the failures frame
+    # says why; the program's own output (never the profiler's progress lines) is its evidence
+    if (result.timed_out or (code not in (0, None) and not result.interrupted)) and not _own_crash_record(
+        raw / FAILURES_FILE, failures_before
+    ):
+        tool_text = _tool_text(log_path, program["stdout"], program["stderr"])
+        append_jsonl(
+            raw / FAILURES_FILE,
+            crash_record(
+                kind="timeout" if result.timed_out else "crashed",
+                returncode=code,
+                program_stderr=read_text(program["stderr"]),
+                tool_text=tool_text if tool != "plain" else "",
+                crumbs=read_breadcrumbs(crumbs_dir),
+                timeout_s=timeout,
+                versions={"python": platform.python_version()},
+            ),
+        )
+    result.files = sorted(
+        f"raw/{p.name}"
+        for p in raw.iterdir()
+        if p.is_file() and (p.name not in before or p.name == FAILURES_FILE)
+    )
+    if result.reason:
+        log("error", tool, result.reason, exit_code=code, wall_s=round(result.wall_s, 3))
+    else:
+        log("done", tool, f"{tool} pass done in {result.wall_s:.1f} s", exit_code=code, files=result.files)
+    return result
+
+
+def _own_crash_record(path: Path, skip: int) -> bool:
+    """True if the program itself recorded a crash or timeout in failures.jsonl during this pass (a tracekit
+    benchmark does, for its workers); its other failures (unsupported, wrong ...) do not count."""
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()][skip:]
+    except OSError:
+        return False
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict) and obj.get("kind") in ("crashed", "timeout"):
+                return True
+    return False
+
+
+def _tool_text(log_path: Path, *program_files: Path) -> str:
+    """The profiler's own lines of a pass: its log less what the program printed."""
+    mine = set()
+    for path in program_files:
+        mine.update(line for line in read_text(path).split("\n") if line.strip())
+    return "\n".join(line for line in read_text(log_path).split("\n") if line not in mine)
+
+
+def nsys_kernel_count(sqlite: Path) -> int | None:
+    """Kernels in an nsys SQLite export (0 when it has no CUPTI kernel table: the program died before nsys
+    flushed them); None when there is no readable export to tell."""
+    import sqlite3
+
+    if not sqlite.is_file():
+        return None
+    try:
+        con = sqlite3.connect(f"file:{sqlite}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+            return 0
+        return int(con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0])
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+def _finish_nsys(
+    result: PassResult,
+    nsys: tools.Tool | None,
+    raw: Path,
+    log_path: Path,
+    log: Callable[..., None],
+    grace_s: float,
+    stem: str = "nsys",
+) -> None:
+    """Make sure an .sqlite exists: export it from the .nsys-rep when the profile's own export did not finish;
+    explain a lone .qdstrm (the importer could not run)."""
+    rep, sqlite = raw / f"{stem}.nsys-rep", raw / f"{stem}.sqlite"
+    if sqlite.is_file() and sqlite.stat().st_size > 0:
+        return
+    if rep.is_file() and nsys is not None:
+        log("start", "nsys-export", f"no {sqlite.name} yet; exporting it from {rep.name}")
+        argv = tools.nsys_export_command(nsys.path, rep)
+        try:
+            with log_path.open("ab") as f:
+                proc = subprocess.Popen(
+                    argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=tools.nsys_env()
+                )
+                try:
+                    code = proc.wait(timeout=max(600.0, grace_s))
+                except BaseException:  # timeout or Ctrl-C: stop the export and reap it before going on
+                    proc.kill()
+                    proc.wait()
+                    raise
+            ok = code == 0 and sqlite.is_file()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok = False
+            log("error", "nsys-export", f"nsys export failed: {exc}")
+        if ok:
+            log("done", "nsys-export", f"exported {sqlite.name}")
+            return
+        extra = f"nsys export of {rep.name} failed (see raw/{log_path.name}); run `{' '.join(argv)}` later"
+    elif list(raw.glob("*.qdstrm")):
+        extra = (
+            f"nsys wrote only a .qdstrm: its QdstrmImporter could not build the report (libdw.so.1 missing?) — "
+            f"{tools.LIBDW_FIX}"
+        )
+    else:
+        extra = f"nsys wrote no report (see raw/{log_path.name})"
+    result.reason = f"{result.reason}; {extra}" if result.reason else extra
+
+
+def _finish_ncu(result: PassResult, raw: Path, log_path: Path, nvtx_include: str | None) -> None:
+    if (raw / "ncu.ncu-rep").is_file():
+        return
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    if "No kernels were profiled" in text:
+        where = f"inside NVTX ranges matching {nvtx_include}" if nvtx_include else "at all"
+        extra = (
+            f"ncu profiled no kernels: none ran {where}; wrap the GEMMs in tracekit ranges "
+            "(tracekit.collectors.ranges), use --instrument, or --all-kernels"
+        )
+    else:
+        problem = _ncu_problem(log_path)
+        extra = f"ncu wrote no report ({problem or f'see raw/{log_path.name}'})"
+    if result.reason and extra.removeprefix("ncu wrote no report (").rstrip(")") in result.reason:
+        extra = "ncu wrote no report"
+    result.reason = f"{result.reason}; {extra}" if result.reason else extra
+
+
+_RANK_OUTPUTS = {
+    "nsys": ("nsys", ".nsys-rep"),
+    "ncu": ("ncu", ".ncu-rep"),
+    "torch": ("torch_trace", ".json.gz"),
+}
+
+
+def _finish_ranks(
+    result: PassResult,
+    tool: str,
+    ranks: RankLaunch,
+    plan: _Plan,
+    raw: Path,
+    log_path: Path,
+    log: Callable[..., None],
+    grace_s: float,
+    nvtx_include: str | None,
+) -> None:
+    """After a pass with one profiler per rank: every rank's report there (nsys ones exported to SQLite), and the
+    ranks the launcher should have started all accounted for; what is missing becomes the pass's reason."""
+    if tool not in _RANK_OUTPUTS:
+        return
+    stem, suffix = _RANK_OUTPUTS[tool]
+    found = rank_files(raw, stem, suffix)
+    if tool == "nsys":
+        for rank in found:
+            sub = PassResult(tool, result.argv)
+            nsys = plan.nsys if not result.interrupted else None
+            _finish_nsys(sub, nsys, raw, log_path, log, grace_s, stem=f"{stem}.rank{rank}")
+            if sub.reason:
+                result.reason = f"{result.reason}; rank {rank}: {sub.reason}" if result.reason else sub.reason
+    if not found:
+        extra = f"no rank wrote a {stem}.rank<R>{suffix} (see raw/{log_path.name})"
+        if tool == "ncu":
+            probe = PassResult(tool, result.argv)
+            _finish_ncu(probe, raw, log_path, nvtx_include)
+            extra = probe.reason or extra
+        result.reason = f"{result.reason}; {extra}" if result.reason else extra
+        return
+    if ranks.world_size is not None:
+        missing = sorted(set(range(ranks.world_size)) - set(found))
+        if missing and len(found) < ranks.world_size:
+            extra = (
+                f"{tool}: {len(found)} of {ranks.world_size} ranks wrote a report (missing ranks "
+                f"{', '.join(map(str, missing[:16]))}; see raw/{log_path.name})"
+            )
+            result.reason = f"{result.reason}; {extra}" if result.reason else extra

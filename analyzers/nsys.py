@@ -38,14 +38,14 @@ import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from tracekit.errors import MissingToolError, UnreadableFileError
+from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
+from ._nsys_db import _Db, _Query, _uri
 from .base import Extract, fit_frame, source_name
 from .torch_ops import GEMM_OPS, nvtx_op_shape
 
@@ -67,20 +67,14 @@ _EVENT_DEFAULTS = {"NvtxMark": 34, "NvtxPushPopRange": 59, "NvtxStartEndRange": 
 _FIELD = (
     1 << 24
 )  # nsys packs pid and tid in 24-bit fields: pid = gtid >> 24 & 0xFFFFFF, tid = gtid & 0xFFFFFF
-_CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
 _WORKERS = max(2, min(4, os.cpu_count() or 2))
 _MAX_SMEM_BYTES = 1 << 31  # shared memory per block; real GPUs have at most a few hundred KiB
-_BATCH_ROWS = 1 << 30  # rows per Arrow batch from the ADBC driver: in practice all of them
 
 
 # --- file checks ------------------------------------------------------------------------------------------------
 def _head(path: Path, n: int = 100) -> bytes:
     with path.open("rb") as f:
         return f.read(n)
-
-
-def _uri(path: Path) -> str:
-    return path.resolve().as_uri() + "?mode=ro"
 
 
 def _table_names(path: Path) -> set[str]:
@@ -160,186 +154,6 @@ def _check_file(path: Path) -> set[str]:
             "give the .sqlite that `nsys export --type sqlite X.nsys-rep` writes",
         )
     return tables
-
-
-# --- queries ----------------------------------------------------------------------------------------------------
-def _adbc_connect() -> Callable[[str], object] | None:
-    try:
-        import adbc_driver_sqlite.dbapi as dbapi
-    except ImportError:
-        return None
-    if not hasattr(dbapi.Cursor, "fetch_arrow"):  # older releases returned Arrow only through pyarrow
-        return None
-    return dbapi.connect
-
-
-def _query_adbc(connect: Callable[[str], object], uri: str, sql: str) -> pl.DataFrame:
-    import adbc_driver_sqlite
-
-    con = connect(uri)
-    try:
-        cur = con.cursor()  # type: ignore[attr-defined]
-        # One batch for the whole result: the driver infers each column's type from its first batch (and
-        # fails if a later batch disagrees), but widens a column within a batch (all-null int -> text).
-        cur.adbc_statement.set_options(
-            **{adbc_driver_sqlite.StatementOptions.BATCH_ROWS.value: str(_BATCH_ROWS)}
-        )
-        cur.execute(sql)
-        df = pl.DataFrame(cur.fetch_arrow())
-        cur.close()
-        return df
-    finally:
-        con.close()  # type: ignore[attr-defined]
-
-
-def _replace_bad_utf8(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
-
-
-def _rows_frame(rows: list[tuple], schema: dict[str, pl.DataType], lost: list[int]) -> pl.DataFrame:
-    """``rows`` as a frame of ``schema``; a value of the wrong type (text in an INTEGER column: SQLite keeps
-    whatever it is given) becomes null and is counted in ``lost``."""
-    try:
-        return pl.DataFrame(rows, schema=schema, orient="row")
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        columns = {}
-        for i, (name, dtype) in enumerate(schema.items()):
-            values = [r[i] for r in rows]
-            columns[name] = pl.Series(values, dtype=dtype, strict=False)
-            lost.append(columns[name].null_count() - sum(v is None for v in values))
-        return pl.DataFrame(columns)
-
-
-def _query_sqlite3(
-    uri: str,
-    sql: str,
-    schema: dict[str, pl.DataType],
-    lost: list[int],
-    *,
-    replace_bad_utf8: bool = False,
-) -> pl.DataFrame:
-    con = sqlite3.connect(uri, uri=True)
-    if replace_bad_utf8:  # slower (a Python call per text value): only after the plain read failed on one
-        con.text_factory = _replace_bad_utf8
-    try:
-        cur = con.execute(sql)
-        parts = []
-        while rows := cur.fetchmany(262144):
-            parts.append(_rows_frame(rows, schema, lost))
-        return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
-    finally:
-        con.close()
-
-
-def _is_adbc_error(e: BaseException) -> bool:
-    return type(e).__module__.startswith("adbc_driver")
-
-
-@dataclass(frozen=True)
-class _Query:
-    """``SELECT <select> FROM <table> WHERE <where>``, whose result columns are named and ordered as ``schema``."""
-
-    table: str
-    select: str
-    where: str | None
-    schema: dict[str, pl.DataType]
-
-
-class _Db:
-    """Read-only access to one export: table columns, and queries returning typed polars frames."""
-
-    def __init__(self, path: Path, tables: set[str], *, engine: str = "auto") -> None:
-        if engine not in ("auto", "adbc", "sqlite3"):
-            raise ValueError(f"engine must be auto, adbc or sqlite3, not {engine!r}")
-        self.path = path
-        self.uri = _uri(path)
-        self.tables = tables
-        self._connect = _adbc_connect() if engine in ("auto", "adbc") else None
-        if engine == "adbc" and self._connect is None:
-            raise MissingToolError("engine 'adbc' needs adbc-driver-sqlite", "pip install adbc-driver-sqlite")
-        self._cols: dict[str, dict[str, str]] = {}
-        self.notes: list[str] = []
-        self.lost: list[int] = []  # per query chunk: values of the wrong type, read as null
-
-    @property
-    def engine(self) -> str:
-        return "adbc" if self._connect else "sqlite3"
-
-    def columns(self, table: str) -> dict[str, str]:
-        """Column name -> declared type (upper case) of ``table``; empty when the table is absent."""
-        if table not in self.tables:
-            return {}
-        if table not in self._cols:
-            self._cols[table] = {
-                r[1]: (r[2] or "").upper() for r in self.small(f'PRAGMA table_info("{table}")')
-            }
-        return self._cols[table]
-
-    def small(self, sql: str) -> list[tuple]:
-        con = sqlite3.connect(self.uri, uri=True)
-        try:
-            try:
-                return con.execute(sql).fetchall()
-            except sqlite3.OperationalError as e:
-                if "decode" not in str(e):
-                    raise
-                note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
-                if note not in self.notes:
-                    self.notes.append(note)
-                con.text_factory = _replace_bad_utf8
-                return con.execute(sql).fetchall()
-        finally:
-            con.close()
-
-    def chunks(self, q: _Query) -> list[str]:
-        """The query as SQL statements over consecutive rowid ranges (in table order), to read in parallel."""
-        where = [q.where] if q.where else []
-        try:
-            # Two subqueries: SQLite answers a lone min() or max() of the rowid from the b-tree, both at once by a scan.
-            lo, hi = self.small(
-                f'SELECT (SELECT min(rowid) FROM "{q.table}"), (SELECT max(rowid) FROM "{q.table}")'
-            )[0]
-        except sqlite3.OperationalError:  # a WITHOUT ROWID table: one statement
-            lo = hi = None
-        # a damaged b-tree can answer max < min: then one statement, which reads what there is
-        bounds = [None] if lo is None or hi is None or hi < lo else list(range(lo, hi + 1, _CHUNK_ROWS))
-        out = []
-        for b in bounds:
-            cond = where if b is None else [*where, f"rowid >= {b}", f"rowid < {b + _CHUNK_ROWS}"]
-            sql = f'SELECT {q.select} FROM "{q.table}"'
-            out.append(sql + (" WHERE " + " AND ".join(cond) if cond else ""))
-        return out
-
-    def query(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        """Run ``sql`` (its result columns named and ordered as ``schema``) into a frame of that schema.
-
-        A query the ADBC driver cannot turn into Arrow (a column whose SQLite values change type in ways the
-        inference cannot widen) is run again through sqlite3, which takes any value."""
-        if self._connect is not None:
-            try:
-                df = _query_adbc(self._connect, self.uri, sql)
-                df.columns = list(schema)
-                # the driver passes text that is not UTF-8 through unchecked, and such a frame cannot be
-                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back. Checked
-                # before the cast: a failed cast's error quotes the value, and polars aborts the process when
-                # that message is not UTF-8 (a damaged export did: "PyObject pointer is null").
-                df.select(pl.col(pl.String).cast(pl.Binary).cast(pl.String))
-                return df.cast(schema, strict=True)  # type: ignore[arg-type]
-            except Exception as e:
-                if not (_is_adbc_error(e) or isinstance(e, pl.exceptions.PolarsError)):
-                    raise
-                self.notes.append(
-                    f"the ADBC reader failed ({' '.join(str(e).split())[:200]}); read with sqlite3"
-                )
-        try:
-            return _query_sqlite3(self.uri, sql, schema, self.lost)
-        except sqlite3.OperationalError as e:
-            if "decode" not in str(e):
-                raise
-            note = "some strings are not UTF-8; the bad bytes are shown as U+FFFD"
-            if note not in self.notes:
-                self.notes.append(note)
-            return _query_sqlite3(self.uri, sql, schema, self.lost, replace_bad_utf8=True)
 
 
 def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:

@@ -138,6 +138,8 @@ HOSTILE = {
     "hidden-raw": ([("run.json", MANIFEST), ("raw/.bashrc", b"x")], "not part of a tracekit run"),
     "no-manifest": ([("frames/ncu.parquet", b"x")], "no run.json"),
     "control-char": ([("run.json", MANIFEST), ("raw/a\x1b[2J.txt", b"x")], "control character"),
+    # C1: U+009B is CSI to terminals that take 8-bit controls (tracekit/text.py, the one sanitizer)
+    "c1-control-char": ([("run.json", MANIFEST), ("raw/a\x9b2J.txt", b"x")], "control character"),
     "bad-manifest": ([("run.json", b"{not json")], "not valid JSON"),
 }
 

@@ -8,7 +8,8 @@ own files). :func:`open_bundle` extracts it into a private cache folder (``$TRAC
 Opening never executes anything (JSON and parquet only, no pickles) and writes nothing outside its target. Before
 a single byte is written, every member is checked; a bundle is refused, with one line saying why, when a member
 
-- has an absolute path, a drive letter, a backslash, a ``..`` / ``.`` / empty component or a control character;
+- has an absolute path, a drive letter, a backslash, a ``..`` / ``.`` / empty component or a control character
+  (:data:`tracekit.text.CONTROL`: C0, DEL or C1);
 - is a symlink or another special file (zip external attributes), is encrypted or uses an unknown compression;
 - repeats another member's name (also when they differ only in case: they collide on macOS / Windows);
 - is not one of the expected members (``run.json``, ``frames/<known frame>.parquet`` or, for a multi-rank run,
@@ -34,6 +35,7 @@ from typing import Any
 
 from tracekit.errors import BadInputError, SchemaError
 from tracekit.run import MANIFEST, Run, atomic_path
+from tracekit.text import has_control
 
 __all__ = ["Limits", "bundle_cache_dir", "check_members", "open_bundle", "write_bundle"]
 
@@ -56,7 +58,6 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 _DRIVE = re.compile(r"^[A-Za-z]:")
-_CTRL = re.compile(r"[\x00-\x1f\x7f]")
 _FRAME_MEMBER = re.compile(
     r"^frames/([a-z][a-z0-9_]*)(?:\.parquet|/rank=(?:-?\d{1,9}|__HIVE_DEFAULT_PARTITION__)/part-\d{1,6}\.parquet)$"
 )
@@ -77,7 +78,7 @@ def _shown(name: str) -> str:
 # --- checking --------------------------------------------------------------------------------------------------
 def _check_name(bundle: Path, name: str, limits: Limits) -> str | None:
     """Why ``name`` is not an acceptable member path, or None when it is."""
-    if _CTRL.search(name):
+    if has_control(name):
         return f"member '{_shown(name)}' has a control character in its name"
     if "\\" in name:
         return f"member '{_shown(name)}' has a backslash in its name"

@@ -20,7 +20,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -423,11 +423,6 @@ def derived_device(name: str, arch: ArchSpec, sm_count: int | None, clock_hz: fl
         derived=("peaks_tflops",) if peaks else (),
         provenance="derived" if peaks else "unknown",
     )
-
-
-def with_overrides(spec: DeviceSpec, **changes: Any) -> DeviceSpec:
-    """A copy of ``spec`` with some fields replaced (tests, calibration)."""
-    return replace(spec, **changes)
 
 
 # --- calibration profiles -----------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ where they are built.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -703,22 +702,6 @@ def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> 
         .drop("_o")
     )
     return Comparison(frame, details, result)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def require_run(path: Path) -> Path:
-    """``path`` if it is a run folder or bundle, else a RunNotFoundError saying what to give."""
-    if path.is_file() and path.suffix == ".zip":
-        return path
-    if not (path / MANIFEST).is_file():
-        raise RunNotFoundError(
-            f"{path} is not a tracekit run (no {MANIFEST})",
-            "give a run folder made by `tracekit capture` / `tracekit import`, or a folder of runs",
-        )
-    return path
 
 
 # --- MoE ------------------------------------------------------------------------------------------------------------

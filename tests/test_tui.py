@@ -503,3 +503,22 @@ def test_picker_lists_runs_read_through_run(samples_dir: Path, tmp_path: Path) -
     listed = find_runs([tmp_path / "runs"])
     assert [(e.name, e.gpu, e.status) for e in listed] == [("good", "NVIDIA B200", "complete")]
     assert listed[0].path == good.path
+
+
+def test_viewer_uses_the_runs_calibration_and_survives_a_broken_one(
+    samples_dir: Path, tmp_path: Path
+) -> None:
+    """The TUI finds the profile as ``tracekit explain`` does (tracekit.devices.find_calibration): the one the
+    run carries; a damaged one is left out and the explainer runs on the datasheet peak."""
+    import shutil
+
+    from tracekit.tui.data import analyze, load_run
+
+    src = tmp_path / "run"
+    shutil.copytree(samples_dir / "h200-capture-gemm", src)
+    shutil.copy(samples_dir / "calibration-h200.json", src / "raw" / "calibration.json")
+    analysis = analyze(load_run(src))
+    assert analysis.calibration == "raw/calibration.json" and analysis.gemms.height
+    (src / "raw" / "calibration.json").write_text("{damaged")
+    broken = analyze(load_run(src))
+    assert broken.calibration is None and broken.gemms.height == analysis.gemms.height

@@ -14,7 +14,6 @@ results) in NEW is ``broken``: the gate fails on regressions and broken GEMMs.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,19 +303,3 @@ def compare_runs(
         "regressions": regressions,
         "passed": not regressions,
     }
-
-
-def versions_of(frames: dict[str, pl.DataFrame], manifest: dict[str, Any]) -> dict[str, str]:
-    """Library versions of a run (manifest environment, else its failure records), to print beside a comparison."""
-    env = manifest.get("environment") or {}
-    found = {k: str(v) for k, v in (env.get("versions") or {}).items() if v}
-    if not found and frames["failures"].height:
-        for text in frames["failures"]["versions"].drop_nulls().to_list():
-            try:
-                obj = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                found = {str(k): str(v) for k, v in obj.items() if v}
-                break
-    return found

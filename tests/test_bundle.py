@@ -138,6 +138,8 @@ HOSTILE = {
     "hidden-raw": ([("run.json", MANIFEST), ("raw/.bashrc", b"x")], "not part of a tracekit run"),
     "no-manifest": ([("frames/ncu.parquet", b"x")], "no run.json"),
     "control-char": ([("run.json", MANIFEST), ("raw/a\x1b[2J.txt", b"x")], "control character"),
+    # C1: U+009B is CSI to terminals that take 8-bit controls (tracekit/text.py, the one sanitizer)
+    "c1-control-char": ([("run.json", MANIFEST), ("raw/a\x9b2J.txt", b"x")], "control character"),
     "bad-manifest": ([("run.json", b"{not json")], "not valid JSON"),
 }
 
@@ -189,3 +191,29 @@ def test_cli_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exc:
         main(["show", str(tmp_path / "junk.zip")])
     assert exc.value.code == 2 and "not a readable zip" in capsys.readouterr().err
+
+
+def test_stale_frames_need_the_rebuild_passed_in(samples_dir: Path, tmp_path: Path) -> None:
+    """tracekit/bundle.py imports no analyzers: a run whose frames are missing (or were rebuilt in memory only)
+    is refused with one line unless the caller passes the rebuild, as ``tracekit bundle`` does."""
+    import shutil
+
+    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.commands.bundle import current_frames
+    from tracekit.errors import SchemaError
+
+    src = tmp_path / "run"
+    shutil.copytree(samples_dir / "h200-capture-gemm", src)
+    shutil.rmtree(src / "frames")
+    run = open_run(src)
+    out = tmp_path / "b.zip"
+    with pytest.raises(SchemaError, match="missing or older") as exc:
+        write_bundle(run, out)
+    assert "\n" not in exc.value.one_line() and not out.exists()
+    load_frames(run)  # rebuilt in memory: the manifest says current, the disk does not
+    with pytest.raises(SchemaError, match="missing or older"):
+        write_bundle(run, out)
+    info = write_bundle(run, out, make_current=current_frames)
+    assert info["members"] > 1 and not (src / "frames").exists()
+    with zipfile.ZipFile(out) as zf:
+        assert "frames/kernels.parquet" in zf.namelist()

@@ -376,14 +376,41 @@ def test_ctrl_c_on_the_cli(tmp_path):
 
 
 def test_ctrl_c_in_process_raises_with_run(tmp_path):
-    # SIGINT to ourselves while the child runs: capture marks the run, then raises CaptureInterrupted
-    code = "import time; time.sleep(30)"
-    timer = __import__("threading").Timer(0.7, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(CaptureInterrupted) as info:
-        _capture(tmp_path, code, grace_s=2.0)
-    run = Run.open(info.value.run.path)
+    """capture() called as a library: Ctrl-C while the program runs marks the run, then raises
+    CaptureInterrupted. The SIGINT goes to a child process that calls capture(), once the profiled program says
+    it is running: never to pytest itself, and never before capture() is under way."""
+    marker = tmp_path / "running"
+    program = f"import pathlib, time; pathlib.Path({str(marker)!r}).touch(); time.sleep(30)"
+    driver = (
+        "import json, sys\n"
+        "from tracekit.collectors.capture import CaptureInterrupted, capture\n"
+        "try:\n"
+        f"    capture([sys.executable, '-c', {program!r}], runs_dir={str(tmp_path / 'runs')!r},\n"
+        "            on_output=lambda *a: None, grace_s=2.0)\n"
+        "except CaptureInterrupted as exc:\n"
+        "    print(json.dumps({'run': str(exc.run.path)}))\n"
+        "    sys.exit(0)\n"
+        "sys.exit('capture returned without CaptureInterrupted')\n"
+    )
+    env = _no_tools_env(tmp_path)
+    proc = subprocess.Popen(
+        [PY, "-c", driver], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists(), proc.stderr.read() if proc.poll() is not None else "the program never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    run = Run.open(json.loads(out)["run"])
     assert run.status == "incomplete" and "interrupted" in run.manifest["incomplete_reason"]
+    assert run.manifest["capture"]["passes"][0]["interrupted"] is True
 
 
 def _interrupt_when(marker: Path, timeout: float = 20.0) -> threading.Thread:

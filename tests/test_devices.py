@@ -164,3 +164,38 @@ def test_normalize_and_calibration_file(tmp_path: Path) -> None:
     bad.write_text("{}")
     with pytest.raises(BadInputError, match="not a tracekit calibration"):
         load_calibration(bad)
+
+
+def _profile(path: Path, gpu: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"format": "tracekit-calibration", "device": gpu, "gemm": {}}))
+    return path
+
+
+def test_find_calibration_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--calibration, else the run's raw/calibration.json, else the cached profile of the GPU the frames or
+    run.json (flat from an import, nested under ``gpu`` from a capture) name; (None, None) when none exists."""
+    import polars as pl
+
+    from tracekit.devices import calibration_path, find_calibration
+    from tracekit.run import Run
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    run = Run.create(tmp_path / "run", environment={"gpu": {"gpu_name": "NVIDIA H200"}})
+    assert find_calibration(run, {}) == (None, None)
+    cached = _profile(calibration_path("NVIDIA H200"), "cached")
+    assert find_calibration(run, {}) == (json.loads(cached.read_text()), str(cached))
+    flat = Run.create(tmp_path / "flat", environment={"gpu_name": "NVIDIA H200"})
+    assert find_calibration(flat, {})[1] == str(cached)
+    # the devices frame names the GPU first
+    other = _profile(calibration_path("NVIDIA B200"), "b200")
+    frames = {"devices": pl.DataFrame({"name": ["NVIDIA B200"]})}
+    assert find_calibration(run, frames)[1] == str(other)
+    carried = _profile(run.raw_dir / "calibration.json", "carried")
+    assert find_calibration(run, frames) == (json.loads(carried.read_text()), "raw/calibration.json")
+    explicit = _profile(tmp_path / "mine.json", "mine")
+    assert find_calibration(run, frames, explicit)[0]["device"] == "mine"
+    # a broken profile is an error here; the TUI carries on without it
+    carried.write_text("{broken")
+    with pytest.raises(BadInputError, match="cannot be read"):
+        find_calibration(run, frames)

@@ -481,3 +481,44 @@ def test_cli_help_and_bad_run(tmp_path: Path) -> None:
     )
     assert res.returncode == 2
     assert res.stderr.strip().startswith("tracekit: no run:") and "Traceback" not in res.stderr
+
+
+def test_picker_lists_runs_read_through_run(samples_dir: Path, tmp_path: Path) -> None:
+    """The picker reads each run through ``Run`` (run.json checked, frames in either layout): every committed
+    sample is listed with its GPU, also h200-gemm-probe whose run.json names none (its devices frame does) and
+    the multi-rank sample (frames partitioned by rank); folders that are no run it can open are left out."""
+    from tracekit.tui.data import find_runs
+
+    entries = {e.name: e for e in find_runs([samples_dir])}
+    folders = {p.parent.name for p in samples_dir.glob("*/run.json")}
+    assert set(entries) == folders and "h200-gemm-probe" in entries and "h200-ranks-gloo" in entries
+    assert entries["h200-gemm-probe"].gpu == "NVIDIA H200" and entries["h200-ranks-gloo"].gpu == "NVIDIA H200"
+    good = Run.create(tmp_path / "runs" / "good", environment={"gpu": {"gpu_name": "NVIDIA B200"}})
+    for name, text in {"broken": "{not json", "foreign": '{"format": "other"}'}.items():
+        (tmp_path / "runs" / name).mkdir()
+        (tmp_path / "runs" / name / "run.json").write_text(text)
+    newer = Run.create(tmp_path / "runs" / "newer")
+    newer.manifest["schema_version"] = 10**6
+    newer.save()
+    listed = find_runs([tmp_path / "runs"])
+    assert [(e.name, e.gpu, e.status) for e in listed] == [("good", "NVIDIA B200", "complete")]
+    assert listed[0].path == good.path
+
+
+def test_viewer_uses_the_runs_calibration_and_survives_a_broken_one(
+    samples_dir: Path, tmp_path: Path
+) -> None:
+    """The TUI finds the profile as ``tracekit explain`` does (tracekit.devices.find_calibration): the one the
+    run carries; a damaged one is left out and the explainer runs on the datasheet peak."""
+    import shutil
+
+    from tracekit.tui.data import analyze, load_run
+
+    src = tmp_path / "run"
+    shutil.copytree(samples_dir / "h200-capture-gemm", src)
+    shutil.copy(samples_dir / "calibration-h200.json", src / "raw" / "calibration.json")
+    analysis = analyze(load_run(src))
+    assert analysis.calibration == "raw/calibration.json" and analysis.gemms.height
+    (src / "raw" / "calibration.json").write_text("{damaged")
+    broken = analyze(load_run(src))
+    assert broken.calibration is None and broken.gemms.height == analysis.gemms.height

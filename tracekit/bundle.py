@@ -8,7 +8,8 @@ own files). :func:`open_bundle` extracts it into a private cache folder (``$TRAC
 Opening never executes anything (JSON and parquet only, no pickles) and writes nothing outside its target. Before
 a single byte is written, every member is checked; a bundle is refused, with one line saying why, when a member
 
-- has an absolute path, a drive letter, a backslash, a ``..`` / ``.`` / empty component or a control character;
+- has an absolute path, a drive letter, a backslash, a ``..`` / ``.`` / empty component or a control character
+  (:data:`tracekit.text.CONTROL`: C0, DEL or C1);
 - is a symlink or another special file (zip external attributes), is encrypted or uses an unknown compression;
 - repeats another member's name (also when they differ only in case: they collide on macOS / Windows);
 - is not one of the expected members (``run.json``, ``frames/<known frame>.parquet`` or, for a multi-rank run,
@@ -28,12 +29,14 @@ import shutil
 import stat
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracekit.errors import BadInputError, SchemaError
 from tracekit.run import MANIFEST, Run, atomic_path
+from tracekit.text import has_control
 
 __all__ = ["Limits", "bundle_cache_dir", "check_members", "open_bundle", "write_bundle"]
 
@@ -56,7 +59,6 @@ class Limits:
 
 DEFAULT_LIMITS = Limits()
 _DRIVE = re.compile(r"^[A-Za-z]:")
-_CTRL = re.compile(r"[\x00-\x1f\x7f]")
 _FRAME_MEMBER = re.compile(
     r"^frames/([a-z][a-z0-9_]*)(?:\.parquet|/rank=(?:-?\d{1,9}|__HIVE_DEFAULT_PARTITION__)/part-\d{1,6}\.parquet)$"
 )
@@ -77,7 +79,7 @@ def _shown(name: str) -> str:
 # --- checking --------------------------------------------------------------------------------------------------
 def _check_name(bundle: Path, name: str, limits: Limits) -> str | None:
     """Why ``name`` is not an acceptable member path, or None when it is."""
-    if _CTRL.search(name):
+    if has_control(name):
         return f"member '{_shown(name)}' has a control character in its name"
     if "\\" in name:
         return f"member '{_shown(name)}' has a backslash in its name"
@@ -316,35 +318,10 @@ def _raw_members(run: Run, warnings: list[str]) -> list[tuple[str, Path]]:
     return out
 
 
-def write_bundle(run: Run, out: Path | str, *, raw: bool = False) -> dict[str, Any]:
-    """Pack ``run`` (manifest and frames, rebuilt first when stale; with ``raw`` also raw/) into the zip ``out``.
-
-    Returns ``{"path", "members", "bytes", "raw", "warnings"}``. The zip is written atomically and is identical
-    for identical runs (fixed timestamps and order)."""
-    from tracekit.analyzers.importer import frames_copy, frames_in_memory, load_frames
-
-    out = Path(out)
-    if out.suffix.lower() != ".zip":
-        raise BadInputError(f"{out}: a bundle's name must end in .zip", "e.g. -o ticket-1234.zip")
-    if out.absolute().resolve().is_relative_to(run.path.absolute().resolve()):
-        raise BadInputError(
-            f"{out} is inside the run it would pack", "write the bundle outside the run folder"
-        )
-    load_frames(run)  # frames current before packing: a bundle without raw/ cannot rebuild them
-    scratch = tempfile.TemporaryDirectory(prefix="tracekit-bundle-")
-    # stale frames are rebuilt in memory, never written into the run: pack them from a scratch copy
-    packed = frames_copy(run, Path(scratch.name)) if frames_in_memory(run) else run
-    warnings: list[str] = []
-    manifest = json.loads(json.dumps(packed.manifest, default=str))
-    manifest.pop("bundle", None)
-    manifest["bundle"] = {"from": run.name, "raw": raw}
-    members: list[tuple[str, Path]] = [
-        (rel, p) for rel, p in packed.frame_files() if _FRAME_MEMBER.match(rel)
-    ]
-    if raw:
-        members += _raw_members(run, warnings)
+def _write_zip(out: Path, manifest: dict[str, Any], members: list[tuple[str, Path]]) -> None:
+    """The zip itself, written atomically: run.json first, then ``members`` (name in the zip, file) in order."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with scratch, atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
+    with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as zf:
         zf.writestr(
             _member_info(MANIFEST, zipfile.ZIP_DEFLATED),
             json.dumps(manifest, indent=2, allow_nan=False) + "\n",
@@ -356,6 +333,47 @@ def write_bundle(run: Run, out: Path | str, *, raw: bool = False) -> dict[str, A
             info.file_size = src.stat().st_size
             with src.open("rb") as f, zf.open(info, "w", force_zip64=info.file_size > 2 * GiB) as dst:
                 shutil.copyfileobj(f, dst, 1 << 20)
+
+
+def write_bundle(
+    run: Run,
+    out: Path | str,
+    *,
+    raw: bool = False,
+    make_current: Callable[[Run, Path], Run] | None = None,
+) -> dict[str, Any]:
+    """Pack ``run`` (manifest and frames; with ``raw`` also raw/) into the zip ``out``.
+
+    A bundle without raw/ cannot rebuild its frames, so the frames packed must be current. ``make_current``,
+    given the run and a scratch folder, returns a run whose frames on disk are current: the run itself, or a
+    copy in the scratch folder with frames rebuilt from raw/ (never written into the run). The CLI passes
+    :func:`tracekit.commands.bundle.current_frames` (the analyzers' rebuild: this module imports no analyzers);
+    without it the run's own frames must be current, else :class:`SchemaError`.
+
+    Returns ``{"path", "members", "bytes", "raw", "warnings"}``. The zip is written atomically and is identical
+    for identical runs (fixed timestamps and order)."""
+    out = Path(out)
+    if out.suffix.lower() != ".zip":
+        raise BadInputError(f"{out}: a bundle's name must end in .zip", "e.g. -o ticket-1234.zip")
+    if out.absolute().resolve().is_relative_to(run.path.absolute().resolve()):
+        raise BadInputError(
+            f"{out} is inside the run it would pack", "write the bundle outside the run folder"
+        )
+    with tempfile.TemporaryDirectory(prefix="tracekit-bundle-") as scratch:
+        packed = make_current(run, Path(scratch)) if make_current is not None else run
+        if not packed.frames_current() or (packed.manifest.get("frames") or {}).get("in_memory"):
+            raise SchemaError(
+                f"the frames of {run.path} are missing or older than this tracekit's schema",
+                f"bundle it with `tracekit bundle {run.path} -o FILE.zip`, which rebuilds them from raw/",
+            )
+        warnings: list[str] = []
+        members = [(rel, p) for rel, p in packed.frame_files() if _FRAME_MEMBER.match(rel)]
+        if raw:
+            members += _raw_members(run, warnings)
+        manifest = json.loads(json.dumps(packed.manifest, default=str))
+        manifest.pop("bundle", None)  # a bundle of a run opened from a bundle says where it came from, last
+        manifest["bundle"] = {"from": run.name, "raw": raw}
+        _write_zip(out, manifest, members)
     return {
         "path": str(out),
         "members": 1 + len(members),

@@ -19,13 +19,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import BadInputError
+
+if TYPE_CHECKING:
+    from tracekit.run import Run
 
 __all__ = [
     "ArchSpec",
@@ -34,6 +38,7 @@ __all__ = [
     "candidates_line",
     "catalog",
     "devices_for_capability",
+    "find_calibration",
     "load_catalog",
     "lookup_device",
     "match_device",
@@ -420,11 +425,6 @@ def derived_device(name: str, arch: ArchSpec, sm_count: int | None, clock_hz: fl
     )
 
 
-def with_overrides(spec: DeviceSpec, **changes: Any) -> DeviceSpec:
-    """A copy of ``spec`` with some fields replaced (tests, calibration)."""
-    return replace(spec, **changes)
-
-
 # --- calibration profiles -----------------------------------------------------------------------------------------
 CALIBRATION_DIR = Path("~/.cache/tracekit/calibration")
 CALIBRATION_FORMAT = "tracekit-calibration"
@@ -452,3 +452,34 @@ def load_calibration(path: Path | str) -> dict[str, Any]:
             f"{path} is not a tracekit calibration profile", "make one with `tracekit calibrate -o FILE`"
         )
     return data
+
+
+def find_calibration(
+    run: Run, frames: Mapping[str, Any], explicit: Path | str | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The calibration profile to use for ``run`` and where it came from (as shown to the user), or (None, None).
+
+    In order: ``explicit`` (``--calibration FILE``), the profile the run carries (``raw/calibration.json``,
+    written by ``tracekit calibrate`` into a capture), else the cached one for the run's GPU
+    (:func:`calibration_path` of the name its ``devices`` frame gives, then the name run.json records). Shared
+    by ``explain``, ``report`` and the TUI so they measure against the same peak. A profile that cannot be read
+    raises :class:`BadInputError`; a viewer may carry on without it."""
+    if explicit is not None:
+        return load_calibration(explicit), str(explicit)
+    carried = run.raw_dir / "calibration.json"
+    if carried.is_file():
+        return load_calibration(carried), run.relative(carried)
+    names: list[str] = []
+    devices = frames.get("devices")
+    if devices is not None and devices.height and "name" in devices.columns:
+        names += [str(n) for n in devices["name"].drop_nulls().to_list()[:1]]
+    env = run.manifest.get("environment") or {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env  # nested (capture) or flat (import)
+    name = (gpu.get("gpu_name") or gpu.get("name")) if isinstance(gpu, dict) else None
+    if isinstance(name, str) and name:
+        names.append(name)
+    for name in names:
+        cached = calibration_path(name)
+        if cached.is_file():
+            return load_calibration(cached), str(cached)
+    return None, None

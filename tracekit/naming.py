@@ -32,7 +32,6 @@ NCU_FILTER = f"regex:{DOMAIN}@.+/"
 """The ``--nvtx-include`` expression that selects every push/pop range in tracekit's domain."""
 
 _SAFE = re.compile(r"[A-Za-z0-9_.+\-]")
-_INT_FIELDS = ("M", "N", "K", "E", "G")
 
 
 def _escape(value: str) -> str:

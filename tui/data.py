@@ -8,8 +8,6 @@ where they are built.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -18,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.devices import DeviceSpec
-from tracekit.errors import RunNotFoundError
+from tracekit.devices import DeviceSpec, find_calibration
+from tracekit.errors import BadInputError, RunNotFoundError, TracekitError
 from tracekit.run import MANIFEST, Run
 
 __all__ = [
@@ -76,12 +74,12 @@ def default_run_dirs() -> list[Path]:
 
 
 def _entry(path: Path, where: str) -> RunEntry | None:
+    """The picker's line for the run at ``path``, read through :class:`Run` (None when it is no run it can open)."""
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
+        run = Run.open(path)
+    except TracekitError:  # not a run, damaged or newer than this tracekit: opening it would say why
         return None
-    if not isinstance(manifest, dict) or manifest.get("format") != "tracekit-run":
-        return None
+    manifest = run.manifest
     env = manifest.get("environment") or {}
     gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
     created_unix = manifest.get("created_unix")
@@ -92,19 +90,19 @@ def _entry(path: Path, where: str) -> RunEntry | None:
         created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
         status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
         where=where,
-        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name") or _frame_gpu(path),
+        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name") or _frame_gpu(run),
     )
 
 
-def _frame_gpu(path: Path) -> str | None:
+def _frame_gpu(run: Run) -> str | None:
     """The GPU an imported run's files name (its devices frame, a few KB), when run.json records none."""
-    frame = path / "frames" / "devices.parquet"
-    if not frame.is_file():
+    if run.frame_layout("devices") is None:
         return None
     try:
-        names = pl.read_parquet(frame, columns=["name"])["name"].drop_nulls().unique(maintain_order=True)
+        frame = run.read_frame("devices", lazy=True).select("name").collect()
     except Exception:  # a damaged frame: the picker shows "–", opening the run says what is wrong
         return None
+    names = frame["name"].drop_nulls().unique(maintain_order=True)
     return " + ".join(str(n) for n in names.to_list()) or None
 
 
@@ -219,14 +217,10 @@ class Analysis:
 
 
 def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
+    """The profile ``tracekit explain`` would use for this run (:func:`tracekit.devices.find_calibration`)."""
     try:
-        from tracekit.commands.explain import _calibration as find
-    except ImportError:
-        return None, None
-    run = Run(data.path, data.manifest)
-    try:
-        return find(run, data.frames, None)
-    except Exception:  # a broken cached profile must not stop the viewer; the explainer runs without it
+        return find_calibration(Run(data.path, data.manifest), data.frames)
+    except BadInputError:  # a broken cached profile must not stop the viewer; the explainer runs without it
         return None, None
 
 
@@ -708,22 +702,6 @@ def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> 
         .drop("_o")
     )
     return Comparison(frame, details, result)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def require_run(path: Path) -> Path:
-    """``path`` if it is a run folder or bundle, else a RunNotFoundError saying what to give."""
-    if path.is_file() and path.suffix == ".zip":
-        return path
-    if not (path / MANIFEST).is_file():
-        raise RunNotFoundError(
-            f"{path} is not a tracekit run (no {MANIFEST})",
-            "give a run folder made by `tracekit capture` / `tracekit import`, or a folder of runs",
-        )
-    return path
 
 
 # --- MoE ------------------------------------------------------------------------------------------------------------

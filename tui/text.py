@@ -2,31 +2,28 @@
 
 Kernel names are data, never markup: a C++ template name holds ``[...]``, a stranger's trace may hold ANSI
 escapes or Rich markup, and a name may be 10,000 characters long. Everything the UI draws from a frame goes
-through :func:`clean` (control characters shown as ``\\xNN``, so an escape sequence can never reach the
-terminal) and then into a ``rich.text.Text`` or a ``Segment`` (neither parses markup). This module imports no
-Textual, so it is usable (and tested) on its own.
+through :func:`clean` (:func:`tracekit.text.clean`, tabs widened for the screen: control characters shown as
+``\\xNN``, so an escape sequence can never reach the terminal) and then into a ``rich.text.Text`` or a
+``Segment`` (neither parses markup). This module imports no Textual, so it is usable (and tested) on its own.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from rich.cells import cell_len, set_cell_size
 
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CTRL_ALL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from tracekit import text as _text
 
 ELLIPSIS = "…"
 
 
 def clean(value: Any, *, keep_newlines: bool = False) -> str:
-    """``value`` as text with every control character made visible (``\\x1b`` for ESC)."""
-    text = "" if value is None else str(value)
-    pattern = _CTRL if keep_newlines else _CTRL_ALL
-    text = text.replace("\t", "    ") if keep_newlines else text
-    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``value`` as text with every control character made visible (``\\x1b`` for ESC), by
+    :func:`tracekit.text.clean`; with ``keep_newlines`` a tab becomes four spaces (a cell has no tab stops)."""
+    text = _text.clean(value, keep_newlines=keep_newlines)
+    return text.replace("\t", "    ") if keep_newlines else text
 
 
 def fit(text: str, width: int, justify: str = "left") -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from tracekit.commands._options import out_option
 from tracekit.errors import BadInputError, IncompleteError, MissingToolError
 
 _KINDS_HELP = """\b
@@ -71,12 +72,7 @@ def bench() -> None:
     show_default=True,
     help="'glm5' (M 16..4096 x (N,K) (768,6144),(2048,6144)) or MxNxK,...",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Run folder to create [runs/<time>-bench-gemm-<id>].",
-)
+@out_option("Run folder to create [runs/<time>-bench-gemm-<id>].", type=click.Path(path_type=Path))
 @click.option("--repeats", default=25, show_default=True, help="Timed samples per shape (median, p10, p90).")
 @click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
 @click.option(
@@ -99,7 +95,7 @@ def bench() -> None:
 def gemm(
     backends: str,
     shapes: str,
-    output: Path | None,
+    out: Path | None,
     repeats: int,
     warmup: int,
     timeout: float,
@@ -138,8 +134,8 @@ def gemm(
     )
     cuda = any(known[n].timer == "cuda" for n in names)
     environment = _require_gpu(settings.python, device) if cuda else None
-    out, inside = _sweep_dir(output, "gemm")
-    result = _sweep(out, settings, len(names) * len(shape_list), "gemm", environment)
+    run_dir, inside = _sweep_dir(out, "gemm")
+    result = _sweep(run_dir, settings, len(names) * len(shape_list), "gemm", environment)
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -364,9 +360,7 @@ class _MoeCommand(_BenchCommand):
     show_default=True,
     help="gate_up: N = 2 x inter, K = hidden; down: N = hidden, K = inter.",
 )
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Run folder [runs/<time>-bench-moe-<id>]."
-)
+@out_option("Run folder to create [runs/<time>-bench-moe-<id>].", type=click.Path(path_type=Path))
 @click.option("--repeats", default=25, show_default=True, help="Timed samples per case (median, p10, p90).")
 @click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
 @click.option(
@@ -391,7 +385,7 @@ def moe(
     experts: int,
     topk: int,
     proj: str,
-    output: Path | None,
+    out: Path | None,
     repeats: int,
     warmup: int,
     timeout: float,
@@ -437,8 +431,8 @@ def moe(
     )
     cuda = any(known[n].timer == "cuda" for n in names)
     environment = _require_gpu(settings.python, device) if cuda else None
-    out, inside = _sweep_dir(output, "moe")
-    result = _sweep(out, settings, len(names) * len(settings.cases), "moe", environment)
+    run_dir, inside = _sweep_dir(out, "moe")
+    result = _sweep(run_dir, settings, len(names) * len(settings.cases), "moe", environment)
     if inside is not None:
         _hand_over(result.run, inside)
     if as_json:
@@ -504,17 +498,17 @@ def _print_moe_table(result: Any) -> None:
     console.print("per-expert analysis: tracekit show RUN · tracekit report RUN · tracekit view RUN (key e)")
 
 
-def _sweep_dir(output: Path | None, verb: str) -> tuple[Path, Path | None]:
+def _sweep_dir(out: Path | None, verb: str) -> tuple[Path, Path | None]:
     """(the sweep's run folder, the capture's run folder when running under `tracekit capture`, else None).
     Under a capture the sweep gets a private run in the capture's raw/logs; its records are handed over after."""
     from tracekit.run import new_run_name
 
-    inside = _capture_run_dir() if output is None else None
+    inside = _capture_run_dir() if out is None else None
     if inside is not None:
         tool = os.environ.get("TRACEKIT_CAPTURE_TOOL", "run")
         prefix = "bench" if verb == "gemm" else f"bench-{verb}"
         return inside / "raw" / "logs" / new_run_name(f"{prefix}-{tool}"), inside
-    return output or Path("runs") / new_run_name(f"bench-{verb}"), None
+    return out or Path("runs") / new_run_name(f"bench-{verb}"), None
 
 
 def _sweep(out: Path, settings: Any, total: int, verb: str, environment: dict[str, Any] | None) -> Any:

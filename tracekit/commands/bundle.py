@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from tracekit.run import Run
+
+
+def current_frames(run: Run, scratch: Path) -> Run:
+    """``run`` when its frames on disk are current, else a copy in ``scratch`` with its frames rebuilt from raw/
+    in memory and written there (never into the run): what :func:`tracekit.bundle.write_bundle` packs."""
+    from tracekit.analyzers.importer import frames_copy, frames_in_memory, load_frames
+
+    load_frames(run)
+    return frames_copy(run, scratch) if frames_in_memory(run) else run
 
 
 @click.command()
@@ -30,7 +43,7 @@ def bundle(run: Path, out: Path, raw: bool) -> None:
     from tracekit.bundle import write_bundle
 
     r = open_run(run)
-    info = write_bundle(r, out, raw=raw)
+    info = write_bundle(r, out, raw=raw, make_current=current_frames)
     for w in info["warnings"]:
         click.echo(f"tracekit: warning: {w}", err=True)
     click.echo(

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands._options import out_option
+
 
 @click.command()
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Profile file (default ~/.cache/tracekit/calibration/<gpu>.json).")  # fmt: skip
+@out_option("Profile file (default ~/.cache/tracekit/calibration/<gpu>.json).",
+            type=click.Path(path_type=Path, dir_okay=False), default=None)  # fmt: skip
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["bf16", "fp8", "fp4"]),
               help="GEMM input types to measure (default: all; fp4 is recorded as a failure where unsupported).")  # fmt: skip
 @click.option("--size", default=8192, show_default=True, help="M = N = K of the GEMM.")
@@ -18,7 +20,7 @@ import click
 @click.option("--device", "device_index", default=0, show_default=True, help="CUDA device ordinal.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON on stdout.")
 def calibrate(
-    output: Path | None, dtypes: tuple[str, ...], size: int, seconds: float, device_index: int, as_json: bool
+    out: Path | None, dtypes: tuple[str, ...], size: int, seconds: float, device_index: int, as_json: bool
 ) -> None:
     """Measure what this GPU sustains: a large GEMM per dtype (first launches vs the sustained rate, SM clock,
     power and throttle reasons from NVML), and device-to-device copy bandwidth.
@@ -42,7 +44,7 @@ def calibrate(
         device_index=device_index,
         on_event=lambda m: click.echo(f"tracekit: {m}", err=True),
     )
-    path = save_profile(profile, output)
+    path = save_profile(profile, out)
     click.echo(f"tracekit: saved {path}", err=True)
     if as_json:
         click.echo(json.dumps(profile, indent=2, default=str))

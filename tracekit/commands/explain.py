@@ -76,29 +76,6 @@ def _catalog_key(name: str) -> str | None:
     return dev.key if dev is not None and dev.provenance not in ("derived", "unknown") else None
 
 
-def _calibration(run: Any, frames: dict, explicit: Path | None) -> tuple[dict | None, str | None]:
-    """The calibration profile to use: --calibration, else one the run carries, else the cached one for its GPU."""
-    from tracekit.devices import calibration_path, load_calibration
-
-    if explicit is not None:
-        return load_calibration(explicit), str(explicit)
-    carried = run.raw_dir / "calibration.json"
-    if carried.is_file():
-        return load_calibration(carried), run.relative(carried)
-    names = []
-    devices = frames.get("devices")
-    if devices is not None and devices.height:
-        names += devices["name"].drop_nulls().to_list()[:1]
-    gpu = (run.manifest.get("environment") or {}).get("gpu_name")
-    if gpu:
-        names.append(gpu)
-    for name in names:
-        cached = calibration_path(name)
-        if cached.is_file():
-            return load_calibration(cached), str(cached)
-    return None, None
-
-
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option(
@@ -137,11 +114,12 @@ def explain(
     """
     from tracekit.analyzers.explain import explain as run_explain
     from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.devices import find_calibration
 
     device = resolve_device(device_name)  # a bad name fails before the run is read
     r = open_run(run)
     frames = load_frames(r)
-    cal, cal_source = _calibration(r, frames, calibration)
+    cal, cal_source = find_calibration(r, frames, calibration)
     env = r.manifest.get("environment")
     waterfalls = run_explain(frames, calibration=cal, gemm_filter=gemm_filter, environment=env, device=device)
     notes = device_notes(frames, env, device)

@@ -65,7 +65,8 @@ def report(
     """
     from tracekit.analyzers.importer import load_frames, open_run
     from tracekit.analyzers.report import build_report, write_report
-    from tracekit.commands.explain import _calibration, device_notes
+    from tracekit.commands.explain import device_notes
+    from tracekit.devices import find_calibration
 
     device = resolve_device(device_name)
     if fmt is None:
@@ -74,7 +75,7 @@ def report(
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
     frames = load_frames(r)
-    cal, cal_source = _calibration(r, frames, calibration)
+    cal, cal_source = find_calibration(r, frames, calibration)
     for line in device_notes(frames, r.manifest.get("environment"), device):
         click.echo(line, err=True)
     rep = build_report(

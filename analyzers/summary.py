@@ -98,6 +98,15 @@ def gemm_table(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     grouped = (
         joined.group_by("name", "backend", "op", "m", "n", "k", "dtype_a", "scale")
         .agg(pl.len().alias("launches"), pl.col("kernel_ns").median().alias("kernel_ns"))
+        .join(_ncu_range_ns(frames), on="name", how="left")
+        .with_columns(
+            pl.when(pl.col("kernel_ns").is_null() & pl.col("ncu_ns").is_not_null())
+            .then(pl.lit("ncu"))
+            .when(pl.col("kernel_ns").is_not_null())
+            .then(pl.lit("timeline"))
+            .alias("time_source"),
+            pl.coalesce("kernel_ns", "ncu_ns").alias("kernel_ns"),
+        )
         .with_columns((pl.col("kernel_ns") / 1e3).alias("time_us"))
         .with_columns(
             (2.0 * pl.col("m") * pl.col("n") * pl.col("k") / (pl.col("time_us") * 1e-6) / 1e12).alias(
@@ -107,8 +116,35 @@ def gemm_table(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
         .rename({"name": "range", "dtype_a": "dtype"})
         .sort("backend", "m", "n", "k", nulls_last=True)
     )
-    return grouped.select(
-        "range", "backend", "op", "m", "n", "k", "dtype", "scale", "time_us", "tflops", "launches"
+    failed = {
+        (r["backend"], r["m"], r["n"], r["k"])
+        for r in frames["failures"].select("backend", "m", "n", "k").iter_rows(named=True)
+    }
+    status = [
+        "ok" if t is not None else "failed" if (b, m, n, k) in failed else "no kernels"
+        for b, m, n, k, t in grouped.select("backend", "m", "n", "k", "time_us").iter_rows()
+    ]
+    return grouped.with_columns(pl.Series("status", status, pl.String)).select(
+        "range", "backend", "op", "m", "n", "k", "dtype", "scale", "time_us", "tflops", "launches", "status",
+        "time_source",
+    )  # fmt: skip
+
+
+def _ncu_range_ns(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """Per NVTX range name, Nsight Compute's kernel time of one launch of the range (all profiled kernels of the
+    range over the launches of its most frequent kernel): the time of GEMMs a timeline lost (a program that
+    died under nsys keeps no kernel table)."""
+    ncu = frames.get("ncu")
+    if ncu is None or ncu.height == 0 or "nvtx_range" not in ncu.columns:
+        return pl.DataFrame(schema={"name": pl.String, "ncu_ns": pl.Float64})
+    return (
+        ncu.filter(pl.col("nvtx_range").is_not_null() & pl.col("duration_ns").is_not_null())
+        .group_by("nvtx_range")
+        .agg(
+            pl.col("duration_ns").sum().alias("total"),
+            pl.col("name").value_counts().struct.field("count").max().alias("launches"),
+        )
+        .select(pl.col("nvtx_range").alias("name"), (pl.col("total") / pl.col("launches")).alias("ncu_ns"))
     )
 
 

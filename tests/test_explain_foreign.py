@@ -19,7 +19,7 @@ from tracekit.analyzers.ncu_csv import read_ncu_csv
 from tracekit.devices import match_device
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "ncu_details.csv"
+PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
 H200 = match_device("NVIDIA H200")
 _SHAPE = re.compile(r"probe_(?P<dtype>[a-z0-9]+)_M(?P<m>\d+)_N(?P<n>\d+)_K(?P<k>\d+)$")
 

@@ -2,7 +2,8 @@
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the run format (manifest + frames). Bump it whenever a frame's columns change: runs whose frames
 are older are rebuilt from raw/. 2: MoE frames (moe, moe_curve, moe_routing) and rank-partitioned multi-rank frames. 3: ranges gain batch,
-flops and shape_source (PyTorch GEMM ops with their shapes, range_kind gemm-op)."""
+flops and shape_source (PyTorch GEMM ops with their shapes, range_kind gemm-op). 4: failures gain a crash's evidence
+(dtypes, range, caller, signal, python_stack, stderr_tail); gemms gain flops_source, dtype_source, counted_flops."""

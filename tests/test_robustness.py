@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import resource
 import shutil
 import sqlite3
 import subprocess
@@ -357,20 +356,24 @@ def test_view(world: dict[str, Any], name: str) -> None:
 # --- disk full during a capture ---------------------------------------------------------------------------------
 def _capture_with_file_limit(tmp_path: Path, limit: int, code: str) -> subprocess.CompletedProcess[str]:
     """``tracekit capture`` with RLIMIT_FSIZE: a write past ``limit`` bytes fails with EFBIG (Python ignores
-    SIGXFSZ), as on a full disk."""
-
-    def limit_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
+    SIGXFSZ), as on a full disk. The limit is set by a small trampoline process that then becomes tracekit, not
+    by a ``preexec_fn``: that would fork this test process, and a pytest process that has mapped a large address
+    space (polars' allocator) can be refused the fork (ENOMEM) under the kernel's overcommit heuristic."""
+    trampoline = (
+        "import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2);"
+        "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+    )
     return subprocess.run(
         [
             sys.executable,
+            "-c",
+            trampoline,
+            str(limit),
             *("-m", "tracekit", "capture", "-o", str(tmp_path / "run"), "--timeout", "20", "--"),
             sys.executable,
             "-c",
             code,
         ],
-        preexec_fn=limit_files,
         capture_output=True,
         text=True,
         timeout=60,

@@ -5,7 +5,7 @@ import torch
 
 a = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
-for i in range(2):
+for _ in range(2):
     torch.cuda.nvtx.range_push("attn_proj")
     torch.mm(a, b)
     torch.cuda.nvtx.range_pop()

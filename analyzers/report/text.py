@@ -7,15 +7,14 @@ import html
 import re
 from typing import Any
 
-_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+from tracekit.text import clean
 
 
 # --- escaping --------------------------------------------------------------------------------------------------------
 def _clean(text: Any) -> str:
     """Text with control characters (ANSI escapes included) made visible; newlines kept."""
     s = "" if text is None else str(text)
-    s = s.replace("\r\n", "\n").replace("\r", "\n")
-    return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return clean(s.replace("\r\n", "\n").replace("\r", "\n"), keep_newlines=True)
 
 
 def _one_line(text: Any, limit: int | None = None) -> str:

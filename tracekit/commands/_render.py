@@ -3,19 +3,18 @@ through ``rich.text.Text`` (no markup parsing) and control characters are made v
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
+
+from tracekit.text import clean
 
 if TYPE_CHECKING:  # polars is imported only where frames are drawn: capture runs on machines without it
     import polars as pl
 
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def safe(value: Any, width: int | None = None) -> str:
-    """Text safe to draw: control characters (ANSI escapes included) shown as \\xNN, long names elided."""
-    text = "" if value is None else str(value)
-    text = _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Text safe to draw: control characters (ANSI escapes included) shown as \\xNN (tracekit/text.py; newlines
+    and tabs kept), long names elided."""
+    text = clean(value, keep_newlines=True)
     if width is not None and len(text) > width:
         text = text[: width - 1] + "…"
     return text

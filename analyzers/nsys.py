@@ -35,6 +35,7 @@ type is re-run through ``sqlite3`` with a warning.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -408,14 +409,17 @@ def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
     call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
     if ranges.height == 0:
         return ranges
-    aten = ranges["name"].str.starts_with("aten::")  # cheap first cut: most ranges are not PyTorch ops
-    if not aten.any():
+    # Cheap first cut: names that start with a GEMM op's name (a superset of the GEMM calls). An emit_nvtx
+    # capture is mostly non-GEMM ops, and extracting the op of every range cost 0.8 s at 5M ranges.
+    first_cut = "^(?:" + "|".join(re.escape(op) for op in sorted(GEMM_OPS)) + ")"
+    maybe = ranges["name"].str.contains(first_cut)
+    if not maybe.any():
         return ranges
     name = pl.col("name")
     calls = (
         ranges.select(name)
         .with_row_index("_row")
-        .filter(aten)
+        .filter(maybe)
         .with_columns(name.str.extract(r"^([^,]*)").str.strip_chars().alias("_op"))
         .filter(pl.col("_op").is_in(list(GEMM_OPS)))
     )

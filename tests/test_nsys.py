@@ -424,3 +424,43 @@ def _unreadable_sqlite(path: Path) -> UnreadableFileError:
 def test_unknown_engine_is_refused(shared_data: Path) -> None:
     with pytest.raises(ValueError, match="engine"):
         read_nsys_sqlite(shared_data / PROBE, engine="duckdb")
+
+
+# Names on the edge of the GEMM-op pre-filter in _nvtx_op_shapes: a GEMM op, one that only starts like one, one
+# with space before its comma, a non-GEMM op, text before the op, an op with no arguments, a null-free plain name.
+_OP_NAMES = [
+    "aten::mm, seq = 4, op_id = 7, sizes = [[16, 32], [32, 64]]",
+    "aten::mm_out_variant, sizes = [[16, 32], [32, 64]]",
+    "aten::addmm , seq = 2, sizes = [[64], [8, 32], [32, 64], [], []]",
+    "aten::add, sizes = [[2, 3], [2, 3]]",
+    " aten::mm, sizes = [[16, 32], [32, 64]]",
+    "aten::bmm",
+    "gemm/bf16/M=16,N=64,K=32",
+    "aten::linear, op_id = 5, sizes = [[4, 197, 768], [768, 768], [768]]",
+]
+
+
+def test_nvtx_op_shapes_match_per_name_parse(shared_data: Path) -> None:
+    """Each range's GEMM fields equal parsing its own name (the op before the first comma, stripped, must be a
+    GEMM op; names with text before the op are not PyTorch's): the vectorised pre-filter drops none and adds
+    none."""
+    from tracekit.analyzers.nsys import _nvtx_op_shapes
+    from tracekit.analyzers.torch_ops import GEMM_OPS, nvtx_op_shape
+
+    base = read_nsys_sqlite(shared_data / PROBE).frames["ranges"]
+    ranges = pl.concat([base] * 2).head(len(_OP_NAMES)).with_columns(pl.Series("name", _OP_NAMES))
+    got = _nvtx_op_shapes(ranges)
+    for name, row in zip(_OP_NAMES, got.iter_rows(named=True), strict=True):
+        op = name.split(",")[0].strip()
+        shape = nvtx_op_shape(name) if name.startswith("aten::") and op in GEMM_OPS else None
+        if shape is None:
+            assert row["range_kind"] is None and row["op"] is None, name
+        else:
+            assert (row["range_kind"], row["op"], row["m"], row["n"], row["k"]) == (
+                "gemm-op",
+                shape.op,
+                shape.m,
+                shape.n,
+                shape.k,
+            ), name
+    assert got.filter(pl.col("range_kind") == "gemm-op").height == 4  # mm, addmm, bmm, linear

@@ -359,6 +359,32 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
     return out.select(ranges.columns)
 
 
+FAILURE_KEY = ("backend", "op", "m", "n", "k", "kind", "error_type", "message")
+"""A failure's identity across files: a capture with several passes (nsys, then ncu) records the same failure once
+per pass, and the run keeps one."""
+RENUMBERED = ("measurements", "failures", "moe", "moe_curve", "moe_routing")
+"""Frames whose id column is renumbered 0..n-1 once the files are combined."""
+
+
+def is_read(name: str) -> bool:
+    """Whether an import reads a file of raw/ by its name (logs and .nsys-rep reports are kept, not read)."""
+    return not name.startswith(".") and Path(plain_name(name)).suffix not in _IGNORED_SUFFIXES
+
+
+def unexported_reports(raw_dir: Path) -> list[str]:
+    """Warnings for the .nsys-rep / .qdstrm reports of raw/ with no SQLite export beside them (not read)."""
+    warnings = []
+    for p in sorted(raw_dir.glob("*")) if raw_dir.is_dir() else []:
+        name = plain_name(p.name)
+        if p.is_file() and Path(name).suffix in (".nsys-rep", ".qdstrm"):
+            stem = Path(name).stem
+            if not any((raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
+                warnings.append(
+                    f"{p.name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
+                )
+    return warnings
+
+
 def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     """Concatenate the frames of several files, offsetting local ids so they are unique in the run, then nest
     ranges, parse tracekit range names and assign each kernel its innermost range."""
@@ -380,13 +406,10 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     frames: dict[str, pl.DataFrame] = {}
     for name, dfs in parts.items():
         frames[name] = pl.concat(dfs, how="vertical") if dfs else SPECS[name].empty()
-    # A capture with several passes (nsys, then ncu) records the same failure once per pass: keep one.
     frames["failures"] = frames["failures"].unique(
-        subset=["backend", "op", "m", "n", "k", "kind", "error_type", "message"],
-        keep="first",
-        maintain_order=True,
+        subset=list(FAILURE_KEY), keep="first", maintain_order=True
     )
-    for name in ("measurements", "failures", "moe", "moe_curve", "moe_routing"):
+    for name in RENUMBERED:
         id_col = SPECS[name].columns[0].name
         frames[name] = frames[name].with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col))
     ranges = parse_range_names(nest_ranges(frames["ranges"]))
@@ -400,13 +423,7 @@ def _raw_files(run: Run) -> list[Path]:
     """The files of raw/ that hold frames, and the instrument wrapper's failure files of each capture pass."""
     if not run.raw_dir.is_dir():
         return []
-    top = sorted(
-        p
-        for p in run.raw_dir.iterdir()
-        if p.is_file()
-        and not p.name.startswith(".")
-        and Path(plain_name(p.name)).suffix not in _IGNORED_SUFFIXES
-    )
+    top = sorted(p for p in run.raw_dir.iterdir() if p.is_file() and is_read(p.name))
     found = [*run.raw_dir.glob(_WRAPPER_FAILURES), *run.raw_dir.glob(_WRAPPER_FAILURES.replace("*/", "", 1))]
     wrapper = sorted(p for p in found if p.is_file() and p.stat().st_size)
     return top + wrapper
@@ -425,15 +442,6 @@ def _build(
     failed: list[dict[str, str]] = []
     warnings: list[str] = []
     files = _raw_files(run)
-    skipped = (
-        [
-            p.name
-            for p in sorted(run.raw_dir.glob("*"))
-            if p.is_file() and Path(plain_name(p.name)).suffix in (".nsys-rep", ".qdstrm")
-        ]
-        if run.raw_dir.is_dir()
-        else []
-    )
     for path in files:
         rel = run.relative(path)
         if on_event:
@@ -454,12 +462,7 @@ def _build(
             extracts.append(ex)
         if on_source:
             on_source(record)
-    for name in skipped:
-        stem = Path(plain_name(name)).stem
-        if not any((run.raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
-            warnings.append(
-                f"{name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
-            )
+    warnings.extend(unexported_reports(run.raw_dir))
     frames = combine(extracts)
     partial = bool(failed) or any(ex.partial for ex in extracts)
     summary = {

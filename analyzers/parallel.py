@@ -61,15 +61,11 @@ from tracekit.run import (
     sha256_file,
 )
 
-from .importer import _ID_COLUMNS, _ID_FAMILY, _ID_OWNER, _IGNORED_SUFFIXES, plain_name
+from .importer import _ID_COLUMNS, _ID_FAMILY, _ID_OWNER, FAILURE_KEY, RENUMBERED, is_read, unexported_reports
 
 EXECUTORS = ("local", "ray")
 """Where the files are read: ``local`` worker processes, or ``ray`` tasks on a Ray cluster."""
 
-# What importer.combine does across files after concatenating them (kept in step with it; the equality tests in
-# tests/test_import_parallel.py compare every frame with the serial import's).
-_FAILURE_KEY = ["backend", "op", "m", "n", "k", "kind", "error_type", "message"]
-_RENUMBERED = ("measurements", "failures", "moe", "moe_curve", "moe_routing")
 _STAGE_PREFIX = ".import-stage-"
 
 
@@ -229,8 +225,8 @@ def write_task(jobs: list[WriteJob]) -> dict[str, int]:
         lf = pl.concat(parts, how="vertical") if parts else spec.empty().lazy()
         if job.frame == "failures":
             # a capture with several passes records the same failure once per pass: keep one (as combine does)
-            lf = lf.unique(subset=_FAILURE_KEY, keep="first", maintain_order=True)
-        if job.frame in _RENUMBERED:
+            lf = lf.unique(subset=list(FAILURE_KEY), keep="first", maintain_order=True)
+        if job.frame in RENUMBERED:
             lf = lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(spec.columns[0].name))
         lf = lf.select(spec.schema.names())
         if job.partitioned:
@@ -391,24 +387,6 @@ def raw_names(paths: list[Path]) -> list[str]:
     return out
 
 
-def _is_read(name: str) -> bool:
-    """Whether the serial import reads a file of raw/ (it keeps logs and .nsys-rep reports without reading)."""
-    return not name.startswith(".") and Path(plain_name(name)).suffix not in _IGNORED_SUFFIXES
-
-
-def _nsys_rep_warnings(raw_dir: Path) -> list[str]:
-    """As importer.import_into: an .nsys-rep without its SQLite export beside it is named, not read."""
-    warnings = []
-    for p in sorted(raw_dir.glob("*")):
-        if p.is_file() and Path(plain_name(p.name)).suffix in (".nsys-rep", ".qdstrm"):
-            stem = Path(plain_name(p.name)).stem
-            if not any((raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", ".xz", ".gz")):
-                warnings.append(
-                    f"{p.name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
-                )
-    return warnings
-
-
 def _died(job: ReadJob, why: BaseException, shown: tuple[tuple[str, str], ...]) -> ReadResult:
     """A file whose worker died: recorded as failed (the run is partial), the other files kept."""
     raw = Path(job.raw)
@@ -500,7 +478,7 @@ def import_parallel(
     shown = ((str(raw_abs), str(run.raw_dir)), *((str(p.resolve()), str(p)) for p in paths))
     names = raw_names(paths)
     jobs = [
-        ReadJob(i, str(p.resolve()), str(raw_abs / name), str(stage / str(i)), _is_read(name), shown)
+        ReadJob(i, str(p.resolve()), str(raw_abs / name), str(stage / str(i)), is_read(name), shown)
         for i, (p, name) in enumerate(zip(paths, names, strict=True))
     ]
     # the serial import reads raw/ in name order: ids and sources follow that order
@@ -571,7 +549,7 @@ def import_parallel(
         rel = Path(tgt).relative_to(run.frames_dir.resolve())
         rows[rel.parts[0].removesuffix(".parquet")] += n
     failed = [{"path": r.record["path"], "message": r.failed} for r in results if r.failed and r.record]
-    warnings = [w for r in results for w in r.warnings] + _nsys_rep_warnings(run.raw_dir)
+    warnings = [w for r in results for w in r.warnings] + unexported_reports(run.raw_dir)
     partial = bool(failed) or any(r.partial for r in results)
     run.manifest["sources"] = [r.record for r in results if r.record is not None]
     run.manifest["frames"] = {

@@ -53,6 +53,28 @@ def devices(frames: dict[str, pl.DataFrame], run: Run | None = None) -> list[dic
     return named or out
 
 
+def crash_evidence(failure: dict[str, Any]) -> list[tuple[str, str]]:
+    """A crash's evidence (capture's ``crashed`` / ``timeout`` records) as (label, text) pairs, for the report and
+    the TUI alike: the signal, the GEMM call in flight and where it was made, the Python stack (when it is not
+    the traceback already shown) and the program's last stderr lines. Texts are raw: each view escapes them."""
+    out: list[tuple[str, str]] = []
+    if failure.get("signal"):
+        out.append(("signal", str(failure["signal"])))
+    if failure.get("range") or failure.get("caller"):
+        call = str(failure.get("range") or "?")
+        if failure.get("dtype_a"):
+            call += f" dtypes {failure['dtype_a']}/{failure.get('dtype_b')}->{failure.get('dtype_out')}"
+        if failure.get("caller"):
+            call += f" called at {failure['caller']}"
+        out.append(("GEMM call in flight", call))
+    stack = failure.get("python_stack")
+    if stack and stack != failure.get("traceback"):
+        out.append(("Python stack", str(stack).rstrip()))
+    if failure.get("stderr_tail"):
+        out.append(("the program's last stderr lines", str(failure["stderr_tail"]).rstrip()))
+    return out
+
+
 def gemm_table(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     """Measured GEMMs: from tracekit's benchmark when present, else GEMM ranges with their kernels' time."""
     meas = frames["measurements"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..summary import crash_evidence
 from .gather import _LIBS
 from .model import (
     Bullets,
@@ -357,32 +358,12 @@ def _findings_table(findings: Sequence[dict[str, Any]], d: Detail) -> Table:
 
 
 def _crash_parts(f: dict[str, Any]) -> list[str]:
-    """A crash's evidence (capture's ``crashed`` / ``timeout`` records): the signal, the GEMM call in flight, the
-    Python stack and the program's last stderr lines, each whole."""
-    parts = []
-    head = []
-    if f.get("signal"):
-        head.append(f"signal: {_one_line(f['signal'])}")
-    call = " ".join(
-        str(x)
-        for x in (
-            f.get("range"),
-            f"dtypes {f.get('dtype_a')}/{f.get('dtype_b')}->{f.get('dtype_out')}"
-            if f.get("dtype_a")
-            else None,
-        )
-        if x
-    )
-    if call or f.get("caller"):
-        where = f" called at {_one_line(f['caller'])}" if f.get("caller") else ""
-        head.append(f"GEMM call in flight: {_one_line(call) or '?'}{where}")
-    if head:
-        parts.append("\n".join(head))
-    if f.get("python_stack") and f.get("python_stack") != f.get("traceback"):
-        parts.append("Python stack:\n" + _clean(f["python_stack"]).rstrip())
-    if f.get("stderr_tail"):
-        parts.append("the program's last stderr lines:\n" + _clean(f["stderr_tail"]).rstrip())
-    return parts
+    """A crash's evidence (analyzers/summary.py crash_evidence): one-line items together, then each multi-line
+    one (stack, stderr) as its own block, whole."""
+    evidence = crash_evidence(f)
+    head = [f"{label}: {_one_line(text)}" for label, text in evidence if "\n" not in text]
+    blocks = [f"{label}:\n{_clean(text)}" for label, text in evidence if "\n" in text]
+    return (["\n".join(head)] if head else []) + blocks
 
 
 def _failure_text(f: dict[str, Any], d: Detail) -> str:

@@ -14,34 +14,21 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
+from tracekit.analyzers.summary import crash_evidence
 from tracekit.tui.data import FailureMatrix, failure_matrix
 from tracekit.tui.text import clean
 from tracekit.tui.widgets.footer import KeyFooter
 
 
 def _crash_parts(r: dict[str, Any]) -> list[Any]:
-    """A crash's evidence (kind ``crashed`` / ``timeout``): the signal, the GEMM call in flight and where it was
-    made, the Python stack and the program's last stderr lines, whole."""
+    """A crash's evidence (analyzers/summary.py crash_evidence), whole: one-line items after their label,
+    multi-line ones (stack, stderr) below it."""
     parts: list[Any] = []
-    if r.get("signal"):
-        parts += [("signal: ", "bold"), clean(r["signal"]), "\n"]
-    if r.get("range") or r.get("caller"):
-        parts += [("GEMM call in flight: ", "bold"), clean(r.get("range") or "?")]
-        if r.get("caller"):
-            parts += [" at ", (clean(r["caller"]), "$accent")]
-        parts.append("\n")
-    if r.get("python_stack") and r.get("python_stack") != r.get("traceback"):
-        parts += [
-            ("Python stack:\n", "bold"),
-            (clean(r["python_stack"], keep_newlines=True), "$text-muted"),
-            "\n",
-        ]
-    if r.get("stderr_tail"):
-        parts += [
-            ("the program's last stderr lines:\n", "bold"),
-            (clean(r["stderr_tail"], keep_newlines=True), "$text-muted"),
-            "\n",
-        ]
+    for label, text in crash_evidence(r):
+        if "\n" in text:
+            parts += [(f"{label}:\n", "bold"), (clean(text, keep_newlines=True), "$text-muted"), "\n"]
+        else:
+            parts += [(f"{label}: ", "bold"), clean(text), "\n"]
     return parts
 
 

@@ -57,6 +57,22 @@ MODES: dict[str, tuple[str, dict]] = {
         {"torch_profiler": True, "trace_repeats": None},
     ),
     "ncu": ("ncu ranges (6 sections)", {"ncu": True}),
+    # the default minus the SIMT FP32 counters (SASS-patched, costly passes) / minus every math counter
+    "ncu-nosimt": (
+        "ncu ranges, tensor counters only",
+        {"ncu": True, "metrics": tuple(m for m in tools.DEFAULT_METRICS if m not in tools.SIMT_FLOP_METRICS)},
+    ),
+    "ncu-nocount": (
+        "ncu ranges, no math counters",
+        {
+            "ncu": True,
+            "metrics": tuple(
+                m
+                for m in tools.DEFAULT_METRICS
+                if m not in tools.SIMT_FLOP_METRICS and m != tools.TENSOR_OPS_METRIC
+            ),
+        },
+    ),
     "ncu-full": (
         "ncu --set full (ranges)",
         {"ncu": True, "sections": (), "metrics": (), "ncu_extra": ["--set", "full"]},

@@ -35,15 +35,15 @@ _WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
 """Failures the instrument wrapper records for wrapped calls that raised, one file per process and pass
 (``TRACEKIT_BREADCRUMB_DIR`` of each capture pass, collectors/crash.py): read into the failures frame. A
 breadcrumb folder set by hand (no pass folder) is read too: ``breadcrumbs/failures.*.jsonl``."""
-_ID_COLUMNS = {
+ID_COLUMNS = {
     "kernels": ["kernel_id", "range_id"],
     "ranges": ["range_id", "parent_id"],
     "ncu": ["ncu_id"],
     "ncu_metrics": ["ncu_id"],
     "ncu_rules": ["ncu_id"],
 }
-_ID_OWNER = {"kernels": "kernel_id", "ranges": "range_id", "ncu": "ncu_id"}
-_ID_FAMILY = {"kernel_id": "kernels", "range_id": "ranges", "parent_id": "ranges", "ncu_id": "ncu"}
+ID_OWNER = {"kernels": "kernel_id", "ranges": "range_id", "ncu": "ncu_id"}
+ID_FAMILY = {"kernel_id": "kernels", "range_id": "ranges", "parent_id": "ranges", "ncu_id": "ncu"}
 
 
 # --- kinds ------------------------------------------------------------------------------------------------------
@@ -386,18 +386,20 @@ def unexported_reports(raw_dir: Path) -> list[str]:
 
 
 def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
-    """Concatenate the frames of several files, offsetting local ids so they are unique in the run, then nest
-    ranges, parse tracekit range names and assign each kernel its innermost range."""
+    """Concatenate the frames of several files, offsetting local ids so they are unique in the run (a launch that
+    two CSV exports of one report both hold counts once), then nest ranges, parse tracekit range names and assign each kernel its innermost range."""
+    from .ncu_csv import drop_repeated_exports
+
     parts: dict[str, list[pl.DataFrame]] = {name: [] for name in SPECS}
-    for ex in extracts:
-        offsets = {fam: sum(df.height for df in parts[fam]) for fam in _ID_OWNER}
+    for ex in drop_repeated_exports(list(extracts)):
+        offsets = {fam: sum(df.height for df in parts[fam]) for fam in ID_OWNER}
         for name, df in ex.frames.items():
             if name not in SPECS:
                 continue
             df = SPECS[name].conform(df)
             shifts = [
-                (pl.col(col) + offsets[_ID_FAMILY[col]]).alias(col)
-                for col in _ID_COLUMNS.get(name, [])
+                (pl.col(col) + offsets[ID_FAMILY[col]]).alias(col)
+                for col in ID_COLUMNS.get(name, [])
                 if col in df.columns
             ]
             if shifts:

@@ -422,3 +422,68 @@ def read_ncu_csv(path: Path) -> Extract:
             f"{source}: {bad} values do not fit their column (damaged cells?) and are left null"
         )
     return ex
+
+
+def _launches(ex: Extract) -> dict[int, tuple[tuple, dict[str, float | None]]]:
+    """ncu_id -> (identity of the launch, its numeric metrics) for one CSV extract."""
+    ncu = ex.frame("ncu").select("ncu_id", "action_index", "demangled_name", "grid_size", "block_size")
+    metrics: dict[int, dict[str, float | None]] = {}
+    for ncu_id, metric, value in ex.frame("ncu_metrics").select("ncu_id", "metric", "value").iter_rows():
+        metrics.setdefault(ncu_id, {})[metric] = value
+    return {row[0]: (tuple(row[1:]), metrics.get(row[0], {})) for row in ncu.iter_rows()}
+
+
+def _same_launch(a: dict[str, float | None], b: dict[str, float | None]) -> bool:
+    common = a.keys() & b.keys()
+    return bool(common) and all(a[m] == b[m] for m in common)
+
+
+def _keep_only(ex: Extract, keep: list[int]) -> None:
+    """Keep the kernels ``keep`` of a CSV extract, renumbered 0.. in order (the importer offsets ids by height)."""
+    renumber = pl.DataFrame(
+        {"ncu_id": keep, "_new": list(range(len(keep)))}, schema={"ncu_id": pl.Int64, "_new": pl.Int64}
+    )
+    for name in ("ncu", "ncu_metrics", "ncu_rules"):
+        if name in ex.frames:
+            df = ex.frames[name].join(renumber, on="ncu_id", how="inner", maintain_order="left")
+            ex.frames[name] = df.with_columns(pl.col("_new").alias("ncu_id")).drop("_new")
+
+
+def drop_repeated_exports(extracts: list[Extract]) -> list[Extract]:
+    """Count each profiled launch once when several CSV exports of one report are read together.
+
+    ``ncu --csv --page details`` and ``--page raw`` (or a metrics-only export) of the same report describe the same
+    launches; a folder holding both (../shared/data/thirdparty/llm-perf-opt-rtx50 does) would otherwise double every
+    kernel. Two CSV kernels are one launch when their ncu ID, name, grid and block match and every metric both hold
+    has the same value; the export holding more metrics is kept, and the other file gets a warning naming it. Binary
+    reports are never merged: their launches are distinct by construction."""
+    csv_extracts = [ex for ex in extracts if ex.kind == "ncu-csv"]
+    if len(csv_extracts) < 2:
+        return extracts
+    seen: dict[tuple, list[tuple[int, int, dict[str, float | None]]]] = {}
+    dropped: dict[int, set[int]] = {i: set() for i in range(len(csv_extracts))}
+    twin: dict[int, set[str]] = {i: set() for i in range(len(csv_extracts))}
+    for i, ex in enumerate(csv_extracts):
+        for ncu_id, (key, metrics) in _launches(ex).items():
+            match = next((m for m in seen.get(key, []) if _same_launch(m[2], metrics)), None)
+            if match is None:
+                seen.setdefault(key, []).append((i, ncu_id, metrics))
+                continue
+            j, other_id, other_metrics = match
+            if len(metrics) > len(other_metrics):  # keep the richer export
+                dropped[j].add(other_id)
+                twin[j].add(ex.source)
+                seen[key][seen[key].index(match)] = (i, ncu_id, metrics)
+            else:
+                dropped[i].add(ncu_id)
+                twin[i].add(csv_extracts[j].source)
+    for i, ex in enumerate(csv_extracts):
+        if not dropped[i]:
+            continue
+        ids = ex.frame("ncu")["ncu_id"].to_list()
+        _keep_only(ex, [n for n in ids if n not in dropped[i]])
+        ex.warnings.append(
+            f"{ex.source}: {len(dropped[i])} kernel(s) are also in {', '.join(sorted(twin[i]))} (another export of "
+            "the same report) and are counted once"
+        )
+    return [ex for ex in extracts if ex.kind != "ncu-csv" or ex.frame("ncu").height]

@@ -61,7 +61,17 @@ from tracekit.run import (
     sha256_file,
 )
 
-from .importer import _ID_COLUMNS, _ID_FAMILY, _ID_OWNER, FAILURE_KEY, RENUMBERED, is_read, unexported_reports
+from .importer import (
+    FAILURE_KEY,
+    ID_COLUMNS,
+    ID_FAMILY,
+    ID_OWNER,
+    RENUMBERED,
+    import_files,
+    is_read,
+    plain_name,
+    unexported_reports,
+)
 
 EXECUTORS = ("local", "ray")
 """Where the files are read: ``local`` worker processes, or ``ray`` tasks on a Ray cluster."""
@@ -411,17 +421,17 @@ def _write_jobs(
     ranks = sorted({rk for r in imported for values in r.ranks.values() for rk in values if rk is not None})
     totals = {name: sum(r.rows.get(name, 0) for r in imported) for name in SPECS}
     offsets: dict[int, dict[str, int]] = {}
-    running = dict.fromkeys(_ID_OWNER, 0)
+    running = dict.fromkeys(ID_OWNER, 0)
     for r in imported:
         offsets[r.index] = dict(running)
-        for fam in _ID_OWNER:
+        for fam in ID_OWNER:
             running[fam] += r.rows.get(fam, 0)
 
     def piece(r: ReadResult, name: str) -> Piece:
         shifts = tuple(
-            (col, offsets[r.index][_ID_FAMILY[col]])
-            for col in _ID_COLUMNS.get(name, [])
-            if offsets[r.index][_ID_FAMILY[col]]
+            (col, offsets[r.index][ID_FAMILY[col]])
+            for col in ID_COLUMNS.get(name, [])
+            if offsets[r.index][ID_FAMILY[col]]
         )
         return Piece(str(stage / str(r.index) / f"{name}.parquet"), shifts)
 
@@ -465,6 +475,12 @@ def import_parallel(
             raise BadInputError(f"{p} does not exist", "check the path")
         if not p.is_file():
             raise UnreadableFileError(p, "is a folder, not a profiler file", "give the files inside it")
+    if sum(plain_name(p.name).lower().endswith(".csv") for p in paths) > 1:
+        # CSV exports of one report may repeat its launches; only a read of all of them together counts each
+        # launch once (ncu_csv.drop_repeated_exports). They are small: read here, one after another.
+        if on_event:
+            on_event("several Nsight Compute CSV exports: reading them in one process")
+        return import_files(paths, out, runs_dir=runs_dir, on_event=on_event)
     backend: _Local | _Ray = (
         _Ray(ray_address)
         if executor == "ray"

@@ -152,3 +152,39 @@ def test_view_analysis_takes_the_device(rtx_run: Path) -> None:
     chosen = Prefetch(rtx_run, lookup_device("rtx-pro-6000")).analysis.result(timeout=300)
     assert chosen.gemms["device_key"].unique().to_list() == ["rtx-pro-6000"]
     assert chosen.gemms["peak_tflops"].null_count() == 0
+
+
+def test_two_exports_of_one_report_count_each_launch_once(rtx_run: Path) -> None:
+    """The folder holds a details and a metrics export of each of 3 profiled launches: the run has 3 ncu kernels,
+    from the richer details exports, and each metrics export carries a warning naming its twin."""
+    import polars as pl
+
+    ncu = pl.read_parquet(rtx_run / "frames" / "ncu.parquet")
+    assert ncu.height == 3
+    assert sorted(ncu["source"].to_list()) == [
+        f"kernel_{k}_ncu.details.csv" for k in ("0003", "0005", "0016")
+    ]
+    assert ncu["ncu_id"].to_list() == [0, 1, 2]
+    metrics = pl.read_parquet(rtx_run / "frames" / "ncu_metrics.parquet")
+    assert set(metrics["ncu_id"].unique().to_list()) == {0, 1, 2}
+    sources = json.loads((rtx_run / "run.json").read_text())["sources"]
+    for src in sources:
+        if src["path"].endswith("metrics.csv"):
+            twin = src["path"].rsplit("/", 1)[-1].replace("metrics", "details")
+            assert any("counted once" in w and twin in w for w in src["warnings"]), src
+
+
+def test_one_export_alone_keeps_its_kernel(tmp_path: Path) -> None:
+    """A metrics-only export read without its details twin is not dropped."""
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / RTX50
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is absent")
+    proc = _tracekit(
+        "import",
+        shared / "kernel_0003_ncu.metrics.csv",
+        shared / "kernel_0005_ncu.details.csv",
+        "-o",
+        tmp_path / "run",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 ncu kernels" in proc.stdout

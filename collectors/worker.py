@@ -1,57 +1,38 @@
-"""The benchmark worker: one process per backend, so a CUDA fault or a segfault loses nothing else.
+"""The GEMM family of the sweep harness: ``python -m tracekit.collectors.worker`` runs one ``bench gemm`` backend
+over (M, N, K) shapes in its own process, so a CUDA fault or a segfault loses nothing else.
 
-``python -m tracekit.collectors.worker --backend NAME --shapes MxNxK,... --out EVENTS.jsonl [...]`` runs one
-backend over the shapes and appends one JSON object per line to ``--out`` (flushed per line, so whatever was
-written survives a crash)::
+``python -m tracekit.collectors.worker --backend NAME --shapes MxNxK,... --out EVENTS.jsonl [...]`` speaks the
+harness's event protocol (tracekit.collectors.harness: hello, start, measurement, failure, done, finished);
+each measurement row is built by :func:`gemm_row` (:data:`MEASUREMENT_KEYS`). ``--fingerprint`` writes the
+environment fingerprint instead (one ``{"event": "fingerprint", "environment": {...}}`` line).
 
-    {"event": "hello", "backend": ..., "pid": ...}
-    {"event": "start", "shape": [m, n, k]}
-    {"event": "measurement", "shape": [...], "row": {<raw/measurements.jsonl keys>}}
-    {"event": "failure", "shape": [...], "row": {<raw/failures.jsonl keys>}, "poisoned": false}
-    {"event": "done", "shape": [...]}
-    {"event": "finished"}
-
-Every line also carries ``time_unix`` (when it was written): how long the imports, each shape and the exit took.
-
-After a fault that poisons the CUDA context (illegal address / instruction) the worker records it and exits with
-code 3; the sweep starts a fresh worker for the remaining shapes. ``--fingerprint`` writes the environment
-fingerprint instead (one ``{"event": "fingerprint", "environment": {...}}`` line).
-
-Timing: ``warmup`` passes, then ``repeats`` timed samples. Each sample runs the GEMM once on every one of
-``buffers`` input sets (enough distinct inputs to exceed twice the L2, so no sample reads warm operands) and
-counts sample time / buffers. ``graph`` captures one pass in a CUDA graph and times replays with CUDA events (no
-launch overhead); ``events`` times eager passes with CUDA events (what you get under a profiler, and the
-fallback when capture fails). ``auto`` is ``graph`` unless a profiler is attached (TRACEKIT_NCU_MAX_PER_RANGE,
-TRACEKIT_RECORD_FUNCTION or NVTX_INJECTION64_PATH set), where eager launches keep one NVTX range per kernel.
-Under the PyTorch profiler a *traced pass* (``TRACEKIT_TRACE_REPEATS`` eager passes, default 3) runs between the
-warm-up and the timed samples in a profiler session of its own, and only it is recorded (``TraceWindow``); the
-timed samples then run unprofiled, so ``auto`` stays ``graph`` there.
+A CUDA backend's case: a correctness launch checked against the fp32 reference, then the timed pass over enough
+input sets to defeat the L2 (tracekit.collectors.timing), and the backend's auxiliary step (activation quantize)
+timed on its own where it has one. A ``wall`` backend (tests, CPU-only plugins) is timed with the wall clock.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import sys
-import time
-import traceback
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from tracekit.collectors import failures as F
 from tracekit.collectors import ranges
-from tracekit.collectors.torchprof import (
-    DEFAULT_TRACE_REPEATS,
-    ENV_RECORD_FUNCTION,
-    ENV_TORCH_OPS,
-    ENV_TRACE_REPEATS,
-    ENV_TRACE_SEGMENTS,
-    OPS_CHOICES,
-    parse_trace_repeats,
+from tracekit.collectors.harness import EXIT_POISONED as EXIT_POISONED
+from tracekit.collectors.harness import CaseContext, Emitter, add_worker_options, run_worker
+from tracekit.collectors.timing import PROFILER_ENV as PROFILER_ENV
+from tracekit.collectors.timing import (
+    CudaTimer,
+    Timing,
+    check_output,
+    quantile,
+    tensor_bytes,
+    time_calls,
 )
+from tracekit.collectors.timing import TraceWindow as TraceWindow
+
+__all__ = ["MEASUREMENT_KEYS", "GemmFamily", "gemm_row", "main", "quantile"]
 
 MEASUREMENT_KEYS = (
     "range",
@@ -80,418 +61,97 @@ MEASUREMENT_KEYS = (
 )
 """Keys of a ``raw/measurements.jsonl`` line: the columns of ``tracekit.frames.MEASUREMENTS`` minus the id."""
 
-EXIT_POISONED = 3
-PROFILER_ENV = (
-    "TRACEKIT_NCU_MAX_PER_RANGE",
-    "TRACEKIT_RECORD_FUNCTION",
-    "NVTX_INJECTION64_PATH",
-    "TRACEKIT_PROFILER",
-)
-MAX_BUFFERS = 64
 
-
-class TraceWindow:
-    """What a benchmark worker records under the PyTorch profiler: one *traced pass* per measurement.
-
-    Recording a whole worker made the profiler's cost grow with warm-up x repeats x rotated input sets (810
-    kernel records for one small fp8 shape), and its stop and export time with it. So, as ncu's
-    ``--max-per-range`` bounds what Nsight Compute profiles, a worker of a sweep under ``tracekit capture
-    --torch-profiler`` runs no profiler during the warm-up and the timed repeats; between them it runs a traced
-    pass (``repeats`` eager rotations over the input sets, every GEMM inside its range, so the timeline holds
-    each kernel, its launch gap and its auxiliary kernels) inside a short profiler session of its own, exported
-    to ``PREFIX.NNN.json.gz``. The timed pass then runs exactly as in a plain sweep.
-
-    Pausing one long session (``torch._C._autograd._toggle_collection_dynamic``) looked cheaper, but on torch
-    2.11 with CUDA any CUDA toggle left the trace with no kernels at all, even those recorded before the pause
-    (benchmarks/toggle_probe.py, run on the H200).
-
-    Inactive (no session, nothing imported) unless ``TRACEKIT_TRACE_SEGMENTS`` names the prefix
-    (``collectors.bench.profiled_worker`` sets it) and ``TRACEKIT_TRACE_REPEATS`` is not ``all``."""
-
-    def __init__(self, repeats: int | None, prefix: str | None, ops: str = "ranges") -> None:
-        self.repeats = repeats
-        self.prefix = prefix
-        self.ops = ops
-        self.sessions = 0
-        self.start_s = self.stop_s = self.export_s = 0.0
-        self.bytes = 0
-        self.error: str | None = None  # why recording stopped, once it has
-
-    @property
-    def active(self) -> bool:
-        return self.prefix is not None and self.repeats is not None and self.error is None
-
-    @classmethod
-    def from_env(cls, environ: dict[str, str] | os._Environ[str] | None = None) -> TraceWindow:
-        env = os.environ if environ is None else environ
-        try:
-            repeats = parse_trace_repeats(env.get(ENV_TRACE_REPEATS))
-        except ValueError as exc:
-            print(f"tracekit worker: {exc}; using {DEFAULT_TRACE_REPEATS}", file=sys.stderr)
-            repeats = DEFAULT_TRACE_REPEATS
-        ops = env.get(ENV_TORCH_OPS) or "ranges"
-        return cls(repeats, env.get(ENV_TRACE_SEGMENTS) or None, ops if ops in OPS_CHOICES else "ranges")
-
-    def traced_pass(self, run_pass: Callable[[int], Any], cuda: bool) -> None:
-        """``run_pass(repeats)`` inside a profiler session of its own (CUDA activity too with ``cuda``), exported
-        to the next segment file; nothing when inactive. A profiler that cannot start or export is reported once
-        and the rest of the worker runs unrecorded: its measurements do not depend on the trace."""
-        if not self.active or self.repeats is None or self.prefix is None:
-            return
-        if "torch" not in sys.modules:  # a backend that never imports torch has nothing this profiler can see
-            return
-        from tracekit.collectors.torchprof import export_trace, new_profiler, start_profiler
-
-        path = Path(f"{self.prefix}.{self.sessions:03d}.json.gz")
-        t0 = time.perf_counter()
-        try:
-            prof = new_profiler(cuda)
-            start_profiler(prof, self.ops)
-        except Exception as exc:
-            self._fail(f"could not start the PyTorch profiler ({type(exc).__name__}: {exc})")
-            return
-        t1 = time.perf_counter()
-        try:
-            run_pass(self.repeats)
-        finally:
-            t2 = time.perf_counter()
-            try:
-                prof.__exit__(None, None, None)
-                t3 = time.perf_counter()
-                export_trace(prof, path)
-                self.bytes += path.stat().st_size
-            except Exception as exc:
-                self._fail(f"could not write {path.name} ({type(exc).__name__}: {exc})")
-            else:
-                self.sessions += 1
-                self.start_s += t1 - t0
-                self.stop_s += t3 - t2
-                self.export_s += time.perf_counter() - t3
-
-    def _fail(self, why: str) -> None:
-        self.error = why
-        print(f"tracekit worker: {why}; the rest of this worker runs unrecorded", file=sys.stderr)
-
-    def summary(self) -> str | None:
-        """One line for the worker's stderr log: what was recorded and what the profiler sessions cost."""
-        if self.prefix is None or self.repeats is None:
-            return None
-        return (
-            f"tracekit worker: {self.sessions} traced passes of {self.repeats} repeats "
-            f"({ENV_TRACE_REPEATS}) -> {Path(self.prefix).name}.NNN.json.gz, {self.bytes / 1e6:.2f} MB; "
-            f"profiler start {self.start_s:.2f} s, stop {self.stop_s:.2f} s, export {self.export_s:.2f} s"
-            + (f"; stopped recording: {self.error}" if self.error else "")
-        )
-
-
-_window: TraceWindow | None = None
-
-
-def trace_window() -> TraceWindow:
-    """This process's trace window (read from the environment once)."""
-    global _window
-    if _window is None:
-        _window = TraceWindow.from_env()
-    return _window
-
-
-class Emitter:
-    """Appends JSON lines to the events file, flushed one by one."""
-
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
-
-    def __call__(self, event: str, **fields: Any) -> None:
-        line = {"event": event, **fields, "time_unix": round(time.time(), 4)}
-        self._f.write(json.dumps(line, default=str, allow_nan=False) + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), ``q`` in [0, 1]."""
-    xs = sorted(values)
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def resolve_timing(timing: str) -> str:
-    if timing != "auto":
-        return timing
-    attached = [k for k in PROFILER_ENV if os.environ.get(k)]
-    if trace_window().active:
-        # the PyTorch profiler runs in the traced passes only (eager by design): the timed pass is a plain one
-        attached = [k for k in attached if k != ENV_RECORD_FUNCTION]
-    return "events" if attached else "graph"
-
-
-def _finite(x: float | None) -> float | None:
-    if x is None or not math.isfinite(x):
-        return None
-    return x
-
-
-def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
-    """Bytes of the distinct CUDA tensors reachable in a prepared state (dicts, lists, tuples)."""
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return 0
-    seen.add(id(obj))
-    if hasattr(obj, "untyped_storage") and hasattr(obj, "is_cuda"):
-        try:
-            storage = obj.untyped_storage()
-            key = storage.data_ptr()
-            if key in seen:
-                return 0
-            seen.add(key)
-            return int(storage.nbytes()) if obj.is_cuda else 0
-        except Exception:
-            return 0
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v, seen) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v, seen) for v in obj)
-    return 0
-
-
-# --- the torch / CUDA timer --------------------------------------------------------------------------------
-
-
-class CudaTimer:
-    """Times a backend on one CUDA device with graphs or events, NVML sampled beside each timing."""
-
-    def __init__(self, device: int, timing: str) -> None:
-        import torch
-
-        from tracekit.collectors.env import device_info
-        from tracekit.collectors.nvml import Nvml
-
-        self.torch = torch
-        if not torch.cuda.is_available():
-            raise NoCudaError("CUDA is not available to torch here (no GPU, or a CPU-only torch build)")
-        torch.cuda.set_device(device)
-        self.device = torch.device("cuda", device)
-        self.info = device_info(device)
-        self.l2 = int(self.info.get("l2_bytes") or 50 * 2**20)
-        self.nvml = Nvml(index=device, uuid=self.info.get("gpu_uuid"), pci_bus_id=self.info.get("pci_bus_id"))
-        self.timing = resolve_timing(timing)
-
-    def buffers_for(self, set_bytes: int) -> int:
-        torch = self.torch
-        if set_bytes <= 0:
-            return 2
-        wanted = math.ceil(2 * self.l2 / set_bytes) + 1
-        try:
-            free, _total = torch.cuda.mem_get_info(self.device)
-            wanted = min(wanted, max(1, int(0.5 * free // set_bytes)))
-        except Exception:
-            pass
-        return max(2, min(MAX_BUFFERS, wanted))
-
-    def _events_pass(self, fns: list[Callable[[], Any]], repeats: int) -> list[float]:
-        torch = self.torch
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        for r in range(repeats):
-            starts[r].record()
-            for fn in fns:
-                fn()
-            ends[r].record()
-        torch.cuda.synchronize()
-        return [starts[r].elapsed_time(ends[r]) * 1000.0 / len(fns) for r in range(repeats)]
-
-    def _graph_pass(self, fns: list[Callable[[], Any]], repeats: int) -> list[float]:
-        torch = self.torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for fn in fns:
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for fn in fns:
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        for r in range(repeats):
-            starts[r].record()
-            graph.replay()
-            ends[r].record()
-        torch.cuda.synchronize()
-        times = [starts[r].elapsed_time(ends[r]) * 1000.0 / len(fns) for r in range(repeats)]
-        del graph
-        return times
-
-    def time(self, fns: list[Callable[[], Any]], warmup: int, repeats: int) -> tuple[list[float], str, Any]:
-        """(per-GEMM times in µs, how it was timed, NVML sample)."""
-        from tracekit.collectors.nvml import Sampler
-
-        torch = self.torch
-        with ranges.suppressed():  # warm-up launches never use the ncu budget
-            for _ in range(max(warmup, 1)):
-                for fn in fns:
-                    fn()
-        torch.cuda.synchronize()
-        trace_window().traced_pass(lambda r: self._events_pass(fns, r), cuda=True)  # PyTorch profiler only
-        sampler = Sampler(self.nvml)
-        how = self.timing
-        if how == "graph":
-            try:
-                sampler.start()
-                times = self._graph_pass(fns, repeats)
-                return times, "cuda-graph", sampler.stop()
-            except Exception as exc:
-                sampler.stop()
-                if F.poisons_context(F.full_message(exc)):
-                    raise
-                torch.cuda.synchronize()
-                how = "events"
-        sampler.start()
-        times = self._events_pass(fns, repeats)
-        return times, "events", sampler.stop()
-
-
-class NoCudaError(Exception):
-    """The worker cannot run CUDA backends here at all (no GPU)."""
-
-
-# --- one shape -----------------------------------------------------------------------------------------------
-
-
-def _check(backend: Any, out: Any, ref: Any) -> tuple[float | None, str, str]:
-    """(rel_error, status, why) comparing an output with its reference."""
-    import torch
-
-    outf = out.float()
-    if not bool(torch.isfinite(outf).all()):
-        return None, F.WRONG, "output holds NaN or Inf"
-    if not bool((outf != 0).any()):
-        return 0.0 if not bool((ref != 0).any()) else 1.0, F.WRONG, "output is all zeros"
-    from tracekit.collectors.backends import rel_error
-
-    err = rel_error(outf, ref)
-    if not math.isfinite(err) or err > backend.tolerance:
-        return (
-            _finite(err),
-            F.WRONG,
-            f"relative error {err:.4g} exceeds the {backend.dtype} tolerance {backend.tolerance}",
-        )
-    return err, "ok", ""
+def gemm_row(
+    range_name: str,
+    backend: str,
+    op: str,
+    m: int,
+    n: int,
+    k: int,
+    dtype: str,
+    dtype_out: str,
+    scale: str | None,
+    t: Timing,
+    *,
+    aux_time_us: float | None = None,
+    rel_error: float | None = None,
+    status: str = "ok",
+) -> dict[str, Any]:
+    """One ``raw/measurements.jsonl`` row (:data:`MEASUREMENT_KEYS`, in order): a GEMM of M x N x K timed as
+    ``t``; TFLOP/s from 2 MNK at the median time. The one place such a row is built (``bench gemm`` and the
+    MoE per-expert curve)."""
+    cols = t.columns()
+    return {
+        "range": range_name,
+        "backend": backend,
+        "op": op,
+        "m": m,
+        "n": n,
+        "k": k,
+        "dtype": dtype,
+        "dtype_out": dtype_out,
+        "scale": scale,
+        "time_us": cols["time_us"],
+        "time_us_p10": cols["time_us_p10"],
+        "time_us_p90": cols["time_us_p90"],
+        "repeats": cols["repeats"],
+        "tflops": t.tflops(2.0 * m * n * k),
+        "aux_time_us": aux_time_us,
+        "rel_error": rel_error,
+        "status": status,
+        **{key: cols[key] for key in MEASUREMENT_KEYS[MEASUREMENT_KEYS.index("status") + 1 :]},
+    }
 
 
 def measure_cuda(
     backend: Any, timer: CudaTimer, m: int, n: int, k: int, *, warmup: int, repeats: int, seed: int
 ) -> tuple[dict[str, Any], str]:
-    """Measure one shape; returns (measurement row, why-wrong text or '')."""
+    """Measure one shape on the GPU; returns (measurement row, why-wrong text or '')."""
     torch = timer.torch
     state0 = backend.prepare(m, n, k, timer.device, seed)
     with ranges.suppressed():  # the correctness launch is cold: keep it out of the ncu budget
         out = backend.run(state0)
     torch.cuda.synchronize()
     ref = backend.reference(state0)
-    rel, status, why = _check(backend, out, ref)
+    rel, status, why = check_output(out, ref, backend.tolerance, backend.dtype)
     del out, ref
-    nbuf = timer.buffers_for(_tensor_bytes(state0))
+    nbuf = timer.buffers_for(tensor_bytes(state0))
     states = [state0] + [backend.prepare(m, n, k, timer.device, seed + i) for i in range(1, nbuf)]
     torch.cuda.synchronize()
     fns = [lambda s=s: backend.run(s) for s in states]
-    times, how, nv = timer.time(fns, warmup, repeats)
+    t = time_calls(timer, fns, warmup, repeats)
     aux_us = None
     if backend.has_aux:
         aux_fns = [lambda s=s: backend.aux(s) for s in states]
-        aux_times, _, _ = timer.time(aux_fns, max(1, warmup // 2), max(3, repeats // 2))
-        aux_us = quantile(aux_times, 0.5)
-    med = quantile(times, 0.5)
-    row = {
-        "range": backend.range_name(m, n, k),
-        "backend": backend.name,
-        "op": backend.op,
-        "m": m,
-        "n": n,
-        "k": k,
-        "dtype": backend.dtype,
-        "dtype_out": backend.out,
-        "scale": backend.scale,
-        "time_us": med,
-        "time_us_p10": quantile(times, 0.1),
-        "time_us_p90": quantile(times, 0.9),
-        "repeats": len(times),
-        "tflops": 2.0 * m * n * k / (med * 1e-6) / 1e12 if med > 0 else None,
-        "aux_time_us": aux_us,
-        "rel_error": rel,
-        "status": status,
-        **nv.as_columns(),
-        "timing": how,
-    }
+        aux_us = time_calls(timer, aux_fns, max(1, warmup // 2), max(3, repeats // 2)).median
+    row = gemm_row(
+        backend.range_name(m, n, k),
+        backend.name,
+        backend.op,
+        m,
+        n,
+        k,
+        backend.dtype,
+        backend.out,
+        backend.scale,
+        t,
+        aux_time_us=aux_us,
+        rel_error=rel,
+        status=status,
+    )
     del states, fns
     return row, why
-
-
-def wall_times(fns: list[Callable[[], Any]], warmup: int, repeats: int) -> list[float]:
-    """Per-call wall-clock times in µs of ``repeats`` passes over ``fns`` after ``warmup`` passes (with a traced
-    pass between them under the PyTorch profiler, as ``CudaTimer.time``)."""
-
-    def passes(count: int) -> None:
-        for _ in range(count):
-            for fn in fns:
-                fn()
-
-    passes(warmup)
-    trace_window().traced_pass(passes, cuda=False)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for fn in fns:
-            fn()
-        times.append((time.perf_counter() - t0) * 1e6 / len(fns))
-    return times
 
 
 def measure_wall(
     backend: Any, m: int, n: int, k: int, *, warmup: int, repeats: int, seed: int
 ) -> tuple[dict[str, Any], str]:
-    """CPU-only backends (tests, plugins without a GPU): wall-clock timing, no NVML."""
+    """CPU-only backends (tests, plugins without a GPU): wall-clock timing, no NVML, no correctness check."""
     state = backend.prepare(m, n, k, None, seed)
-    times = wall_times([lambda: backend.run(state)], warmup, repeats)
-    med = quantile(times, 0.5)
-    return {
-        "range": backend.range_name(m, n, k),
-        "backend": backend.name,
-        "op": backend.op,
-        "m": m,
-        "n": n,
-        "k": k,
-        "dtype": backend.dtype,
-        "dtype_out": backend.out,
-        "scale": backend.scale,
-        "time_us": med,
-        "time_us_p10": quantile(times, 0.1),
-        "time_us_p90": quantile(times, 0.9),
-        "repeats": len(times),
-        "tflops": 2.0 * m * n * k / (med * 1e-6) / 1e12 if med > 0 else None,
-        "aux_time_us": None,
-        "rel_error": None,
-        "status": "ok",
-        "sm_clock_hz": None,
-        "power_w": None,
-        "power_limit_w": None,
-        "temperature_c": None,
-        "throttle_reasons": None,
-        "timing": "wall",
-    }, ""
-
-
-# --- main ----------------------------------------------------------------------------------------------------
+    t = time_calls(None, [lambda: backend.run(state)], warmup, repeats)
+    name = backend.range_name(m, n, k)
+    return gemm_row(name, backend.name, backend.op, m, n, k, backend.dtype, backend.out, backend.scale, t), ""
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -502,147 +162,42 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def run_worker(args: argparse.Namespace) -> int:
-    emit = Emitter(args.out)
-    emit("hello", backend=args.backend, pid=os.getpid(), python=sys.version.split()[0])
-    from tracekit.collectors.backends import get_backend
-    from tracekit.collectors.env import versions_json
+class GemmFamily:
+    """``bench gemm`` for the harness (tracekit.collectors.harness.Family): a case is (M, N, K), a backend one
+    of tracekit.collectors.backends, a row :func:`gemm_row`."""
 
-    shapes = [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
-    try:
-        backend = get_backend(args.backend)
-    except KeyError as exc:
-        for m, n, k in shapes:
-            emit("start", shape=[m, n, k])
-            row = F.failure_record(
-                backend=args.backend,
-                op=None,
-                m=m,
-                n=n,
-                k=k,
-                kind=F.UNAVAILABLE,
-                error_type="KeyError",
-                message=str(exc.args[0]),
-                traceback="",
-            )
-            emit("failure", shape=[m, n, k], row=row, poisoned=False)
-            emit("done", shape=[m, n, k])
-        emit("finished")
-        return 0
-    versions = versions_json((*backend.packages, "triton"))
-    ok, reason = backend.available()
-    device_name = cc = None
-    timer: CudaTimer | None = None
-    setup_error: tuple[str, str, str, str] | None = None  # kind, type, message, traceback
-    if not ok:
-        setup_error = (F.UNAVAILABLE, "tracekit.collectors.backends.BackendUnavailable", reason, "")
-    elif backend.timer == "cuda":
-        try:
-            timer = CudaTimer(args.device, args.timing)
-            device_name = timer.info.get("gpu_name")
-            cc = timer.info.get("compute_capability")
-        except NoCudaError as exc:
-            setup_error = (F.UNAVAILABLE, F.type_name(exc), str(exc), "")
-        except Exception as exc:
-            msg = F.full_message(exc)
-            setup_error = (F.classify(F.type_name(exc), msg), F.type_name(exc), msg, traceback.format_exc())
-    if timer is None and "torch" in sys.modules:
-        try:
-            from tracekit.collectors.env import device_info
+    def cases(self, args: argparse.Namespace) -> list[tuple[int, int, int]]:
+        return [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
 
-            info = device_info(args.device)
-            device_name, cc = info.get("gpu_name"), info.get("compute_capability")
-        except Exception:
-            pass
+    def key(self, case: tuple[int, int, int]) -> list[int]:
+        return list(case)
 
-    def fail(
-        m: int, n: int, k: int, kind: str, etype: str, msg: str, tb: str, poisoned: bool = False
-    ) -> None:
-        row = F.failure_record(
-            backend=backend.name,
-            op=backend.op,
-            m=m,
-            n=n,
-            k=k,
-            kind=kind,
-            error_type=etype,
-            message=msg,
-            traceback=tb,
-            device_name=device_name,
-            compute_capability=cc,
-            versions=versions,
-        )
-        emit("failure", shape=[m, n, k], row=row, poisoned=poisoned)
+    def backend(self, name: str) -> Any:
+        from tracekit.collectors.backends import get_backend
 
-    for m, n, k in shapes:
-        emit("start", shape=[m, n, k])
-        if setup_error is not None:
-            fail(m, n, k, *setup_error)
-            emit("done", shape=[m, n, k])
-            continue
-        try:
-            if timer is not None:
-                row, why = measure_cuda(
-                    backend, timer, m, n, k, warmup=args.warmup, repeats=args.repeats, seed=args.seed
-                )
-            else:
-                row, why = measure_wall(
-                    backend, m, n, k, warmup=args.warmup, repeats=args.repeats, seed=args.seed
-                )
-        except Exception as exc:
-            msg = F.full_message(exc)
-            etype = F.type_name(exc)
-            poisoned = F.poisons_context(msg)
-            kind = F.UNAVAILABLE if isinstance(exc, ImportError) else F.classify(etype, msg)
-            fail(m, n, k, kind, etype, msg, traceback.format_exc(), poisoned)
-            if poisoned:
-                emit("poisoned", shape=[m, n, k])
-                emit.close()
-                return EXIT_POISONED
-            _free(timer)
-            emit("done", shape=[m, n, k])
-            continue
-        emit("measurement", shape=[m, n, k], row=row)
-        if row["status"] != "ok":
-            fail(m, n, k, F.WRONG, "tracekit.WrongResult", why, "")
-        _free(timer)
-        emit("done", shape=[m, n, k])
-    emit("finished")
-    emit.close()
-    report_trace_window()
-    return 0
+        return get_backend(name)
 
+    def setup(self, backend: Any, timer: CudaTimer | None, seed: int) -> None:
+        return None
 
-def report_trace_window() -> None:
-    """The trace window's one-line summary on stderr (the sweep keeps it in the worker's log), if it was used."""
-    line = trace_window().summary()
-    if line:
-        print(line, file=sys.stderr)
-
-
-def _free(timer: CudaTimer | None) -> None:
-    if timer is None:
-        return
-    try:
-        import gc
-
-        gc.collect()
-        timer.torch.cuda.empty_cache()
-    except Exception:
-        pass
+    def measure(
+        self, backend: Any, case: tuple[int, int, int], ctx: CaseContext
+    ) -> tuple[dict[str, Any], str]:
+        m, n, k = case
+        opts = {"warmup": ctx.warmup, "repeats": ctx.repeats, "seed": ctx.seed}
+        if ctx.timer is not None:
+            return measure_cuda(backend, ctx.timer, m, n, k, **opts)
+        return measure_wall(backend, m, n, k, **opts)
 
 
 def run_fingerprint(args: argparse.Namespace) -> int:
+    """``--fingerprint``: the environment as one event line (the sweep reads it; this process imports torch)."""
     from tracekit.collectors.env import fingerprint
 
     emit = Emitter(args.out)
-    emit("fingerprint", environment=_json_safe(fingerprint(args.device)))
+    emit("fingerprint", environment=json.loads(json.dumps(fingerprint(args.device), default=str)))
     emit.close()
     return 0
-
-
-def _json_safe(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -651,19 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backend")
     parser.add_argument("--shapes", default="")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=25)
-    parser.add_argument("--timing", choices=("auto", "graph", "events"), default="auto")
-    parser.add_argument("--device", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
+    add_worker_options(parser)
     parser.add_argument("--fingerprint", action="store_true")
     args = parser.parse_args(argv)
     if args.fingerprint:
         return run_fingerprint(args)
     if not args.backend:
         parser.error("--backend is required")
-    return run_worker(args)
+    return run_worker(GemmFamily(), args)
 
 
 if __name__ == "__main__":

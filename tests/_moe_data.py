@@ -21,6 +21,7 @@ from tracekit.collectors.moe import (
     _row,
     build_cases,
 )
+from tracekit.collectors.timing import Timing
 from tracekit.collectors.worker import MEASUREMENT_KEYS
 from tracekit.run import Run
 
@@ -82,7 +83,9 @@ def make_moe_run(
                         continue
                     if c not in curve:
                         t = dense_us(c, config.n, config.k, width)
-                        crow = _curve_row(backend, config, c, [t * 0.99, t, t * 1.02], "cuda-graph", dict(NV))
+                        crow = _curve_row(
+                            backend, config, c, Timing([t * 0.99, t, t * 1.02], "cuda-graph", dict(NV))
+                        )
                         curve[c] = t
                         curve_rows.append(crow)
                     expert_us.append(curve[c])
@@ -93,9 +96,7 @@ def make_moe_run(
                     backend,
                     config,
                     case,
-                    [total * 0.99, total, total * 1.03],
-                    "cuda-graph",
-                    dict(NV),
+                    Timing([total * 0.99, total, total * 1.03], "cuda-graph", dict(NV)),
                     0.003,
                     "ok",
                 )
@@ -106,7 +107,12 @@ def make_moe_run(
             else:
                 t = grouped_us(counts, config.n, config.k, width)
                 row = _row(
-                    backend, config, case, [t * 0.99, t, t * 1.02], "cuda-graph", dict(NV), 0.004, "ok"
+                    backend,
+                    config,
+                    case,
+                    Timing([t * 0.99, t, t * 1.02], "cuda-graph", dict(NV)),
+                    0.004,
+                    "ok",
                 )
             moe_rows.append(row)
     with (run.raw_dir / "moe.jsonl").open("w") as f:

@@ -460,12 +460,12 @@ def test_a_sweep_under_the_torch_profiler_imports_its_workers_traced_passes(tmp_
 def test_auto_timing_stays_graph_when_only_traced_passes_are_profiled(monkeypatch, env, expected) -> None:
     """With traced passes the profiler runs outside the timed pass, so `auto` times it as a plain sweep does
     (CUDA-graph replay); any profiler that watches the whole worker still gets eager, event-timed launches."""
-    from tracekit.collectors import worker
+    from tracekit.collectors import timing
 
-    for key in (*worker.PROFILER_ENV, "TRACEKIT_TRACE_SEGMENTS", "TRACEKIT_TRACE_REPEATS"):
+    for key in (*timing.PROFILER_ENV, "TRACEKIT_TRACE_SEGMENTS", "TRACEKIT_TRACE_REPEATS"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setattr(worker, "_window", None)
-    assert worker.resolve_timing("auto") == expected
-    assert worker.resolve_timing("events") == "events"
+    monkeypatch.setattr(timing, "_window", None)
+    assert timing.resolve_timing("auto") == expected
+    assert timing.resolve_timing("events") == "events"

@@ -33,13 +33,15 @@ backends time each distinct per-expert row count on its own (a dense ``m x N x K
 rotated over enough experts to defeat the L2), which is both each expert's measured time and the time-vs-M curve
 the what-if analysis reads; those curve points are written to ``raw/moe_curve.jsonl`` (the keys of a GEMM measurement).
 
-Worker: ``python -m tracekit.collectors.moe --backend NAME --cases raw/moe_cases.json --ids 0,1 --out EVENTS``
-speaks the event protocol of tracekit.collectors.worker; measurement rows go to ``raw/moe.jsonl``
+Worker: ``python -m tracekit.collectors.moe --backend NAME --cases raw/logs/moe_cases.json --ids 0,1 --out EV``
+runs :class:`MoeFamily` in the sweep harness (tracekit.collectors.harness), which also runs ``bench gemm``;
+measurement rows go to ``raw/moe.jsonl``
 (:data:`MOE_KEYS`), curve rows to ``raw/moe_curve.jsonl``, failures to ``raw/failures.jsonl``. Imports no polars;
 torch only inside the backends.
 
 The package by concern: ``cases`` (config, routing, cases), ``backends`` (the backends and their registry),
-``sweep`` (:class:`MoeSettings` for the sweep driver), ``worker`` (the worker process), ``__main__`` (its entry
+``sweep`` (:class:`MoeSettings`, the harness's sweep plan), ``worker`` (:class:`MoeFamily`, the harness's
+family), ``__main__`` (its entry
 point). Every public name is importable from here.
 """
 
@@ -76,9 +78,9 @@ from .cases import (
     tile_rule,
 )
 from .sweep import MoeSettings
+from .worker import MoeFamily, main, measure_case
 from .worker import _curve_row as _curve_row  # used by tests
 from .worker import _row as _row  # used by tests
-from .worker import main, measure_case, run_worker
 
 __all__ = [
     "BUILTIN_MOE",
@@ -95,6 +97,7 @@ __all__ = [
     "MoeBackend",
     "MoeCase",
     "MoeConfig",
+    "MoeFamily",
     "MoeSettings",
     "TorchBf16Grouped",
     "TorchBf16Loop",
@@ -109,6 +112,5 @@ __all__ = [
     "read_routing_file",
     "register_moe",
     "route_counts",
-    "run_worker",
     "tile_rule",
 ]

@@ -1,38 +1,28 @@
-""":class:`MoeSettings`: what ``tracekit bench moe`` runs, as the sweep driver
-(tracekit.collectors.bench.run_sweep) reads it: the manifest, the cases file and each worker's command."""
+""":class:`MoeSettings`: what ``tracekit bench moe`` runs, as the sweep harness (tracekit.collectors.harness
+.run_sweep) reads it (a ``SweepPlan``): the manifest, the cases file and each worker's command."""
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracekit.collectors.worker import (
-    MEASUREMENT_KEYS,
-)
+from tracekit.collectors.harness import LOG_DIR, Case, Options
+from tracekit.collectors.worker import MEASUREMENT_KEYS
 
 from .cases import CASES_FILE, CURVE_FILE, MOE_FILE, MOE_KEYS, MoeCase, MoeConfig, build_cases
 
 
-# --- settings for the sweep driver (tracekit.collectors.bench.run_sweep) ------------------------------------------
 @dataclass
-class MoeSettings:
+class MoeSettings(Options):
     """What ``tracekit bench moe`` runs; saved as the run manifest's ``capture``."""
 
     backends: list[str]
     config: MoeConfig
     tokens: list[int]
     routing: list[str]
-    warmup: int = 10
-    repeats: int = 25
-    timeout: float = 300.0
-    timing: str = "auto"
-    device: int = 0
-    seed: int = 0
-    python: str = field(default_factory=lambda: sys.executable)
     tool: str = field(default="tracekit bench moe", init=False)
     measurements_file: str = field(default=MOE_FILE, init=False, repr=False)
     measurement_keys: tuple[str, ...] = field(default=MOE_KEYS, init=False, repr=False)
@@ -64,7 +54,7 @@ class MoeSettings:
         }
 
     @property
-    def cases(self) -> list[tuple[int, ...]]:
+    def cases(self) -> list[Case]:
         return [(c.rows, self.config.n, self.config.k, c.case_id) for c in self.moe_cases]
 
     def case_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
@@ -87,36 +77,12 @@ class MoeSettings:
                 for c in self.moe_cases
             ],
         }
-        logs = (
-            run.raw_dir / "logs"
-        )  # raw/logs/ is not imported: the cases are the workers' input, not a record
+        logs = run.raw_dir / LOG_DIR  # not imported: the cases are the workers' input, not a record
         logs.mkdir(parents=True, exist_ok=True)
         self._cases_path = logs / CASES_FILE
         self._cases_path.write_text(json.dumps(payload) + "\n", encoding="utf-8")
 
-    def worker_cmd(self, backend: str, cases: Iterable[tuple[int, ...]], out: Path) -> list[str]:
-        return [
-            self.python,
-            "-X",
-            "faulthandler",
-            "-m",
-            "tracekit.collectors.moe",
-            "--backend",
-            backend,
-            "--cases",
-            str(self._cases_path),
-            "--ids",
-            ",".join(str(c[3]) for c in cases),
-            "--out",
-            str(out),
-            "--warmup",
-            str(self.warmup),
-            "--repeats",
-            str(self.repeats),
-            "--timing",
-            self.timing,
-            "--device",
-            str(self.device),
-            "--seed",
-            str(self.seed),
-        ]
+    def worker_cmd(self, backend: str, cases: Iterable[Case], out: Path) -> list[str]:
+        ids = ",".join(str(c[3]) for c in cases)
+        case_args = ["--cases", str(self._cases_path), "--ids", ids]
+        return self.worker_cmd_for("tracekit.collectors.moe", backend, case_args, out)

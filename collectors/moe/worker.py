@@ -1,57 +1,31 @@
-"""The MoE worker (``python -m tracekit.collectors.moe``): runs one backend over the cases it is given, checks
-each result against the reference, and emits measurement, curve and failure rows on the event protocol of
-tracekit.collectors.worker."""
+"""The MoE family of the sweep harness (``python -m tracekit.collectors.moe``): runs one backend over the cases it
+is given, checks each result against the reference, and emits measurement, curve and failure rows on the
+harness's event protocol (tracekit.collectors.harness). A measurement row is built by :func:`_row`
+(``MOE_KEYS``), a curve point by tracekit.collectors.worker.gemm_row."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
-from tracekit.collectors import failures as F
 from tracekit.collectors import ranges
-from tracekit.collectors.worker import (
-    CudaTimer,
-    Emitter,
-    NoCudaError,
-    quantile,
-    report_trace_window,
-    wall_times,
-)
+from tracekit.collectors.harness import CaseContext, add_worker_options, run_worker
+from tracekit.collectors.timing import CudaTimer, Timing, check_output, time_calls
+from tracekit.collectors.worker import gemm_row
 
 from .backends import MoeBackend, all_moe_backends
 from .cases import MoeCase, MoeConfig
 
 
-# --- the worker ---------------------------------------------------------------------------------------------------
-def _check(tolerance: float, dtype: str, out: Any, ref: Any) -> tuple[float | None, str, str]:
-    from tracekit.collectors.worker import _check as check_gemm
-
-    class _B:  # the GEMM worker's check wants .tolerance and .dtype
-        pass
-
-    b = _B()
-    b.tolerance, b.dtype = tolerance, dtype  # type: ignore[attr-defined]
-    return check_gemm(b, out, ref)
-
-
 def _row(
-    backend: MoeBackend,
-    config: MoeConfig,
-    case: MoeCase,
-    times: list[float],
-    how: str,
-    nv: dict[str, Any],
-    rel: float | None,
-    status: str,
+    backend: MoeBackend, config: MoeConfig, case: MoeCase, t: Timing, rel: float | None, status: str
 ) -> dict[str, Any]:
-    med = quantile(times, 0.5)
+    """One ``raw/moe.jsonl`` row (``MOE_KEYS``, in order): one grouped launch of ``case`` timed as ``t``."""
     tile_m, tile_n, tile_src = backend.tile(config, case)
     inter = config.inter if backend.fused else None
+    cols = t.columns()
     return {
         "range": backend.range_name(config, case),
         "backend": backend.name,
@@ -70,15 +44,14 @@ def _row(
         "dtype_b": backend.dtype,
         "dtype_out": backend.dtype_out,
         "scale": backend.scale,
-        "time_us": med,
-        "time_us_p10": quantile(times, 0.1),
-        "time_us_p90": quantile(times, 0.9),
-        "repeats": len(times),
-        "tflops": backend.flops(config, case) / (med * 1e-6) / 1e12 if med > 0 else None,
+        "time_us": cols.pop("time_us"),
+        "time_us_p10": cols.pop("time_us_p10"),
+        "time_us_p90": cols.pop("time_us_p90"),
+        "repeats": cols.pop("repeats"),
+        "tflops": t.tflops(backend.flops(config, case)),
         "rel_error": rel,
         "status": status,
-        **nv,
-        "timing": how,
+        **cols,  # NVML, timing
         "counts": list(case.counts),
         "expert_time_us": None,
         "expert_time_source": None,
@@ -88,40 +61,21 @@ def _row(
     }
 
 
-def _curve_row(
-    backend: MoeBackend, config: MoeConfig, m: int, times: list[float], how: str, nv: dict[str, Any]
-) -> dict[str, Any]:
-    med = quantile(times, 0.5)
-    return {
-        "range": backend.curve_name(config, m),
-        "backend": backend.name,
-        "op": "expert",
-        "m": m,
-        "n": config.n,
-        "k": config.k,
-        "dtype": backend.dtype,
-        "dtype_out": backend.dtype_out,
-        "scale": backend.scale,
-        "time_us": med,
-        "time_us_p10": quantile(times, 0.1),
-        "time_us_p90": quantile(times, 0.9),
-        "repeats": len(times),
-        "tflops": 2.0 * m * config.n * config.k / (med * 1e-6) / 1e12 if med > 0 else None,
-        "aux_time_us": None,
-        "rel_error": None,
-        "status": "ok",
-        **nv,
-        "timing": how,
-    }
-
-
-_NO_NVML = {
-    "sm_clock_hz": None,
-    "power_w": None,
-    "power_limit_w": None,
-    "temperature_c": None,
-    "throttle_reasons": None,
-}
+def _curve_row(backend: MoeBackend, config: MoeConfig, m: int, t: Timing) -> dict[str, Any]:
+    """One ``raw/moe_curve.jsonl`` row: one expert's dense GEMM of ``m`` rows (a GEMM measurement row)."""
+    name = backend.curve_name(config, m)
+    return gemm_row(
+        name,
+        backend.name,
+        "expert",
+        m,
+        config.n,
+        config.k,
+        backend.dtype,
+        backend.dtype_out,
+        backend.scale,
+        t,
+    )
 
 
 def measure_case(
@@ -142,29 +96,20 @@ def measure_case(
     state = backend.prepare(config, case, weights, device, seed)
     rel, status, why = None, "ok", ""
     if timer is not None:
-        torch = timer.torch
         with ranges.suppressed():
             out = backend.run(state)
-        torch.cuda.synchronize()
+        timer.torch.cuda.synchronize()
         ref = backend.reference(state)
-        rel, status, why = _check(backend.tolerance, backend.dtype, out, ref)
+        rel, status, why = check_output(out, ref, backend.tolerance, backend.dtype)
         del out, ref
-        times, how, nv_sample = timer.time([lambda: backend.run(state)], warmup, repeats)
-        nv = nv_sample.as_columns()
-    else:
-        times, how, nv = wall_times([lambda: backend.run(state)], warmup, repeats), "wall", dict(_NO_NVML)
-    row = _row(backend, config, case, times, how, nv, rel, status)
+    row = _row(
+        backend, config, case, time_calls(timer, [lambda: backend.run(state)], warmup, repeats), rel, status
+    )
     if backend.per_expert:
         for m in sorted({c for c in case.counts if c} - set(curve)):
-            if timer is not None:
-                count = timer.buffers_for(config.n * config.k * _bytes(backend.dtype))
-                fns = backend.expert_fns(config, weights, m, count, device, seed)
-                t, h, s = timer.time(fns, max(1, warmup // 2), repeats)
-                cnv = s.as_columns()
-            else:
-                fns = backend.expert_fns(config, weights, m, 2, device, seed)
-                t, h, cnv = wall_times(fns, max(1, warmup // 2), repeats), "wall", dict(_NO_NVML)
-            crow = _curve_row(backend, config, m, t, h, cnv)
+            count = timer.buffers_for(config.n * config.k * _bytes(backend.dtype)) if timer is not None else 2
+            fns = backend.expert_fns(config, weights, m, count, device, seed)
+            crow = _curve_row(backend, config, m, time_calls(timer, fns, max(1, warmup // 2), repeats))
             curve[m] = (crow["time_us"], crow)
             emit("curve", shape=[case.rows, config.n, config.k, case.case_id], row=crow)
         row["expert_time_us"] = [curve[c][0] if c else None for c in case.counts]
@@ -176,117 +121,49 @@ def _bytes(dtype: str) -> int:
     return 1 if dtype in ("e4m3", "e5m2") else 2
 
 
-def run_worker(args: argparse.Namespace) -> int:
-    emit = Emitter(args.out)
-    emit("hello", backend=args.backend, pid=os.getpid(), python=sys.version.split()[0])
-    from tracekit.collectors.env import versions_json
+class MoeFamily:
+    """``bench moe`` for the harness (tracekit.collectors.harness.Family): a case is a :class:`MoeCase` of the
+    cases file, a backend a :class:`MoeBackend`, its per-worker state every expert's weights and the per-expert
+    curve measured so far."""
 
-    spec = json.loads(Path(args.cases).read_text(encoding="utf-8"))
-    config = MoeConfig(**spec["config"])
-    by_id = {
-        c["case_id"]: MoeCase(c["case_id"], c["tokens"], c["route"], tuple(c["counts"]))
-        for c in spec["cases"]
-    }
-    cases = [by_id[int(i)] for i in args.ids.split(",") if i.strip()]
-    backends = all_moe_backends()
-    backend = backends.get(args.backend)
-    device_name = cc = None
-    versions = None
+    def __init__(self) -> None:
+        self.config = MoeConfig()
 
-    def fail(case: MoeCase, kind: str, etype: str, msg: str, tb: str, poisoned: bool = False) -> None:
-        row = F.failure_record(
-            backend=args.backend,
-            op=backend.op if backend else None,
-            m=case.rows,
-            n=config.n,
-            k=config.k,
-            kind=kind,
-            error_type=etype,
-            message=msg,
-            traceback=tb,
-            device_name=device_name,
-            compute_capability=cc,
-            versions=versions,
+    def cases(self, args: argparse.Namespace) -> list[MoeCase]:
+        spec = json.loads(Path(args.cases).read_text(encoding="utf-8"))
+        self.config = MoeConfig(**spec["config"])
+        by_id = {
+            c["case_id"]: MoeCase(c["case_id"], c["tokens"], c["route"], tuple(c["counts"]))
+            for c in spec["cases"]
+        }
+        return [by_id[int(i)] for i in args.ids.split(",") if i.strip()]
+
+    def key(self, case: MoeCase) -> list[int]:
+        return [case.rows, self.config.n, self.config.k, case.case_id]
+
+    def backend(self, name: str) -> MoeBackend:
+        backends = all_moe_backends()
+        if name not in backends:
+            raise KeyError(f"unknown MoE backend {name!r}; known: {', '.join(backends)}")
+        return backends[name]
+
+    def setup(self, backend: MoeBackend, timer: CudaTimer | None, seed: int) -> dict[str, Any]:
+        weights = backend.prepare_weights(self.config, timer.device if timer is not None else None, seed)
+        return {"weights": weights, "curve": {}}
+
+    def measure(self, backend: MoeBackend, case: MoeCase, ctx: CaseContext) -> tuple[dict[str, Any], str]:
+        return measure_case(
+            backend,
+            ctx.timer,
+            self.config,
+            case,
+            ctx.state["weights"],
+            ctx.state["curve"],
+            ctx.emit,
+            warmup=ctx.warmup,
+            repeats=ctx.repeats,
+            seed=ctx.seed,
         )
-        emit("failure", shape=[case.rows, config.n, config.k, case.case_id], row=row, poisoned=poisoned)
-
-    setup_error: tuple[str, str, str, str] | None = None
-    timer: CudaTimer | None = None
-    if backend is None:
-        setup_error = (
-            F.UNAVAILABLE,
-            "KeyError",
-            f"unknown MoE backend {args.backend!r}; known: {', '.join(backends)}",
-            "",
-        )
-    else:
-        versions = versions_json((*backend.packages, "triton"))
-        ok, reason = backend.available()
-        if not ok:
-            setup_error = (F.UNAVAILABLE, "tracekit.collectors.backends.BackendUnavailable", reason, "")
-        elif backend.timer == "cuda":
-            try:
-                timer = CudaTimer(args.device, args.timing)
-                device_name, cc = timer.info.get("gpu_name"), timer.info.get("compute_capability")
-            except NoCudaError as exc:
-                setup_error = (F.UNAVAILABLE, F.type_name(exc), str(exc), "")
-            except Exception as exc:
-                msg = F.full_message(exc)
-                setup_error = (
-                    F.classify(F.type_name(exc), msg),
-                    F.type_name(exc),
-                    msg,
-                    traceback.format_exc(),
-                )
-    weights = None
-    if setup_error is None:
-        try:
-            weights = backend.prepare_weights(config, timer.device if timer else None, args.seed)  # type: ignore[union-attr]
-        except Exception as exc:
-            msg = F.full_message(exc)
-            kind = F.UNAVAILABLE if isinstance(exc, ImportError) else F.classify(F.type_name(exc), msg)
-            setup_error = (kind, F.type_name(exc), msg, traceback.format_exc())
-    curve: dict[int, tuple[float, dict[str, Any]]] = {}
-    for case in cases:
-        shape = [case.rows, config.n, config.k, case.case_id]
-        emit("start", shape=shape)
-        if setup_error is not None:
-            fail(case, *setup_error)
-            emit("done", shape=shape)
-            continue
-        try:
-            row, why = measure_case(
-                backend,
-                timer,
-                config,
-                case,
-                weights,
-                curve,
-                emit,  # type: ignore[arg-type]
-                warmup=args.warmup,
-                repeats=args.repeats,
-                seed=args.seed,
-            )
-        except Exception as exc:
-            msg = F.full_message(exc)
-            etype = F.type_name(exc)
-            poisoned = F.poisons_context(msg)
-            kind = F.UNAVAILABLE if isinstance(exc, ImportError) else F.classify(etype, msg)
-            fail(case, kind, etype, msg, traceback.format_exc(), poisoned)
-            if poisoned:
-                emit("poisoned", shape=shape)
-                emit.close()
-                return 3
-            emit("done", shape=shape)
-            continue
-        emit("measurement", shape=shape, row=row)
-        if row["status"] != "ok":
-            fail(case, F.WRONG, "tracekit.WrongResult", why, "")
-        emit("done", shape=shape)
-    emit("finished")
-    emit.close()
-    report_trace_window()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,10 +176,5 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--cases", required=True, help="moe_cases.json written by the sweep")
     parser.add_argument("--ids", required=True, help="comma-separated case ids to run")
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=25)
-    parser.add_argument("--timing", choices=("auto", "graph", "events"), default="auto")
-    parser.add_argument("--device", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-    return run_worker(parser.parse_args(argv))
+    add_worker_options(parser)
+    return run_worker(MoeFamily(), parser.parse_args(argv))

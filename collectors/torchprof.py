@@ -43,29 +43,24 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-FAILURE_KEYS = (
-    "backend",
-    "op",
-    "m",
-    "n",
-    "k",
-    "kind",
-    "error_type",
-    "message",
-    "traceback",
-    "device_name",
-    "compute_capability",
-    "versions",
-    "time_unix",
-    "dtype_a",
-    "dtype_b",
-    "dtype_out",
-    "range",
-    "caller",
-    "signal",
-    "python_stack",
-    "stderr_tail",
-)
+
+def _failures_module() -> Any:
+    """tracekit.collectors.failures, or, where this file was started by path with an interpreter that lacks
+    tracekit, its sibling failures.py loaded from this folder (it imports only the standard library)."""
+    try:
+        from tracekit.collectors import failures
+    except ImportError:
+        path = Path(__file__).resolve().with_name("failures.py")
+        spec = importlib.util.spec_from_file_location("_tracekit_failures", path)
+        if spec is None or spec.loader is None:
+            raise
+        failures = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(failures)
+    return failures
+
+
+_F = _failures_module()
+FAILURE_KEYS: tuple[str, ...] = _F.FAILURE_KEYS
 """The columns of ``tracekit.frames.FAILURES`` minus ``failure_id`` (a test keeps the two in step)."""
 
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
@@ -117,23 +112,22 @@ def failure_record(
     backend: str | None = None,
     op: str | None = None,
 ) -> dict[str, Any]:
-    """One ``failures.jsonl`` record, keyed exactly like the failures frame (ids are given by the importer)."""
-    return {
-        "backend": backend,
-        "op": op,
-        "m": None,
-        "n": None,
-        "k": None,
-        "kind": kind,
-        "error_type": error_type,
-        "message": message,
-        "traceback": traceback_text,
-        "device_name": device_name,
-        "compute_capability": compute_capability,
-        "versions": versions or {},
-        "time_unix": time.time(),
-        **dict.fromkeys(FAILURE_KEYS[FAILURE_KEYS.index("time_unix") + 1 :]),
-    }
+    """One ``failures.jsonl`` record, keyed exactly like the failures frame (ids are given by the importer): the
+    row of tracekit.collectors.failures.failure_record, with no shape and ``versions`` an object."""
+    return _F.failure_record(
+        backend=backend,
+        op=op,
+        m=None,
+        n=None,
+        k=None,
+        kind=kind,
+        error_type=error_type,
+        message=message,
+        traceback=traceback_text,  # type: ignore[arg-type]
+        device_name=device_name,
+        compute_capability=compute_capability,
+        versions=versions or {},  # type: ignore[arg-type]
+    )
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

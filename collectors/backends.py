@@ -101,6 +101,14 @@ class Backend:
             self.name, self.op, m, n, k, self.dtype, self.dtype_b or self.dtype, self.out, self.scale
         )
 
+    def inputs(self, m: int, n: int, k: int, device: Any, seed: int) -> tuple[Any, Any]:
+        """The case's bf16 ``randn`` operands A (M x K) and W (N x K), seeded per buffer."""
+        return _randn((m, k), device, seed, 1), _randn((n, k), device, seed, 2)
+
+    def state(self, m: int, n: int, k: int, **tensors: Any) -> dict[str, Any]:
+        """A prepared case: its shape, its tensors and the range its launch opens."""
+        return {"m": m, "n": n, "k": k, **tensors, "range": self.gemm_scope(m, n, k)}
+
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> Any:
         raise NotImplementedError
 
@@ -128,9 +136,8 @@ class TorchBf16(Backend):
     description = "torch.mm on bf16 (cuBLAS / cuBLASLt)"
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
-        return {"m": m, "n": n, "k": k, "a": a, "wt": w.t(), "w": w, "range": self.gemm_scope(m, n, k)}
+        a, w = self.inputs(m, n, k, device, seed)
+        return self.state(m, n, k, a=a, wt=w.t(), w=w)
 
     def run(self, state: dict[str, Any]) -> Any:
         torch = _torch()
@@ -155,25 +162,23 @@ class TorchFp8Tensorwise(Backend):
         return _fp8_tensorwise(x)
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         with aux_range("quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3"):
             qa, sa = self.quantize(a)
         qw, sw = self.quantize_weight(w)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "a_hp": a,
-            "qa": qa,
-            "sa": sa,
-            "qw": qw,
-            "sw": sw,
-            "range": self.gemm_scope(m, n, k),
-            "aux_range": aux_range(
+        return self.state(
+            m,
+            n,
+            k,
+            a_hp=a,
+            qa=qa,
+            sa=sa,
+            qw=qw,
+            sw=sw,
+            aux_range=aux_range(
                 "quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3"
             ),
-        }
+        )
 
     def quantize_weight(self, w: Any) -> tuple[Any, Any]:
         q, s = self.quantize(w)
@@ -266,27 +271,25 @@ class TorchNvfp4(Backend):
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
         torch = _torch()
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         with aux_range("quantize", backend=self.name, op="nvfp4_quantize", M=m, K=k, a="bf16", out="e2m1"):
             qa, sa, ga = quantize_nvfp4_torch(a)
             qw, sw, gw = quantize_nvfp4_torch(w)
         with aux_range("swizzle", backend=self.name, op="to_blocked", M=m, K=k):
             sa_b, sw_b = to_blocked(sa), to_blocked(sw)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "qa": qa.view(torch.float4_e2m1fn_x2),
-            "qw": qw.view(torch.float4_e2m1fn_x2),
-            "sa": sa,
-            "sw": sw,
-            "sa_b": sa_b,
-            "sw_b": sw_b,
-            "ga": ga,
-            "gw": gw,
-            "range": self.gemm_scope(m, n, k),
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            qa=qa.view(torch.float4_e2m1fn_x2),
+            qw=qw.view(torch.float4_e2m1fn_x2),
+            sa=sa,
+            sw=sw,
+            sa_b=sa_b,
+            sw_b=sw_b,
+            ga=ga,
+            gw=gw,
+        )
 
     def run(self, state: dict[str, Any]) -> Any:
         torch = _torch()
@@ -311,25 +314,23 @@ class TorchMxfp4(TorchNvfp4):
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
         torch = _torch()
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         with aux_range("quantize", backend=self.name, op="mxfp4_quantize", M=m, K=k, a="bf16", out="e2m1"):
             qa, sa = _quantize_mxfp4_torch(a)
             qw, sw = _quantize_mxfp4_torch(w)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "qa": qa.view(torch.float4_e2m1fn_x2),
-            "qw": qw.view(torch.float4_e2m1fn_x2),
-            "sa": sa,
-            "sw": sw,
-            "sa_b": to_blocked(sa.view(torch.float8_e8m0fnu)),
-            "sw_b": to_blocked(sw.view(torch.float8_e8m0fnu)),
-            "ga": torch.ones((), device=device),
-            "gw": torch.ones((), device=device),
-            "range": self.gemm_scope(m, n, k),
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            qa=qa.view(torch.float4_e2m1fn_x2),
+            qw=qw.view(torch.float4_e2m1fn_x2),
+            sa=sa,
+            sw=sw,
+            sa_b=to_blocked(sa.view(torch.float8_e8m0fnu)),
+            sw_b=to_blocked(sw.view(torch.float8_e8m0fnu)),
+            ga=torch.ones((), device=device),
+            gw=torch.ones((), device=device),
+        )
 
     def reference(self, state: dict[str, Any]) -> Any:
         torch = _torch()
@@ -394,8 +395,7 @@ class FlashinferFp4(Backend):
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
         torch = _torch()
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         shuffle_w = self.fi_backend == "trtllm"  # trtllm wants the weight shuffled (do_shuffle=True)
         aux = aux_range("quantize", backend=self.name, op="nvfp4_quantize", M=m, K=k, a="bf16", out="e2m1")
         with aux:
@@ -403,22 +403,21 @@ class FlashinferFp4(Backend):
         qw, sfw, gw = self._quantize(w, shuffle_w)
         ref_w = (qw, sfw) if not shuffle_w else self._quantize(w, False)[:2]
         alpha = (1.0 / (ga * gw)).float().reshape(())
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "a_hp": a,
-            "qa": qa,
-            "sfa": sfa,
-            "qw": qw,
-            "sfw": sfw,
-            "ga": ga,
-            "gw": gw,
-            "alpha": alpha.to(device=device, dtype=torch.float32),
-            "ref_w": ref_w,
-            "range": self.gemm_scope(m, n, k),
-            "aux_range": aux,
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            a_hp=a,
+            qa=qa,
+            sfa=sfa,
+            qw=qw,
+            sfw=sfw,
+            ga=ga,
+            gw=gw,
+            alpha=alpha.to(device=device, dtype=torch.float32),
+            ref_w=ref_w,
+            aux_range=aux,
+        )
 
     def run(self, state: dict[str, Any]) -> Any:
         import flashinfer
@@ -474,25 +473,23 @@ class FlashinferFp8(Backend):
         return gemm_name(self.name, self.op, m, n, k, "e4m3", "e4m3", self.out, self.scale, batch=1)
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         aux = aux_range("quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3")
         with aux:
             qa, sa = _fp8_tensorwise(a)
         qw, sw = _fp8_tensorwise(w)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "a_hp": a,
-            "qa": qa.unsqueeze(0),  # (1, M, K)
-            "qwt": qw.unsqueeze(0).transpose(-2, -1),  # (1, K, N) column-major
-            "qw": qw,
-            "sa": sa.reshape(1),
-            "sw": sw.reshape(1),
-            "range": self.gemm_scope(m, n, k),
-            "aux_range": aux,
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            a_hp=a,
+            qa=qa.unsqueeze(0),  # (1, M, K)
+            qwt=qw.unsqueeze(0).transpose(-2, -1),  # (1, K, N) column-major
+            qw=qw,
+            sa=sa.reshape(1),
+            sw=sw.reshape(1),
+            aux_range=aux,
+        )
 
     def run(self, state: dict[str, Any]) -> Any:
         import flashinfer
@@ -532,27 +529,25 @@ class SglFp4(Backend):
         return q, sf, global_sf
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         aux = aux_range("quantize", backend=self.name, op="scaled_fp4_quant", M=m, K=k, a="bf16", out="e2m1")
         with aux:
             qa, sfa, ga = self._quantize(a)
         qw, sfw, gw = self._quantize(w)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "a_hp": a,
-            "qa": qa,
-            "sfa": sfa,
-            "qw": qw,
-            "sfw": sfw,
-            "ga": ga,
-            "gw": gw,
-            "alpha": (1.0 / (ga * gw)).float().reshape(1),
-            "range": self.gemm_scope(m, n, k),
-            "aux_range": aux,
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            a_hp=a,
+            qa=qa,
+            sfa=sfa,
+            qw=qw,
+            sfw=sfw,
+            ga=ga,
+            gw=gw,
+            alpha=(1.0 / (ga * gw)).float().reshape(1),
+            aux_range=aux,
+        )
 
     def run(self, state: dict[str, Any]) -> Any:
         import sgl_kernel
@@ -586,24 +581,22 @@ class SglFp8(Backend):
     description = "sgl_kernel.fp8_scaled_mm, e4m3 with per-token (A) and per-channel (W) fp32 scales"
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
-        a = _randn((m, k), device, seed, 1)
-        w = _randn((n, k), device, seed, 2)
+        a, w = self.inputs(m, n, k, device, seed)
         aux = aux_range("quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3")
         with aux:
             qa, sa = _fp8_rowwise(a)
         qw, sw = _fp8_rowwise(w)
-        return {
-            "m": m,
-            "n": n,
-            "k": k,
-            "a_hp": a,
-            "qa": qa,
-            "sa": sa,
-            "qw": qw,
-            "sw": sw,
-            "range": self.gemm_scope(m, n, k),
-            "aux_range": aux,
-        }
+        return self.state(
+            m,
+            n,
+            k,
+            a_hp=a,
+            qa=qa,
+            sa=sa,
+            qw=qw,
+            sw=sw,
+            aux_range=aux,
+        )
 
     def run(self, state: dict[str, Any]) -> Any:
         import sgl_kernel

@@ -1,24 +1,31 @@
-"""What tracekit's instrument wrappers know of each GEMM entry point: the table of targets (torch, FlashInfer,
-sgl-kernel and quantize functions) and, for each, how its arguments name the GEMM (backend, op, M, N, K,
-dtypes, scale layout) for the range name. collectors/instrument.py wraps them; this module only describes."""
+"""What tracekit's instrument wrappers know of each GEMM entry point: one declarative table (:data:`GEMM_TARGETS`)
+of torch, FlashInfer, sgl-kernel and quantize functions saying which arguments give the GEMM's operands, M, N, K
+(a named operand layout), dtypes, output dtype, scale layout and implementation, and one function,
+:func:`describe`, that reads an entry and a call into the range name. collectors/instrument.py wraps them (and the
+grouped / MoE entry points of collectors/moe_ranges.py, which read their calls with this module's helpers); this
+module only describes.
+
+A table entry that names an argument the call lacks is a :class:`MissingArgument` (one line: the entry point,
+the argument, its position); an entry that cannot be read (an unknown layout, a backend template naming an
+implementation argument the entry lacks) is a ValueError when the table is built."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracekit.collectors import ranges
-from tracekit.collectors.moe_ranges import moe_targets
 from tracekit.naming import canonical_dtype
 
-# --- dtype helpers -----------------------------------------------------------------------------------------
+# --- helpers (collectors/moe_ranges.py reads its calls with them too) ---------------------------------------
 
 _DT: dict[Any, str] = {}
 
 
-def _dt(dtype: Any) -> str:
+def dtype_name(dtype: Any) -> str:
     """Canonical short name of a torch dtype, cached per dtype object."""
     name = _DT.get(dtype)
     if name is None:
@@ -27,15 +34,24 @@ def _dt(dtype: Any) -> str:
     return name
 
 
-def _numel(shape: Sequence[int]) -> int:
+def numel(shape: Sequence[int]) -> int:
+    """The product of a shape's dimensions."""
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str, default: Any = None) -> Any:
-    if len(args) > index:
+def shape_of(t: Any) -> tuple[int, ...]:
+    """A tensor's shape as ints (AttributeError for what is not a tensor)."""
+    return tuple(int(d) for d in t.shape)
+
+
+def arg(
+    args: tuple[Any, ...], kwargs: dict[str, Any], index: int | None, name: str, default: Any = None
+) -> Any:
+    """A call's argument by position (``index``, None for keyword-only) or by ``name``, else ``default``."""
+    if index is not None and len(args) > index:
         return args[index]
     return kwargs.get(name, default)
 
@@ -58,7 +74,7 @@ def scale_layout(
     """
     if sa_shape is None or sb_shape is None:
         return "none"
-    na, nb = _numel(sa_shape), _numel(sb_shape)
+    na, nb = numel(sa_shape), numel(sb_shape)
     if na == 1 and nb == 1:
         return "tensorwise"
     if a_dtype == "e2m1":
@@ -75,9 +91,273 @@ def scale_layout(
     return "other"
 
 
-# --- targets -------------------------------------------------------------------------------------------------
+# --- the table's vocabulary -------------------------------------------------------------------------------------
 
-Describe = Callable[[tuple[Any, ...], dict[str, Any]], "tuple[Any, Callable[[], str]] | None"]
+
+class MissingArgument(ValueError):
+    """A call lacks an argument its table entry reads (the wrapper then calls straight through, unnamed)."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of an entry point: its position (None: keyword-only), its name, its default when absent."""
+
+    index: int | None
+    name: str
+    default: Any = None
+
+    def get(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return arg(args, kwargs, self.index, self.name, self.default)
+
+    def need(self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> Any:
+        """The argument, or :class:`MissingArgument` saying which entry point lacks which argument."""
+        if self.index is not None and len(args) > self.index:
+            return args[self.index]
+        if self.name in kwargs:
+            return kwargs[self.name]
+        where = f"position {self.index} or keyword" if self.index is not None else "keyword"
+        raise MissingArgument(
+            f"{label}: the call has no argument {self.name!r} ({where}), which its table entry reads"
+        )
+
+
+Dims = tuple[int, int, int, dict[str, Any]]
+"""(M, N, K, extra name fields such as batch) of one call."""
+
+
+def _mk_kn(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    return (int(sa[0]), int(sb[1]), int(sa[1]), {}) if len(sa) == 2 and len(sb) == 2 else None
+
+
+def _mk_nk(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    return (int(sa[0]), int(sb[0]), int(sa[1]), {}) if len(sa) == 2 and len(sb) == 2 else None
+
+
+def _mk_kn_prepared(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    return (int(sa[0]), int(sb[1]), int(sa[1]), {}) if len(sa) == 2 and len(sb) in (2, 3) else None
+
+
+def _bmk_bkn(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    if len(sa) != 3 or len(sb) != 3:
+        return None
+    return int(sa[1]), int(sb[2]), int(sa[2]), {"batch": int(sa[0])}
+
+
+def _xk_nk(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    return (numel(sa[:-1]), int(sb[0]), int(sb[1]), {}) if len(sa) >= 1 and len(sb) == 2 else None
+
+
+def _matmul(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
+    if len(sa) < 2 or len(sb) < 1:
+        return None
+    k = int(sa[-1])
+    if len(sb) == 1:  # matrix @ vector
+        return numel(sa[:-1]), 1, k, {}
+    if len(sb) == 2:  # batch dims of A fold into M: one GEMM
+        return numel(sa[:-1]), int(sb[-1]), k, {}
+    return int(sa[-2]), int(sb[-1]), k, {"batch": max(numel(sa[:-2]), numel(sb[:-2]))}  # per-batch GEMMs
+
+
+LAYOUTS: dict[str, Callable[[Sequence[int], Sequence[int]], Dims | None]] = {
+    "mk,kn": _mk_kn,
+    "mk,nk": _mk_nk,
+    "mk,kn|prepared": _mk_kn_prepared,
+    "bmk,bkn": _bmk_bkn,
+    "...k,nk": _xk_nk,
+    "matmul": _matmul,
+}
+"""How M, N, K come from the two operand shapes: ``mk,kn`` A [M, K] and B [K, N]; ``mk,nk`` B [N, K];
+``mk,kn|prepared`` B [K, N] or FlashInfer's prepared [K/128, N, 128]; ``bmk,bkn`` batched (batch=); ``...k,nk``
+A's leading dimensions fold into M (``linear``); ``matmul`` torch.matmul's broadcasting rules. FP4 operands are
+packed two to a byte: K is twice A's stored columns wherever A is named ``e2m1``."""
+
+
+@dataclass(frozen=True)
+class ScaleShapes:
+    """The scale layout from the two scale tensors: ``torch._scaled_mm``'s rules (:func:`scale_layout`), or with
+    ``rowwise_only`` sgl-kernel's: one scale each is ``tensorwise``, anything else ``rowwise``."""
+
+    a: Arg
+    b: Arg
+    rowwise_only: bool = False
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> Any:
+        sa, sb = self.a.need(args, kwargs, label), self.b.need(args, kwargs, label)
+        if self.rowwise_only:
+            return numel(sa.shape), numel(sb.shape)
+        return dtype_name(sa.dtype), tuple(sa.shape), tuple(sb.shape)
+
+    def name(self, key: Any, da: str, m: int, n: int, k: int) -> str:
+        if self.rowwise_only:
+            return "tensorwise" if key == (1, 1) else "rowwise"
+        sa_dtype, sa_shape, sb_shape = key
+        return scale_layout(da, (), sa_dtype, sa_shape, sb_shape, m, n, k)
+
+
+@dataclass(frozen=True)
+class ScaleFlag:
+    """The scale layout chosen by a boolean argument (FlashInfer ``mm_fp4``'s ``use_nvfp4``)."""
+
+    flag: Arg
+    on: str
+    off: str
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> Any:
+        return bool(self.flag.get(args, kwargs))
+
+    def name(self, key: Any, da: str, m: int, n: int, k: int) -> str:
+        return self.on if key else self.off
+
+
+@dataclass(frozen=True)
+class ScaleBlocks:
+    """Block scales whose (M, N, K) granularity is an argument: ``blockwise-<gm>x<gk>.<gn>x<gk>``."""
+
+    granularity: Arg
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any], label: str) -> Any:
+        return tuple(int(x) for x in self.granularity.get(args, kwargs))
+
+    def name(self, key: Any, da: str, m: int, n: int, k: int) -> str:
+        gm, gn, gk = key
+        return f"blockwise-{gm}x{gk}.{gn}x{gk}"
+
+
+_HALF = ("bf16", "fp16")
+_FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """How one GEMM entry point's arguments name its range: ``gemm backend=.. op=.. M N K a b out scale``.
+
+    ``backend`` is a template: ``{a}`` A's dtype, ``{family}`` fp4 / fp8 / A's dtype, ``{impl}`` the ``impl``
+    argument (which ``impl_field`` also writes into the name as ``impl=``). ``dtypes`` fixes (A, B) where the
+    tensors are packed bytes; else they are read from the operands, and with ``half`` only bf16 / fp16 CUDA
+    operands are named (torch's own GEMMs). The output dtype is ``out_tensor``'s, else ``out``'s, else
+    ``out_default`` (``a``: A's dtype)."""
+
+    backend: str
+    op: str
+    a: Arg
+    b: Arg
+    layout: str
+    dtypes: tuple[str, str] | None = None
+    half: bool = False
+    out: Arg | None = None
+    out_tensor: Arg | None = None
+    out_default: str = "bf16"
+    scale: str | ScaleShapes | ScaleFlag | ScaleBlocks | None = None
+    impl: Arg | None = None
+    impl_field: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(
+                f"instrument target op {self.op!r}: unknown layout {self.layout!r} ({', '.join(LAYOUTS)})"
+            )
+        if ("{impl}" in self.backend or self.impl_field) and self.impl is None:
+            raise ValueError(
+                f"instrument target op {self.op!r}: names its implementation but has no impl argument"
+            )
+
+
+@dataclass(frozen=True)
+class Quantize:
+    """An activation quantize ``f(x [..., K], ...)``: an ``aux role=quantize`` range named with the backend family
+    and the M, K of the GEMM it feeds (the explainer joins them on backend, M and K)."""
+
+    backend: str
+    op: str
+    out: str
+    x: Arg = field(default_factory=lambda: Arg(0, "input"))
+
+
+ENV_CPU = "TRACEKIT_INSTRUMENT_CPU"
+_NAME_CPU = os.environ.get(ENV_CPU, "").strip().lower() in ("1", "true", "yes", "on")
+"""``TRACEKIT_INSTRUMENT_CPU=1``: name bf16 / fp16 GEMMs on CPU tensors too (tests and CPU-only checks of a
+capture; read at import). Off by default: a CPU GEMM is not what tracekit explains."""
+
+
+def _half_operands(a: Any, b: Any) -> tuple[str, str] | None:
+    """(dtype_a, dtype_b) when both are bf16/fp16 CUDA tensors (or CPU ones with ``TRACEKIT_INSTRUMENT_CPU=1``),
+    else None (not a tensor-core GEMM we name)."""
+    if not (a.is_cuda and b.is_cuda) and not (_NAME_CPU and not a.is_cuda and not b.is_cuda):
+        return None
+    da, db = dtype_name(a.dtype), dtype_name(b.dtype)
+    if da not in _HALF or db not in _HALF:
+        return None
+    return da, db
+
+
+Described = tuple[Any, Callable[[], str]]
+"""A call that names a range: (cache key, name builder)."""
+
+
+def describe(
+    spec: Gemm | Quantize, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Described | None:
+    """Read a call of entry point ``label`` with its table entry: None to call straight through (not a GEMM
+    tracekit names: other dtypes, CPU operands, shapes its layout does not take, something not a tensor), else
+    (cache key, name builder); :class:`MissingArgument` when the call lacks an argument the entry reads."""
+    if isinstance(spec, Quantize):
+        x = spec.x.need(args, kwargs, label)
+        try:
+            shape, dt = tuple(x.shape), dtype_name(x.dtype)
+        except AttributeError:
+            return None
+        if len(shape) < 1:
+            return None
+        m, k = numel(shape[:-1]), int(shape[-1])
+        key = ("quantize", spec.backend, spec.op, shape, dt)
+        return key, lambda: ranges.aux_name(
+            "quantize", backend=spec.backend, op=spec.op, M=m, K=k, a=dt, out=spec.out
+        )
+    a, b = spec.a.need(args, kwargs, label), spec.b.need(args, kwargs, label)
+    try:
+        sa, sb = a.shape, b.shape
+        if spec.half:
+            dts = _half_operands(a, b)
+            if dts is None:
+                return None
+            da, db = dts
+        else:
+            da, db = spec.dtypes or (dtype_name(a.dtype), dtype_name(b.dtype))
+        dims = LAYOUTS[spec.layout](sa, sb)
+        if dims is None:
+            return None
+        out_t = spec.out_tensor.get(args, kwargs) if spec.out_tensor is not None else None
+        out_dtype = spec.out.get(args, kwargs) if spec.out is not None else None
+        if out_t is not None and hasattr(out_t, "dtype"):
+            out = dtype_name(out_t.dtype)
+        else:
+            out = (
+                dtype_name(out_dtype)
+                if out_dtype is not None
+                else (da if spec.out_default == "a" else spec.out_default)
+            )
+        rule = spec.scale if not isinstance(spec.scale, str) else None
+        scale_key = rule.key(args, kwargs, label) if rule is not None else spec.scale
+    except AttributeError:
+        return None
+    impl = spec.impl.get(args, kwargs) if spec.impl is not None else None
+    m, n, k, extra = dims
+    if da == "e2m1":
+        k *= 2
+    key = (spec.op, spec.backend, sa, sb, da, db, out, scale_key, impl)
+
+    def build() -> str:
+        backend = spec.backend.format(a=da, family=_FAMILY.get(da, da), impl=impl)
+        scale = rule.name(scale_key, da, m, n, k) if rule is not None else scale_key
+        fields = {**extra, "impl": impl} if spec.impl_field else extra
+        return ranges.gemm_name(backend, spec.op, m, n, k, da, db, out, scale, **fields)
+
+    return key, build
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+
+Describe = Callable[[tuple[Any, ...], dict[str, Any]], "Described | None"]
 """Given a call's (args, kwargs): None to call straight through, or (cache key, name builder)."""
 
 
@@ -98,378 +378,153 @@ class Target:
     record: Callable[[tuple[Any, ...], dict[str, Any], Any], None] | None = None
     """Called after each wrapped launch with (args, kwargs, scope): MoE targets record their per-expert token
     counts in the routing sidecar (tracekit.collectors.moe_ranges)."""
+    spec: Gemm | Quantize | None = None
+    """The table entry ``describe`` reads (None for the MoE entry points, described by functions)."""
 
     @property
     def label(self) -> str:
         return f"{self.package}.{self.path}"
 
 
-def _gemm_name(
-    backend: str, op: str, m: int, n: int, k: int, a: str, b: str, out: str, scale: Any = None, **extra: Any
-) -> Callable[[], str]:
-    return lambda: ranges.gemm_name(backend, op, m, n, k, a, b, out, scale, **extra)
+def entry(package: str, path: str, spec: Gemm | Quantize, **options: Any) -> Target:
+    """A :data:`GEMM_TARGETS` row: the entry point, its table entry, and :func:`describe` reading the two."""
+    fn = functools.partial(describe, spec, f"{package}.{path}")
+    return Target(package, path, fn, gemm=not isinstance(spec, Quantize), spec=spec, **options)
 
 
-_HALF = ("bf16", "fp16")
+def _torch_half(op: str, layout: str, a: Arg, b: Arg) -> Gemm:
+    return Gemm("torch-{a}", op, a, b, layout, half=True, out_default="a")
 
 
-ENV_CPU = "TRACEKIT_INSTRUMENT_CPU"
-_NAME_CPU = os.environ.get(ENV_CPU, "").strip().lower() in ("1", "true", "yes", "on")
-"""``TRACEKIT_INSTRUMENT_CPU=1``: name bf16 / fp16 GEMMs on CPU tensors too (tests and CPU-only checks of a
-capture; read at import). Off by default: a CPU GEMM is not what tracekit explains."""
+_IN, _MAT2 = Arg(0, "input"), Arg(1, "mat2")
+_MATMUL = _torch_half("matmul", "matmul", _IN, Arg(1, "other"))
+_TORCH = {"torch_like": True, "operands": (0, 1)}
+# mm_fp4(a [M, K/2], b [K/2, N] column-major, a_descale, b_descale, alpha, out_dtype, out, block_size,
+#        use_8x4_sf_layout, backend, use_nvfp4)
+_FI_MM_FP4 = Gemm(
+    "flashinfer-fp4-{impl}",
+    "mm_fp4",
+    Arg(0, "a"),
+    Arg(1, "b"),
+    "mk,kn",
+    dtypes=("e2m1", "e2m1"),
+    out=Arg(5, "out_dtype"),
+    out_tensor=Arg(6, "out"),
+    scale=ScaleFlag(Arg(10, "use_nvfp4", True), "nvfp4-1x16", "mxfp4-1x32"),
+    impl=Arg(9, "backend", "auto"),
+)
+# bmm_fp8(A [b, M, K], B [b, K, N] column-major, A_scale, B_scale, dtype, out=None, backend="cublas")
+_FI_BMM_FP8 = Gemm(
+    "flashinfer-fp8",
+    "bmm_fp8",
+    Arg(0, "A"),
+    Arg(1, "B"),
+    "bmk,bkn",
+    out=Arg(4, "dtype"),
+    scale="tensorwise",
+    impl=Arg(6, "backend", "cublas"),
+    impl_field=True,
+)
+# mm_fp8(a [M, K], b [K/128, N, 128] (prepared) or [K, N], alpha, out_dtype, out, backend)
+_FI_MM_FP8 = Gemm(
+    "flashinfer-fp8",
+    "mm_fp8",
+    Arg(0, "a"),
+    Arg(1, "b"),
+    "mk,kn|prepared",
+    out=Arg(3, "out_dtype"),
+    scale="tensorwise",
+)
+# gemm_fp8_nt_groupwise(a [M, K], b [N, K], a_scale, b_scale, scale_major_mode, mma_sm,
+#                       scale_granularity_mnk=(1, 128, 128), out, out_dtype, backend)
+_FI_GROUPWISE = Gemm(
+    "flashinfer-fp8",
+    "gemm_fp8_nt_groupwise",
+    Arg(0, "a"),
+    Arg(1, "b"),
+    "mk,nk",
+    out=Arg(8, "out_dtype"),
+    out_tensor=Arg(7, "out"),
+    scale=ScaleBlocks(Arg(6, "scale_granularity_mnk", (1, 128, 128))),
+)
 
-
-def _half_operands(a: Any, b: Any) -> tuple[str, str] | None:
-    """(dtype_a, dtype_b) when both are bf16/fp16 CUDA tensors (or CPU ones with ``TRACEKIT_INSTRUMENT_CPU=1``),
-    else None (not a tensor-core GEMM we name)."""
-    try:
-        if not (a.is_cuda and b.is_cuda) and not (_NAME_CPU and not a.is_cuda and not b.is_cuda):
-            return None
-        da, db = _dt(a.dtype), _dt(b.dtype)
-    except AttributeError:
-        return None
-    if da not in _HALF or db not in _HALF:
-        return None
-    return da, db
-
-
-def _describe_mm(op: str, ia: int = 0, ib: int = 1, na: str = "input", nb: str = "mat2") -> Describe:
-    def describe(args: tuple[Any, ...], kwargs: dict[str, Any]):
-        a, b = _arg(args, kwargs, ia, na), _arg(args, kwargs, ib, nb)
-        dts = _half_operands(a, b)
-        if dts is None:
-            return None
-        sa, sb = a.shape, b.shape
-        if len(sa) != 2 or len(sb) != 2:
-            return None
-        key = (op, sa, sb, dts)
-        m, k, n = int(sa[0]), int(sa[1]), int(sb[1])
-        return key, _gemm_name(f"torch-{dts[0]}", op, m, n, k, dts[0], dts[1], dts[0])
-
-    return describe
-
-
-def _describe_bmm(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    a, b = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "mat2")
-    dts = _half_operands(a, b)
-    if dts is None:
-        return None
-    sa, sb = a.shape, b.shape
-    if len(sa) != 3 or len(sb) != 3:
-        return None
-    key = ("bmm", sa, sb, dts)
-    return key, _gemm_name(
-        f"torch-{dts[0]}", "bmm", int(sa[1]), int(sb[2]), int(sa[2]), dts[0], dts[1], dts[0], batch=int(sa[0])
-    )
-
-
-def _describe_matmul(op: str) -> Describe:
-    def describe(args: tuple[Any, ...], kwargs: dict[str, Any]):
-        a, b = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "other")
-        dts = _half_operands(a, b)
-        if dts is None:
-            return None
-        sa, sb = a.shape, b.shape
-        if len(sa) < 2 or len(sb) < 1:
-            return None
-        key = (op, sa, sb, dts)
-        k = int(sa[-1])
-        if len(sb) == 1:  # matrix @ vector
-            n, extra = 1, {}
-            m = _numel(sa[:-1])
-        elif len(sb) == 2:  # batch dims of A fold into M: one GEMM
-            n, extra = int(sb[-1]), {}
-            m = _numel(sa[:-1])
-        else:  # batched: per-batch GEMMs
-            n = int(sb[-1])
-            m = int(sa[-2])
-            batch = max(_numel(sa[:-2]), _numel(sb[:-2]))
-            extra = {"batch": batch}
-        return key, _gemm_name(f"torch-{dts[0]}", op, m, n, k, dts[0], dts[1], dts[0], **extra)
-
-    return describe
-
-
-def _describe_addmm(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    a, b = _arg(args, kwargs, 1, "mat1"), _arg(args, kwargs, 2, "mat2")
-    dts = _half_operands(a, b)
-    if dts is None:
-        return None
-    sa, sb = a.shape, b.shape
-    if len(sa) != 2 or len(sb) != 2:
-        return None
-    key = ("addmm", sa, sb, dts)
-    return key, _gemm_name(
-        f"torch-{dts[0]}", "addmm", int(sa[0]), int(sb[1]), int(sa[1]), dts[0], dts[1], dts[0]
-    )
-
-
-def _describe_linear(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    x, w = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "weight")
-    dts = _half_operands(x, w)
-    if dts is None:
-        return None
-    sx, sw = x.shape, w.shape
-    if len(sx) < 1 or len(sw) != 2:
-        return None
-    key = ("linear", sx, sw, dts)
-    m = _numel(sx[:-1])
-    return key, _gemm_name(f"torch-{dts[0]}", "linear", m, int(sw[0]), int(sw[1]), dts[0], dts[1], dts[0])
-
-
-def _describe_scaled_mm(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    a, b = _arg(args, kwargs, 0, "self"), _arg(args, kwargs, 1, "mat2")
-    sa, sb = _arg(args, kwargs, 2, "scale_a"), _arg(args, kwargs, 3, "scale_b")
-    out_dtype = _arg(args, kwargs, 6, "out_dtype")
-    try:
-        shape_a, shape_b = a.shape, b.shape
-        da, db = _dt(a.dtype), _dt(b.dtype)
-        sa_shape, sb_shape = tuple(sa.shape), tuple(sb.shape)
-        sa_dtype = _dt(sa.dtype)
-    except AttributeError:
-        return None
-    if len(shape_a) != 2 or len(shape_b) != 2:
-        return None
-    key = ("scaled_mm", shape_a, shape_b, da, db, sa_shape, sb_shape, sa_dtype, out_dtype)
-
-    def build() -> str:
-        packed = 2 if da == "e2m1" else 1
-        m, k, n = int(shape_a[0]), int(shape_a[1]) * packed, int(shape_b[1])
-        out = _dt(out_dtype) if out_dtype is not None else da
-        scale = scale_layout(da, shape_a, sa_dtype, sa_shape, sb_shape, m, n, k)
-        family = "fp4" if da == "e2m1" else ("fp8" if da in ("e4m3", "e5m2") else da)
-        return ranges.gemm_name(f"torch-{family}", "scaled_mm", m, n, k, da, db, out, scale)
-
-    return key, build
-
-
-def _fp4_out(out_dtype: Any, out: Any) -> str:
-    if out is not None and hasattr(out, "dtype"):
-        return _dt(out.dtype)
-    return _dt(out_dtype) if out_dtype is not None else "bf16"
-
-
-def _describe_fi_mm_fp4(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    # mm_fp4(a [M, K/2], b [K/2, N] column-major, a_descale, b_descale, alpha, out_dtype, out, block_size,
-    #        use_8x4_sf_layout, backend, use_nvfp4)
-    a, b = _arg(args, kwargs, 0, "a"), _arg(args, kwargs, 1, "b")
-    out_dtype, out = _arg(args, kwargs, 5, "out_dtype"), _arg(args, kwargs, 6, "out")
-    backend = _arg(args, kwargs, 9, "backend", "auto")
-    use_nvfp4 = _arg(args, kwargs, 10, "use_nvfp4", True)
-    try:
-        shape_a, shape_b = a.shape, b.shape
-    except AttributeError:
-        return None
-    key = ("fi_mm_fp4", shape_a, shape_b, str(out_dtype), backend, bool(use_nvfp4), out is None)
-
-    def build() -> str:
-        m, k, n = int(shape_a[0]), int(shape_a[1]) * 2, int(shape_b[1])
-        scale = "nvfp4-1x16" if use_nvfp4 else "mxfp4-1x32"
-        return ranges.gemm_name(
-            f"flashinfer-fp4-{backend}", "mm_fp4", m, n, k, "e2m1", "e2m1", _fp4_out(out_dtype, out), scale
-        )
-
-    return key, build
-
-
-def _describe_fi_bmm_fp8(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    # bmm_fp8(A [b, M, K], B [b, K, N] column-major, A_scale, B_scale, dtype, out=None, backend="cublas")
-    a, b = _arg(args, kwargs, 0, "A"), _arg(args, kwargs, 1, "B")
-    dtype, backend = _arg(args, kwargs, 4, "dtype"), _arg(args, kwargs, 6, "backend", "cublas")
-    try:
-        shape_a, shape_b, da, db = a.shape, b.shape, _dt(a.dtype), _dt(b.dtype)
-    except AttributeError:
-        return None
-    if len(shape_a) != 3 or len(shape_b) != 3:
-        return None
-    key = ("fi_bmm_fp8", shape_a, shape_b, da, db, str(dtype), backend)
-    out = _dt(dtype) if dtype is not None else "bf16"
-    return key, _gemm_name(
-        "flashinfer-fp8",
-        "bmm_fp8",
-        int(shape_a[1]),
-        int(shape_b[2]),
-        int(shape_a[2]),
-        da,
-        db,
-        out,
-        "tensorwise",
-        batch=int(shape_a[0]),
-        impl=backend,
-    )
-
-
-def _describe_fi_mm_fp8(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    # mm_fp8(a [M, K], b [K/128, N, 128] (prepared) or [K, N], alpha, out_dtype, out, backend)
-    a, b = _arg(args, kwargs, 0, "a"), _arg(args, kwargs, 1, "b")
-    out_dtype = _arg(args, kwargs, 3, "out_dtype")
-    try:
-        shape_a, shape_b, da, db = a.shape, b.shape, _dt(a.dtype), _dt(b.dtype)
-    except AttributeError:
-        return None
-    if len(shape_a) != 2 or len(shape_b) not in (2, 3):
-        return None
-    key = ("fi_mm_fp8", shape_a, shape_b, da, db, str(out_dtype))
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
-    return key, _gemm_name(
-        "flashinfer-fp8",
-        "mm_fp8",
-        int(shape_a[0]),
-        int(shape_b[1]),
-        int(shape_a[1]),
-        da,
-        db,
-        out,
-        "tensorwise",
-    )
-
-
-def _describe_fi_groupwise(args: tuple[Any, ...], kwargs: dict[str, Any]):
-    # gemm_fp8_nt_groupwise(a [M, K], b [N, K], a_scale, b_scale, scale_major_mode, mma_sm,
-    #                       scale_granularity_mnk=(1, 128, 128), out, out_dtype, backend)
-    a, b = _arg(args, kwargs, 0, "a"), _arg(args, kwargs, 1, "b")
-    gran = _arg(args, kwargs, 6, "scale_granularity_mnk", (1, 128, 128))
-    out, out_dtype = _arg(args, kwargs, 7, "out"), _arg(args, kwargs, 8, "out_dtype")
-    try:
-        shape_a, shape_b, da, db = a.shape, b.shape, _dt(a.dtype), _dt(b.dtype)
-    except AttributeError:
-        return None
-    if len(shape_a) != 2 or len(shape_b) != 2:
-        return None
-    key = ("fi_groupwise", shape_a, shape_b, da, db, tuple(gran), str(out_dtype), out is None)
-    gm, gn, gk = (int(x) for x in gran)
-    scale = f"blockwise-{gm}x{gk}.{gn}x{gk}"
-    return key, _gemm_name(
-        "flashinfer-fp8",
-        "gemm_fp8_nt_groupwise",
-        int(shape_a[0]),
-        int(shape_b[0]),
-        int(shape_a[1]),
-        da,
-        db,
-        _fp4_out(out_dtype, out),
-        scale,
-    )
-
-
-def _describe_sgl_fp4(args: tuple[Any, ...], kwargs: dict[str, Any]):
+GEMM_TARGETS: tuple[Target, ...] = (
+    entry("torch", "matmul", _MATMUL, **_TORCH),
+    entry("torch", "Tensor.__matmul__", _MATMUL, **_TORCH),
+    entry("torch", "mm", _torch_half("mm", "mk,kn", _IN, _MAT2), **_TORCH),
+    entry(
+        "torch",
+        "addmm",
+        _torch_half("addmm", "mk,kn", Arg(1, "mat1"), Arg(2, "mat2")),
+        torch_like=True,
+        operands=(1, 2),
+    ),
+    entry("torch", "bmm", _torch_half("bmm", "bmk,bkn", _IN, _MAT2), **_TORCH),
+    entry("torch", "nn.functional.linear", _torch_half("linear", "...k,nk", _IN, Arg(1, "weight")), **_TORCH),
+    entry(
+        "torch",
+        "_scaled_mm",
+        Gemm(
+            "torch-{family}",
+            "scaled_mm",
+            Arg(0, "self"),
+            _MAT2,
+            "mk,kn",
+            out=Arg(6, "out_dtype"),
+            out_default="a",
+            scale=ScaleShapes(Arg(2, "scale_a"), Arg(3, "scale_b")),
+        ),
+        torch_like=True,
+    ),
+    entry("flashinfer", "mm_fp4", _FI_MM_FP4),
+    entry("flashinfer", "gemm.mm_fp4", _FI_MM_FP4),
+    entry("flashinfer", "bmm_fp8", _FI_BMM_FP8),
+    entry("flashinfer", "gemm.bmm_fp8", _FI_BMM_FP8),
+    entry("flashinfer", "mm_fp8", _FI_MM_FP8),
+    entry("flashinfer", "gemm.mm_fp8", _FI_MM_FP8),
+    entry("flashinfer", "gemm_fp8_nt_groupwise", _FI_GROUPWISE),
+    entry("flashinfer", "gemm.gemm_fp8_nt_groupwise", _FI_GROUPWISE),
     # cutlass_scaled_fp4_mm(a [M, K/2] uint8, b [N, K/2] uint8, block_scale_a, block_scale_b, alpha, out_dtype)
-    a, b = _arg(args, kwargs, 0, "a"), _arg(args, kwargs, 1, "b")
-    out_dtype = _arg(args, kwargs, 5, "out_dtype")
-    try:
-        shape_a, shape_b = a.shape, b.shape
-    except AttributeError:
-        return None
-    key = ("sgl_fp4", shape_a, shape_b, str(out_dtype))
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
-    return key, _gemm_name(
-        "sgl-fp4",
+    entry(
+        "sgl_kernel",
         "cutlass_scaled_fp4_mm",
-        int(shape_a[0]),
-        int(shape_b[0]),
-        int(shape_a[1]) * 2,
-        "e2m1",
-        "e2m1",
-        out,
-        "nvfp4-1x16",
-    )
-
-
-def _describe_sgl_fp8(args: tuple[Any, ...], kwargs: dict[str, Any]):
+        Gemm(
+            "sgl-fp4",
+            "cutlass_scaled_fp4_mm",
+            Arg(0, "a"),
+            Arg(1, "b"),
+            "mk,nk",
+            dtypes=("e2m1", "e2m1"),
+            out=Arg(5, "out_dtype"),
+            scale="nvfp4-1x16",
+        ),
+    ),
     # fp8_scaled_mm(mat_a [M, K], mat_b [K, N] column-major, scales_a [M] / [M,1], scales_b [N], out_dtype, bias)
-    a, b = _arg(args, kwargs, 0, "mat_a"), _arg(args, kwargs, 1, "mat_b")
-    sa, sb = _arg(args, kwargs, 2, "scales_a"), _arg(args, kwargs, 3, "scales_b")
-    out_dtype = _arg(args, kwargs, 4, "out_dtype")
-    try:
-        shape_a, shape_b, da, db = a.shape, b.shape, _dt(a.dtype), _dt(b.dtype)
-        na, nb = _numel(sa.shape), _numel(sb.shape)
-    except AttributeError:
-        return None
-    key = ("sgl_fp8", shape_a, shape_b, da, db, na, nb, str(out_dtype))
-    scale = "tensorwise" if na == 1 and nb == 1 else "rowwise"
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
-    return key, _gemm_name(
-        "sgl-fp8", "fp8_scaled_mm", int(shape_a[0]), int(shape_b[1]), int(shape_a[1]), da, db, out, scale
-    )
-
-
-def _describe_quantize(backend: str, op: str, out: str, arg: str = "input") -> Describe:
-    """An activation quantize ``f(x [..., K], ...)``: an ``aux role=quantize`` range named with the backend
-    family and the M, K of the GEMM it feeds (the explainer joins them on backend, M and K)."""
-
-    def describe(args: tuple[Any, ...], kwargs: dict[str, Any]):
-        x = _arg(args, kwargs, 0, arg)
-        try:
-            shape, dt = tuple(x.shape), _dt(x.dtype)
-        except AttributeError:
-            return None
-        if len(shape) < 1:
-            return None
-        m, k = _numel(shape[:-1]), int(shape[-1])
-        key = ("quantize", backend, op, shape, dt)
-        return key, lambda: ranges.aux_name("quantize", backend=backend, op=op, M=m, K=k, a=dt, out=out)
-
-    return describe
-
-
-TARGETS: tuple[Target, ...] = (
-    Target("torch", "matmul", _describe_matmul("matmul"), torch_like=True, operands=(0, 1)),
-    Target("torch", "Tensor.__matmul__", _describe_matmul("matmul"), torch_like=True, operands=(0, 1)),
-    Target("torch", "mm", _describe_mm("mm"), torch_like=True, operands=(0, 1)),
-    Target("torch", "addmm", _describe_addmm, torch_like=True, operands=(1, 2)),
-    Target("torch", "bmm", _describe_bmm, torch_like=True, operands=(0, 1)),
-    Target("torch", "nn.functional.linear", _describe_linear, torch_like=True, operands=(0, 1)),
-    Target("torch", "_scaled_mm", _describe_scaled_mm, torch_like=True),
-    Target("flashinfer", "mm_fp4", _describe_fi_mm_fp4),
-    Target("flashinfer", "gemm.mm_fp4", _describe_fi_mm_fp4),
-    Target("flashinfer", "bmm_fp8", _describe_fi_bmm_fp8),
-    Target("flashinfer", "gemm.bmm_fp8", _describe_fi_bmm_fp8),
-    Target("flashinfer", "mm_fp8", _describe_fi_mm_fp8),
-    Target("flashinfer", "gemm.mm_fp8", _describe_fi_mm_fp8),
-    Target("flashinfer", "gemm_fp8_nt_groupwise", _describe_fi_groupwise),
-    Target("flashinfer", "gemm.gemm_fp8_nt_groupwise", _describe_fi_groupwise),
-    Target("sgl_kernel", "cutlass_scaled_fp4_mm", _describe_sgl_fp4),
-    Target("sgl_kernel", "fp8_scaled_mm", _describe_sgl_fp8),
+    entry(
+        "sgl_kernel",
+        "fp8_scaled_mm",
+        Gemm(
+            "sgl-fp8",
+            "fp8_scaled_mm",
+            Arg(0, "mat_a"),
+            Arg(1, "mat_b"),
+            "mk,kn",
+            out=Arg(4, "out_dtype"),
+            scale=ScaleShapes(Arg(2, "scales_a"), Arg(3, "scales_b"), rowwise_only=True),
+        ),
+    ),
     # activation quantize steps: auxiliary kernels of the GEMM that follows
-    Target(
-        "flashinfer", "fp4_quantize", _describe_quantize("flashinfer-fp4", "fp4_quantize", "e2m1"), gemm=False
-    ),
-    Target(
-        "flashinfer",
-        "nvfp4_quantize",
-        _describe_quantize("flashinfer-fp4", "nvfp4_quantize", "e2m1", "a"),
-        gemm=False,
-    ),
-    Target(
-        "flashinfer",
-        "mxfp4_quantize",
-        _describe_quantize("flashinfer-fp4", "mxfp4_quantize", "e2m1", "a"),
-        gemm=False,
-    ),
-    Target(
-        "sgl_kernel",
-        "scaled_fp4_quant",
-        _describe_quantize("sgl-fp4", "scaled_fp4_quant", "e2m1"),
-        gemm=False,
-    ),
-    Target(
-        "sgl_kernel",
-        "sgl_per_token_quant_fp8",
-        _describe_quantize("sgl-fp8", "per_token_quant_fp8", "e4m3"),
-        gemm=False,
-    ),
-    Target(
-        "sgl_kernel",
-        "sgl_per_tensor_quant_fp8",
-        _describe_quantize("sgl-fp8", "per_tensor_quant_fp8", "e4m3"),
-        gemm=False,
-    ),
-    Target(
+    entry("flashinfer", "fp4_quantize", Quantize("flashinfer-fp4", "fp4_quantize", "e2m1")),
+    entry("flashinfer", "nvfp4_quantize", Quantize("flashinfer-fp4", "nvfp4_quantize", "e2m1", Arg(0, "a"))),
+    entry("flashinfer", "mxfp4_quantize", Quantize("flashinfer-fp4", "mxfp4_quantize", "e2m1", Arg(0, "a"))),
+    entry("sgl_kernel", "scaled_fp4_quant", Quantize("sgl-fp4", "scaled_fp4_quant", "e2m1")),
+    entry("sgl_kernel", "sgl_per_token_quant_fp8", Quantize("sgl-fp8", "per_token_quant_fp8", "e4m3")),
+    entry("sgl_kernel", "sgl_per_tensor_quant_fp8", Quantize("sgl-fp8", "per_tensor_quant_fp8", "e4m3")),
+    entry(
         "sgl_kernel",
         "sgl_per_token_group_quant_fp8",
-        _describe_quantize("sgl-fp8", "per_token_group_quant_fp8", "e4m3"),
-        gemm=False,
+        Quantize("sgl-fp8", "per_token_group_quant_fp8", "e4m3"),
     ),
 )
-TARGETS += moe_targets(Target)  # grouped / MoE entry points: tracekit.collectors.moe_ranges
-"""Every entry point ``instrument()`` knows, in the order it wraps them."""
+"""The dense GEMM and quantize entry points ``instrument()`` knows, in the order it wraps them (the grouped / MoE
+ones follow: tracekit.collectors.instrument.TARGETS)."""

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import ranges
-from tracekit.naming import canonical_dtype
+from tracekit.collectors.instrument_targets import Target, arg, dtype_name, shape_of
 
 __all__ = [
     "ENV_ROUTING",
@@ -63,24 +63,6 @@ ENV_ROUTING = "TRACEKIT_MOE_ROUTING"
 
 FUSED_OPS = ("cutlass_fused_moe", "trtllm_fp4_block_scale_moe")
 """Ops whose range covers both expert GEMMs (fc1 N x K and fc2 K x I): their FLOPs count both."""
-
-
-def _dt(dtype: Any) -> str:
-    return canonical_dtype(dtype)
-
-
-def _arg(
-    args: tuple[Any, ...], kwargs: dict[str, Any], index: int | None, name: str, default: Any = None
-) -> Any:
-    if name in kwargs:
-        return kwargs[name]
-    if index is not None and len(args) > index:
-        return args[index]
-    return default
-
-
-def _shape(t: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in t.shape)
 
 
 # --- counts --------------------------------------------------------------------------------------------------------
@@ -270,11 +252,11 @@ def _moe_name(
 def describe_grouped_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
     """``torch._grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None)``: 2D x 3D (MoE forward) and
     3D x 3D (batched); ragged-K 2D x 2D (weight gradients) is not a MoE launch and is left alone."""
-    a, b = _arg(args, kwargs, 0, "mat_a"), _arg(args, kwargs, 1, "mat_b")
-    offs, out_dtype = _arg(args, kwargs, 2, "offs"), _arg(args, kwargs, 4, "out_dtype")
-    sa, sb = _shape(a), _shape(b)
-    da, db = _dt(a.dtype), _dt(b.dtype)
-    out = _dt(out_dtype) if out_dtype is not None else da
+    a, b = arg(args, kwargs, 0, "mat_a"), arg(args, kwargs, 1, "mat_b")
+    offs, out_dtype = arg(args, kwargs, 2, "offs"), arg(args, kwargs, 4, "out_dtype")
+    sa, sb = shape_of(a), shape_of(b)
+    da, db = dtype_name(a.dtype), dtype_name(b.dtype)
+    out = dtype_name(out_dtype) if out_dtype is not None else da
     if len(sa) == 2 and len(sb) == 3:
         e, m, k, n = sb[0], sa[0], sa[1], sb[2]
         key = ("grouped_mm", sa, sb, da, db, out)
@@ -303,13 +285,13 @@ def _grouped_scale(da: str, sa_dtype: str) -> str:
 def describe_scaled_grouped_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
     """``torch._scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scale_result=None,
     out_dtype=None, use_fast_accum=False)``: fp8 rowwise (fp32 scales), mxfp8 / fp4 block scales."""
-    a, b = _arg(args, kwargs, 0, "mat_a"), _arg(args, kwargs, 1, "mat_b")
-    scale_a = _arg(args, kwargs, 2, "scale_a")
-    offs, out_dtype = _arg(args, kwargs, 4, "offs"), _arg(args, kwargs, 7, "out_dtype")
-    sa, sb = _shape(a), _shape(b)
-    da, db = _dt(a.dtype), _dt(b.dtype)
-    scale = _grouped_scale(da, _dt(scale_a.dtype) if scale_a is not None else "fp32")
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
+    a, b = arg(args, kwargs, 0, "mat_a"), arg(args, kwargs, 1, "mat_b")
+    scale_a = arg(args, kwargs, 2, "scale_a")
+    offs, out_dtype = arg(args, kwargs, 4, "offs"), arg(args, kwargs, 7, "out_dtype")
+    sa, sb = shape_of(a), shape_of(b)
+    da, db = dtype_name(a.dtype), dtype_name(b.dtype)
+    scale = _grouped_scale(da, dtype_name(scale_a.dtype) if scale_a is not None else "fp32")
+    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
     packed = 2 if da == "e2m1" else 1
     family = "fp4" if da == "e2m1" else ("fp8" if da in ("e4m3", "e5m2") else da)
     if len(sa) == 2 and len(sb) == 3:
@@ -329,21 +311,21 @@ def describe_cutlass_fused_moe(args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     """FlashInfer ``cutlass_fused_moe(input [T, H], token_selected_experts [T, topk], token_final_scales,
     fc1_expert_weights [E, 2I, H], fc2_expert_weights [E, H, I], output_dtype, quant_scales, ...)``. FP4 / INT4
     weights are packed two to a byte along their last dimension."""
-    x = _arg(args, kwargs, 0, "input")
-    ids = _arg(args, kwargs, 1, "token_selected_experts")
-    w1, w2 = _arg(args, kwargs, 3, "fc1_expert_weights"), _arg(args, kwargs, 4, "fc2_expert_weights")
-    out_dtype = _arg(args, kwargs, 5, "output_dtype")
-    s1, s2, sx, si = _shape(w1), _shape(w2), _shape(x), _shape(ids)
+    x = arg(args, kwargs, 0, "input")
+    ids = arg(args, kwargs, 1, "token_selected_experts")
+    w1, w2 = arg(args, kwargs, 3, "fc1_expert_weights"), arg(args, kwargs, 4, "fc2_expert_weights")
+    out_dtype = arg(args, kwargs, 5, "output_dtype")
+    s1, s2, sx, si = shape_of(w1), shape_of(w2), shape_of(x), shape_of(ids)
     if len(s1) != 3 or len(s2) != 3 or len(si) != 2:
         return None
     e, n, k = s1[0], s1[1], s2[1]
     packed = s1[2] != k
     inter = s2[2] * (2 if packed else 1)
     t, topk = sx[0], si[1]
-    da = _dt(x.dtype)
-    db = "e2m1" if packed else _dt(w1.dtype)
+    da = dtype_name(x.dtype)
+    db = "e2m1" if packed else dtype_name(w1.dtype)
     da = "e2m1" if da == "uint8" else da
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
+    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
     key = ("cutlass_fused_moe", sx, si, s1, s2, da, db, out)
     name = _moe_name(
         "flashinfer-cutlass", "cutlass_fused_moe", e, t * topk, n, k, da, db, out, T=t, topk=topk, I=inter
@@ -355,17 +337,17 @@ def describe_trtllm_fp4_moe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> De
     """FlashInfer ``trtllm_fp4_block_scale_moe(routing_logits [T, E], routing_bias, hidden_states, ...,
     gemm1_weights [E_local, 2I, H/2], ...)``: routing runs inside the kernel, so only the shape is named (M is the
     routed rows when ``top_k`` is passed by keyword) and the counts are recorded as unknown."""
-    logits = _arg(args, kwargs, 0, "routing_logits")
-    x = _arg(args, kwargs, 2, "hidden_states")
-    w1 = _arg(args, kwargs, 4, "gemm1_weights")
+    logits = arg(args, kwargs, 0, "routing_logits")
+    x = arg(args, kwargs, 2, "hidden_states")
+    w1 = arg(args, kwargs, 4, "gemm1_weights")
     topk = kwargs.get("top_k")
-    sl, sx, s1 = _shape(logits), _shape(x), _shape(w1)
+    sl, sx, s1 = shape_of(logits), shape_of(x), shape_of(w1)
     if len(sl) != 2 or len(s1) != 3:
         return None
     t, e = sl
     e = int(kwargs.get("num_experts") or e)
     n, k = s1[1], s1[2] * 2
-    da = "e2m1" if _dt(x.dtype) == "uint8" else _dt(x.dtype)
+    da = "e2m1" if dtype_name(x.dtype) == "uint8" else dtype_name(x.dtype)
     m = t * int(topk) if topk else None
     key = ("trtllm_fp4_moe", sl, sx, s1, topk)
     name = _moe_name(
@@ -392,9 +374,9 @@ def describe_sgl_fp8_blockwise_grouped(args: tuple[Any, ...], kwargs: dict[str, 
     expert_offsets[, workspace])``: the pointer arguments came in later releases, so positions follow the count."""
     newer = len(args) >= 17 or "a_ptrs" in kwargs
     ia, ib, ip = (6, 7, 15) if newer else (1, 2, 10)
-    a, b = _arg(args, kwargs, ia, "a"), _arg(args, kwargs, ib, "b")
-    sizes = _arg(args, kwargs, ip, "problem_sizes")
-    sa, sb = _shape(a), _shape(b)
+    a, b = arg(args, kwargs, ia, "a"), arg(args, kwargs, ib, "b")
+    sizes = arg(args, kwargs, ip, "problem_sizes")
+    sa, sb = shape_of(a), shape_of(b)
     if len(sa) != 2 or len(sb) != 3:
         return None
     k = sa[1]
@@ -408,8 +390,8 @@ def describe_sgl_fp8_blockwise_grouped(args: tuple[Any, ...], kwargs: dict[str, 
         sa[0],
         n,
         k,
-        _dt(a.dtype),
-        _dt(b.dtype),
+        dtype_name(a.dtype),
+        dtype_name(b.dtype),
         "bf16",
         "blockwise-1x128.128x128",
     )
@@ -419,27 +401,28 @@ def describe_sgl_fp8_blockwise_grouped(args: tuple[Any, ...], kwargs: dict[str, 
 def describe_sgl_fp4_group_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
     """sgl-kernel ``cutlass_fp4_group_mm(a_fp4 [M, K/2], b_fp4 [E, N, K/2], a_blockscale, b_blockscale, alphas,
     out_dtype, [device,] params)`` with ``params["problem_sizes"]`` (E x 3)."""
-    a, b = _arg(args, kwargs, 0, "a_fp4"), _arg(args, kwargs, 1, "b_fp4")
-    out_dtype = _arg(args, kwargs, 5, "out_dtype")
+    a, b = arg(args, kwargs, 0, "a_fp4"), arg(args, kwargs, 1, "b_fp4")
+    out_dtype = arg(args, kwargs, 5, "out_dtype")
     params = kwargs.get("params")
     if params is None:
         params = next((x for x in args[6:] if isinstance(x, dict)), None)
-    sa, sb = _shape(a), _shape(b)
+    sa, sb = shape_of(a), shape_of(b)
     if len(sa) != 2 or len(sb) != 3:
         return None
     e, n, k = sb[0], sb[1], sa[1] * 2
-    out = _dt(out_dtype) if out_dtype is not None else "bf16"
+    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
     sizes = params.get("problem_sizes") if isinstance(params, dict) else None
     key = ("sgl_fp4_group_mm", sa, sb, out)
     name = _moe_name("sgl-fp4", "cutlass_fp4_group_mm", e, sa[0], n, k, "e2m1", "e2m1", out, "nvfp4-1x16")
     return key, name, "sizes", sizes, e
 
 
-def moe_targets(target_cls: Any) -> tuple[Any, ...]:
-    """The MoE entry points as ``instrument.Target`` objects (the class is passed in to avoid an import cycle)."""
+def moe_targets() -> tuple[Target, ...]:
+    """The MoE entry points as ``instrument`` targets (tracekit.collectors.instrument.TARGETS puts them after the
+    dense ones)."""
 
-    def t(package: str, path: str, fn: Callable[..., Described | None], torch_like: bool = False) -> Any:
-        return target_cls(package, path, _naming_only(fn), torch_like=torch_like, record=_recording(fn))
+    def t(package: str, path: str, fn: Callable[..., Described | None], torch_like: bool = False) -> Target:
+        return Target(package, path, _naming_only(fn), torch_like=torch_like, record=_recording(fn))
 
     return (
         t("torch", "_grouped_mm", describe_grouped_mm, True),

@@ -96,13 +96,7 @@ class SweepSettings(Options):
         return {
             "backends": list(self.backends),
             "shapes": [f"{m}x{n}x{k}" for m, n, k in self.shapes],
-            "warmup": self.warmup,
-            "repeats": self.repeats,
-            "timeout": self.timeout,
-            "timing": self.timing,
-            "device": self.device,
-            "seed": self.seed,
-            "python": self.python,
+            **self.options(),
             "tool": self.tool,
         }
 

@@ -72,7 +72,7 @@ OPS_CHOICES = ("ranges", "all")
 ENV_TRACE_REPEATS = "TRACEKIT_TRACE_REPEATS"
 """How many repeats of each measurement a tracekit benchmark's worker records under the PyTorch profiler:
 a positive integer, or ``all`` for every launch. Set by ``tracekit capture --trace-repeats``; read by the
-benchmark's workers (``tracekit.collectors.worker.TraceWindow``, ``collectors.bench.profiled_worker``)."""
+benchmark's workers (``tracekit.collectors.harness.timing.TraceWindow``, ``collectors.harness.profiled_worker``)."""
 DEFAULT_TRACE_REPEATS = 3
 ENV_TRACE_SEGMENTS = "TRACEKIT_TRACE_SEGMENTS"
 """Set on each worker of a tracekit benchmark that runs under this profiler (a path prefix in the run's raw/): the

@@ -7,7 +7,7 @@ each measurement row is built by :func:`gemm_row` (:data:`MEASUREMENT_KEYS`). ``
 environment fingerprint instead (one ``{"event": "fingerprint", "environment": {...}}`` line).
 
 A CUDA backend's case: a correctness launch checked against the fp32 reference, then the timed pass over enough
-input sets to defeat the L2 (tracekit.collectors.timing), and the backend's auxiliary step (activation quantize)
+input sets to defeat the L2 (tracekit.collectors.harness.timing), and the backend's auxiliary step (activation quantize)
 timed on its own where it has one. A ``wall`` backend (tests, CPU-only plugins) is timed with the wall clock.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 from tracekit.collectors import ranges
 from tracekit.collectors.harness import EXIT_POISONED as EXIT_POISONED
 from tracekit.collectors.harness import CaseContext, Emitter, add_worker_options, run_worker
-from tracekit.collectors.timing import PROFILER_ENV as PROFILER_ENV
-from tracekit.collectors.timing import (
+from tracekit.collectors.harness.timing import PROFILER_ENV as PROFILER_ENV
+from tracekit.collectors.harness.timing import (
     CudaTimer,
     Timing,
     check_output,
@@ -30,7 +30,7 @@ from tracekit.collectors.timing import (
     tensor_bytes,
     time_calls,
 )
-from tracekit.collectors.timing import TraceWindow as TraceWindow
+from tracekit.collectors.harness.timing import TraceWindow as TraceWindow
 
 __all__ = ["MEASUREMENT_KEYS", "GemmFamily", "gemm_row", "main", "quantile"]
 

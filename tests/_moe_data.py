@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tracekit.collectors.harness.timing import Timing
 from tracekit.collectors.moe import (
     GLM5,
     MOE_BACKENDS,
@@ -21,7 +22,6 @@ from tracekit.collectors.moe import (
     _row,
     build_cases,
 )
-from tracekit.collectors.timing import Timing
 from tracekit.collectors.worker import MEASUREMENT_KEYS
 from tracekit.run import Run
 

@@ -460,7 +460,7 @@ def test_a_sweep_under_the_torch_profiler_imports_its_workers_traced_passes(tmp_
 def test_auto_timing_stays_graph_when_only_traced_passes_are_profiled(monkeypatch, env, expected) -> None:
     """With traced passes the profiler runs outside the timed pass, so `auto` times it as a plain sweep does
     (CUDA-graph replay); any profiler that watches the whole worker still gets eager, event-timed launches."""
-    from tracekit.collectors import timing
+    from tracekit.collectors.harness import timing
 
     for key in (*timing.PROFILER_ENV, "TRACEKIT_TRACE_SEGMENTS", "TRACEKIT_TRACE_REPEATS"):
         monkeypatch.delenv(key, raising=False)

@@ -25,7 +25,7 @@ from tracekit.collectors.harness import (
     run_sweep,
     run_worker,
 )
-from tracekit.collectors.timing import Timing, time_calls
+from tracekit.collectors.harness.timing import Timing, time_calls
 from tracekit.run import Run
 
 TINY_KEYS = ("backend", "op", "n", "time_us", "repeats", "timing", "status", "torch_loaded")

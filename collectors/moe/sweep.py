@@ -44,13 +44,7 @@ class MoeSettings(Options):
             "tokens": list(self.tokens),
             "routing": list(self.routing),
             "cases": len(self.moe_cases),
-            "warmup": self.warmup,
-            "repeats": self.repeats,
-            "timeout": self.timeout,
-            "timing": self.timing,
-            "device": self.device,
-            "seed": self.seed,
-            "python": self.python,
+            **self.options(),
         }
 
     @property

@@ -12,7 +12,7 @@ from typing import Any
 
 from tracekit.collectors import ranges
 from tracekit.collectors.harness import CaseContext, add_worker_options, run_worker
-from tracekit.collectors.timing import CudaTimer, Timing, check_output, time_calls
+from tracekit.collectors.harness.timing import CudaTimer, Timing, check_output, time_calls
 from tracekit.collectors.worker import gemm_row
 
 from .backends import MoeBackend, all_moe_backends

@@ -1,39 +1,10 @@
-"""The one sweep harness behind ``tracekit bench gemm`` and ``tracekit bench moe``: settings, the worker process,
-failure records and logs, shared by every benchmark family.
-
-Two sides, two small protocols:
-
-- the **sweep** (this process): :func:`run_sweep` takes a :class:`SweepPlan` (a family's settings:
-  :class:`Options` plus what its cases are, which files its rows go to and how to start its worker), creates a
-  run directory (status ``capturing``), fingerprints the environment in a worker (unless given the fingerprint
-  ``tracekit bench`` took for its GPU check), then starts one worker process per backend and appends what it
-  reports to the run's raw JSONL files as it arrives. A worker that dies by a signal is recorded ``crashed`` with
-  the signal name for the case it was on; one silent for more than ``timeout`` seconds on a case is killed and
-  recorded ``timeout``; either way a fresh worker takes the remaining cases. Each worker's events and stderr stay
-  in ``raw/logs/<backend>.<attempt>.*``. The run is marked ``complete`` at the end, or ``incomplete`` with the
-  reason on Ctrl-C or an error; what was measured stays.
-- the **worker** (``python -m <family's worker module>``): :func:`run_worker` runs one backend of a
-  :class:`Family` over its cases and appends one JSON object per line to ``--out`` (flushed per line, so
-  whatever was written survives a crash)::
-
-      {"event": "hello", "backend": ..., "pid": ...}
-      {"event": "start", "shape": [m, n, k, ...]}
-      {"event": "measurement", "shape": [...], "row": {<the family's measurement keys>}}
-      {"event": "<side event>", "shape": [...], "row": {...}}        e.g. the MoE curve points
-      {"event": "failure", "shape": [...], "row": {<raw/failures.jsonl keys>}, "poisoned": false}
-      {"event": "done", "shape": [...]}
-      {"event": "finished"}
-
-  Every line also carries ``time_unix``. After a fault that poisons the CUDA context (illegal address /
-  instruction) the worker records it and exits with :data:`EXIT_POISONED`; the sweep starts a fresh worker for
-  the remaining cases. Timing is tracekit.collectors.timing's.
-
-Collectors never draw: progress goes to the ``on_event`` callback as :class:`SweepEvent` objects.
-"""
+"""The sweep driver (:func:`run_sweep`): one worker process per backend of a :class:`~.settings.SweepPlan`, rows
+appended to the run's raw files as they arrive, a crash or a silent worker recorded and the rest of the cases
+given to a fresh worker, logs in ``raw/logs/``; plus the environment fingerprint taken in a worker and the
+PyTorch-profiler wrapping of a worker's command."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -41,11 +12,10 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tracekit.collectors import failures as F
 from tracekit.collectors.failures import FAILURE_KEYS
@@ -58,269 +28,9 @@ from tracekit.collectors.torchprof import (
 )
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
 
-FAILURES_FILE = "failures.jsonl"
-LOG_DIR = "logs"
-EXIT_POISONED = 3
-"""A worker's exit status after a fault that poisons the CUDA context (the fault is already recorded)."""
-
-Case = tuple[int, ...]
-"""A case as the sweep sees it: (M, N, K) first (named in failure rows and messages), then the family's own."""
+from .settings import EXIT_POISONED, FAILURES_FILE, LOG_DIR, Case, SweepPlan
 
 
-# --- settings --------------------------------------------------------------------------------------------------
-@dataclass(kw_only=True)
-class Options:
-    """How every family runs its cases: warm-up and timed repeats, the per-case timeout of a worker, the timing
-    mode (tracekit.collectors.timing), the CUDA device, the seed of the inputs and the worker's interpreter."""
-
-    warmup: int = 10
-    repeats: int = 25
-    timeout: float = 300.0
-    timing: str = "auto"
-    device: int = 0
-    seed: int = 0
-    python: str = field(default_factory=lambda: sys.executable)
-
-    def worker_cmd_for(self, module: str, backend: str, case_args: list[str], out: Path) -> list[str]:
-        """``python -X faulthandler -m MODULE --backend B <case_args> --out OUT <the options>``."""
-        head = [self.python, "-X", "faulthandler", "-m", module, "--backend", backend]
-        return [*head, *case_args, *self.worker_args(out)]
-
-    def worker_args(self, out: Path) -> list[str]:
-        """The options every worker takes (:func:`add_worker_options` reads them)."""
-        return [
-            "--out",
-            str(out),
-            "--warmup",
-            str(self.warmup),
-            "--repeats",
-            str(self.repeats),
-            "--timing",
-            self.timing,
-            "--device",
-            str(self.device),
-            "--seed",
-            str(self.seed),
-        ]
-
-
-def add_worker_options(parser: argparse.ArgumentParser) -> None:
-    """The worker side of :meth:`Options.worker_args`."""
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=25)
-    parser.add_argument("--timing", choices=("auto", "graph", "events"), default="auto")
-    parser.add_argument("--device", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
-
-
-class SweepPlan(Protocol):
-    """What :func:`run_sweep` reads of a family's settings (``bench.SweepSettings``, ``moe.MoeSettings``)."""
-
-    backends: list[str]
-    timeout: float
-    device: int
-    python: str
-    tool: str
-    measurements_file: str
-    """The raw file of the family's measurement rows (``measurements.jsonl``, ``moe.jsonl``)."""
-    measurement_keys: tuple[str, ...]
-    side_files: dict[str, tuple[str, tuple[str, ...]]]
-    """Worker events other than ``measurement`` / ``failure`` and where their rows go (event -> (file, keys))."""
-
-    @property
-    def cases(self) -> list[Case]: ...
-
-    def manifest(self) -> dict[str, Any]:
-        """The run manifest's ``capture``."""
-        ...
-
-    def case_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
-        """The case a measurement row belongs to."""
-        ...
-
-    def worker_cmd(self, backend: str, cases: Iterable[Case], out: Path) -> list[str]:
-        """The command of a worker running ``backend`` over ``cases``, writing events to ``out``."""
-        ...
-
-    def prepare_run(self, run: Run) -> None:
-        """Anything the workers read from the new run before they start (the MoE cases file)."""
-        ...
-
-
-# --- the worker's side -----------------------------------------------------------------------------------------
-class BenchBackend(Protocol):
-    """What the worker loop reads of a backend; the family does the rest (prepare, run, reference)."""
-
-    name: str
-    op: str
-    packages: tuple[str, ...]
-    timer: str
-    """``cuda``: timed with CUDA graphs / events; ``wall``: a CPU-only backend (tests, plugins)."""
-
-    def available(self) -> tuple[bool, str]: ...
-
-
-@dataclass
-class CaseContext:
-    """What a family's :meth:`Family.measure` gets besides the backend and the case."""
-
-    timer: Any
-    """The worker's ``timing.CudaTimer``, or None for a ``wall`` backend."""
-    state: Any
-    """What :meth:`Family.setup` returned (MoE: every expert's weights)."""
-    emit: Callable[..., None]
-    warmup: int
-    repeats: int
-    seed: int
-
-
-class Family(Protocol):
-    """A benchmark family: what a case is, how a backend is found and set up, how a case is measured into one
-    measurement row (its one row-building function) and the text of why it is wrong."""
-
-    def cases(self, args: argparse.Namespace) -> Sequence[Any]:
-        """The cases this worker runs, from its command line."""
-        ...
-
-    def key(self, case: Any) -> list[int]:
-        """The case's ``shape`` in events: (M, N, K) first, as :data:`Case`."""
-        ...
-
-    def backend(self, name: str) -> BenchBackend:
-        """The backend called ``name``; KeyError with a message listing the known names."""
-        ...
-
-    def setup(self, backend: Any, timer: Any, seed: int) -> Any:
-        """Once per worker before the cases; what it raises fails every case."""
-        ...
-
-    def measure(self, backend: Any, case: Any, ctx: CaseContext) -> tuple[dict[str, Any], str]:
-        """(measurement row, why it is wrong or '') for one case."""
-        ...
-
-
-class Emitter:
-    """Appends JSON lines to the events file, flushed one by one."""
-
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the worker
-
-    def __call__(self, event: str, **fields: Any) -> None:
-        line = {"event": event, **fields, "time_unix": round(time.time(), 4)}
-        self._f.write(json.dumps(line, default=str, allow_nan=False) + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def _error(exc: Exception) -> tuple[str, str, str, str]:
-    """(kind, type, message, traceback) of an exception raised by a backend."""
-    msg, etype = F.full_message(exc), F.type_name(exc)
-    kind = F.UNAVAILABLE if isinstance(exc, ImportError) else F.classify(etype, msg)
-    return kind, etype, msg, traceback.format_exc()
-
-
-def run_worker(family: Family, args: argparse.Namespace) -> int:
-    """One backend (``args.backend``) of ``family`` over its cases, as events in ``args.out``; the exit status."""
-    from tracekit.collectors import timing
-    from tracekit.collectors.env import versions_json
-
-    emit = Emitter(args.out)
-    emit("hello", backend=args.backend, pid=os.getpid(), python=sys.version.split()[0])
-    cases = family.cases(args)
-    backend: BenchBackend | None = None
-    versions = device_name = cc = None
-    timer = None
-    setup_error: tuple[str, str, str, str] | None = None  # kind, type, message, traceback
-    try:
-        backend = family.backend(args.backend)
-    except KeyError as exc:
-        setup_error = (F.UNAVAILABLE, "KeyError", str(exc.args[0]), "")
-    if backend is not None:
-        versions = versions_json((*backend.packages, "triton"))
-        ok, reason = backend.available()
-        if not ok:
-            setup_error = (F.UNAVAILABLE, "tracekit.collectors.backends.BackendUnavailable", reason, "")
-        elif backend.timer == "cuda":
-            try:
-                timer = timing.CudaTimer(args.device, args.timing)
-                device_name, cc = timer.info.get("gpu_name"), timer.info.get("compute_capability")
-            except timing.NoCudaError as exc:
-                setup_error = (F.UNAVAILABLE, F.type_name(exc), str(exc), "")
-            except Exception as exc:
-                msg = F.full_message(exc)
-                setup_error = (
-                    F.classify(F.type_name(exc), msg),
-                    F.type_name(exc),
-                    msg,
-                    traceback.format_exc(),
-                )
-        if timer is None and "torch" in sys.modules:
-            with contextlib.suppress(Exception):
-                from tracekit.collectors.env import device_info
-
-                info = device_info(args.device)
-                device_name, cc = info.get("gpu_name"), info.get("compute_capability")
-    state = None
-    if setup_error is None:
-        try:
-            state = family.setup(backend, timer, args.seed)
-        except Exception as exc:
-            setup_error = _error(exc)
-
-    def fail(case: Any, kind: str, etype: str, msg: str, tb: str, poisoned: bool = False) -> None:
-        m, n, k = family.key(case)[:3]
-        row = F.failure_record(
-            backend=args.backend,
-            op=backend.op if backend is not None else None,
-            m=m,
-            n=n,
-            k=k,
-            kind=kind,
-            error_type=etype,
-            message=msg,
-            traceback=tb,
-            device_name=device_name,
-            compute_capability=cc,
-            versions=versions,
-        )
-        emit("failure", shape=family.key(case), row=row, poisoned=poisoned)
-
-    ctx = CaseContext(timer, state, emit, args.warmup, args.repeats, args.seed)
-    for case in cases:
-        key = family.key(case)
-        emit("start", shape=key)
-        if setup_error is not None:
-            fail(case, *setup_error)
-            emit("done", shape=key)
-            continue
-        try:
-            row, why = family.measure(backend, case, ctx)
-        except Exception as exc:
-            kind, etype, msg, tb = _error(exc)
-            poisoned = F.poisons_context(msg)
-            fail(case, kind, etype, msg, tb, poisoned)
-            if poisoned:
-                emit("poisoned", shape=key)
-                emit.close()
-                return EXIT_POISONED
-            timing.free(timer)
-            emit("done", shape=key)
-            continue
-        emit("measurement", shape=key, row=row)
-        if row["status"] != "ok":
-            fail(case, F.WRONG, "tracekit.WrongResult", why, "")
-        timing.free(timer)
-        emit("done", shape=key)
-    emit("finished")
-    emit.close()
-    timing.report_trace_window()
-    return 0
-
-
-# --- the sweep's side ------------------------------------------------------------------------------------------
 @dataclass
 class SweepEvent:
     """Something the sweep did, for a progress display.
@@ -396,7 +106,7 @@ def profiled_worker(
     recorded in the workers. Returns the command and the environment variables to add.
 
     By default (``TRACEKIT_TRACE_REPEATS`` a number) the worker records one traced pass per measurement itself
-    (``tracekit.collectors.timing.TraceWindow``) into ``trace``'s stem + ``.NNN.json.gz``; with ``all`` it runs
+    (``tracekit.collectors.harness.timing.TraceWindow``) into ``trace``'s stem + ``.NNN.json.gz``; with ``all`` it runs
     inside the runner (``python [options] -m tracekit.collectors.torchprof ... -- -m module args``), which
     records everything it does into ``trace`` and writes its own crash lines to ``failures`` (a log file: the
     sweep already records a worker that dies). Unchanged when no profiler runs."""

@@ -18,9 +18,12 @@ from typing import Any, ClassVar
 from tracekit.collectors import failures as F
 from tracekit.collectors.failures import FAILURE_KEYS
 from tracekit.collectors.harness import (
+    BenchBackend,
     Case,
     CaseContext,
+    Family,
     Options,
+    SweepPlan,
     add_worker_options,
     run_sweep,
     run_worker,
@@ -132,6 +135,31 @@ class TinyPlan(Options):
 
     def prepare_run(self, run: Run) -> None:
         return None
+
+
+def test_the_three_families_and_their_plans_speak_the_protocols() -> None:
+    from tracekit.collectors.backends import get_backend
+    from tracekit.collectors.bench import SweepSettings
+    from tracekit.collectors.moe import GLM5, MOE_BACKENDS, MoeFamily, MoeSettings
+    from tracekit.collectors.worker import GemmFamily
+
+    for family in (GemmFamily(), MoeFamily(), TinyFamily()):
+        assert isinstance(family, Family), family
+    for backend in (
+        get_backend("torch-bf16"),
+        MOE_BACKENDS["torch-bf16-grouped"],
+        TinyFamily.BACKENDS["tiny"],
+    ):
+        assert isinstance(backend, BenchBackend), backend
+    plans = (
+        SweepSettings(backends=["torch-bf16"], shapes=[(1, 2, 3)]),
+        MoeSettings(backends=["torch-bf16-grouped"], config=GLM5, tokens=[4], routing=["uniform"]),
+        TinyPlan(backends=["tiny"], sizes=[1]),
+    )
+    for plan in plans:
+        assert isinstance(plan, SweepPlan), plan
+        assert plan.manifest()["tool"].startswith("tracekit bench ")
+    assert not isinstance(object(), Family) and not isinstance(object(), SweepPlan)
 
 
 def _events(path: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from tracekit.run import Run
@@ -73,6 +73,7 @@ def add_worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
+@runtime_checkable
 class SweepPlan(Protocol):
     """What :func:`run_sweep` reads of a family's settings (``bench.SweepSettings``, ``moe.MoeSettings``)."""
 

@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from tracekit.collectors import failures as F
 
@@ -22,6 +22,7 @@ from . import timing
 from .settings import EXIT_POISONED
 
 
+@runtime_checkable
 class BenchBackend(Protocol):
     """What the worker loop reads of a backend; the family does the rest (prepare, run, reference)."""
 
@@ -48,6 +49,7 @@ class CaseContext:
     seed: int
 
 
+@runtime_checkable
 class Family(Protocol):
     """A benchmark family: what a case is, how a backend is found and set up, how a case is measured into one
     measurement row (its one row-building function) and the text of why it is wrong."""

@@ -4,29 +4,12 @@ an entry that names an argument the call lacks is a clear failure, and so is an 
 from __future__ import annotations
 
 import pytest
+from test_instrument import E4M3, FP32, T  # the stand-in tensors and dtypes
 
 from tracekit.collectors import instrument as I
 from tracekit.collectors import instrument_targets as IT
 from tracekit.collectors.instrument_targets import Arg, Gemm, MissingArgument, Quantize
 from tracekit.naming import decode
-
-
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __str__(self) -> str:
-        return f"torch.{self.name}"
-
-
-BF16, FP32, E4M3 = DType("bfloat16"), DType("float32"), DType("float8_e4m3fn")
-
-
-class T:
-    """Stand-in tensor: shape, dtype, is_cuda."""
-
-    def __init__(self, *shape: int, dtype: DType = BF16, cuda: bool = True) -> None:
-        self.shape, self.dtype, self.is_cuda = tuple(shape), dtype, cuda
 
 
 def _target(label: str) -> IT.Target:

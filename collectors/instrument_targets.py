@@ -11,7 +11,6 @@ implementation argument the entry lacks) is a ValueError when the table is built
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,48 +122,45 @@ class Arg:
 
 Dims = tuple[int, int, int, dict[str, Any]]
 """(M, N, K, extra name fields such as batch) of one call."""
+_NONE: dict[str, Any] = {}
 
 
-def _mk_kn(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    return (int(sa[0]), int(sb[1]), int(sa[1]), {}) if len(sa) == 2 and len(sb) == 2 else None
-
-
-def _mk_nk(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    return (int(sa[0]), int(sb[0]), int(sa[1]), {}) if len(sa) == 2 and len(sb) == 2 else None
-
-
-def _mk_kn_prepared(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    return (int(sa[0]), int(sb[1]), int(sa[1]), {}) if len(sa) == 2 and len(sb) in (2, 3) else None
-
-
-def _bmk_bkn(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    if len(sa) != 3 or len(sb) != 3:
-        return None
-    return int(sa[1]), int(sb[2]), int(sa[2]), {"batch": int(sa[0])}
-
-
-def _xk_nk(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    return (numel(sa[:-1]), int(sb[0]), int(sb[1]), {}) if len(sa) >= 1 and len(sb) == 2 else None
-
-
-def _matmul(sa: Sequence[int], sb: Sequence[int]) -> Dims | None:
-    if len(sa) < 2 or len(sb) < 1:
-        return None
+def _matmul(sa: Sequence[int], sb: Sequence[int]) -> Dims:
     k = int(sa[-1])
     if len(sb) == 1:  # matrix @ vector
-        return numel(sa[:-1]), 1, k, {}
+        return numel(sa[:-1]), 1, k, _NONE
     if len(sb) == 2:  # batch dims of A fold into M: one GEMM
-        return numel(sa[:-1]), int(sb[-1]), k, {}
+        return numel(sa[:-1]), int(sb[-1]), k, _NONE
     return int(sa[-2]), int(sb[-1]), k, {"batch": max(numel(sa[:-2]), numel(sb[:-2]))}  # per-batch GEMMs
 
 
-LAYOUTS: dict[str, Callable[[Sequence[int], Sequence[int]], Dims | None]] = {
-    "mk,kn": _mk_kn,
-    "mk,nk": _mk_nk,
-    "mk,kn|prepared": _mk_kn_prepared,
-    "bmk,bkn": _bmk_bkn,
-    "...k,nk": _xk_nk,
-    "matmul": _matmul,
+@dataclass(frozen=True)
+class Layout:
+    """Which operand ranks a layout takes (checked on every call) and how M, N, K come from the shapes (read
+    once per range name)."""
+
+    takes: Callable[[int, int], bool]
+    dims: Callable[[Sequence[int], Sequence[int]], Dims]
+
+
+LAYOUTS: dict[str, Layout] = {
+    "mk,kn": Layout(
+        lambda ra, rb: ra == 2 and rb == 2, lambda sa, sb: (int(sa[0]), int(sb[1]), int(sa[1]), _NONE)
+    ),
+    "mk,nk": Layout(
+        lambda ra, rb: ra == 2 and rb == 2, lambda sa, sb: (int(sa[0]), int(sb[0]), int(sa[1]), _NONE)
+    ),
+    "mk,kn|prepared": Layout(
+        lambda ra, rb: ra == 2 and rb in (2, 3), lambda sa, sb: (int(sa[0]), int(sb[1]), int(sa[1]), _NONE)
+    ),
+    "bmk,bkn": Layout(
+        lambda ra, rb: ra == 3 and rb == 3,
+        lambda sa, sb: (int(sa[1]), int(sb[2]), int(sa[2]), {"batch": int(sa[0])}),
+    ),
+    "...k,nk": Layout(
+        lambda ra, rb: ra >= 1 and rb == 2, lambda sa, sb: (numel(sa[:-1]), int(sb[0]), int(sb[1]), _NONE)
+    ),
+    "matmul": Layout(lambda ra, rb: ra >= 2 and rb >= 1, _matmul),
 }
 """How M, N, K come from the two operand shapes: ``mk,kn`` A [M, K] and B [K, N]; ``mk,nk`` B [N, K];
 ``mk,kn|prepared`` B [K, N] or FlashInfer's prepared [K/128, N, 128]; ``bmk,bkn`` batched (batch=); ``...k,nk``
@@ -293,15 +289,77 @@ def _half_operands(a: Any, b: Any) -> tuple[str, str] | None:
 Described = tuple[Any, Callable[[], str]]
 """A call that names a range: (cache key, name builder)."""
 
+Describe = Callable[[tuple[Any, ...], dict[str, Any]], "Described | None"]
+"""Given a call's (args, kwargs): None to call straight through, or (cache key, name builder)."""
 
-def describe(
-    spec: Gemm | Quantize, label: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Described | None:
-    """Read a call of entry point ``label`` with its table entry: None to call straight through (not a GEMM
-    tracekit names: other dtypes, CPU operands, shapes its layout does not take, something not a tensor), else
-    (cache key, name builder); :class:`MissingArgument` when the call lacks an argument the entry reads."""
+
+_ABSENT = object()
+
+
+def describe(spec: Gemm | Quantize, label: str) -> Describe:
+    """The reader of one table entry (entry point ``label``): given a call's (args, kwargs), None to call straight
+    through (not a GEMM tracekit names: other dtypes, CPU operands, shapes its layout does not take, something not
+    a tensor), else (cache key, name builder); :class:`MissingArgument` when the call lacks an argument the entry
+    reads. The entry is read once, here, so that a call costs attribute reads, not table look-ups."""
     if isinstance(spec, Quantize):
-        x = spec.x.need(args, kwargs, label)
+        return _quantize_reader(spec, label)
+    a_arg, b_arg = spec.a, spec.b
+    takes, dims = LAYOUTS[spec.layout].takes, LAYOUTS[spec.layout].dims
+    ia, na, ib, nb = a_arg.index, a_arg.name, b_arg.index, b_arg.name
+    half, fixed, op, template = spec.half, spec.dtypes, spec.op, spec.backend
+    out_arg, out_tensor, impl_arg = spec.out, spec.out_tensor, spec.impl
+    out_default = None if spec.out_default == "a" else spec.out_default
+    rule = spec.scale if not isinstance(spec.scale, str) else None
+    fixed_scale = spec.scale if rule is None else None
+    impl_field = spec.impl_field
+
+    def read(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
+        n_args = len(args)
+        a = args[ia] if ia is not None and n_args > ia else kwargs.get(na, _ABSENT)
+        b = args[ib] if ib is not None and n_args > ib else kwargs.get(nb, _ABSENT)
+        if a is _ABSENT or b is _ABSENT:
+            raise MissingArgument(a_arg.missing(label) if a is _ABSENT else b_arg.missing(label))
+        try:
+            sa, sb = a.shape, b.shape
+            if not takes(len(sa), len(sb)):
+                return None
+            if half:
+                dts = _half_operands(a, b)
+                if dts is None:
+                    return None
+                da, db = dts
+            else:
+                da, db = fixed or (dtype_name(a.dtype), dtype_name(b.dtype))
+            out_t = out_tensor.get(args, kwargs) if out_tensor is not None else None
+            if out_t is not None and hasattr(out_t, "dtype"):
+                out_dtype = out_t.dtype
+            else:
+                out_dtype = out_arg.get(args, kwargs) if out_arg is not None else None
+            scale_key = rule.key(args, kwargs, label) if rule is not None else fixed_scale
+        except AttributeError:
+            return None
+        impl = impl_arg.get(args, kwargs) if impl_arg is not None else None
+
+        def build() -> str:
+            m, n, k, extra = dims(sa, sb)
+            if da == "e2m1":  # FP4 is packed two to a byte
+                k *= 2
+            out = dtype_name(out_dtype) if out_dtype is not None else (out_default or da)
+            backend = template.format(a=da, family=_FAMILY.get(da, da), impl=impl)
+            scale = rule.name(scale_key, da, m, n, k) if rule is not None else scale_key
+            fields = {**extra, "impl": impl} if impl_field else extra
+            return ranges.gemm_name(backend, op, m, n, k, da, db, out, scale, **fields)
+
+        return (op, template, sa, sb, da, db, out_dtype, scale_key, impl), build
+
+    return read
+
+
+def _quantize_reader(spec: Quantize, label: str) -> Describe:
+    backend, op, out, x_arg = spec.backend, spec.op, spec.out, spec.x
+
+    def read(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
+        x = x_arg.need(args, kwargs, label)
         try:
             shape, dt = tuple(x.shape), dtype_name(x.dtype)
         except AttributeError:
@@ -309,56 +367,14 @@ def describe(
         if len(shape) < 1:
             return None
         m, k = numel(shape[:-1]), int(shape[-1])
-        key = ("quantize", spec.backend, spec.op, shape, dt)
-        return key, lambda: ranges.aux_name(
-            "quantize", backend=spec.backend, op=spec.op, M=m, K=k, a=dt, out=spec.out
+        return ("quantize", backend, op, shape, dt), lambda: ranges.aux_name(
+            "quantize", backend=backend, op=op, M=m, K=k, a=dt, out=out
         )
-    a, b = spec.a.need(args, kwargs, label), spec.b.need(args, kwargs, label)
-    try:
-        sa, sb = a.shape, b.shape
-        if spec.half:
-            dts = _half_operands(a, b)
-            if dts is None:
-                return None
-            da, db = dts
-        else:
-            da, db = spec.dtypes or (dtype_name(a.dtype), dtype_name(b.dtype))
-        dims = LAYOUTS[spec.layout](sa, sb)
-        if dims is None:
-            return None
-        out_t = spec.out_tensor.get(args, kwargs) if spec.out_tensor is not None else None
-        out_dtype = spec.out.get(args, kwargs) if spec.out is not None else None
-        if out_t is not None and hasattr(out_t, "dtype"):
-            out = dtype_name(out_t.dtype)
-        else:
-            out = (
-                dtype_name(out_dtype)
-                if out_dtype is not None
-                else (da if spec.out_default == "a" else spec.out_default)
-            )
-        rule = spec.scale if not isinstance(spec.scale, str) else None
-        scale_key = rule.key(args, kwargs, label) if rule is not None else spec.scale
-    except AttributeError:
-        return None
-    impl = spec.impl.get(args, kwargs) if spec.impl is not None else None
-    m, n, k, extra = dims
-    if da == "e2m1":
-        k *= 2
-    key = (spec.op, spec.backend, sa, sb, da, db, out, scale_key, impl)
 
-    def build() -> str:
-        backend = spec.backend.format(a=da, family=_FAMILY.get(da, da), impl=impl)
-        scale = rule.name(scale_key, da, m, n, k) if rule is not None else scale_key
-        fields = {**extra, "impl": impl} if spec.impl_field else extra
-        return ranges.gemm_name(backend, spec.op, m, n, k, da, db, out, scale, **fields)
-
-    return key, build
+    return read
 
 
 # --- the table ---------------------------------------------------------------------------------------------------
-
-Describe = Callable[[tuple[Any, ...], dict[str, Any]], "Described | None"]
-"""Given a call's (args, kwargs): None to call straight through, or (cache key, name builder)."""
 
 
 @dataclass(frozen=True)
@@ -388,8 +404,8 @@ class Target:
 
 def entry(package: str, path: str, spec: Gemm | Quantize, **options: Any) -> Target:
     """A :data:`GEMM_TARGETS` row: the entry point, its table entry, and :func:`describe` reading the two."""
-    fn = functools.partial(describe, spec, f"{package}.{path}")
-    return Target(package, path, fn, gemm=not isinstance(spec, Quantize), spec=spec, **options)
+    reader = describe(spec, f"{package}.{path}")
+    return Target(package, path, reader, gemm=not isinstance(spec, Quantize), spec=spec, **options)
 
 
 def _torch_half(op: str, layout: str, a: Arg, b: Arg) -> Gemm:

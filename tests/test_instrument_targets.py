@@ -67,7 +67,7 @@ def test_an_entry_that_cannot_be_read_fails_when_the_table_is_built() -> None:
 def test_every_dense_entry_is_a_table_row_read_by_the_one_describe() -> None:
     for target in IT.GEMM_TARGETS:
         assert isinstance(target.spec, Gemm | Quantize), target.label
-        assert target.describe.func is IT.describe and target.describe.args == (target.spec, target.label)
+        assert target.describe.__qualname__.startswith(("describe.", "_quantize_reader.")), target.label
         assert target.gemm is isinstance(target.spec, Gemm)
 
 

@@ -114,10 +114,12 @@ class Arg:
             return args[self.index]
         if self.name in kwargs:
             return kwargs[self.name]
+        raise MissingArgument(self.missing(label))
+
+    def missing(self, label: str) -> str:
+        """The one line that says entry point ``label`` was called without this argument."""
         where = f"position {self.index} or keyword" if self.index is not None else "keyword"
-        raise MissingArgument(
-            f"{label}: the call has no argument {self.name!r} ({where}), which its table entry reads"
-        )
+        return f"{label}: the call has no argument {self.name!r} ({where}), which its table entry reads"
 
 
 Dims = tuple[int, int, int, dict[str, Any]]
@@ -187,7 +189,7 @@ class ScaleShapes:
         if self.rowwise_only:
             return "tensorwise" if key == (1, 1) else "rowwise"
         sa_dtype, sa_shape, sb_shape = key
-        return scale_layout(da, (), sa_dtype, sa_shape, sb_shape, m, n, k)
+        return scale_layout(da, (), sa_dtype, sa_shape, sb_shape, m, n, k)  # A's shape is not read
 
 
 @dataclass(frozen=True)

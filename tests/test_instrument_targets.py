@@ -31,6 +31,10 @@ def test_a_call_lacking_an_argument_its_entry_reads_is_a_clear_failure() -> None
     assert str(err.value) == (
         "torch._scaled_mm: the call has no argument 'scale_b' (position 3 or keyword), which its table entry reads"
     )
+    with pytest.raises(MissingArgument, match=r"^torch\.mm: the call has no argument 'mat2' \(position 1 "):
+        _target("torch.mm").describe((a,), {"other": b})
+    with pytest.raises(MissingArgument, match=r"^flashinfer\.bmm_fp8: the call has no argument 'A' "):
+        _target("flashinfer.bmm_fp8").describe((), {"B": b})
     with pytest.raises(MissingArgument, match=r"^sgl_kernel\.sgl_per_token_quant_fp8: .* 'input' "):
         _target("sgl_kernel.sgl_per_token_quant_fp8").describe((), {"x": a})
     # the same call with the argument, by keyword, is named

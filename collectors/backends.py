@@ -436,15 +436,20 @@ class FlashinferFp4(Backend):
             )
 
     def reference(self, state: dict[str, Any]) -> Any:
-        m, n, k = state["m"], state["n"], state["k"]
-        a = dequant_nvfp4(state["qa"], state["sfa"], 1.0 / state["ga"], m, k, swizzled=True)
-        qw, sfw = state["ref_w"]
-        w = dequant_nvfp4(qw, sfw, 1.0 / state["gw"], n, k, swizzled=True)
-        return a @ w.t()
+        return _nvfp4_reference(state, *state["ref_w"])  # the weight as quantized unshuffled
 
     def aux(self, state: dict[str, Any]) -> Any:
         with state["aux_range"]:
             return self._quantize(state["a_hp"], False)
+
+
+def _nvfp4_reference(state: dict[str, Any], qw: Any, sfw: Any) -> Any:
+    """fp32 A @ W^T from NVFP4 operands with 128x4-swizzled block scales and their global encode scales (the
+    FlashInfer and sgl-kernel quantizers' layout)."""
+    m, n, k = state["m"], state["n"], state["k"]
+    a = dequant_nvfp4(state["qa"], state["sfa"], 1.0 / state["ga"], m, k, swizzled=True)
+    w = dequant_nvfp4(qw, sfw, 1.0 / state["gw"], n, k, swizzled=True)
+    return a @ w.t()
 
 
 def _fi_fp4(backend: str) -> type[FlashinferFp4]:
@@ -559,10 +564,7 @@ class SglFp4(Backend):
             )
 
     def reference(self, state: dict[str, Any]) -> Any:
-        m, n, k = state["m"], state["n"], state["k"]
-        a = dequant_nvfp4(state["qa"], state["sfa"], 1.0 / state["ga"], m, k, swizzled=True)
-        w = dequant_nvfp4(state["qw"], state["sfw"], 1.0 / state["gw"], n, k, swizzled=True)
-        return a @ w.t()
+        return _nvfp4_reference(state, state["qw"], state["sfw"])
 
     def aux(self, state: dict[str, Any]) -> Any:
         with state["aux_range"]:

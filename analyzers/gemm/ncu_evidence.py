@@ -4,7 +4,6 @@ rows for cases found on a timeline."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
@@ -166,11 +165,7 @@ def _user_range_of(row: dict[str, Any]) -> str | None:
         return None
     if not is_op_range(rng):
         return rng
-    try:
-        stack = json.loads(row.get("nvtx_stack") or "[]")
-    except ValueError:
-        stack = []
-    for entry in reversed(stack):
+    for entry in reversed(row.get("nvtx_stack") or []):
         name = entry.get("name") if isinstance(entry, dict) else None
         if name and not is_op_range(name) and naming.decode(name) is None:
             return name
@@ -220,11 +215,7 @@ def _ncu_cases(
             continue
         parsed = parse_gemm_name(row.get("nvtx_range"))
         if parsed is None and row.get("nvtx_stack"):
-            try:
-                stack = json.loads(row["nvtx_stack"])
-            except ValueError:
-                stack = []
-            for entry in reversed(stack):
+            for entry in reversed(row["nvtx_stack"]):
                 if parse_gemm_name(entry.get("name")):
                     row = {**row, "nvtx_range": entry["name"]}
                     parsed = parse_gemm_name(entry["name"])

@@ -3,7 +3,6 @@ every GEMM with its waterfall, Nsight Compute's findings and every failure into 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -43,13 +42,10 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     versions = {k: v for k, v in (env.get("versions") or {}).items() if v}
     versions_source = "run.json" if versions else None
     if not versions and frames["failures"].height:
-        for text in frames["failures"]["versions"].drop_nulls().to_list():
-            try:
-                found = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(found, dict) and found:
-                versions = {str(k): str(v) for k, v in found.items() if v}
+        for pairs in frames["failures"]["versions"].drop_nulls().to_list():
+            found = {p["package"]: p["version"] for p in pairs if p["version"]}
+            if found:
+                versions = found
                 versions_source = "failure records"
                 break
     return {
@@ -231,12 +227,7 @@ def _first_line(text: Any) -> str:
 def _failures(frames: dict[str, pl.DataFrame]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows = []
     for r in frames["failures"].iter_rows(named=True):
-        versions = None
-        if r.get("versions"):
-            try:
-                versions = json.loads(r["versions"])
-            except ValueError:
-                versions = r["versions"]
+        versions = {p["package"]: p["version"] for p in r["versions"]} if r.get("versions") else None
         rows.append({**r, "versions": versions, "first_line": _first_line(r.get("message"))})
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for i, r in enumerate(rows):

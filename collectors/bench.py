@@ -36,6 +36,7 @@ from tracekit.collectors.torchprof import (
 )
 from tracekit.collectors.worker import EXIT_POISONED, MEASUREMENT_KEYS
 from tracekit.errors import BadInputError
+from tracekit.records import Failure, jsonl_line, record_for
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
 
 __all__ = [
@@ -177,7 +178,7 @@ class _Sink:
     def measurement(self, row: dict[str, Any]) -> None:
         row = {k: row.get(k) for k in self.keys}
         self.measurements.append(row)
-        self._m.write(json.dumps(row, allow_nan=False, default=str) + "\n")
+        self._m.write(jsonl_line(record_for(self.keys), row))
         self._m.flush()
 
     def handles(self, event: str | None) -> bool:
@@ -187,13 +188,13 @@ class _Sink:
         f, keys = self._side[event]
         row = {k: row.get(k) for k in keys}
         self.side.setdefault(event, []).append(row)
-        f.write(json.dumps(row, allow_nan=False, default=str) + "\n")
+        f.write(jsonl_line(record_for(keys), row))
         f.flush()
 
     def failure(self, row: dict[str, Any]) -> None:
         row = {k: row.get(k) for k in FAILURE_KEYS}
         self.failures.append(row)
-        self._f.write(json.dumps(row, allow_nan=False, default=str) + "\n")
+        self._f.write(jsonl_line(Failure, row))
         self._f.flush()
 
     def close(self) -> None:

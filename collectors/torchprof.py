@@ -43,30 +43,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-FAILURE_KEYS = (
-    "backend",
-    "op",
-    "m",
-    "n",
-    "k",
-    "kind",
-    "error_type",
-    "message",
-    "traceback",
-    "device_name",
-    "compute_capability",
-    "versions",
-    "time_unix",
-    "dtype_a",
-    "dtype_b",
-    "dtype_out",
-    "range",
-    "caller",
-    "signal",
-    "python_stack",
-    "stderr_tail",
-)
-"""The columns of ``tracekit.frames.FAILURES`` minus ``failure_id`` (a test keeps the two in step)."""
+from tracekit.schema import jsonl_keys
+
+FAILURE_KEYS = jsonl_keys("failures")
+"""The columns of the ``failures`` frame (tracekit/schema.py) but its id."""
 
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -118,28 +98,31 @@ def failure_record(
     op: str | None = None,
 ) -> dict[str, Any]:
     """One ``failures.jsonl`` record, keyed exactly like the failures frame (ids are given by the importer)."""
-    return {
-        "backend": backend,
-        "op": op,
-        "m": None,
-        "n": None,
-        "k": None,
-        "kind": kind,
-        "error_type": error_type,
-        "message": message,
-        "traceback": traceback_text,
-        "device_name": device_name,
-        "compute_capability": compute_capability,
-        "versions": versions or {},
-        "time_unix": time.time(),
-        **dict.fromkeys(FAILURE_KEYS[FAILURE_KEYS.index("time_unix") + 1 :]),
-    }
+    from tracekit.collectors.failures import failure_record as record
+
+    return record(
+        backend=backend,
+        op=op,
+        m=None,
+        n=None,
+        k=None,
+        kind=kind,
+        error_type=error_type,
+        message=message,
+        traceback=traceback_text,
+        device_name=device_name,
+        compute_capability=compute_capability,
+        versions=versions or {},
+    )
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one JSON line (one ``write`` of one line, so concurrent writers do not interleave)."""
+    """Append one JSON line (one ``write`` of one line, so concurrent writers do not interleave); a row of a kind
+    tracekit/records.py declares (a failure) is written through its record."""
+    from tracekit.records import jsonl_line, record_for
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, default=str) + "\n"
+    line = jsonl_line(record_for(tuple(record)), record)
     with path.open("a", encoding="utf-8") as f:
         f.write(line)
 

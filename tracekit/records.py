@@ -12,6 +12,7 @@ in bare GPU environments, build their rows here.
 - :class:`Measurement`: one line of ``raw/measurements.jsonl`` (and ``raw/moe_curve.jsonl``), the columns of the
   ``measurements`` frame (tracekit/schema.py) but its id.
 - :class:`Failure`: one line of ``raw/failures.jsonl``, the columns of the ``failures`` frame but its id.
+- :class:`MoeRow`: one line of ``raw/moe.jsonl``, the columns of the ``moe`` frame but its id.
 - :class:`NcuAction` (with :class:`NcuRule`): one profiled kernel as Nsight Compute's reader process hands it over
   (analyzers/_ncu_worker.py -> analyzers/ncu.py).
 """
@@ -24,6 +25,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "ROWS",
     "Capture",
     "CapturePass",
     "Environment",
@@ -32,6 +34,7 @@ __all__ = [
     "FramesInfo",
     "Gpu",
     "Measurement",
+    "MoeRow",
     "NcuAction",
     "NcuReaderOutput",
     "NcuRule",
@@ -45,6 +48,7 @@ __all__ = [
     "gpu_of",
     "jsonl_line",
     "merge_unknown",
+    "record_for",
     "row",
 ]
 
@@ -329,22 +333,82 @@ class Failure(msgspec.Struct, kw_only=True):
             )
 
 
-def row(record: Measurement | Failure) -> dict[str, Any]:
+class MoeRow(msgspec.Struct, kw_only=True):
+    """One grouped (MoE) launch timed by ``tracekit bench moe`` (``raw/moe.jsonl``); the columns of the ``moe``
+    frame but ``moe_id``, in order, with the per-expert ``counts`` and ``expert_time_us`` as lists."""
+
+    range: str | None = None
+    backend: str | None = None
+    op: str | None = None
+    proj: str | None = None
+    route: str | None = None
+    tokens: int | None = None
+    topk: int | None = None
+    experts: int | None = None
+    active: int | None = None
+    rows: int | None = None
+    n: int | None = None
+    k: int | None = None
+    inter: int | None = None
+    dtype: str | None = None
+    dtype_b: str | None = None
+    dtype_out: str | None = None
+    scale: str | None = None
+    time_us: float | None = None
+    time_us_p10: float | None = None
+    time_us_p90: float | None = None
+    repeats: int | None = None
+    tflops: float | None = None
+    rel_error: float | None = None
+    status: str | None = None
+    sm_clock_hz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    throttle_reasons: int | None = None
+    timing: str | None = None
+    counts: list[int] | None = None
+    expert_time_us: list[float | None] | None = None
+    expert_time_source: str | None = None
+    tile_m: int | None = None
+    tile_n: int | None = None
+    tile_source: str | None = None
+
+
+ROWS: dict[str, type[Measurement] | type[Failure] | type[MoeRow]] = {
+    "measurements": Measurement,
+    "failures": Failure,
+    "moe": MoeRow,
+    "moe_curve": Measurement,
+}
+"""The record of each frame that the collectors write as JSONL rows, by frame name."""
+
+
+def record_for(keys: tuple[str, ...]) -> type[Measurement] | type[Failure] | type[MoeRow] | None:
+    """The row record whose fields are exactly ``keys`` (in order), None when there is none."""
+    return next((r for r in ROWS.values() if tuple(r.__struct_fields__) == tuple(keys)), None)
+
+
+def row(record: Measurement | Failure | MoeRow) -> dict[str, Any]:
     """A row record as the plain dict a JSONL line holds (keys in the frame's column order)."""
     return msgspec.to_builtins(record)
 
 
-def jsonl_line(record: type[Measurement] | type[Failure], values: dict[str, Any]) -> str:
+def jsonl_line(
+    record: type[Measurement] | type[Failure] | type[MoeRow] | None, values: dict[str, Any]
+) -> str:
     """One JSONL line of ``record``'s kind from ``values`` (keys it does not declare are dropped, missing ones
-    null, numbers given as text converted): how the collectors write ``raw/measurements.jsonl`` and
-    ``raw/failures.jsonl``. NaN and infinities are written as null. Raises :class:`RecordError` on a value of
-    the wrong type."""
+    null, numbers given as text converted): how the collectors write ``raw/measurements.jsonl``,
+    ``raw/failures.jsonl`` and ``raw/moe.jsonl``. With ``record`` None the values are written as they are. NaN
+    and infinities are written as null; values JSON has no type for, as text. Raises :class:`RecordError` on a
+    value of the wrong type."""
+    plain = msgspec.to_builtins(values, enc_hook=str)
+    if record is None:
+        return msgspec.json.encode(plain).decode("utf-8") + "\n"
     try:
-        typed = msgspec.convert(values, record, strict=False)
+        typed = msgspec.convert(plain, record, strict=False)
     except msgspec.ValidationError as exc:
-        raise _validation_error(
-            f"a {record.__name__.lower()} row has a field of the wrong type", exc
-        ) from exc
+        raise _validation_error(f"a {record.__name__} row has a field of the wrong type", exc) from exc
     return msgspec.json.encode(typed).decode("utf-8") + "\n"
 
 
@@ -367,9 +431,10 @@ class NcuAction(msgspec.Struct, kw_only=True):
     (``[domain, [range names, outermost first]]`` per domain), metrics (``[name, tag, value, unit]``, tag ``f``
     float, ``i`` integer, ``s`` string, null unknown) and rules."""
 
-    range: int
-    action: int
-    name: str
+    range: int | None = None
+    action: int | None = None
+    name: str | None = None
+    """None in a damaged report (the kernel is then refused for its missing metrics, not for its name)."""
     demangled: str | None = None
     nvtx: list[tuple[str | None, list[str]]] = msgspec.field(default_factory=list)
     metrics: list[tuple[str, str | None, Any, str | None]] = msgspec.field(default_factory=list)

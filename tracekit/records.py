@@ -227,10 +227,11 @@ def _validation_error(what: str, exc: msgspec.MsgspecError) -> RecordError:
 
 
 def decode_json(data: bytes | str) -> Any:
-    """JSON text as plain data; :class:`RecordError` (``not valid JSON (...)``) when it is not JSON."""
+    """JSON text (UTF-8) as plain data; :class:`RecordError` (``not valid JSON (...)``, with the standard
+    library's words for where) when it is not."""
     try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
+        return json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise RecordError(f"not valid JSON ({exc})") from exc
 
 

@@ -12,8 +12,11 @@ Layout::
                         ``polars.scan_parquet(..., hive_partitioning=True)``, DuckDB or Spark (docs/RANKS.md)
 
 Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
-leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. This module
-imports polars only when frames are read or written, so collectors can create runs where polars is absent.
+leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. The manifest is read and
+written through its typed record (tracekit/records.py ``RunRecord``): a field of the wrong type is refused in one
+line, keys this tracekit does not know are kept. Frames of the previous schema version are migrated on read
+(tracekit/frames.py ``migrate``), in memory. This module imports polars only when frames are read or written, so
+collectors can create runs where polars is absent.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tracekit._version import MIGRATES_FROM, SCHEMA_VERSION, __version__
 from tracekit.errors import RunNotFoundError, SchemaError, StorageError
 from tracekit.records import RecordError, RunRecord, check_manifest, decode_json, encode_manifest
+from tracekit.schema import SCHEMAS
 
 if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU machines that lack it
     import polars as pl
@@ -280,10 +284,8 @@ class Run:
 
     def frame_files(self) -> list[tuple[str, Path]]:
         """Every frame file as (path relative to the run, absolute path), both layouts, sorted."""
-        from tracekit.frames import SPECS
-
         out: list[tuple[str, Path]] = []
-        for name in SPECS:
+        for name in SCHEMAS:
             layout = self.frame_layout(name)
             if layout == "file":
                 out.append((f"frames/{name}.parquet", self.frame_path(name)))
@@ -317,9 +319,7 @@ class Run:
     def write_frame(self, name: str, df: pl.DataFrame, *, partition_by: str | None = None) -> None:
         """Write one frame atomically: one file, or with ``partition_by`` (a column of the frame, which must be
         ``rank``) one folder per value. An empty frame is always one file."""
-        from tracekit.frames import SPECS
-
-        if name not in SPECS:
+        if name not in SCHEMAS:
             raise ValueError(f"unknown frame {name!r}")
         if partition_by is not None and partition_by != PARTITION_KEY:
             raise ValueError(f"frames are partitioned by {PARTITION_KEY!r} only, not {partition_by!r}")

@@ -10,6 +10,7 @@ import polars as pl
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
+from tracekit.records import gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from .case import GemmCase
@@ -29,11 +30,9 @@ def device_from_frames(
             return match_device(
                 r["name"], r["compute_capability"], r["sm_count"], clock_hz=r["boost_clock_hz"]
             )
-    env = environment or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
-    name = gpu.get("gpu_name") or gpu.get("name") if isinstance(gpu, dict) else None
-    if name:
-        return match_device(name, gpu.get("compute_capability"), gpu.get("sm_count"))
+    gpu = gpu_of(environment)
+    if gpu.name:
+        return match_device(gpu.name, gpu.compute_capability, gpu.sm_count)
     return None
 
 

@@ -13,6 +13,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec
+from tracekit.records import gpu_of
 from tracekit.run import Run
 
 from .text import _clean, _f
@@ -36,7 +37,7 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     from ..summary import devices
 
     env = run.manifest.get("environment") or {}
-    gpu_env = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
+    gpu = gpu_of(env)
     devs = devices(frames, run)
     dev = devs[0] if devs else {}
     versions = {k: v for k, v in (env.get("versions") or {}).items() if v}
@@ -49,9 +50,9 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
                 versions_source = "failure records"
                 break
     return {
-        "gpu": gpu_env.get("gpu_name") or gpu_env.get("name") or dev.get("name"),
-        "compute_capability": gpu_env.get("compute_capability") or dev.get("compute_capability"),
-        "sm_count": gpu_env.get("sm_count") or dev.get("sm_count"),
+        "gpu": gpu.name or dev.get("name"),
+        "compute_capability": gpu.compute_capability or dev.get("compute_capability"),
+        "sm_count": gpu.sm_count or dev.get("sm_count"),
         "gpus_in_run": devs if len(devs) > 1 else None,
         "driver": env.get("driver"),
         "cuda": env.get("cuda_runtime") or env.get("cuda"),

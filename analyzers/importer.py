@@ -583,9 +583,10 @@ def frames_in_memory(run: Run) -> bool:
 
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """The run's frames (all, or ``names``). Frames of the previous schema version are migrated on read (their
-    JSON text columns decoded, :meth:`Run.read_frame`); frames that are missing or older are rebuilt from raw/ in memory, never written into the run: every read (show, explain, view, report, compare,
-    bundle) leaves the run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries
-    the rebuilt sources, ``partial`` and ``import_warnings`` as an import would have written them."""
+    JSON text columns decoded, :meth:`Run.read_frame`); frames that are missing or older are rebuilt from raw/
+    in memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the
+    run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt
+    sources, ``partial`` and ``import_warnings`` as an import would have written them."""
     wanted = list(names) if names is not None else list(SPECS)
     memory: dict[str, pl.DataFrame] | None = getattr(run, "_memory_frames", None)
     if memory is None and not (run.frames_current() or run.frames_migratable()):

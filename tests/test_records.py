@@ -136,7 +136,9 @@ def test_failure_rows_carry_versions_as_an_object() -> None:
 
 
 def test_gpu_of_reads_the_flat_and_the_nested_layout() -> None:
-    flat = records.check_manifest(json.loads((SAMPLES / "h200-bench-gemm" / "run.json").read_text())).environment
+    flat = records.check_manifest(
+        json.loads((SAMPLES / "h200-bench-gemm" / "run.json").read_text())
+    ).environment
     nested = {"gpu": {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}}
     for env in (flat, nested, msgspec.to_builtins(flat)):
         gpu = records.gpu_of(env)

@@ -16,10 +16,10 @@ from typing import Any
 import polars as pl
 
 from tracekit import schema
-from tracekit._version import SCHEMA_VERSION
+from tracekit._version import MIGRATES_FROM, SCHEMA_VERSION
 
 __all__ = [
-    "MIGRATABLE_VERSIONS",
+    "MIGRATES_FROM",
     "SCHEMA_VERSION",
     "SPECS",
     "Column",
@@ -39,9 +39,6 @@ _SCALARS: dict[str, pl.DataType] = {
     "Boolean": pl.Boolean(),
 }
 
-MIGRATABLE_VERSIONS = (4,)
-"""Frame schema versions :func:`migrate` brings up to date on read (their nested columns were JSON text)."""
-
 
 def polars_dtype(dtype: schema.DType) -> pl.DataType:
     """The polars dtype of a declared column type."""
@@ -54,6 +51,8 @@ def polars_dtype(dtype: schema.DType) -> pl.DataType:
 
 @dataclass(frozen=True)
 class Column:
+    """One column with its polars dtype (built from its declaration in tracekit/schema.py)."""
+
     name: str
     dtype: pl.DataType
     doc: str
@@ -61,6 +60,8 @@ class Column:
 
 @dataclass(frozen=True)
 class FrameSpec:
+    """One frame's polars schema; ``declared`` is its polars-free declaration (tracekit/schema.py)."""
+
     name: str
     doc: str
     columns: tuple[Column, ...]

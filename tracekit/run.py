@@ -131,7 +131,7 @@ class Run:
         (path / "raw").mkdir(parents=True, exist_ok=True)
         (path / "frames").mkdir(exist_ok=True)
         now = time.time()
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
             "tracekit_version": __version__,

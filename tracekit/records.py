@@ -3,7 +3,8 @@
 Each record is a msgspec Struct, decoded and encoded through msgspec, so a field of the wrong type is caught where
 the file is read (one clear line, :class:`RecordError`), not three modules later. Files written by older or other
 tracekit versions keep loading: unknown keys are ignored on decode (msgspec's default,
-``forbid_unknown_fields=False``) and kept on re-encode (:func:`merge_unknown`), missing ones take their defaults.
+``forbid_unknown_fields=False``) and kept when the manifest is saved (:func:`encode_manifest` checks the plain data
+through the record and writes that data, not the record), missing ones take their defaults.
 Imports only the standard library and msgspec (a dependency of the core), never polars: the collectors, which run
 in bare GPU environments, build their rows here.
 
@@ -47,7 +48,6 @@ __all__ = [
     "encode_manifest",
     "gpu_of",
     "jsonl_line",
-    "merge_unknown",
     "record_for",
     "row",
 ]
@@ -238,30 +238,20 @@ def decode_json(data: bytes | str) -> Any:
 def check_manifest(manifest: dict[str, Any]) -> RunRecord:
     """The typed record of a manifest read as plain data (every key kept there; unknown ones ignored here).
     Raises :class:`RecordError` naming the first field of the wrong type."""
-    plain = json.loads(json.dumps(manifest, default=str))  # paths and the like as text, as they are written
+    plain = msgspec.to_builtins(manifest, enc_hook=str)  # paths and the like as text, as they are written
     try:
         return msgspec.convert(plain, RunRecord, strict=False)
     except msgspec.ValidationError as exc:
         raise _validation_error("a field has the wrong type", exc) from exc
 
 
-def merge_unknown(typed: Any, original: Any) -> Any:
-    """``typed`` (a record as plain data) with the keys of ``original`` that the record does not declare put
-    back, at every level: what an older or newer tracekit wrote survives a re-save by this one."""
-    if isinstance(typed, dict) and isinstance(original, dict):
-        out = {k: merge_unknown(typed[k], v) if k in typed else v for k, v in original.items()}
-        out.update((k, v) for k, v in typed.items() if k not in original)
-        return out
-    if isinstance(typed, list) and isinstance(original, list) and len(typed) == len(original):
-        return [merge_unknown(t, o) for t, o in zip(typed, original, strict=True)]
-    return typed
-
-
 def encode_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest as it is written: checked and normalized through :class:`RunRecord` (``"132"`` becomes 132
-    where an integer is declared), unknown keys kept. Raises :class:`RecordError` on a field of the wrong type."""
-    record = check_manifest(manifest)
-    return merge_unknown(msgspec.to_builtins(record), json.loads(json.dumps(manifest, default=str)))
+    """The manifest as it is written: checked through :class:`RunRecord` (every key kept, also those this
+    tracekit does not know), as plain JSON data (paths and the like as text). Raises :class:`RecordError` on a
+    field of the wrong type."""
+    plain = msgspec.to_builtins(manifest, enc_hook=str)
+    check_manifest(plain)
+    return plain
 
 
 # --- JSONL rows --------------------------------------------------------------------------------------------------

@@ -144,3 +144,4 @@ def test_gpu_of_reads_the_flat_and_the_nested_layout() -> None:
         gpu = records.gpu_of(env)
         assert (gpu.name, gpu.compute_capability, gpu.sm_count) == ("NVIDIA H200", "9.0", 132)
     assert records.gpu_of(None) == records.Gpu() == records.gpu_of({"sm_count": "many"})
+    assert records.gpu_of({"gpu": "H200", "gpu_name": "NVIDIA H200"}).name == "NVIDIA H200"

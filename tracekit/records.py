@@ -81,8 +81,8 @@ class Environment(msgspec.Struct, kw_only=True, omit_defaults=True):
     memory_bytes: int | None = None
     gpu_uuid: str | None = None
     pci_bus_id: str | None = None
-    gpu: dict[str, Any] | None = None
-    """The nested form of the GPU fields (``{"gpu_name": ...}``), where a run holds them so."""
+    gpu: dict[str, Any] | str | None = None
+    """The nested form of the GPU fields (``{"gpu_name": ...}``), where a run holds them so (:func:`gpu_of`)."""
     cuda_runtime: str | None = None
     cuda_available: bool | None = None
     device_count: int | None = None
@@ -197,10 +197,10 @@ class RunRecord(msgspec.Struct, kw_only=True):
 def gpu_of(environment: Environment | dict[str, Any] | None) -> Gpu:
     """The run's GPU from its environment, flat (``gpu_name``, ``sm_count`` ... as the fingerprint writes them)
     or nested (``environment.gpu``, with ``gpu_name`` or ``name``): the one place that knows both layouts."""
-    if environment is None:
-        return Gpu()
     if isinstance(environment, Environment):
         environment = msgspec.to_builtins(environment)
+    if not isinstance(environment, dict):
+        return Gpu()
     nested = environment.get("gpu")
     src: dict[str, Any] = nested if isinstance(nested, dict) else environment
     try:

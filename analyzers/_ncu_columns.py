@@ -8,10 +8,10 @@ whatever unit ncu gives: a .ncu-rep stores base units (``ns``, ``hz``, ``byte``)
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 Metric = tuple[object, str]
 """A metric's value (float, int, str or None) and its unit as ncu wrote it."""
@@ -283,8 +283,8 @@ DEFAULT_DOMAIN_NAMES = ("<default domain>", "")
 """How ncu names NVTX's default domain; tracekit writes it as null (as in the ``ranges`` frame)."""
 
 
-def nvtx_columns(stack: list[tuple[str | None, str]], preferred_domain: str) -> dict[str, str | None]:
-    """``nvtx_stack`` (JSON, outermost first) and ``nvtx_range`` (innermost in ``preferred_domain``, else in the
+def nvtx_columns(stack: list[tuple[str | None, str]], preferred_domain: str) -> dict[str, Any]:
+    """``nvtx_stack`` (a list of {domain, name}, outermost first) and ``nvtx_range`` (innermost in ``preferred_domain``, else in the
     default domain, else in any domain) from a list of (domain, range name) pairs."""
     if not stack:
         return {"nvtx_stack": None, "nvtx_range": None}
@@ -297,7 +297,7 @@ def nvtx_columns(stack: list[tuple[str | None, str]], preferred_domain: str) -> 
     if innermost is None:
         innermost = stack[-1][1]
     return {
-        "nvtx_stack": json.dumps([{"domain": d, "name": n} for d, n in stack], ensure_ascii=False),
+        "nvtx_stack": [{"domain": d, "name": n} for d, n in stack],
         "nvtx_range": innermost,
     }
 

@@ -22,7 +22,7 @@ import polars as pl
 from tracekit import naming
 from tracekit._version import SCHEMA_VERSION
 from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, UnreadableFileError
-from tracekit.frames import SPECS
+from tracekit.frames import SPECS, nested_value
 from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
 
 from .base import Extract
@@ -224,10 +224,13 @@ def read_jsonl_records(path: Path, frame: str) -> Extract:
                 continue
             rows.append({k: _clean_json_value(obj.get(k)) for k in names})
     text_cols = [c.name for c in spec.columns if c.dtype == pl.String]
+    nested = spec.declared.nested()
     for row in rows:
-        for key in text_cols:  # lists and objects (versions, per-expert counts) are kept as JSON text
+        for key in text_cols:  # a list or object where text belongs is kept as JSON text
             if row.get(key) is not None and not isinstance(row[key], str):
-                row[key] = json.dumps(row[key], sort_keys=key == "versions")
+                row[key] = json.dumps(row[key])
+        for c in nested:  # lists and objects (versions, per-expert counts), also when written as JSON text
+            row[c.name] = nested_value(row[c.name], c.dtype)
     if rows:
         df = pl.DataFrame(rows, schema={c.name: c.dtype for c in spec.columns}, strict=False)
     else:
@@ -342,7 +345,7 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
                 "dtype_out": fields.get("out"),
                 "scale": fields.get("scale"),
                 "role": fields.get("role"),
-                "fields": json.dumps(fields, sort_keys=True),
+                "fields": [{"key": k, "value": v} for k, v in sorted(fields.items())],
             }
         )
     if not rows:
@@ -579,13 +582,14 @@ def frames_in_memory(run: Run) -> bool:
 
 
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
-    """The run's frames (all, or ``names``). Frames that are missing or older than this tracekit's schema are
-    rebuilt from raw/ in memory, never written into the run: every read (show, explain, view, report, compare,
-    bundle) leaves the run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries
-    the rebuilt sources, ``partial`` and ``import_warnings`` as an import would have written them."""
+    """The run's frames (all, or ``names``). Frames of the previous schema version are migrated on read (their
+    JSON text columns decoded, :meth:`Run.read_frame`); frames that are missing or older are rebuilt from raw/
+    in memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the
+    run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt
+    sources, ``partial`` and ``import_warnings`` as an import would have written them."""
     wanted = list(names) if names is not None else list(SPECS)
     memory: dict[str, pl.DataFrame] | None = getattr(run, "_memory_frames", None)
-    if memory is None and not run.frames_current():
+    if memory is None and not (run.frames_current() or run.frames_migratable()):
         built = run.manifest.get("frames") or bool(run.frame_files())
         if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
             # rebuilding from nothing would replace the run's frames with empty ones

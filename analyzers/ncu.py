@@ -23,14 +23,18 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 from tracekit.naming import DOMAIN
+from tracekit.records import NcuAction, NcuReaderOutput
 
 from . import _ncu_columns as cols
 from .base import Extract, fit_frame, fit_rows, source_name
@@ -247,7 +251,7 @@ def _load_isolated(path: Path, timeout_s: float) -> list[dict]:
     return _decode(path, proc.stdout)
 
 
-def _load_in_process(path: Path) -> list[dict]:
+def _load_in_process(path: Path) -> list[NcuAction]:
     from . import _ncu_worker
 
     try:
@@ -258,22 +262,24 @@ def _load_in_process(path: Path) -> list[dict]:
     return _decode(path, data)
 
 
-def _decode(path: Path, data: bytes) -> list[dict]:
+def _decode(path: Path, data: bytes) -> list[NcuAction]:
+    """The reader process's output as typed actions (tracekit/records.py ``NcuAction``). Decoded by the standard
+    library first: the reader writes NaN metric values as ``NaN``, which strict JSON has no word for."""
     try:
-        doc = json.loads(data)
-    except ValueError:
+        doc = msgspec.convert(json.loads(data), NcuReaderOutput)
+    except (ValueError, msgspec.ValidationError):
         raise UnreadableFileError(path, "Nsight Compute's reader gave no usable output", _HINT) from None
-    if "error" in doc:
+    if doc.error is not None:
         raise UnreadableFileError(
-            path, f"Nsight Compute's reader failed on it ({doc['error'][:120]}): it is damaged", _HINT
+            path, f"Nsight Compute's reader failed on it ({doc.error[:120]}): it is damaged", _HINT
         )
-    return doc["actions"]
+    return doc.actions
 
 
 # --- step 3: frames -----------------------------------------------------------------------------------------
 
 
-def _metric_rows(ncu_id: int, metrics: list[list]) -> tuple[dict[str, cols.Metric], list[tuple]]:
+def _metric_rows(ncu_id: int, metrics: Sequence[Sequence[Any]]) -> tuple[dict[str, cols.Metric], list[tuple]]:
     by_name: dict[str, cols.Metric] = {}
     rows = []
     for name, tag, value, unit in metrics:
@@ -291,7 +297,7 @@ def _metric_rows(ncu_id: int, metrics: list[list]) -> tuple[dict[str, cols.Metri
     return by_name, rows
 
 
-def _stack(nvtx: list[list]) -> list[tuple[str | None, str]]:
+def _stack(nvtx: Sequence[tuple[str | None, list[str]]]) -> list[tuple[str | None, str]]:
     out: list[tuple[str | None, str]] = []
     for domain, names in nvtx:
         d = None if domain in cols.DEFAULT_DOMAIN_NAMES else domain
@@ -300,9 +306,12 @@ def _stack(nvtx: list[list]) -> list[tuple[str | None, str]]:
 
 
 def frames_from_actions(
-    actions: list[dict], source: str, command_line: str | None = None, lost: list[int] | None = None
+    actions: Sequence[NcuAction | dict[str, Any]],
+    source: str,
+    command_line: str | None = None,
+    lost: list[int] | None = None,
 ) -> dict[str, pl.DataFrame]:
-    """Build the four frames from the worker's plain-data kernels (also used by tests on hand-made input).
+    """Build the four frames from the reader's kernels (typed actions, or their plain data: tests hand-make it).
 
     A value that does not fit its column (a damaged report: a grid of 5,460,000,000 blocks) is null; how many
     there were is appended to ``lost``."""
@@ -311,35 +320,36 @@ def frames_from_actions(
     metric_rows: list[tuple] = []
     rule_rows: list[dict] = []
     devices: dict[tuple, dict] = {}
-    for ncu_id, a in enumerate(actions):
-        metrics, rows = _metric_rows(ncu_id, a["metrics"])
+    for ncu_id, given in enumerate(actions):
+        a = given if isinstance(given, NcuAction) else msgspec.convert(given, NcuAction)
+        metrics, rows = _metric_rows(ncu_id, a.metrics)
         metric_rows.extend(rows)
         row: dict[str, object] = {
             "ncu_id": ncu_id,
             "source": source,
-            "range_index": a["range"],
-            "action_index": a["action"],
-            "name": a["name"],
-            "demangled_name": a["demangled"] or None,
+            "range_index": a.range,
+            "action_index": a.action,
+            "name": a.name,
+            "demangled_name": a.demangled or None,
             "clock_control": clock,
         }
-        row.update(cols.nvtx_columns(_stack(a["nvtx"]), DOMAIN))
+        row.update(cols.nvtx_columns(_stack(a.nvtx), DOMAIN))
         row.update(cols.ncu_columns(metrics))
         ncu_rows.append(row)
         dev = cols.device_row(metrics, cols.device_ordinal(metrics))
         key = tuple(dev[k] for k in ("device", "name", "compute_capability"))
         devices.setdefault(key, {"source": source, **dev})
-        for r in a["rules"]:
+        for r in a.rules:
             rule_rows.append(
                 {
                     "ncu_id": ncu_id,
-                    "rule": r["rule"],
-                    "section": r["section"] or None,
-                    "kind": r["kind"],
-                    "title": r["title"] or None,
-                    "message": r["message"],
-                    "speedup_pct": r["speedup_pct"],
-                    "speedup_type": r["speedup_type"] if r["speedup_type"] != "unknown" else None,
+                    "rule": r.rule,
+                    "section": r.section or None,
+                    "kind": r.kind,
+                    "title": r.title or None,
+                    "message": r.message,
+                    "speedup_pct": r.speedup_pct,
+                    "speedup_type": r.speedup_type if r.speedup_type != "unknown" else None,
                 }
             )
     metrics_df = pl.DataFrame(
@@ -387,7 +397,7 @@ def read_ncu_report(path: Path, *, isolate: bool = True, timeout_s: float | None
             "the file holds: it is damaged",
             _HINT,
         )
-    empty = [i for i, a in enumerate(actions) if not a["metrics"]]
+    empty = [i for i, a in enumerate(actions) if not a.metrics]
     if empty:
         raise UnreadableFileError(
             path, f"kernel {empty[0]} (of {len(actions)}) has no metrics: the report is damaged there", _HINT

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.records import gpu_of
 from tracekit.run import Run
 
 _CRASH_FIELDS = (
@@ -43,10 +44,9 @@ def devices(frames: dict[str, pl.DataFrame], run: Run | None = None) -> list[dic
         add(*row)
     for row in frames["failures"].select("device_name", "compute_capability").unique().iter_rows():
         add(row[0], row[1], None)
-    env = (run.manifest.get("environment") or {}) if run else {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
-    if gpu.get("gpu_name") or gpu.get("name"):
-        add(gpu.get("gpu_name") or gpu.get("name"), gpu.get("compute_capability"), gpu.get("sm_count"))
+    gpu = gpu_of(run.manifest.get("environment") if run else None)
+    if gpu.name:
+        add(gpu.name, gpu.compute_capability, gpu.sm_count)
     # The same GPU can appear with and without a name in different files; prefer fully named entries.
     out = sorted(seen.values(), key=lambda d: (str(d["name"]), str(d["compute_capability"])))
     named = [d for d in out if d["name"]]

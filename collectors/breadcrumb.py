@@ -357,6 +357,7 @@ def raised(off: int, scope: Any, exc: BaseException) -> None:
         return
     try:
         from tracekit.collectors import failures as F
+        from tracekit.records import Failure, jsonl_line
 
         info = fields_for(scope.name)
         record = F.failure_record(
@@ -370,7 +371,7 @@ def raised(off: int, scope: Any, exc: BaseException) -> None:
             message=F.full_message(exc),
             traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         )
-        line = json.dumps(record, default=str) + "\n"
+        line = jsonl_line(Failure, record)
         directory.mkdir(parents=True, exist_ok=True)
         with open(directory / f"failures.{os.getpid()}.jsonl", "a", encoding="utf-8") as f:
             f.write(line)

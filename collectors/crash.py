@@ -376,29 +376,30 @@ def crash_record(
         py_stack = stack
     else:
         py_stack = tb if from_exception else stack
-    return {
-        "backend": crumb.get("backend") if crumb else None,
-        "op": crumb.get("op") if crumb else None,
-        "m": _int(crumb.get("m")) if crumb else None,
-        "n": _int(crumb.get("n")) if crumb else None,
-        "k": _int(crumb.get("k")) if crumb else None,
-        "kind": kind,
-        "error_type": error_type,
-        "message": message,
-        "traceback": py_stack or tail(program_stderr),
-        "device_name": None,
-        "compute_capability": None,
-        "versions": versions or {},
-        "time_unix": time.time() if time_unix is None else time_unix,
-        "dtype_a": crumb.get("dtype_a") if crumb else None,
-        "dtype_b": crumb.get("dtype_b") if crumb else None,
-        "dtype_out": crumb.get("dtype_out") if crumb else None,
-        "range": crumb.get("range") if crumb else None,
-        "caller": crumb.get("caller") if crumb else None,
-        "signal": sig,
-        "python_stack": py_stack,
-        "stderr_tail": tail(program_stderr),
-    }
+    from tracekit.collectors.failures import failure_record
+
+    got = crumb or {}
+    return failure_record(
+        backend=got.get("backend"),
+        op=got.get("op"),
+        m=_int(got.get("m")),
+        n=_int(got.get("n")),
+        k=_int(got.get("k")),
+        kind=kind,
+        error_type=error_type,
+        message=message,
+        traceback=py_stack or tail(program_stderr),
+        versions=versions or {},
+        time_unix=time.time() if time_unix is None else time_unix,
+        dtype_a=got.get("dtype_a"),
+        dtype_b=got.get("dtype_b"),
+        dtype_out=got.get("dtype_out"),
+        range=got.get("range"),
+        caller=got.get("caller"),
+        signal=sig,
+        python_stack=py_stack,
+        stderr_tail=tail(program_stderr),
+    )
 
 
 def stderr_pos(text: str, block: str) -> int:

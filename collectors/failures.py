@@ -27,6 +27,29 @@ import signal
 import time
 from typing import Any
 
+try:
+    from tracekit.records import Failure, row
+    from tracekit.schema import jsonl_keys
+except ImportError:  # loaded by path beside torchprof.py, by an interpreter without tracekit (or msgspec)
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    def _schema_by_path() -> Any:
+        """tracekit/schema.py (standard library only), beside this folder installed or in the checkout."""
+        here = Path(__file__).resolve().parent
+        for path in (here.parent / "schema.py", here.parent / "tracekit" / "schema.py"):
+            spec = importlib.util.spec_from_file_location("_tracekit_schema", path)
+            if path.is_file() and spec is not None and spec.loader is not None:
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module  # its dataclasses look their module up there
+                spec.loader.exec_module(module)
+                return module
+        raise
+
+    Failure = row = None  # type: ignore[assignment,misc]
+    jsonl_keys = _schema_by_path().jsonl_keys
+
 UNSUPPORTED = "unsupported"
 UNAVAILABLE = "unavailable"
 CRASHED = "crashed"
@@ -35,30 +58,8 @@ TIMEOUT = "timeout"
 ERROR = "error"
 KINDS = (UNSUPPORTED, UNAVAILABLE, CRASHED, WRONG, TIMEOUT, ERROR)
 
-FAILURE_KEYS = (
-    "backend",
-    "op",
-    "m",
-    "n",
-    "k",
-    "kind",
-    "error_type",
-    "message",
-    "traceback",
-    "device_name",
-    "compute_capability",
-    "versions",
-    "time_unix",
-    "dtype_a",
-    "dtype_b",
-    "dtype_out",
-    "range",
-    "caller",
-    "signal",
-    "python_stack",
-    "stderr_tail",
-)
-"""Keys of a ``raw/failures.jsonl`` line: the columns of ``tracekit.frames.FAILURES`` minus ``failure_id``."""
+FAILURE_KEYS = jsonl_keys("failures")
+"""Keys of a ``raw/failures.jsonl`` line: the columns of the ``failures`` frame (tracekit/schema.py) but its id."""
 
 _UNSUPPORTED_TYPES = ("BackendSupportedError", "NotImplementedError")
 _UNAVAILABLE_TYPES = ("ModuleNotFoundError", "BackendUnavailable")
@@ -155,7 +156,7 @@ def signal_name(returncode: int) -> str | None:
 
 def failure_record(
     *,
-    backend: str,
+    backend: str | None,
     op: str | None,
     m: int | None,
     n: int | None,
@@ -163,28 +164,52 @@ def failure_record(
     kind: str,
     error_type: str,
     message: str,
-    traceback: str = "",
+    traceback: str | None = "",
     device_name: str | None = None,
     compute_capability: str | None = None,
-    versions: str | None = None,
+    versions: dict[str, Any] | str | None = None,
     time_unix: float | None = None,
+    dtype_a: str | None = None,
+    dtype_b: str | None = None,
+    dtype_out: str | None = None,
+    range: str | None = None,
+    caller: str | None = None,
+    signal: str | None = None,
+    python_stack: str | None = None,
+    stderr_tail: str | None = None,
 ) -> dict[str, Any]:
-    """One ``raw/failures.jsonl`` object, keys in :data:`FAILURE_KEYS` order."""
+    """One ``raw/failures.jsonl`` object, keys in :data:`FAILURE_KEYS` order, built through
+    :class:`tracekit.records.Failure`: the one place a failure row is made (the benchmark worker, the capture's
+    crash records, the PyTorch-profiler runner and the instrument wrapper all call it). ``versions`` is an
+    object of package -> version (JSON text of one is read as the object); the crash fields (``dtype_a`` ...
+    ``stderr_tail``) are for a program that died under ``tracekit capture``."""
     if kind not in KINDS:
         raise ValueError(f"unknown failure kind {kind!r}")
-    return {
-        "backend": backend,
-        "op": op,
-        "m": m,
-        "n": n,
-        "k": k,
-        "kind": kind,
-        "error_type": error_type,
-        "message": message,
-        "traceback": traceback,
-        "device_name": device_name,
-        "compute_capability": compute_capability,
-        "versions": versions,
-        "time_unix": time.time() if time_unix is None else time_unix,
-        **dict.fromkeys(FAILURE_KEYS[FAILURE_KEYS.index("time_unix") + 1 :]),
-    }
+    if Failure is None:  # standalone (see the imports): the same keys, values as given
+        given = locals()
+        return {key: given.get(key) for key in FAILURE_KEYS} | {"time_unix": time_unix or time.time()}
+    return row(
+        Failure(
+            backend=backend,
+            op=op,
+            m=m,
+            n=n,
+            k=k,
+            kind=kind,
+            error_type=error_type,
+            message=message,
+            traceback=traceback,
+            device_name=device_name,
+            compute_capability=compute_capability,
+            versions=versions,
+            time_unix=time.time() if time_unix is None else time_unix,
+            dtype_a=dtype_a,
+            dtype_b=dtype_b,
+            dtype_out=dtype_out,
+            range=range,
+            caller=caller,
+            signal=signal,
+            python_stack=python_stack,
+            stderr_tail=stderr_tail,
+        )
+    )

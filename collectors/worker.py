@@ -31,35 +31,13 @@ from tracekit.collectors.harness.timing import (
     time_calls,
 )
 from tracekit.collectors.harness.timing import TraceWindow as TraceWindow
+from tracekit.schema import jsonl_keys
 
 __all__ = ["MEASUREMENT_KEYS", "GemmFamily", "gemm_row", "main", "quantile"]
 
-MEASUREMENT_KEYS = (
-    "range",
-    "backend",
-    "op",
-    "m",
-    "n",
-    "k",
-    "dtype",
-    "dtype_out",
-    "scale",
-    "time_us",
-    "time_us_p10",
-    "time_us_p90",
-    "repeats",
-    "tflops",
-    "aux_time_us",
-    "rel_error",
-    "status",
-    "sm_clock_hz",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "throttle_reasons",
-    "timing",
-)
-"""Keys of a ``raw/measurements.jsonl`` line: the columns of ``tracekit.frames.MEASUREMENTS`` minus the id."""
+MEASUREMENT_KEYS = jsonl_keys("measurements")
+"""Keys of a ``raw/measurements.jsonl`` line: the columns of the ``measurements`` frame (tracekit/schema.py) but
+the id."""
 
 
 def gemm_row(

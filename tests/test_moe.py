@@ -340,7 +340,7 @@ def test_timeline_launches_use_kernel_tile_and_sidecar_counts():
              "start_ns": i * 1000 + 10, "end_ns": i * 1000 + 800, "device": 0},
         ]  # fmt: skip
         routing_rows.append({"routing_id": i, "range": name, "instance": i + 1, "pid": 7, "tool": "nsys",
-                             "experts": 4, "counts": json.dumps([128, 1, 1, 0]), "counts_from": "offsets"})  # fmt: skip
+                             "experts": 4, "counts": [128, 1, 1, 0], "counts_from": "offsets"})  # fmt: skip
     frames = {n: s.empty() for n, s in SPECS.items()}
     frames["ranges"] = SPECS["ranges"].conform(pl.DataFrame(ranges_rows))
     frames["kernels"] = SPECS["kernels"].conform(pl.DataFrame(kernel_rows))

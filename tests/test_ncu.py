@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import re
 import time
 from pathlib import Path
@@ -105,7 +104,7 @@ def test_probe_kernels(probe) -> None:
     assert probe.kind == "ncu" and probe.source == "probe.ncu-rep"
     assert df["name"].to_list() == PROBE_NAMES
     assert df["nvtx_range"].to_list() == PROBE_RANGES
-    assert json.loads(df["nvtx_stack"][0]) == [{"domain": None, "name": PROBE_RANGES[0]}]
+    assert df["nvtx_stack"][0].to_list() == [{"domain": None, "name": PROBE_RANGES[0]}]
     assert df["ncu_id"].to_list() == [0, 1, 2, 3, 4]
     assert df["action_index"].to_list() == [0, 1, 2, 3, 4]
     assert set(df["sm_count"]) == {132} and set(df["compute_capability"]) == {"9.0"}

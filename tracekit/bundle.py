@@ -282,7 +282,7 @@ def _check_run(bundle: Path, root: Path) -> None:
     except SchemaError as exc:
         raise _refuse(bundle, f"its run.json cannot be used: {exc.message}", exc.hint) from exc
     has_raw = (root / "raw").is_dir() and any(p.is_file() for p in (root / "raw").rglob("*"))
-    if not run.frames_current() and not has_raw:
+    if not (run.frames_current() or run.frames_migratable()) and not has_raw:
         raise SchemaError(
             f"bundle {bundle} holds frames of another schema version and no raw files to rebuild them from",
             "ask for a bundle made with `tracekit bundle --raw`, or one made by this tracekit version",
@@ -344,7 +344,8 @@ def write_bundle(
 ) -> dict[str, Any]:
     """Pack ``run`` (manifest and frames; with ``raw`` also raw/) into the zip ``out``.
 
-    A bundle without raw/ cannot rebuild its frames, so the frames packed must be current. ``make_current``,
+    A bundle without raw/ cannot rebuild its frames, so the frames packed must be current (or of the previous
+    version, which every reader migrates on read: tracekit/frames.py ``migrate``). ``make_current``,
     given the run and a scratch folder, returns a run whose frames on disk are current: the run itself, or a
     copy in the scratch folder with frames rebuilt from raw/ (never written into the run). The CLI passes
     :func:`tracekit.commands.bundle.current_frames` (the analyzers' rebuild: this module imports no analyzers);
@@ -361,7 +362,10 @@ def write_bundle(
         )
     with tempfile.TemporaryDirectory(prefix="tracekit-bundle-") as scratch:
         packed = make_current(run, Path(scratch)) if make_current is not None else run
-        if not packed.frames_current() or (packed.manifest.get("frames") or {}).get("in_memory"):
+        readable = (
+            packed.frames_current() or packed.frames_migratable()
+        )  # the previous version migrates on read
+        if not readable or (packed.manifest.get("frames") or {}).get("in_memory"):
             raise SchemaError(
                 f"the frames of {run.path} are missing or older than this tracekit's schema",
                 f"bundle it with `tracekit bundle {run.path} -o FILE.zip`, which rebuilds them from raw/",

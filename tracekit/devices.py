@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.errors import BadInputError
+from tracekit.records import gpu_of
 
 if TYPE_CHECKING:
     from tracekit.run import Run
@@ -473,10 +474,8 @@ def find_calibration(
     devices = frames.get("devices")
     if devices is not None and devices.height and "name" in devices.columns:
         names += [str(n) for n in devices["name"].drop_nulls().to_list()[:1]]
-    env = run.manifest.get("environment") or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env  # nested (capture) or flat (import)
-    name = (gpu.get("gpu_name") or gpu.get("name")) if isinstance(gpu, dict) else None
-    if isinstance(name, str) and name:
+    name = gpu_of(run.manifest.get("environment")).name
+    if name:
         names.append(name)
     for name in names:
         cached = calibration_path(name)

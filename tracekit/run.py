@@ -12,8 +12,11 @@ Layout::
                         ``polars.scan_parquet(..., hive_partitioning=True)``, DuckDB or Spark (docs/RANKS.md)
 
 Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
-leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. This module
-imports polars only when frames are read or written, so collectors can create runs where polars is absent.
+leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. The manifest is read and
+written through its typed record (tracekit/records.py ``RunRecord``): a field of the wrong type is refused in one
+line, keys this tracekit does not know are kept. Frames of the previous schema version are migrated on read
+(tracekit/frames.py ``migrate``), in memory. This module imports polars only when frames are read or written, so
+collectors can create runs where polars is absent.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracekit._version import SCHEMA_VERSION, __version__
+from tracekit._version import MIGRATES_FROM, SCHEMA_VERSION, __version__
 from tracekit.errors import RunNotFoundError, SchemaError, StorageError
+from tracekit.records import RecordError, RunRecord, check_manifest, decode_json, encode_manifest
+from tracekit.schema import SCHEMAS
 
 if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU machines that lack it
     import polars as pl
@@ -141,6 +146,10 @@ class Run:
             "frames": None,
             "events": [],
         }
+        try:
+            manifest = encode_manifest(manifest)
+        except RecordError as exc:
+            raise SchemaError(f"cannot record the run: {exc}", "report this as a tracekit bug") from exc
         run = cls(path, manifest)
         run.save()
         return run
@@ -160,11 +169,11 @@ class Run:
                 "make one with `tracekit import FILE... -o RUN` or `tracekit capture`",
             )
         try:
-            manifest = json.loads(mpath.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SchemaError(
-                f"{mpath} is not valid JSON ({exc})", "re-import the raw files into a new run"
-            ) from exc
+            manifest = decode_json(mpath.read_bytes())
+        except OSError as exc:
+            raise SchemaError(f"{mpath} cannot be read ({exc})", "check the file's permissions") from exc
+        except RecordError as exc:
+            raise SchemaError(f"{mpath} is {exc}", "re-import the raw files into a new run") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise SchemaError(f"{mpath} is not a tracekit manifest", "re-import the raw files into a new run")
         version = manifest.get("schema_version")
@@ -173,6 +182,10 @@ class Run:
                 f"{path} has schema version {version!r}; this tracekit reads up to {SCHEMA_VERSION}",
                 "upgrade tracekit (pip install -U tracekit)",
             )
+        try:
+            check_manifest(manifest)
+        except RecordError as exc:
+            raise SchemaError(f"{mpath}: {exc}", "re-import the raw files into a new run") from exc
         return cls(path, manifest)
 
     # -- paths ---------------------------------------------------------------------------------------------
@@ -198,8 +211,20 @@ class Run:
         return str(self.manifest.get("status", STATUS_COMPLETE))
 
     # -- manifest ------------------------------------------------------------------------------------------
+    @property
+    def record(self) -> RunRecord:
+        """The manifest as a typed record (tracekit/records.py): environment, capture, sources, frames."""
+        return check_manifest(self.manifest)
+
     def save(self) -> None:
-        write_json_atomic(self.path / MANIFEST, self.manifest)
+        """Write the manifest, checked through :class:`RunRecord` (unknown keys kept), in one rename."""
+        try:
+            manifest = encode_manifest(self.manifest)
+        except RecordError as exc:
+            raise SchemaError(
+                f"cannot save {self.path / MANIFEST}: {exc}", "report this as a tracekit bug"
+            ) from exc
+        write_json_atomic(self.path / MANIFEST, manifest)
 
     def log(self, phase: str, message: str, **extra: Any) -> None:
         """Append a timestamped event to the manifest (and save), so an interrupted capture says how far it got."""
@@ -259,10 +284,8 @@ class Run:
 
     def frame_files(self) -> list[tuple[str, Path]]:
         """Every frame file as (path relative to the run, absolute path), both layouts, sorted."""
-        from tracekit.frames import SPECS
-
         out: list[tuple[str, Path]] = []
-        for name in SPECS:
+        for name in SCHEMAS:
             layout = self.frame_layout(name)
             if layout == "file":
                 out.append((f"frames/{name}.parquet", self.frame_path(name)))
@@ -296,9 +319,7 @@ class Run:
     def write_frame(self, name: str, df: pl.DataFrame, *, partition_by: str | None = None) -> None:
         """Write one frame atomically: one file, or with ``partition_by`` (a column of the frame, which must be
         ``rank``) one folder per value. An empty frame is always one file."""
-        from tracekit.frames import SPECS
-
-        if name not in SPECS:
+        if name not in SCHEMAS:
             raise ValueError(f"unknown frame {name!r}")
         if partition_by is not None and partition_by != PARTITION_KEY:
             raise ValueError(f"frames are partitioned by {PARTITION_KEY!r} only, not {partition_by!r}")
@@ -333,14 +354,27 @@ class Run:
         self.save()
 
     def frames_current(self) -> bool:
+        """The frames on disk are of this tracekit's schema version, and all there."""
+        return self._frames_version() == SCHEMA_VERSION
+
+    def frames_migratable(self) -> bool:
+        """The frames on disk are of an earlier version that :meth:`read_frame` migrates on read (their JSON
+        text columns decoded into nested ones, in memory), and all there: they need no rebuild from raw/."""
+        return self._frames_version() in MIGRATES_FROM
+
+    def _frames_version(self) -> int | None:
+        """The schema version of the frames on disk, None when the manifest names none or a frame it lists is
+        missing."""
         info = self.manifest.get("frames") or {}
-        if info.get("schema_version") != SCHEMA_VERSION:
-            return False
-        return all(self.frame_layout(n) is not None for n in (info.get("rows") or {}))
+        version = info.get("schema_version")
+        if not isinstance(version, int):
+            return None
+        return version if all(self.frame_layout(n) is not None for n in (info.get("rows") or {})) else None
 
     def read_frame(self, name: str, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
         """A frame as written (either layout, columns in the schema's order); an empty frame of the right schema
-        if the run has none of that kind."""
+        if the run has none of that kind. Frames of a version in ``MIGRATES_FROM`` come back migrated to this
+        version (JSON text columns as lists and structs), in memory: the files are not touched."""
         import polars as pl
 
         from tracekit.frames import SPECS
@@ -353,11 +387,17 @@ class Run:
         path = self.frame_path(name) if layout == "file" else self.frame_dir(name)
         try:
             if layout == "file":
-                return pl.scan_parquet(path) if lazy else pl.read_parquet(path)
-            key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
-            scan = pl.scan_parquet(
-                path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
-            ).select(spec.schema.names())
+                scan = pl.scan_parquet(path)
+            else:
+                key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
+                scan = pl.scan_parquet(
+                    path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
+                ).select(spec.schema.names())
+            if self.frames_migratable() and spec.declared.nested():
+                from tracekit.frames import migrate
+
+                migrated = migrate(name, scan.collect())  # JSON text of an earlier version, decoded in memory
+                return migrated.lazy() if lazy else migrated
             return scan if lazy else scan.collect()
         except Exception as exc:  # polars raises several types for corrupt parquet
             raise SchemaError(

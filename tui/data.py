@@ -18,6 +18,7 @@ import polars as pl
 
 from tracekit.devices import DeviceSpec, find_calibration
 from tracekit.errors import BadInputError, RunNotFoundError, TracekitError
+from tracekit.records import gpu_of
 from tracekit.run import MANIFEST, Run
 
 __all__ = [
@@ -80,8 +81,6 @@ def _entry(path: Path, where: str) -> RunEntry | None:
     except TracekitError:  # not a run, damaged or newer than this tracekit: opening it would say why
         return None
     manifest = run.manifest
-    env = manifest.get("environment") or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
     created_unix = manifest.get("created_unix")
     return RunEntry(
         path=path,
@@ -90,7 +89,7 @@ def _entry(path: Path, where: str) -> RunEntry | None:
         created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
         status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
         where=where,
-        gpu=(gpu or {}).get("gpu_name") or (gpu or {}).get("name") or _frame_gpu(run),
+        gpu=gpu_of(manifest.get("environment")).name or _frame_gpu(run),
     )
 
 

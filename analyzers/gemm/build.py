@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
@@ -227,7 +226,7 @@ def gemm_frame(
                 "launches": c.launches,
                 "time_source": c.time_source,
                 "main_kernel": c.main_kernel,
-                "aux_kernels": json.dumps(c.aux_kernels) if c.aux_kernels else None,
+                "aux_kernels": list(c.aux_kernels) or None,
                 "device_name": c.device_name,
                 "device_key": c.device.key if c.device else None,
                 "flops": c.flops,

@@ -4,13 +4,13 @@ rows for cases found on a timeline."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
+from tracekit.records import gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from .case import GemmCase
@@ -30,11 +30,9 @@ def device_from_frames(
             return match_device(
                 r["name"], r["compute_capability"], r["sm_count"], clock_hz=r["boost_clock_hz"]
             )
-    env = environment or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
-    name = gpu.get("gpu_name") or gpu.get("name") if isinstance(gpu, dict) else None
-    if name:
-        return match_device(name, gpu.get("compute_capability"), gpu.get("sm_count"))
+    gpu = gpu_of(environment)
+    if gpu.name:
+        return match_device(gpu.name, gpu.compute_capability, gpu.sm_count)
     return None
 
 
@@ -166,11 +164,7 @@ def _user_range_of(row: dict[str, Any]) -> str | None:
         return None
     if not is_op_range(rng):
         return rng
-    try:
-        stack = json.loads(row.get("nvtx_stack") or "[]")
-    except ValueError:
-        stack = []
-    for entry in reversed(stack):
+    for entry in reversed(row.get("nvtx_stack") or []):
         name = entry.get("name") if isinstance(entry, dict) else None
         if name and not is_op_range(name) and naming.decode(name) is None:
             return name
@@ -220,11 +214,7 @@ def _ncu_cases(
             continue
         parsed = parse_gemm_name(row.get("nvtx_range"))
         if parsed is None and row.get("nvtx_stack"):
-            try:
-                stack = json.loads(row["nvtx_stack"])
-            except ValueError:
-                stack = []
-            for entry in reversed(stack):
+            for entry in reversed(row["nvtx_stack"]):
                 if parse_gemm_name(entry.get("name")):
                     row = {**row, "nvtx_range": entry["name"]}
                     parsed = parse_gemm_name(entry["name"])

@@ -3,7 +3,6 @@ with their per-expert counts and the CTA tile read from the kernel's name."""
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -101,13 +100,8 @@ class MoeLaunch:
 
 
 # --- building launches --------------------------------------------------------------------------------------------
-def _json_list(text: Any) -> list[Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return None
+def _list(value: Any) -> list[Any] | None:
+    """A list column's value (``counts``, ``expert_time_us``), None where the cell is null."""
     return value if isinstance(value, list) else None
 
 
@@ -129,7 +123,7 @@ def _measurement_launches(frames: dict[str, pl.DataFrame], device: DeviceSpec | 
         return []
     out = []
     for r in moe.iter_rows(named=True):
-        counts = _json_list(r.get("counts"))
+        counts = _list(r.get("counts"))
         if not counts or r.get("time_us") is None:
             continue
         launch = MoeLaunch(
@@ -157,7 +151,7 @@ def _measurement_launches(frames: dict[str, pl.DataFrame], device: DeviceSpec | 
             status=r.get("status"),
             device=device,
         )
-        times = _json_list(r.get("expert_time_us"))
+        times = _list(r.get("expert_time_us"))
         if times is not None and len(times) == len(counts):
             launch.expert_time_ns = [None if t is None else float(t) * 1e3 for t in times]
             launch.expert_time_source = r.get("expert_time_source") or "measured"
@@ -186,7 +180,7 @@ def _routing_lookup(frames: dict[str, pl.DataFrame]) -> dict[tuple[str, int, int
         return {}
     out: dict[tuple[str, int, int], list[int] | None] = {}
     for r in routing.iter_rows(named=True):
-        out[(r["range"], int(r["pid"] or 0), int(r["instance"] or 0))] = _json_list(r.get("counts"))
+        out[(r["range"], int(r["pid"] or 0), int(r["instance"] or 0))] = _list(r.get("counts"))
     return out
 
 

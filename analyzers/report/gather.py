@@ -3,7 +3,6 @@ every GEMM with its waterfall, Nsight Compute's findings and every failure into 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec
+from tracekit.records import gpu_of
 from tracekit.run import Run
 
 from .text import _clean, _f
@@ -37,25 +37,22 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     from ..summary import devices
 
     env = run.manifest.get("environment") or {}
-    gpu_env = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
+    gpu = gpu_of(env)
     devs = devices(frames, run)
     dev = devs[0] if devs else {}
     versions = {k: v for k, v in (env.get("versions") or {}).items() if v}
     versions_source = "run.json" if versions else None
     if not versions and frames["failures"].height:
-        for text in frames["failures"]["versions"].drop_nulls().to_list():
-            try:
-                found = json.loads(text)
-            except ValueError:
-                continue
-            if isinstance(found, dict) and found:
-                versions = {str(k): str(v) for k, v in found.items() if v}
+        for pairs in frames["failures"]["versions"].drop_nulls().to_list():
+            found = {p["package"]: p["version"] for p in pairs if p["version"]}
+            if found:
+                versions = found
                 versions_source = "failure records"
                 break
     return {
-        "gpu": gpu_env.get("gpu_name") or gpu_env.get("name") or dev.get("name"),
-        "compute_capability": gpu_env.get("compute_capability") or dev.get("compute_capability"),
-        "sm_count": gpu_env.get("sm_count") or dev.get("sm_count"),
+        "gpu": gpu.name or dev.get("name"),
+        "compute_capability": gpu.compute_capability or dev.get("compute_capability"),
+        "sm_count": gpu.sm_count or dev.get("sm_count"),
         "gpus_in_run": devs if len(devs) > 1 else None,
         "driver": env.get("driver"),
         "cuda": env.get("cuda_runtime") or env.get("cuda"),
@@ -231,12 +228,7 @@ def _first_line(text: Any) -> str:
 def _failures(frames: dict[str, pl.DataFrame]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows = []
     for r in frames["failures"].iter_rows(named=True):
-        versions = None
-        if r.get("versions"):
-            try:
-                versions = json.loads(r["versions"])
-            except ValueError:
-                versions = r["versions"]
+        versions = {p["package"]: p["version"] for p in r["versions"]} if r.get("versions") else None
         rows.append({**r, "versions": versions, "first_line": _first_line(r.get("message"))})
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for i, r in enumerate(rows):

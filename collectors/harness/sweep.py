@@ -26,6 +26,7 @@ from tracekit.collectors.torchprof import (
     ENV_TRACE_SEGMENTS,
     parse_trace_repeats,
 )
+from tracekit.records import jsonl_line, record_for
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
 
 from .settings import EXIT_POISONED, FAILURES_FILE, LOG_DIR, Case, SweepPlan
@@ -58,7 +59,7 @@ class SweepResult:
 def _append(f: Any, row: dict[str, Any], keys: tuple[str, ...], into: list[dict[str, Any]]) -> None:
     row = {k: row.get(k) for k in keys}
     into.append(row)
-    f.write(json.dumps(row, allow_nan=False, default=str) + "\n")
+    f.write(jsonl_line(record_for(keys), row))  # typed where tracekit/records.py declares the row kind
     f.flush()
 
 

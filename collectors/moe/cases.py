@@ -12,52 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracekit.errors import BadInputError
+from tracekit.schema import jsonl_keys
 
 MOE_FILE = "moe.jsonl"
 CURVE_FILE = "moe_curve.jsonl"
 CASES_FILE = "moe_cases.json"
 ROUTING_FORMAT = "tracekit-moe-routing"
 
-MOE_KEYS = (
-    "range",
-    "backend",
-    "op",
-    "proj",
-    "route",
-    "tokens",
-    "topk",
-    "experts",
-    "active",
-    "rows",
-    "n",
-    "k",
-    "inter",
-    "dtype",
-    "dtype_b",
-    "dtype_out",
-    "scale",
-    "time_us",
-    "time_us_p10",
-    "time_us_p90",
-    "repeats",
-    "tflops",
-    "rel_error",
-    "status",
-    "sm_clock_hz",
-    "power_w",
-    "power_limit_w",
-    "temperature_c",
-    "throttle_reasons",
-    "timing",
-    "counts",
-    "expert_time_us",
-    "expert_time_source",
-    "tile_m",
-    "tile_n",
-    "tile_source",
-)
-"""Keys of a ``raw/moe.jsonl`` line: the columns of ``tracekit.frames.MOE`` minus ``moe_id`` (``counts`` and
-``expert_time_us`` are lists here, JSON text in the frame)."""
+MOE_KEYS = jsonl_keys("moe")
+"""Keys of a ``raw/moe.jsonl`` line: the columns of the ``moe`` frame (tracekit/schema.py) but ``moe_id``."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from tracekit.records import gpu_of
+
 DEVICE_HELP = (
     "The GPU the run was captured on, by catalog key or alias (case-insensitive): rtx-pro-6000, rtx-5090, b200, "
     "h200, ... Sets the peaks where the files name no GPU (Nsight Compute CSV exports give only the compute "
@@ -61,10 +63,9 @@ def _named_gpus(frames: dict, environment: dict | None) -> set[str]:
         col = "name" if frame == "devices" else "device_name"
         if df is not None and df.height and col in df.columns:
             names.update(df[col].drop_nulls().unique().to_list())
-    env = environment or {}
-    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else env
-    if isinstance(gpu, dict) and isinstance(gpu.get("gpu_name") or gpu.get("name"), str):
-        names.add(gpu.get("gpu_name") or gpu.get("name"))
+    name = gpu_of(environment).name
+    if name:
+        names.add(name)
     return names
 
 

@@ -3,7 +3,6 @@ untruncated error text and traceback of the selected cell below it."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import polars as pl
@@ -56,10 +55,7 @@ def failure_content(rows: list[dict[str, Any]]) -> Content:
         if device:
             parts += [("device: ", "bold"), device, "\n"]
         if r.get("versions"):
-            try:
-                versions = ", ".join(f"{k} {v}" for k, v in json.loads(r["versions"]).items())
-            except (ValueError, AttributeError):
-                versions = r["versions"]
+            versions = ", ".join(f"{p['package']} {p['version']}" for p in r["versions"])
             parts += [("versions: ", "bold"), clean(versions), "\n"]
         parts.append("\n")
     return Content.assemble(*parts)

@@ -19,10 +19,12 @@ from .user_ranges import _gemm_like, _user_gemm_ranges, range_key
 # --- timeline ------------------------------------------------------------------------------------------------------
 def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
     """range_id -> (gemm range it belongs to, whether it is an aux range) for gemm ranges and descendants."""
-    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
     out: dict[int, tuple[int, bool]] = {}
+    if not (ranges["range_kind"] == "gemm").any():  # a foreign trace: no range to walk up to
+        return out
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
     for rid in kind:
         cur, aux, depth = rid, False, 0
         while cur is not None and depth < 64:
@@ -37,10 +39,12 @@ def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
 
 def _free_aux(ranges: pl.DataFrame, owner: dict[int, tuple[int, bool]]) -> dict[int, int]:
     """range_id -> the outermost ``aux`` range enclosing it, for ranges under no GEMM range."""
-    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
     out: dict[int, int] = {}
+    if not (ranges["range_kind"] == "aux").any():
+        return out
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
     for rid in kind:
         if rid in owner:
             continue
@@ -301,22 +305,26 @@ def _loose_timeline_cases(
         kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
     out: list[GemmCase] = []
     ordered = kernels.sort("start_ns")
-    names = ordered["name"].to_list()
-    starts, ends = ordered["start_ns"].to_list(), ordered["end_ns"].to_list()
-    groups: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        if is_gemm_kernel(n):
-            groups.setdefault(n, []).append(i)
-    for name, idx in groups.items():
+    # per GEMM kernel name (the name test runs once per distinct name), in order of first launch: launches, the
+    # mean time of the launches with both ends, and the first launch (its launch configuration is shown)
+    gemm_names = [n for n in ordered["name"].unique().to_list() if is_gemm_kernel(n)]
+    groups = (
+        ordered.with_row_index("_row")
+        .filter(pl.col("name").is_in(gemm_names))
+        .group_by("name", maintain_order=True)
+        .agg(
+            pl.len().alias("launches"),
+            pl.col("_row").first().alias("first"),
+            (pl.col("end_ns") - pl.col("start_ns")).mean().alias("mean_ns"),
+        )
+    )
+    for name, launches, first, mean_ns in groups.iter_rows():
         case = GemmCase(origin="kernel", name=name)
         case.device = device
         case.main_kernel = name
-        case.launches = len(idx)
-        timed_ns = [ends[i] - starts[i] for i in idx if ends[i] is not None and starts[i] is not None]
-        case.main_ns = (
-            statistics.fmean(timed_ns) if timed_ns else None
-        )  # a damaged file's kernel with no time
-        top = ordered.row(idx[0], named=True)
+        case.launches = launches
+        case.main_ns = mean_ns  # None for a damaged file's kernel with no time
+        top = ordered.row(first, named=True)
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         if all(g is not None for g in grid):
             case.grid_size = int(grid[0] * grid[1] * grid[2])

@@ -54,17 +54,18 @@ def _user_gemm_ranges(
     named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
     outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
     shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
-    rows = ranges.select("range_id", "parent_id", "range_kind", "name", *shaped_cols).to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
-    rname = {r["range_id"]: r["name"] for r in rows}
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
+    rname = dict(zip(ids, ranges["name"].to_list(), strict=True))
     # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
-    # without them its kernels belong to the user's range around it
-    transparent = {
-        r["range_id"]
-        for r in rows
-        if r["range_kind"] is None and is_op_range(r["name"]) and not any(r.get(c) for c in shaped_cols)
-    }
+    # without them its kernels belong to the user's range around it. The op-name test runs once per distinct
+    # name (a million-kernel trace holds a few hundred).
+    unshaped = ranges.filter(pl.col("range_kind").is_null())
+    for c in shaped_cols:  # a null or zero value carries no shape
+        unshaped = unshaped.filter(pl.col(c).is_null() | (pl.col(c) == 0))
+    op_names = [n for n in unshaped["name"].unique().to_list() if is_op_range(n)]
+    transparent = set(unshaped.filter(pl.col("name").is_in(op_names))["range_id"].to_list())
 
     def holder(rid: int | None) -> int | None:
         depth = 0
@@ -74,18 +75,32 @@ def _user_gemm_ranges(
             return None  # a training / profiler step is context, never the GEMM's own range
         return rid
 
-    direct: dict[int, list[str]] = {}
-    for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
+    # the range each kernel is held by (its own, or the user's range around a transparent op range) and the
+    # distinct GEMM-like kernel names each holder launched: per distinct (range, kernel name) pair, in polars
+    pairs = kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").unique()
+    held: dict[int, int] = {}
+    for rid in pairs["range_id"].unique().to_list():
         if rid in tracekit_owner:
             continue
-        rid = holder(rid)
-        if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
-            direct.setdefault(rid, []).append(kname)
-    by_kernel = {
-        rid
-        for rid, names in direct.items()
-        if 0 < len({n for n in names if _gemm_like(n, gemm_names)}) <= MAX_GEMMS_PER_CASE
-    }
+        h = holder(rid)
+        if h is not None and h not in tracekit_owner and kind.get(h) is None:
+            held[rid] = h
+    gemm_kernels = [n for n in pairs["name"].unique().to_list() if _gemm_like(n, gemm_names)]
+    per_holder = (
+        pairs.join(
+            pl.DataFrame(
+                {"range_id": list(held), "holder": list(held.values())},
+                schema={"range_id": pairs.schema["range_id"], "holder": pairs.schema["range_id"]},
+            ),
+            on="range_id",
+        )
+        .group_by("holder")
+        .agg(pl.col("name").filter(pl.col("name").is_in(gemm_kernels)).n_unique().alias("gemms"))
+    )
+    direct = set(per_holder["holder"].to_list())
+    by_kernel = set(
+        per_holder.filter((pl.col("gemms") > 0) & (pl.col("gemms") <= MAX_GEMMS_PER_CASE))["holder"].to_list()
+    )
     by_name = {
         rid
         for rid in direct

@@ -282,6 +282,13 @@ def _range_cases(
     return cases
 
 
+_LOOSE_COLUMNS = [
+    "name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes",
+]  # fmt: skip
+"""The kernels' columns a case named by its kernel reads: its time and its first launch's configuration."""
+
+
 def _loose_timeline_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
 ) -> list[GemmCase]:
@@ -304,13 +311,16 @@ def _loose_timeline_cases(
                 cur, depth = parent.get(cur), depth + 1
         kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
     out: list[GemmCase] = []
-    ordered = kernels.sort("start_ns")
     # per GEMM kernel name (the name test runs once per distinct name), in order of first launch: launches, the
     # mean time of the launches with both ends, and the first launch (its launch configuration is shown)
-    gemm_names = [n for n in ordered["name"].unique().to_list() if is_gemm_kernel(n)]
+    gemm_names = [n for n in kernels["name"].unique().to_list() if is_gemm_kernel(n)]
+    ordered = (
+        kernels.filter(pl.col("name").is_in(gemm_names))
+        .select(_LOOSE_COLUMNS)
+        .sort("start_ns", maintain_order=True)
+    )
     groups = (
         ordered.with_row_index("_row")
-        .filter(pl.col("name").is_in(gemm_names))
         .group_by("name", maintain_order=True)
         .agg(
             pl.len().alias("launches"),

@@ -58,7 +58,6 @@ def _user_gemm_ranges(
     ids = ranges["range_id"].to_list()
     kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
     parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
-    rname = dict(zip(ids, ranges["name"].to_list(), strict=True))
     step = _NameTest(lambda n: bool(_STEP.fullmatch(n.strip())))
     # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
     # without them its kernels belong to the user's range around it. Name tests run once per distinct name (a
@@ -72,13 +71,16 @@ def _user_gemm_ranges(
 
     # the range each kernel is held by: its own, or the user's range around a transparent op range (at most 64
     # levels up), never a training / profiler step (context, not the GEMM's own range)
-    pairs = kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").unique()
-    id_type = pairs.schema["range_id"]
-    held = pairs.select(pl.col("range_id").unique()).filter(~pl.col("range_id").is_in(list(tracekit_owner)))
+    ranged = kernels.filter(pl.col("range_id").is_not_null())
+    id_type = ranged.schema["range_id"]
+    held = (
+        ranged.select(pl.col("range_id").unique())
+        .filter(~pl.col("range_id").is_in(list(tracekit_owner)))
+        .with_columns(pl.col("range_id").alias("holder"))
+    )
     up = ranges.filter(pl.col("range_id").is_in(transparent_ids.implode())).select(
         pl.col("range_id").alias("holder"), pl.col("parent_id").alias("_up")
     )
-    held = held.with_columns(pl.col("range_id").alias("holder"))
     for _ in range(64):
         held = held.join(up, on="holder", how="left").with_columns(
             pl.when(pl.col("holder").is_in(transparent_ids.implode()))
@@ -90,7 +92,7 @@ def _user_gemm_ranges(
         if not held["holder"].is_in(transparent_ids.implode()).any():
             break
     holder_names = pl.DataFrame(
-        {"holder": ids, "_name": ranges["name"], "_kind": ranges["range_kind"]},
+        {"holder": ranges["range_id"], "_name": ranges["name"], "_kind": ranges["range_kind"]},
         schema={"holder": id_type, "_name": pl.String, "_kind": pl.String},
     )
     held = held.join(holder_names, on="holder", how="left")
@@ -100,20 +102,27 @@ def _user_gemm_ranges(
         & ~pl.col("_name").fill_null("").is_in(steps)
         & ~pl.col("holder").is_in(list(tracekit_owner))
         & pl.col("_kind").is_null()
-    ).select("range_id", "holder")
-    # the distinct GEMM-like kernel names each holder launched
-    gemm_kernels = [n for n in pairs["name"].unique().to_list() if _gemm_like(n, gemm_names)]
-    per_holder = (
-        pairs.join(held, on="range_id")
-        .group_by("holder")
-        .agg(pl.col("name").filter(pl.col("name").is_in(gemm_kernels)).n_unique().alias("gemms"))
     )
-    direct = set(per_holder["holder"].to_list())
+    # the distinct GEMM-like kernel names each holder launched (only GEMM-like launches are looked at)
+    gemm_kernels = [n for n in ranged["name"].unique().to_list() if _gemm_like(n, gemm_names)]
+    per_holder = (
+        ranged.filter(pl.col("name").is_in(gemm_kernels))
+        .select("range_id", "name")
+        .unique()
+        .join(held.select("range_id", "holder"), on="range_id")
+        .group_by("holder")
+        .agg(pl.col("name").n_unique().alias("gemms"))
+    )
     by_kernel = set(
         per_holder.filter((pl.col("gemms") > 0) & (pl.col("gemms") <= MAX_GEMMS_PER_CASE))["holder"].to_list()
     )
+    # a range named like a GEMM holding kernels (none GEMM-like by name: ``sgemm_smem`` around ``simt_kernel``)
     gemm_named = _NameTest(lambda n: bool(_GEMM_RANGE.search(n)) and not _STEP.fullmatch(n.strip()))
-    by_name = {rid for rid in direct - by_kernel if gemm_named(rname.get(rid) or "")}
+    named = held.select("holder", pl.col("_name").fill_null("")).unique()
+    by_name = set(
+        named.filter(pl.col("_name").is_in(gemm_named.matching(named["_name"])))["holder"].to_list()
+    )
+    by_name -= by_kernel
     # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
     inside: set[int] = set()
     for rid in by_kernel:

@@ -68,7 +68,7 @@ def _free_aux_time(
     if not free:
         return {}
     names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
-    ks = kernels.filter(pl.col("range_id").is_in(list(free))).select("range_id", "name", "duration_ns")
+    ks = kernels.select("range_id", "name", "duration_ns").filter(pl.col("range_id").is_in(list(free)))
     per_instance: dict[int, float] = {}
     kernel_names: dict[str, dict[str, int]] = {}
     for r in ks.iter_rows(named=True):
@@ -140,7 +140,7 @@ def _range_cases(
         "dynamic_smem_bytes",
     ]  # fmt: skip
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
-    ks = kernels.filter(pl.col("range_id").is_in(list(owner)) & timed).select(kcols).sort("start_ns")
+    ks = kernels.select(kcols).filter(pl.col("range_id").is_in(list(owner)) & timed).sort("start_ns")
     per_instance: dict[int, list[dict]] = {}
     for r in ks.iter_rows(named=True):
         gid, aux = owner[r["range_id"]]
@@ -152,7 +152,8 @@ def _range_cases(
     # every kernel start per device, to tell a launch gap from time spent in other kernels
     starts: dict[Any, list[int]] = {}
     for dev, grp in (
-        kernels.filter(timed)
+        kernels.select("device", "start_ns", "end_ns")
+        .filter(timed)
         .select("device", "start_ns")
         .sort("start_ns")
         .group_by("device", maintain_order=True)
@@ -315,8 +316,8 @@ def _loose_timeline_cases(
     # mean time of the launches with both ends, and the first launch (its launch configuration is shown)
     gemm_names = [n for n in kernels["name"].unique().to_list() if is_gemm_kernel(n)]
     ordered = (
-        kernels.filter(pl.col("name").is_in(gemm_names))
-        .select(_LOOSE_COLUMNS)
+        kernels.select(_LOOSE_COLUMNS)
+        .filter(pl.col("name").is_in(gemm_names))
         .sort("start_ns", maintain_order=True)
     )
     groups = (

@@ -71,7 +71,7 @@ def _user_gemm_ranges(
 
     # the range each kernel is held by: its own, or the user's range around a transparent op range (at most 64
     # levels up), never a training / profiler step (context, not the GEMM's own range)
-    ranged = kernels.filter(pl.col("range_id").is_not_null())
+    ranged = kernels.select("range_id", "name").filter(pl.col("range_id").is_not_null())
     id_type = ranged.schema["range_id"]
     held = (
         ranged.select(pl.col("range_id").unique())
@@ -107,7 +107,6 @@ def _user_gemm_ranges(
     gemm_kernels = [n for n in ranged["name"].unique().to_list() if _gemm_like(n, gemm_names)]
     per_holder = (
         ranged.filter(pl.col("name").is_in(gemm_kernels))
-        .select("range_id", "name")
         .unique()
         .join(held.select("range_id", "holder"), on="range_id")
         .group_by("holder")

@@ -13,8 +13,8 @@ With ``--run RUN`` (repeatable): existing runs (a 1M-kernel Kineto import: bench
 DIR, then ``tracekit import``), each measured in fresh processes, the median of ``--repeats``; one table: run,
 kernels, open frames s (process start to the frames read), header s and first paint s (process start to the
 header and to the GEMM table painted, as ``tracekit view RUN`` does it, at 80x24), explain s (``tracekit explain
-RUN --json``, process start to the JSON written), peak RSS of the view and of the explain process, and the load
-average (the machine may be shared):
+RUN --json``, process start to the JSON written), the CPU seconds (all threads) and peak RSS of each process,
+and the load average (the machine may be shared: CPU seconds vary less with it than wall seconds):
 
     python benchmarks/bench_tui.py --run samples/h200-gemm-probe --run /tmp/k1m [--repeats 5]
 """
@@ -96,6 +96,7 @@ async def first_screen_fresh(run: Path, prefetch: bool) -> dict[str, float]:
         await pilot.pause()
         out["table"] = time.perf_counter() - T_START
     out["peak_kb"] = _peak_kb()
+    out["cpu"] = time.process_time()
     return out
 
 
@@ -123,7 +124,8 @@ def explain_fresh(run: Path) -> dict[str, float]:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
-    return {"explain": time.perf_counter() - T_START, "peak_kb": _peak_kb(), "bytes": len(sink.getvalue())}
+    wall = time.perf_counter() - T_START
+    return {"explain": wall, "peak_kb": _peak_kb(), "cpu": time.process_time(), "bytes": len(sink.getvalue())}
 
 
 def _child(*args: str) -> dict[str, float]:
@@ -142,8 +144,8 @@ def run_table(runs: list[Path], repeats: int) -> None:
 
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
     head = (
-        f"{'run':<28} {'kernels':>10} {'open frames s':>13} {'header s':>9} {'first paint s':>13} "
-        f"{'explain s':>9} {'peak RSS view':>13} {'peak RSS explain':>16}"
+        f"{'run':<24} {'kernels':>10} {'open frames s':>13} {'header s':>9} {'first paint s':>13} "
+        f"{'view cpu s':>10} {'explain s':>9} {'explain cpu s':>13} {'peak RSS view':>13} {'explain':>8}"
     )
     print(head)
     for run in runs:
@@ -155,9 +157,10 @@ def run_table(runs: list[Path], repeats: int) -> None:
             return statistics.median(r[key] for r in rs)
 
         print(
-            f"{run.name[:28]:<28} {rows:>10,} {med(view, 'frames'):>13.2f} {med(view, 'header'):>9.2f} "
-            f"{med(view, 'table'):>13.2f} {med(expl, 'explain'):>9.2f} "
-            f"{med(view, 'peak_kb') / 1048576:>10.2f} GB {med(expl, 'peak_kb') / 1048576:>13.2f} GB"
+            f"{run.name[:24]:<24} {rows:>10,} {med(view, 'frames'):>13.2f} {med(view, 'header'):>9.2f} "
+            f"{med(view, 'table'):>13.2f} {med(view, 'cpu'):>10.2f} {med(expl, 'explain'):>9.2f} "
+            f"{med(expl, 'cpu'):>13.2f} {med(view, 'peak_kb') / 1048576:>10.2f} GB "
+            f"{med(expl, 'peak_kb') / 1048576:>5.2f} GB"
         )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

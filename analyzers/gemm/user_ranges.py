@@ -55,9 +55,6 @@ def _user_gemm_ranges(
     named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
     outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
     shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
-    ids = ranges["range_id"].to_list()
-    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
-    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
     step = _NameTest(lambda n: bool(_STEP.fullmatch(n.strip())))
     # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
     # without them its kernels belong to the user's range around it. Name tests run once per distinct name (a
@@ -67,7 +64,6 @@ def _user_gemm_ranges(
         unshaped = unshaped.filter(pl.col(c).is_null() | (pl.col(c) == 0))
     op_names = [n for n in unshaped["name"].unique().to_list() if is_op_range(n)]
     transparent_ids = unshaped.filter(pl.col("name").is_in(op_names))["range_id"]
-    transparent = set(transparent_ids.to_list())
 
     # the range each kernel is held by: its own, or the user's range around a transparent op range (at most 64
     # levels up), never a training / profiler step (context, not the GEMM's own range)
@@ -122,6 +118,13 @@ def _user_gemm_ranges(
         named.filter(pl.col("_name").is_in(gemm_named.matching(named["_name"])))["holder"].to_list()
     )
     by_name -= by_kernel
+    if not by_kernel and not by_name:
+        return {}
+    # the walks below run over the few cases and their ranges; the maps are built only when there are cases
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
+    transparent = set(transparent_ids.to_list())
     # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
     inside: set[int] = set()
     for rid in by_kernel:

@@ -103,6 +103,133 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
+class _Memo:
+    """A function of a name, computed once per distinct name."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.seen: dict[Any, Any] = {}
+
+    def __call__(self, name: Any) -> Any:
+        if name in self.seen:
+            return self.seen[name]
+        out = self.seen[name] = self.fn(name)
+        return out
+
+
+def _instance_kernels(
+    kernels: pl.DataFrame,
+    owner: dict[int, tuple[int, bool]],
+    user_cases: set[int],
+    gemm_names: set[str],
+) -> pl.DataFrame:
+    """The kernels of GEMM ranges in time order (``_row``), each with the GEMM range instance it belongs to
+    (``gid``) and whether it is one of that GEMM's own kernels (``main``): in the user's case ranges a GEMM-like
+    kernel outside a sub-range, in tracekit's ranges a kernel :func:`classify_kernel` calls ``main`` outside an
+    ``aux`` range. Names are classified once per distinct name."""
+    id_type = kernels.schema["range_id"]
+    own = pl.DataFrame(
+        {
+            "range_id": list(owner),
+            "gid": [g for g, _ in owner.values()],
+            "_aux": [a for _, a in owner.values()],
+        },
+        schema={"range_id": id_type, "gid": id_type, "_aux": pl.Boolean},
+    )
+    ks = (
+        kernels.filter(pl.col("range_id").is_in(own["range_id"].implode()))
+        .sort("start_ns")
+        .with_row_index("_row")
+        .join(own, on="range_id", how="left")
+        .sort("_row")
+    )
+    distinct = [n for n in ks["name"].unique().to_list() if n is not None]
+    user_main = [n for n in distinct if _gemm_like(n, gemm_names)]
+    own_main = [n for n in distinct if classify_kernel(n) == "main"]
+    in_user = pl.col("gid").is_in(list(user_cases))
+    return ks.with_columns(
+        (
+            ~pl.col("_aux")
+            & pl.when(in_user)
+            .then(pl.col("name").is_in(user_main).fill_null(False))
+            .otherwise(pl.col("name").is_null() | pl.col("name").is_in(own_main))
+        ).alias("main")
+    ).drop("_aux")
+
+
+def _per_instance(
+    ks: pl.DataFrame, groups: dict[tuple[str, str | None, tuple], list[int]]
+) -> tuple[
+    dict[int, tuple[list[int], list[int], int, int, Any, int | None]], dict[int, list[str]], list[dict]
+]:
+    """What the cases need from their kernels, in polars: per GEMM range instance (starts, ends, own and
+    auxiliary kernel time, the device of its first kernel, the most launches of one own kernel name); per case
+    (index into ``groups``) its auxiliary kernel names and its longest own kernel (the first of equals, in
+    instance then time order). A case whose kernels all look auxiliary takes the longest one's name as its GEMM."""
+    place = [(rid, ci, pos) for ci, rids in enumerate(groups.values()) for pos, rid in enumerate(rids)]
+    id_type = ks.schema["gid"]
+    where = pl.DataFrame(
+        {"gid": [p[0] for p in place], "_case": [p[1] for p in place], "_pos": [p[2] for p in place]},
+        schema={"gid": id_type, "_case": pl.Int64, "_pos": pl.Int64},
+    )
+    ks = ks.join(where, on="gid", how="inner").sort("_case", "_pos", "_row")
+    # only aux-looking kernels: the longest is the GEMM (every kernel of the case with its name)
+    no_main = ks.group_by("_case").agg(pl.col("main").any().alias("_any")).filter(~pl.col("_any"))["_case"]
+    if no_main.len():
+        longest = (
+            ks.filter(pl.col("_case").is_in(no_main.implode()))
+            .group_by("_case", maintain_order=True)
+            .agg(
+                pl.col("name")
+                .filter(pl.col("duration_ns") == pl.col("duration_ns").max())
+                .first()
+                .alias("_n")
+            )
+        )
+        ks = (
+            ks.join(longest, on="_case", how="left")
+            .with_columns((pl.col("main") | (pl.col("name") == pl.col("_n")).fill_null(False)).alias("main"))
+            .drop("_n")
+            .sort("_case", "_pos", "_row")
+        )
+    dur = pl.col("duration_ns")
+    per = ks.group_by("gid", maintain_order=True).agg(
+        pl.col("start_ns"),
+        pl.col("end_ns"),
+        dur.filter(pl.col("main")).sum().alias("_main"),
+        dur.filter(~pl.col("main")).sum().alias("_aux"),
+        pl.col("device").first().alias("_dev"),
+    )
+    most = (
+        ks.filter(pl.col("main"))
+        .group_by("gid", "name")
+        .len()
+        .group_by("gid")
+        .agg(pl.col("len").max().alias("_most"))
+    )
+    per = per.join(most, on="gid", how="left")
+    instances = {
+        gid: (starts, ends, main, aux, dev, m)
+        for gid, starts, ends, main, aux, dev, m in per.select(
+            "gid", "start_ns", "end_ns", "_main", "_aux", "_dev", "_most"
+        ).iter_rows()
+    }
+    aux_names = (
+        ks.filter(~pl.col("main")).group_by("_case").agg(pl.col("name").unique().sort().alias("_names"))
+    )
+    aux_kernels = {ci: [n for n in names if n is not None] for ci, names in aux_names.iter_rows()}
+    tops_frame = (
+        ks.filter(pl.col("main"))
+        .group_by("_case", maintain_order=True)
+        .agg(pl.all().filter(dur == dur.max()).first())
+        .sort("_case")
+    )
+    tops = [{} for _ in groups]
+    for row in tops_frame.iter_rows(named=True):
+        tops[row["_case"]] = row
+    return instances, aux_kernels, tops
+
+
 def _range_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
 ) -> list[GemmCase]:
@@ -131,24 +258,14 @@ def _range_cases(
     shape_cols = [
         c for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops") if c in ranges.columns
     ]
-    extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
-    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
-    parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
     kcols = [
         "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
         "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
         "dynamic_smem_bytes",
     ]  # fmt: skip
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
-    ks = kernels.select(kcols).filter(pl.col("range_id").is_in(list(owner)) & timed).sort("start_ns")
-    per_instance: dict[int, list[dict]] = {}
-    for r in ks.iter_rows(named=True):
-        gid, aux = owner[r["range_id"]]
-        if gid in user_cases:
-            r["role"] = "main" if not aux and _gemm_like(r["name"], gemm_names) else "aux"
-        else:
-            r["role"] = classify_kernel(r["name"], aux)
-        per_instance.setdefault(gid, []).append(r)
+    ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
+    has_kernels = set(ks["gid"].unique().to_list())
     # every kernel start per device, to tell a launch gap from time spent in other kernels
     starts: dict[Any, list[int]] = {}
     for dev, grp in (
@@ -160,25 +277,42 @@ def _range_cases(
     ):
         starts[dev[0]] = grp["start_ns"].to_list()
 
+    # instances of one range name under one context (and, for the user's ranges, one recorded shape) are one
+    # case; names are turned into keys once per distinct name
+    ordered = (
+        gemm_ranges.filter(pl.col("range_id").is_in(list(has_kernels)))
+        .sort("start_ns")
+        .with_row_index("_order")
+        .join(
+            ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_parent_name")),
+            on="parent_id",
+            how="left",
+        )
+        .sort("_order")
+    )
+    extra: dict[int, dict[str, Any]] = {}
+    ctx_of = _Memo(context_key)
+    key_of = _Memo(range_key)
+    own_name = _Memo(lambda n: parse_gemm_name(n) is not None)
     groups: dict[tuple[str, str | None, tuple], list[int]] = {}
-    for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
-        if r["range_id"] not in per_instance:
-            continue
-        parent = parents.get(r["range_id"])
-        ctx = context_key(names.get(parent)) if parent is not None else None
+    shape_names = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch")
+    for rid, name, has_parent, parent_name, *values in ordered.select(
+        "range_id", "name", pl.col("parent_id").is_not_null(), "_parent_name", *shape_cols
+    ).iter_rows():
+        e = extra[rid] = dict(zip(shape_cols, values, strict=True))
+        ctx = ctx_of(parent_name) if has_parent else None
         shape: tuple = ()
-        name = r["name"]
-        if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
-            e = extra.get(r["range_id"], {})
-            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch"))
-            name = range_key(name)
-            ctx = range_key(ctx) if ctx else ctx
-        elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
-            name = range_key(name)
-        groups.setdefault((name, ctx, shape), []).append(r["range_id"])
+        if rid in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
+            shape = tuple(e.get(c) for c in shape_names)
+            name = key_of(name)
+            ctx = key_of(ctx) if ctx else ctx
+        elif not own_name(name):  # a gemm range another reader marked: per-call counters dropped
+            name = key_of(name)
+        groups.setdefault((name, ctx, shape), []).append(rid)
 
+    instances, aux_kernels, tops = _per_instance(ks, groups)
     cases: list[GemmCase] = []
-    for (name, ctx, shape), rids in groups.items():
+    for ci, ((name, ctx, shape), rids) in enumerate(groups.items()):
         is_user = rids[0] in user_cases
         if is_user:
             m, n, k, da, db, do, batch = shape or (None,) * 7
@@ -204,39 +338,20 @@ def _range_cases(
                 case.profiler_flops = statistics.median(pf)
         case.device = device
         case.range_ids = rids
-        rows_all = [r for rid in rids for r in per_instance[rid]]
-        if not any(
-            r["role"] == "main" for r in rows_all
-        ):  # only aux-looking kernels: the longest is the GEMM
-            main_name = max(rows_all, key=lambda r: r["duration_ns"])["name"]
-            for r in rows_all:
-                if r["name"] == main_name:
-                    r["role"] = "main"
         # Per instance: own kernel time, auxiliary kernel time, idle time (inside the range, and since the
         # previous instance when nothing else ran in between). The median instance is reported: one cold
         # first launch (module load, a lazily created handle) must not set the typical launch's numbers.
         mains: list[float] = []
         auxs: list[float] = []
         gaps: list[float] = []
-        aux_names: dict[str, int] = {}
-        main_rows: list[dict] = []
         prev_end: int | None = None
         prev_dev = None
         n_launches = 0
         for rid in rids:
-            rows = per_instance[rid]
-            intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
-            first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
+            starts_i, ends_i, main_i, aux_i, dev, most = instances[rid]
+            intervals = list(zip(starts_i, ends_i, strict=True))
+            first, last = min(starts_i), max(ends_i)
             gap = max(last - first - _union_busy(intervals), 0)
-            main_i = aux_i = 0
-            for r in rows:
-                if r["role"] == "aux":
-                    aux_i += r["duration_ns"]
-                    aux_names[r["name"]] = aux_names.get(r["name"], 0) + 1
-                else:
-                    main_i += r["duration_ns"]
-                    main_rows.append(r)
-            dev = rows[0]["device"]
             if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
                 dev_starts = starts.get(dev, [])
                 i = bisect.bisect_right(dev_starts, prev_end)
@@ -246,11 +361,7 @@ def _range_cases(
             # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
             n_i = 1
             if is_user:
-                counts: dict[str, int] = {}
-                for r in rows:
-                    if r["role"] == "main":
-                        counts[r["name"]] = counts.get(r["name"], 0) + 1
-                n_i = max(counts.values(), default=1)
+                n_i = most or 1
                 n_launches += n_i
             mains.append(main_i / n_i)
             auxs.append(aux_i / n_i)
@@ -259,8 +370,8 @@ def _range_cases(
         case.main_ns = statistics.median(mains)
         case.aux_ns = statistics.median(auxs)
         case.gap_ns = statistics.median(gaps)
-        case.aux_kernels = sorted(aux_names)
-        top = max(main_rows, key=lambda r: r["duration_ns"])
+        case.aux_kernels = aux_kernels.get(ci, [])
+        top = tops[ci]
         case.main_kernel = top["name"]
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         block = [top.get(c) for c in ("block_x", "block_y", "block_z")]

@@ -128,3 +128,40 @@ def test_kernel_name_patterns_run_per_distinct_name_not_per_launch(monkeypatch: 
     assert len(cases) == 3
     # a few tests per distinct name and per case (the dtype class of each case), none per launch
     assert counted.searches <= 4 * distinct + 4 * len(cases), (counted.searches, launches)
+
+
+def test_busy_time_per_instance_matches_the_interval_union_also_for_damaged_kernels() -> None:
+    """The busy time of each GEMM range instance, summed in polars, equals the sequential union
+    (``_union_busy``) on random intervals: overlapping, nested, touching, and kernels that end before they
+    start (a damaged file)."""
+    import random
+
+    from tracekit.analyzers.gemm.timeline import _per_instance, _union_busy
+
+    rnd = random.Random(19)
+    rows: list[dict[str, Any]] = []
+    for gid in range(300):
+        for _ in range(rnd.randint(1, 8)):
+            start = rnd.randint(0, 2_000)
+            end = start + rnd.choice([rnd.randint(0, 900), -rnd.randint(1, 300)])
+            rows.append({"gid": gid, "start_ns": start, "end_ns": end})
+    ks = (
+        pl.DataFrame(rows)
+        .sort("start_ns")
+        .with_row_index("_row")
+        .with_columns(
+            duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+            main=pl.lit(True),
+            device=pl.lit(0),
+            name=pl.lit("gemm"),
+        )
+    )
+    instances, _, _ = _per_instance(ks, {("gemm", None, ()): list(range(300))})
+    for gid in range(300):
+        intervals = [(r["start_ns"], r["end_ns"]) for r in rows if r["gid"] == gid]
+        first, last, busy = instances[gid][:3]
+        assert (first, last, busy) == (
+            min(s for s, _ in intervals),
+            max(e for _, e in intervals),
+            _union_busy(intervals),
+        ), gid

@@ -103,6 +103,10 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
+_SHAPE_COLUMNS = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops")
+"""A GEMM range's shape as a profiler recorded it (its own row), and the FLOPs it counted."""
+
+
 class _Memo:
     """A function of a name, computed once per distinct name."""
 
@@ -159,11 +163,10 @@ def _instance_kernels(
 
 def _per_instance(
     ks: pl.DataFrame, groups: dict[tuple[str, str | None, tuple], list[int]]
-) -> tuple[
-    dict[int, tuple[list[int], list[int], int, int, Any, int | None]], dict[int, list[str]], list[dict]
-]:
-    """What the cases need from their kernels, in polars: per GEMM range instance (starts, ends, own and
-    auxiliary kernel time, the device of its first kernel, the most launches of one own kernel name); per case
+) -> tuple[dict[int, tuple], dict[int, list[str]], list[dict]]:
+    """What the cases need from their kernels, in polars: per GEMM range instance (first start, last end, busy
+    time, own and auxiliary kernel time, the device of its first kernel, the most launches of one own kernel
+    name); per case
     (index into ``groups``) its auxiliary kernel names and its longest own kernel (the first of equals, in
     instance then time order). A case whose kernels all look auxiliary takes the longest one's name as its GEMM."""
     place = [(rid, ci, pos) for ci, rids in enumerate(groups.values()) for pos, rid in enumerate(rids)]
@@ -193,9 +196,28 @@ def _per_instance(
             .sort("_case", "_pos", "_row")
         )
     dur = pl.col("duration_ns")
+    start, end, prev = pl.col("start_ns"), pl.col("end_ns"), pl.col("_prev")
+    # the time some kernel of an instance ran (the union of its intervals, as _union_busy sums it): sorted by
+    # start then end, each kernel adds what it runs past the latest end before it. The same sum also where a
+    # damaged kernel ends before it starts: every later kernel starts after both the running end and the latest.
+    busy = (
+        ks.select("gid", "start_ns", "end_ns")
+        .sort("gid", "start_ns", "end_ns")
+        .with_columns(end.cum_max().shift(1).over("gid").alias("_prev"))
+        .group_by("gid")
+        .agg(
+            pl.when(prev.is_null() | (start >= prev))
+            .then(end - start)
+            .when(end > prev)
+            .then(end - prev)
+            .otherwise(0)
+            .sum()
+            .alias("_busy")
+        )
+    )
     per = ks.group_by("gid", maintain_order=True).agg(
-        pl.col("start_ns"),
-        pl.col("end_ns"),
+        start.min().alias("_first"),
+        end.max().alias("_last"),
         dur.filter(pl.col("main")).sum().alias("_main"),
         dur.filter(~pl.col("main")).sum().alias("_aux"),
         pl.col("device").first().alias("_dev"),
@@ -207,12 +229,10 @@ def _per_instance(
         .group_by("gid")
         .agg(pl.col("len").max().alias("_most"))
     )
-    per = per.join(most, on="gid", how="left")
+    per = per.join(most, on="gid", how="left").join(busy.select("gid", "_busy"), on="gid", how="left")
     instances = {
-        gid: (starts, ends, main, aux, dev, m)
-        for gid, starts, ends, main, aux, dev, m in per.select(
-            "gid", "start_ns", "end_ns", "_main", "_aux", "_dev", "_most"
-        ).iter_rows()
+        row[0]: row[1:]
+        for row in per.select("gid", "_first", "_last", "_busy", "_main", "_aux", "_dev", "_most").iter_rows()
     }
     aux_names = (
         ks.filter(~pl.col("main")).group_by("_case").agg(pl.col("name").unique().sort().alias("_names"))
@@ -290,20 +310,20 @@ def _range_cases(
         )
         .sort("_order")
     )
-    extra: dict[int, dict[str, Any]] = {}
+    extra: dict[int, tuple] = {}  # range_id -> its values of _SHAPE_COLUMNS
     ctx_of = _Memo(context_key)
     key_of = _Memo(range_key)
     own_name = _Memo(lambda n: parse_gemm_name(n) is not None)
     groups: dict[tuple[str, str | None, tuple], list[int]] = {}
-    shape_names = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch")
+    shape_exprs = [pl.col(c) if c in shape_cols else pl.lit(None).alias(c) for c in _SHAPE_COLUMNS]
     for rid, name, has_parent, parent_name, *values in ordered.select(
-        "range_id", "name", pl.col("parent_id").is_not_null(), "_parent_name", *shape_cols
+        "range_id", "name", pl.col("parent_id").is_not_null(), "_parent_name", *shape_exprs
     ).iter_rows():
-        e = extra[rid] = dict(zip(shape_cols, values, strict=True))
+        extra[rid] = tuple(values)
         ctx = ctx_of(parent_name) if has_parent else None
         shape: tuple = ()
         if rid in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
-            shape = tuple(e.get(c) for c in shape_names)
+            shape = extra[rid][:7]
             name = key_of(name)
             ctx = key_of(ctx) if ctx else ctx
         elif not own_name(name):  # a gemm range another reader marked: per-call counters dropped
@@ -323,17 +343,16 @@ def _range_cases(
             case = GemmCase(origin="range", name=label, context=ctx, **parsed)
             case.user_range = True
             case.range_name = name
-            pf = [extra.get(rid, {}).get("flops") for rid in rids]
-            pf = [f for f in pf if f]
+            pf = [f for rid in rids if (f := extra[rid][7])]
             if pf:
                 case.profiler_flops = statistics.median(pf)
         else:
             parsed = parse_gemm_name(name)
             if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
-                e = extra.get(rids[0], {})
-                parsed = {c: e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b") if e.get(c) is not None}
+                e = dict(zip(_SHAPE_COLUMNS, extra[rids[0]], strict=True))
+                parsed = {c: e[c] for c in ("m", "n", "k", "dtype_a", "dtype_b") if e[c] is not None}
             case = GemmCase(origin="range", name=name, context=ctx, **parsed)
-            pf = [f for rid in rids if (f := extra.get(rid, {}).get("flops"))]
+            pf = [f for rid in rids if (f := extra[rid][7])]
             if pf:
                 case.profiler_flops = statistics.median(pf)
         case.device = device
@@ -348,10 +367,8 @@ def _range_cases(
         prev_dev = None
         n_launches = 0
         for rid in rids:
-            starts_i, ends_i, main_i, aux_i, dev, most = instances[rid]
-            intervals = list(zip(starts_i, ends_i, strict=True))
-            first, last = min(starts_i), max(ends_i)
-            gap = max(last - first - _union_busy(intervals), 0)
+            first, last, busy, main_i, aux_i, dev, most = instances[rid]
+            gap = max(last - first - busy, 0)
             if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
                 dev_starts = starts.get(dev, [])
                 i = bisect.bisect_right(dev_starts, prev_end)

@@ -3,7 +3,6 @@ and launch gaps timed apart, median instance per case; GEMM kernels in no case e
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from typing import Any
 
@@ -162,7 +161,9 @@ def _instance_kernels(
 
 
 def _per_instance(
-    ks: pl.DataFrame, groups: dict[tuple[str, str | None, tuple], list[int]]
+    ks: pl.DataFrame,
+    groups: dict[tuple[str, str | None, tuple], list[int]],
+    kernel_starts: pl.DataFrame | None = None,
 ) -> tuple[dict[int, tuple], dict[int, list[str]], list[dict]]:
     """What the cases need from their kernels, in polars: per GEMM range instance (first start, last end, busy
     time, own and auxiliary kernel time, the device of its first kernel, the most launches of one own kernel
@@ -230,9 +231,21 @@ def _per_instance(
         .agg(pl.col("len").max().alias("_most"))
     )
     per = per.join(most, on="gid", how="left").join(busy.select("gid", "_busy"), on="gid", how="left")
+    per = per.join(where, on="gid").sort("_case", "_pos")
+    per = per.join(_idle_before(per, kernel_starts), on="gid", how="left")
     instances = {
         row[0]: row[1:]
-        for row in per.select("gid", "_first", "_last", "_busy", "_main", "_aux", "_dev", "_most").iter_rows()
+        for row in per.select(
+            "gid",
+            "_first",
+            "_last",
+            "_busy",
+            "_main",
+            "_aux",
+            "_dev",
+            "_most",
+            pl.col("_before").fill_null(0),
+        ).iter_rows()
     }
     aux_names = (
         ks.filter(~pl.col("main")).group_by("_case").agg(pl.col("name").unique().sort().alias("_names"))
@@ -248,6 +261,54 @@ def _per_instance(
     for row in tops_frame.iter_rows(named=True):
         tops[row["_case"]] = row
     return instances, aux_kernels, tops
+
+
+_NO_DEVICE = -(2**31)
+"""Stands in for a kernel's missing device when instances and kernel starts are matched by device."""
+
+
+def _idle_before(per: pl.DataFrame, kernel_starts: pl.DataFrame | None) -> pl.DataFrame:
+    """Per GEMM range instance (``per``: gid, _case, _pos, _first, _last, _dev in case then instance order), the
+    idle time since the previous instance of its case that counts as a launch gap (``_before``): on the same device,
+    shorter than LAUNCH_GAP_MAX_NS, and no kernel (of ``kernel_starts``: device, start_ns) started in between.
+    Only instances with such a gap get a row."""
+    schema = {"gid": per.schema["gid"], "_before": pl.Int64}
+    if kernel_starts is None:
+        return pl.DataFrame(schema=schema)
+    dev = pl.col("_dev").fill_null(_NO_DEVICE)
+    candidates = (
+        per.with_columns(
+            pl.col("_last").shift(1).over("_case").alias("_prev_end"),
+            dev.shift(1).over("_case").alias("_prev_dev"),
+            dev.alias("_devkey"),
+        )
+        .filter(
+            pl.col("_prev_end").is_not_null()
+            & (pl.col("_devkey") == pl.col("_prev_dev"))
+            & (pl.col("_first") - pl.col("_prev_end") > 0)
+            & (pl.col("_first") - pl.col("_prev_end") < LAUNCH_GAP_MAX_NS)
+        )
+        .select("gid", "_first", "_prev_end", "_devkey", (pl.col("_prev_end") + 1).alias("_after"))
+        .sort("_after")
+    )
+    if candidates.height == 0:
+        return pl.DataFrame(schema=schema)
+    starts = kernel_starts.select(
+        pl.col("device").fill_null(_NO_DEVICE).cast(pl.Int64).alias("_devkey"), "start_ns"
+    ).sort("start_ns")
+    # the first kernel start on the device after the previous instance ended (bisect_right of its end)
+    nearest = candidates.with_columns(pl.col("_devkey").cast(pl.Int64)).join_asof(
+        starts,
+        left_on="_after",
+        right_on="start_ns",
+        by="_devkey",
+        strategy="forward",
+        check_sortedness=False,  # both sorted by their key above
+    )
+    quiet = pl.col("start_ns").is_null() | (pl.col("start_ns") >= pl.col("_first"))
+    return nearest.filter(quiet).select(
+        "gid", (pl.col("_first") - pl.col("_prev_end")).cast(pl.Int64).alias("_before")
+    )
 
 
 def _range_cases(
@@ -287,15 +348,7 @@ def _range_cases(
     ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
     has_kernels = set(ks["gid"].unique().to_list())
     # every kernel start per device, to tell a launch gap from time spent in other kernels
-    starts: dict[Any, list[int]] = {}
-    for dev, grp in (
-        kernels.select("device", "start_ns", "end_ns")
-        .filter(timed)
-        .select("device", "start_ns")
-        .sort("start_ns")
-        .group_by("device", maintain_order=True)
-    ):
-        starts[dev[0]] = grp["start_ns"].to_list()
+    kernel_starts = kernels.select("device", "start_ns", "end_ns").filter(timed).select("device", "start_ns")
 
     # instances of one range name under one context (and, for the user's ranges, one recorded shape) are one
     # case; names are turned into keys once per distinct name
@@ -330,7 +383,7 @@ def _range_cases(
             name = key_of(name)
         groups.setdefault((name, ctx, shape), []).append(rid)
 
-    instances, aux_kernels, tops = _per_instance(ks, groups)
+    instances, aux_kernels, tops = _per_instance(ks, groups, kernel_starts)
     cases: list[GemmCase] = []
     for ci, ((name, ctx, shape), rids) in enumerate(groups.items()):
         is_user = rids[0] in user_cases
@@ -363,18 +416,10 @@ def _range_cases(
         mains: list[float] = []
         auxs: list[float] = []
         gaps: list[float] = []
-        prev_end: int | None = None
-        prev_dev = None
         n_launches = 0
         for rid in rids:
-            first, last, busy, main_i, aux_i, dev, most = instances[rid]
-            gap = max(last - first - busy, 0)
-            if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
-                dev_starts = starts.get(dev, [])
-                i = bisect.bisect_right(dev_starts, prev_end)
-                if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
-                    gap += first - prev_end
-            prev_end, prev_dev = last, dev
+            first, last, busy, main_i, aux_i, _, most, before = instances[rid]
+            gap = max(last - first - busy, 0) + before  # idle inside, and since the previous instance
             # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
             n_i = 1
             if is_user:

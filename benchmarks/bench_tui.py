@@ -1,13 +1,22 @@
 # ruff: noqa: E402
-"""How fast ``tracekit view`` is on a run of a million kernels (issue 5: first screen < 2 s, cursor < 100 ms).
+"""How fast ``tracekit view`` is on a run of a million kernels (issue 5: first screen < 2 s, cursor < 100 ms;
+issue 19: first paint <= 2 s and explain <= 5 s on the 1M-kernel Kineto run).
 
-Builds the run by replicating the kernels of the H200 probe (ncu report + nsys export from ../shared/data) to
-1,000,000 launches, each copy shifted in time; only the first copy keeps its GEMM ranges, as in a real model run
-where most kernels sit outside tracekit's ranges. Then drives the app with Pilot, headless, at 80x24 and 200x50:
+Without ``--run``: builds a run by replicating the kernels of the H200 probe (ncu report + nsys export from
+../shared/data) to 1,000,000 launches, each copy shifted in time; only the first copy keeps its GEMM ranges, as
+in a real model run where most kernels sit outside tracekit's ranges. Then drives the app with Pilot, headless,
+at 80x24 and 200x50, and prints one table (milliseconds, wall clock, this machine; recorded in docs/TUI.md):
 
     python benchmarks/bench_tui.py [--kernels 1000000] [--keep DIR]
 
-and prints one table (milliseconds, wall clock, this machine). Numbers are recorded in docs/TUI.md.
+With ``--run RUN`` (repeatable): existing runs (a 1M-kernel Kineto import: benchmarks/bench_kineto.py --keep
+DIR, then ``tracekit import``), each measured in fresh processes, the median of ``--repeats``; one table: run,
+kernels, open frames s (process start to the frames read), header s and first paint s (process start to the
+header and to the GEMM table painted, as ``tracekit view RUN`` does it, at 80x24), explain s (``tracekit explain
+RUN --json``, process start to the JSON written), the CPU seconds (all threads) and peak RSS of each process,
+and the load average (the machine may be shared: CPU seconds vary less with it than wall seconds):
+
+    python benchmarks/bench_tui.py --run samples/h200-gemm-probe --run /tmp/k1m [--repeats 5]
 """
 
 from __future__ import annotations
@@ -67,14 +76,15 @@ def build_run(out: Path, n: int) -> Path:
 async def first_screen_fresh(run: Path, prefetch: bool) -> dict[str, float]:
     """In this (fresh) process, as ``tracekit view RUN`` does it: time to the header and to the GEMM table."""
     pre = None
+    out: dict[str, float] = {}
     if prefetch:
         from tracekit.tui.data import Prefetch
 
         pre = Prefetch(run)
+        pre.data.add_done_callback(lambda _: out.setdefault("frames", time.perf_counter() - T_START))
     from tracekit.tui.app import make_app
 
     app = make_app(run, prefetch=pre)
-    out: dict[str, float] = {}
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         while getattr(screen, "data", None) is None:
@@ -85,7 +95,74 @@ async def first_screen_fresh(run: Path, prefetch: bool) -> dict[str, float]:
             await pilot.pause(0.005)
         await pilot.pause()
         out["table"] = time.perf_counter() - T_START
+    out["peak_kb"] = _peak_kb()
+    out["cpu"] = time.process_time()
     return out
+
+
+def _peak_kb() -> float:
+    """This process's peak resident set (VmHWM), in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return float(line.split()[1])
+    import resource
+
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def explain_fresh(run: Path) -> dict[str, float]:
+    """In this (fresh) process, as ``tracekit explain RUN --json`` does it: seconds to the JSON written."""
+    import contextlib
+    import io
+
+    from tracekit.cli import main
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink):
+        try:
+            main(["explain", str(run), "--json"])
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise
+    wall = time.perf_counter() - T_START
+    return {"explain": wall, "peak_kb": _peak_kb(), "cpu": time.process_time(), "bytes": len(sink.getvalue())}
+
+
+def _child(*args: str) -> dict[str, float]:
+    res = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["?"])[-1]
+        raise SystemExit(f"{' '.join(args)}: exit {res.returncode}: {last}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def run_table(runs: list[Path], repeats: int) -> None:
+    """The table of ``--run``: per run, medians over ``repeats`` fresh processes of each kind."""
+    import os
+
+    from tracekit.run import Run
+
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
+    head = (
+        f"{'run':<24} {'kernels':>10} {'open frames s':>13} {'header s':>9} {'first paint s':>13} "
+        f"{'view cpu s':>10} {'explain s':>9} {'explain cpu s':>13} {'peak RSS view':>13} {'explain':>8}"
+    )
+    print(head)
+    for run in runs:
+        rows = Run.open(run).read_frame("kernels", lazy=True).select(pl.len()).collect().item()
+        view = [_child("--first-screen", str(run)) for _ in range(repeats)]
+        expl = [_child("--explain", str(run)) for _ in range(repeats)]
+
+        def med(rs: list[dict[str, float]], key: str) -> float:
+            return statistics.median(r[key] for r in rs)
+
+        print(
+            f"{run.name[:24]:<24} {rows:>10,} {med(view, 'frames'):>13.2f} {med(view, 'header'):>9.2f} "
+            f"{med(view, 'table'):>13.2f} {med(view, 'cpu'):>10.2f} {med(expl, 'explain'):>9.2f} "
+            f"{med(expl, 'cpu'):>13.2f} {med(view, 'peak_kb') / 1048576:>10.2f} GB "
+            f"{med(expl, 'peak_kb') / 1048576:>5.2f} GB"
+        )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 class Frames:
@@ -208,11 +285,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", type=int, default=1_000_000)
     ap.add_argument("--keep", type=Path, default=None, help="build the run here and keep it")
+    ap.add_argument(
+        "--run", type=Path, action="append", default=[], help="measure this existing run (repeatable)"
+    )
+    ap.add_argument("--repeats", type=int, default=3, help="fresh processes per measure with --run (median)")
     ap.add_argument("--first-screen", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--explain", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--no-prefetch", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.first_screen is not None:  # the child process of the fresh-start measure
         print(json.dumps(asyncio.run(first_screen_fresh(args.first_screen, not args.no_prefetch))))
+        return
+    if args.explain is not None:
+        print(json.dumps(explain_fresh(args.explain)))
+        return
+    if args.run:
+        run_table(args.run, max(1, args.repeats))
         return
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui."))
     try:

@@ -12,7 +12,6 @@ PACKAGES = ("tracekit", "collectors", "analyzers", "tui")
 MAX_LINES = 700
 NOT_YET_SPLIT = {
     "analyzers/kineto.py": "the Kineto reader: its streaming decode (issue 19) will reshape it",
-    "tui/data.py": "the TUI's data layer, outside this split",
 }
 
 

@@ -441,7 +441,7 @@ async def test_picker_lists_runs_and_opens_one(measured_run: Path, nasty_run: Pa
 def test_no_argument_opens_newest_sample(
     measured_run: Path, nasty_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracekit.tui import data
+    from tracekit.tui import runs
     from tracekit.tui.app import first_screen
     from tracekit.tui.screens.overview import OverviewScreen
     from tracekit.tui.screens.picker import RunPickerScreen
@@ -453,9 +453,9 @@ def test_no_argument_opens_newest_sample(
     r = Run.open(newer)
     r.manifest["created_unix"] = 1_900_000_000.0
     r.save()
-    monkeypatch.setattr(data, "samples_dir", lambda: samples)
+    monkeypatch.setattr(runs, "samples_dir", lambda: samples)
     # neither samples/h200-gemm-probe nor its packaged copy: the newest sample (test_tui_samples.py has both)
-    monkeypatch.setattr(data, "packaged_sample", lambda: tmp_path / "absent.zip")
+    monkeypatch.setattr(runs, "packaged_sample", lambda: tmp_path / "absent.zip")
     monkeypatch.chdir(tmp_path)  # no ./runs here
     screen = first_screen(None)
     assert isinstance(screen, OverviewScreen) and screen.path == newer

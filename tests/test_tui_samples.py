@@ -262,7 +262,7 @@ def test_no_argument_and_no_runs_opens_the_probe_sample(
 
 def test_packaged_sample_is_the_committed_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An install without samples/ opens the copy inside the package: the committed run.json and frames."""
-    from tracekit.tui import data
+    from tracekit.tui import data, runs
     from tracekit.tui.app import first_screen
     from tracekit.tui.screens.overview import OverviewScreen
 
@@ -277,7 +277,7 @@ def test_packaged_sample_is_the_committed_probe(tmp_path: Path, monkeypatch: pyt
         "tracekit/data/h200-gemm-probe.zip differs from samples/h200-gemm-probe: rebuild it with "
         "`tracekit bundle samples/h200-gemm-probe -o tracekit/data/h200-gemm-probe.zip`"
     )
-    monkeypatch.setattr(data, "samples_dir", lambda: tmp_path / "no-samples")
+    monkeypatch.setattr(runs, "samples_dir", lambda: tmp_path / "no-samples")
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     screen = first_screen(None)

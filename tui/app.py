@@ -17,7 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from tracekit.devices import DeviceSpec
-from tracekit.tui.data import Prefetch, first_target
+from tracekit.tui.data import Prefetch
+from tracekit.tui.runs import first_target
 
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
 
@@ -91,7 +92,7 @@ class TracekitApp(App[None]):
 def first_screen(
     run: Path | None, *, compare: Path | None = None, prefetch: Prefetch | None = None
 ) -> Screen[None]:
-    """The screen ``tracekit view [RUN]`` opens on (tracekit.tui.data.first_target decides)."""
+    """The screen ``tracekit view [RUN]`` opens on (tracekit.tui.runs.first_target decides)."""
     from tracekit.tui.screens.overview import OverviewScreen
     from tracekit.tui.screens.picker import RunPickerScreen
 

@@ -3,6 +3,7 @@ bytes a shape moves, and whether a kernel's name is a GEMM, an auxiliary kernel 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -172,16 +173,21 @@ def _function_part(name: str) -> str:
     return text[:cut]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def is_gemm_kernel(name: str | None) -> bool:
     """A GEMM kernel by its name alone: named like a GEMM, not an attention / normalisation / routing kernel by
-    its own function name, and classified ``main`` (not an auxiliary kernel)."""
+    its own function name, and classified ``main`` (not an auxiliary kernel). Cached per name: a timeline of a
+    million launches holds a few hundred distinct names, and the patterns cost tens of µs on a long CUTLASS
+    name."""
     if not name or not _GEMM_PATTERN.search(name) or classify_kernel(name) != "main":
         return False
     return not _NOT_GEMM_FUNCTION.search(_function_part(name))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
-    """``main`` for a GEMM kernel, ``aux`` for quantize / split-K reduce / scale swizzle / copies."""
+    """``main`` for a GEMM kernel, ``aux`` for quantize / split-K reduce / scale swizzle / copies (cached per
+    name, as :func:`is_gemm_kernel`)."""
     if in_aux_range:
         return "aux"
     text = name or ""

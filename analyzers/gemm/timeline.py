@@ -3,7 +3,6 @@ and launch gaps timed apart, median instance per case; GEMM kernels in no case e
 
 from __future__ import annotations
 
-import bisect
 import statistics
 from typing import Any
 
@@ -19,10 +18,12 @@ from .user_ranges import _gemm_like, _user_gemm_ranges, range_key
 # --- timeline ------------------------------------------------------------------------------------------------------
 def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
     """range_id -> (gemm range it belongs to, whether it is an aux range) for gemm ranges and descendants."""
-    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
     out: dict[int, tuple[int, bool]] = {}
+    if not (ranges["range_kind"] == "gemm").any():  # a foreign trace: no range to walk up to
+        return out
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
     for rid in kind:
         cur, aux, depth = rid, False, 0
         while cur is not None and depth < 64:
@@ -37,10 +38,12 @@ def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
 
 def _free_aux(ranges: pl.DataFrame, owner: dict[int, tuple[int, bool]]) -> dict[int, int]:
     """range_id -> the outermost ``aux`` range enclosing it, for ranges under no GEMM range."""
-    rows = ranges.select("range_id", "parent_id", "range_kind").to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
     out: dict[int, int] = {}
+    if not (ranges["range_kind"] == "aux").any():
+        return out
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
     for rid in kind:
         if rid in owner:
             continue
@@ -64,7 +67,7 @@ def _free_aux_time(
     if not free:
         return {}
     names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
-    ks = kernels.filter(pl.col("range_id").is_in(list(free))).select("range_id", "name", "duration_ns")
+    ks = kernels.select("range_id", "name", "duration_ns").filter(pl.col("range_id").is_in(list(free)))
     per_instance: dict[int, float] = {}
     kernel_names: dict[str, dict[str, int]] = {}
     for r in ks.iter_rows(named=True):
@@ -99,6 +102,215 @@ def _union_busy(intervals: list[tuple[int, int]]) -> int:
     return busy
 
 
+_SHAPE_COLUMNS = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops")
+"""A GEMM range's shape as a profiler recorded it (its own row), and the FLOPs it counted."""
+
+
+class _Memo:
+    """A function of a name, computed once per distinct name."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.seen: dict[Any, Any] = {}
+
+    def __call__(self, name: Any) -> Any:
+        if name in self.seen:
+            return self.seen[name]
+        out = self.seen[name] = self.fn(name)
+        return out
+
+
+def _instance_kernels(
+    kernels: pl.DataFrame,
+    owner: dict[int, tuple[int, bool]],
+    user_cases: set[int],
+    gemm_names: set[str],
+) -> pl.DataFrame:
+    """The kernels of GEMM ranges in time order (``_row``), each with the GEMM range instance it belongs to
+    (``gid``) and whether it is one of that GEMM's own kernels (``main``): in the user's case ranges a GEMM-like
+    kernel outside a sub-range, in tracekit's ranges a kernel :func:`classify_kernel` calls ``main`` outside an
+    ``aux`` range. Names are classified once per distinct name."""
+    id_type = kernels.schema["range_id"]
+    own = pl.DataFrame(
+        {
+            "range_id": list(owner),
+            "gid": [g for g, _ in owner.values()],
+            "_aux": [a for _, a in owner.values()],
+        },
+        schema={"range_id": id_type, "gid": id_type, "_aux": pl.Boolean},
+    )
+    ks = (
+        kernels.filter(pl.col("range_id").is_in(own["range_id"].implode()))
+        .sort("start_ns")
+        .with_row_index("_row")
+        .join(own, on="range_id", how="left")
+        .sort("_row")
+    )
+    distinct = [n for n in ks["name"].unique().to_list() if n is not None]
+    user_main = [n for n in distinct if _gemm_like(n, gemm_names)]
+    own_main = [n for n in distinct if classify_kernel(n) == "main"]
+    in_user = pl.col("gid").is_in(list(user_cases))
+    return ks.with_columns(
+        (
+            ~pl.col("_aux")
+            & pl.when(in_user)
+            .then(pl.col("name").is_in(user_main).fill_null(False))
+            .otherwise(pl.col("name").is_null() | pl.col("name").is_in(own_main))
+        ).alias("main")
+    ).drop("_aux")
+
+
+def _per_instance(
+    ks: pl.DataFrame,
+    groups: dict[tuple[str, str | None, tuple], list[int]],
+    kernel_starts: pl.DataFrame | None = None,
+) -> tuple[dict[int, tuple], dict[int, list[str]], list[dict]]:
+    """What the cases need from their kernels, in polars: per GEMM range instance (first start, last end, busy
+    time, own and auxiliary kernel time, the device of its first kernel, the most launches of one own kernel
+    name); per case
+    (index into ``groups``) its auxiliary kernel names and its longest own kernel (the first of equals, in
+    instance then time order). A case whose kernels all look auxiliary takes the longest one's name as its GEMM."""
+    place = [(rid, ci, pos) for ci, rids in enumerate(groups.values()) for pos, rid in enumerate(rids)]
+    id_type = ks.schema["gid"]
+    where = pl.DataFrame(
+        {"gid": [p[0] for p in place], "_case": [p[1] for p in place], "_pos": [p[2] for p in place]},
+        schema={"gid": id_type, "_case": pl.Int64, "_pos": pl.Int64},
+    )
+    ks = ks.join(where, on="gid", how="inner").sort("_case", "_pos", "_row")
+    # only aux-looking kernels: the longest is the GEMM (every kernel of the case with its name)
+    no_main = ks.group_by("_case").agg(pl.col("main").any().alias("_any")).filter(~pl.col("_any"))["_case"]
+    if no_main.len():
+        longest = (
+            ks.filter(pl.col("_case").is_in(no_main.implode()))
+            .group_by("_case", maintain_order=True)
+            .agg(
+                pl.col("name")
+                .filter(pl.col("duration_ns") == pl.col("duration_ns").max())
+                .first()
+                .alias("_n")
+            )
+        )
+        ks = (
+            ks.join(longest, on="_case", how="left")
+            .with_columns((pl.col("main") | (pl.col("name") == pl.col("_n")).fill_null(False)).alias("main"))
+            .drop("_n")
+            .sort("_case", "_pos", "_row")
+        )
+    dur = pl.col("duration_ns")
+    start, end, prev = pl.col("start_ns"), pl.col("end_ns"), pl.col("_prev")
+    # the time some kernel of an instance ran (the union of its intervals, as _union_busy sums it): sorted by
+    # start then end, each kernel adds what it runs past the latest end before it. The same sum also where a
+    # damaged kernel ends before it starts: every later kernel starts after both the running end and the latest.
+    busy = (
+        ks.select("gid", "start_ns", "end_ns")
+        .sort("gid", "start_ns", "end_ns")
+        .with_columns(end.cum_max().shift(1).over("gid").alias("_prev"))
+        .group_by("gid")
+        .agg(
+            pl.when(prev.is_null() | (start >= prev))
+            .then(end - start)
+            .when(end > prev)
+            .then(end - prev)
+            .otherwise(0)
+            .sum()
+            .alias("_busy")
+        )
+    )
+    per = ks.group_by("gid", maintain_order=True).agg(
+        start.min().alias("_first"),
+        end.max().alias("_last"),
+        dur.filter(pl.col("main")).sum().alias("_main"),
+        dur.filter(~pl.col("main")).sum().alias("_aux"),
+        pl.col("device").first().alias("_dev"),
+    )
+    most = (
+        ks.filter(pl.col("main"))
+        .group_by("gid", "name")
+        .len()
+        .group_by("gid")
+        .agg(pl.col("len").max().alias("_most"))
+    )
+    per = per.join(most, on="gid", how="left").join(busy.select("gid", "_busy"), on="gid", how="left")
+    per = per.join(where, on="gid").sort("_case", "_pos")
+    per = per.join(_idle_before(per, kernel_starts), on="gid", how="left")
+    instances = {
+        row[0]: row[1:]
+        for row in per.select(
+            "gid",
+            "_first",
+            "_last",
+            "_busy",
+            "_main",
+            "_aux",
+            "_dev",
+            "_most",
+            pl.col("_before").fill_null(0),
+        ).iter_rows()
+    }
+    aux_names = (
+        ks.filter(~pl.col("main")).group_by("_case").agg(pl.col("name").unique().sort().alias("_names"))
+    )
+    aux_kernels = {ci: [n for n in names if n is not None] for ci, names in aux_names.iter_rows()}
+    tops_frame = (
+        ks.filter(pl.col("main"))
+        .group_by("_case", maintain_order=True)
+        .agg(pl.all().filter(dur == dur.max()).first())
+        .sort("_case")
+    )
+    tops = [{} for _ in groups]
+    for row in tops_frame.iter_rows(named=True):
+        tops[row["_case"]] = row
+    return instances, aux_kernels, tops
+
+
+_NO_DEVICE = -(2**31)
+"""Stands in for a kernel's missing device when instances and kernel starts are matched by device."""
+
+
+def _idle_before(per: pl.DataFrame, kernel_starts: pl.DataFrame | None) -> pl.DataFrame:
+    """Per GEMM range instance (``per``: gid, _case, _pos, _first, _last, _dev in case then instance order), the
+    idle time since the previous instance of its case that counts as a launch gap (``_before``): on the same device,
+    shorter than LAUNCH_GAP_MAX_NS, and no kernel (of ``kernel_starts``: device, start_ns) started in between.
+    Only instances with such a gap get a row."""
+    schema = {"gid": per.schema["gid"], "_before": pl.Int64}
+    if kernel_starts is None:
+        return pl.DataFrame(schema=schema)
+    dev = pl.col("_dev").fill_null(_NO_DEVICE)
+    candidates = (
+        per.with_columns(
+            pl.col("_last").shift(1).over("_case").alias("_prev_end"),
+            dev.shift(1).over("_case").alias("_prev_dev"),
+            dev.alias("_devkey"),
+        )
+        .filter(
+            pl.col("_prev_end").is_not_null()
+            & (pl.col("_devkey") == pl.col("_prev_dev"))
+            & (pl.col("_first") - pl.col("_prev_end") > 0)
+            & (pl.col("_first") - pl.col("_prev_end") < LAUNCH_GAP_MAX_NS)
+        )
+        .select("gid", "_first", "_prev_end", "_devkey", (pl.col("_prev_end") + 1).alias("_after"))
+        .sort("_after")
+    )
+    if candidates.height == 0:
+        return pl.DataFrame(schema=schema)
+    starts = kernel_starts.select(
+        pl.col("device").fill_null(_NO_DEVICE).cast(pl.Int64).alias("_devkey"), "start_ns"
+    ).sort("start_ns")
+    # the first kernel start on the device after the previous instance ended (bisect_right of its end)
+    nearest = candidates.with_columns(pl.col("_devkey").cast(pl.Int64)).join_asof(
+        starts,
+        left_on="_after",
+        right_on="start_ns",
+        by="_devkey",
+        strategy="forward",
+        check_sortedness=False,  # both sorted by their key above
+    )
+    quiet = pl.col("start_ns").is_null() | (pl.col("start_ns") >= pl.col("_first"))
+    return nearest.filter(quiet).select(
+        "gid", (pl.col("_first") - pl.col("_prev_end")).cast(pl.Int64).alias("_before")
+    )
+
+
 def _range_cases(
     frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
 ) -> list[GemmCase]:
@@ -127,53 +339,53 @@ def _range_cases(
     shape_cols = [
         c for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops") if c in ranges.columns
     ]
-    extra = {r["range_id"]: r for r in ranges.select("range_id", *shape_cols).iter_rows(named=True)}
-    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
-    parents = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
     kcols = [
         "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
         "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
         "dynamic_smem_bytes",
     ]  # fmt: skip
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
-    ks = kernels.filter(pl.col("range_id").is_in(list(owner)) & timed).select(kcols).sort("start_ns")
-    per_instance: dict[int, list[dict]] = {}
-    for r in ks.iter_rows(named=True):
-        gid, aux = owner[r["range_id"]]
-        if gid in user_cases:
-            r["role"] = "main" if not aux and _gemm_like(r["name"], gemm_names) else "aux"
-        else:
-            r["role"] = classify_kernel(r["name"], aux)
-        per_instance.setdefault(gid, []).append(r)
+    ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
+    has_kernels = set(ks["gid"].unique().to_list())
     # every kernel start per device, to tell a launch gap from time spent in other kernels
-    starts: dict[Any, list[int]] = {}
-    for dev, grp in (
-        kernels.filter(timed)
-        .select("device", "start_ns")
+    kernel_starts = kernels.select("device", "start_ns", "end_ns").filter(timed).select("device", "start_ns")
+
+    # instances of one range name under one context (and, for the user's ranges, one recorded shape) are one
+    # case; names are turned into keys once per distinct name
+    ordered = (
+        gemm_ranges.filter(pl.col("range_id").is_in(list(has_kernels)))
         .sort("start_ns")
-        .group_by("device", maintain_order=True)
-    ):
-        starts[dev[0]] = grp["start_ns"].to_list()
-
+        .with_row_index("_order")
+        .join(
+            ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_parent_name")),
+            on="parent_id",
+            how="left",
+        )
+        .sort("_order")
+    )
+    extra: dict[int, tuple] = {}  # range_id -> its values of _SHAPE_COLUMNS
+    ctx_of = _Memo(context_key)
+    key_of = _Memo(range_key)
+    own_name = _Memo(lambda n: parse_gemm_name(n) is not None)
     groups: dict[tuple[str, str | None, tuple], list[int]] = {}
-    for r in gemm_ranges.sort("start_ns").iter_rows(named=True):
-        if r["range_id"] not in per_instance:
-            continue
-        parent = parents.get(r["range_id"])
-        ctx = context_key(names.get(parent)) if parent is not None else None
+    shape_exprs = [pl.col(c) if c in shape_cols else pl.lit(None).alias(c) for c in _SHAPE_COLUMNS]
+    for rid, name, has_parent, parent_name, *values in ordered.select(
+        "range_id", "name", pl.col("parent_id").is_not_null(), "_parent_name", *shape_exprs
+    ).iter_rows():
+        extra[rid] = tuple(values)
+        ctx = ctx_of(parent_name) if has_parent else None
         shape: tuple = ()
-        name = r["name"]
-        if r["range_id"] in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
-            e = extra.get(r["range_id"], {})
-            shape = tuple(e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch"))
-            name = range_key(name)
-            ctx = range_key(ctx) if ctx else ctx
-        elif parse_gemm_name(name) is None:  # a gemm range another reader marked: per-call counters dropped
-            name = range_key(name)
-        groups.setdefault((name, ctx, shape), []).append(r["range_id"])
+        if rid in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
+            shape = extra[rid][:7]
+            name = key_of(name)
+            ctx = key_of(ctx) if ctx else ctx
+        elif not own_name(name):  # a gemm range another reader marked: per-call counters dropped
+            name = key_of(name)
+        groups.setdefault((name, ctx, shape), []).append(rid)
 
+    instances, aux_kernels, tops = _per_instance(ks, groups, kernel_starts)
     cases: list[GemmCase] = []
-    for (name, ctx, shape), rids in groups.items():
+    for ci, ((name, ctx, shape), rids) in enumerate(groups.items()):
         is_user = rids[0] in user_cases
         if is_user:
             m, n, k, da, db, do, batch = shape or (None,) * 7
@@ -184,68 +396,34 @@ def _range_cases(
             case = GemmCase(origin="range", name=label, context=ctx, **parsed)
             case.user_range = True
             case.range_name = name
-            pf = [extra.get(rid, {}).get("flops") for rid in rids]
-            pf = [f for f in pf if f]
+            pf = [f for rid in rids if (f := extra[rid][7])]
             if pf:
                 case.profiler_flops = statistics.median(pf)
         else:
             parsed = parse_gemm_name(name)
             if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
-                e = extra.get(rids[0], {})
-                parsed = {c: e.get(c) for c in ("m", "n", "k", "dtype_a", "dtype_b") if e.get(c) is not None}
+                e = dict(zip(_SHAPE_COLUMNS, extra[rids[0]], strict=True))
+                parsed = {c: e[c] for c in ("m", "n", "k", "dtype_a", "dtype_b") if e[c] is not None}
             case = GemmCase(origin="range", name=name, context=ctx, **parsed)
-            pf = [f for rid in rids if (f := extra.get(rid, {}).get("flops"))]
+            pf = [f for rid in rids if (f := extra[rid][7])]
             if pf:
                 case.profiler_flops = statistics.median(pf)
         case.device = device
         case.range_ids = rids
-        rows_all = [r for rid in rids for r in per_instance[rid]]
-        if not any(
-            r["role"] == "main" for r in rows_all
-        ):  # only aux-looking kernels: the longest is the GEMM
-            main_name = max(rows_all, key=lambda r: r["duration_ns"])["name"]
-            for r in rows_all:
-                if r["name"] == main_name:
-                    r["role"] = "main"
         # Per instance: own kernel time, auxiliary kernel time, idle time (inside the range, and since the
         # previous instance when nothing else ran in between). The median instance is reported: one cold
         # first launch (module load, a lazily created handle) must not set the typical launch's numbers.
         mains: list[float] = []
         auxs: list[float] = []
         gaps: list[float] = []
-        aux_names: dict[str, int] = {}
-        main_rows: list[dict] = []
-        prev_end: int | None = None
-        prev_dev = None
         n_launches = 0
         for rid in rids:
-            rows = per_instance[rid]
-            intervals = [(r["start_ns"], r["end_ns"]) for r in rows]
-            first, last = min(s for s, _ in intervals), max(e for _, e in intervals)
-            gap = max(last - first - _union_busy(intervals), 0)
-            main_i = aux_i = 0
-            for r in rows:
-                if r["role"] == "aux":
-                    aux_i += r["duration_ns"]
-                    aux_names[r["name"]] = aux_names.get(r["name"], 0) + 1
-                else:
-                    main_i += r["duration_ns"]
-                    main_rows.append(r)
-            dev = rows[0]["device"]
-            if prev_end is not None and dev == prev_dev and 0 < first - prev_end < LAUNCH_GAP_MAX_NS:
-                dev_starts = starts.get(dev, [])
-                i = bisect.bisect_right(dev_starts, prev_end)
-                if i >= len(dev_starts) or dev_starts[i] >= first:  # nothing else ran in between
-                    gap += first - prev_end
-            prev_end, prev_dev = last, dev
+            first, last, busy, main_i, aux_i, _, most, before = instances[rid]
+            gap = max(last - first - busy, 0) + before  # idle inside, and since the previous instance
             # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
             n_i = 1
             if is_user:
-                counts: dict[str, int] = {}
-                for r in rows:
-                    if r["role"] == "main":
-                        counts[r["name"]] = counts.get(r["name"], 0) + 1
-                n_i = max(counts.values(), default=1)
+                n_i = most or 1
                 n_launches += n_i
             mains.append(main_i / n_i)
             auxs.append(aux_i / n_i)
@@ -254,8 +432,8 @@ def _range_cases(
         case.main_ns = statistics.median(mains)
         case.aux_ns = statistics.median(auxs)
         case.gap_ns = statistics.median(gaps)
-        case.aux_kernels = sorted(aux_names)
-        top = max(main_rows, key=lambda r: r["duration_ns"])
+        case.aux_kernels = aux_kernels.get(ci, [])
+        top = tops[ci]
         case.main_kernel = top["name"]
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
@@ -276,6 +454,13 @@ def _range_cases(
                 case.aux_ns += ns
                 case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
     return cases
+
+
+_LOOSE_COLUMNS = [
+    "name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes",
+]  # fmt: skip
+"""The kernels' columns a case named by its kernel reads: its time and its first launch's configuration."""
 
 
 def _loose_timeline_cases(
@@ -300,23 +485,30 @@ def _loose_timeline_cases(
                 cur, depth = parent.get(cur), depth + 1
         kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
     out: list[GemmCase] = []
-    ordered = kernels.sort("start_ns")
-    names = ordered["name"].to_list()
-    starts, ends = ordered["start_ns"].to_list(), ordered["end_ns"].to_list()
-    groups: dict[str, list[int]] = {}
-    for i, n in enumerate(names):
-        if is_gemm_kernel(n):
-            groups.setdefault(n, []).append(i)
-    for name, idx in groups.items():
+    # per GEMM kernel name (the name test runs once per distinct name), in order of first launch: launches, the
+    # mean time of the launches with both ends, and the first launch (its launch configuration is shown)
+    gemm_names = [n for n in kernels["name"].unique().to_list() if is_gemm_kernel(n)]
+    ordered = (
+        kernels.select(_LOOSE_COLUMNS)
+        .filter(pl.col("name").is_in(gemm_names))
+        .sort("start_ns", maintain_order=True)
+    )
+    groups = (
+        ordered.with_row_index("_row")
+        .group_by("name", maintain_order=True)
+        .agg(
+            pl.len().alias("launches"),
+            pl.col("_row").first().alias("first"),
+            (pl.col("end_ns") - pl.col("start_ns")).mean().alias("mean_ns"),
+        )
+    )
+    for name, launches, first, mean_ns in groups.iter_rows():
         case = GemmCase(origin="kernel", name=name)
         case.device = device
         case.main_kernel = name
-        case.launches = len(idx)
-        timed_ns = [ends[i] - starts[i] for i in idx if ends[i] is not None and starts[i] is not None]
-        case.main_ns = (
-            statistics.fmean(timed_ns) if timed_ns else None
-        )  # a damaged file's kernel with no time
-        top = ordered.row(idx[0], named=True)
+        case.launches = launches
+        case.main_ns = mean_ns  # None for a damaged file's kernel with no time
+        top = ordered.row(first, named=True)
         grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
         if all(g is not None for g in grid):
             case.grid_size = int(grid[0] * grid[1] * grid[2])

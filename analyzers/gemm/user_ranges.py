@@ -4,6 +4,7 @@ innermost user range that holds a GEMM-like kernel found on a timeline."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import polars as pl
 
@@ -54,45 +55,76 @@ def _user_gemm_ranges(
     named like a GEMM holding kernels; a range with only other kernels (elementwise, softmax) is not one, and an
     outer range (``step``, ``model``) holding GEMM ranges is context, not a case."""
     shaped_cols = [c for c in ("m", "flops") if c in ranges.columns]
-    rows = ranges.select("range_id", "parent_id", "range_kind", "name", *shaped_cols).to_dicts()
-    kind = {r["range_id"]: r["range_kind"] for r in rows}
-    parent = {r["range_id"]: r["parent_id"] for r in rows}
-    rname = {r["range_id"]: r["name"] for r in rows}
+    step = _NameTest(lambda n: bool(_STEP.fullmatch(n.strip())))
     # a profiler's op range (aten::addmm, seq = 7) is a case only with the shape or FLOPs the profiler recorded;
-    # without them its kernels belong to the user's range around it
-    transparent = {
-        r["range_id"]
-        for r in rows
-        if r["range_kind"] is None and is_op_range(r["name"]) and not any(r.get(c) for c in shaped_cols)
-    }
+    # without them its kernels belong to the user's range around it. Name tests run once per distinct name (a
+    # million-kernel trace holds a few hundred), the walks over ranges in polars.
+    unshaped = ranges.filter(pl.col("range_kind").is_null())
+    for c in shaped_cols:  # a null or zero value carries no shape
+        unshaped = unshaped.filter(pl.col(c).is_null() | (pl.col(c) == 0))
+    op_names = [n for n in unshaped["name"].unique().to_list() if is_op_range(n)]
+    transparent_ids = unshaped.filter(pl.col("name").is_in(op_names))["range_id"]
 
-    def holder(rid: int | None) -> int | None:
-        depth = 0
-        while rid is not None and rid in transparent and depth < 64:
-            rid, depth = parent.get(rid), depth + 1
-        if rid is not None and _STEP.fullmatch((rname.get(rid) or "").strip()):
-            return None  # a training / profiler step is context, never the GEMM's own range
-        return rid
-
-    direct: dict[int, list[str]] = {}
-    for rid, kname in kernels.filter(pl.col("range_id").is_not_null()).select("range_id", "name").iter_rows():
-        if rid in tracekit_owner:
-            continue
-        rid = holder(rid)
-        if rid is not None and rid not in tracekit_owner and kind.get(rid) is None:
-            direct.setdefault(rid, []).append(kname)
-    by_kernel = {
-        rid
-        for rid, names in direct.items()
-        if 0 < len({n for n in names if _gemm_like(n, gemm_names)}) <= MAX_GEMMS_PER_CASE
-    }
-    by_name = {
-        rid
-        for rid in direct
-        if rid not in by_kernel
-        and _GEMM_RANGE.search(rname.get(rid) or "")
-        and not _STEP.fullmatch((rname.get(rid) or "").strip())
-    }
+    # the range each kernel is held by: its own, or the user's range around a transparent op range (at most 64
+    # levels up), never a training / profiler step (context, not the GEMM's own range)
+    ranged = kernels.select("range_id", "name").filter(pl.col("range_id").is_not_null())
+    id_type = ranged.schema["range_id"]
+    held = (
+        ranged.select(pl.col("range_id").unique())
+        .filter(~pl.col("range_id").is_in(list(tracekit_owner)))
+        .with_columns(pl.col("range_id").alias("holder"))
+    )
+    up = ranges.filter(pl.col("range_id").is_in(transparent_ids.implode())).select(
+        pl.col("range_id").alias("holder"), pl.col("parent_id").alias("_up")
+    )
+    for _ in range(64):
+        held = held.join(up, on="holder", how="left").with_columns(
+            pl.when(pl.col("holder").is_in(transparent_ids.implode()))
+            .then(pl.col("_up"))
+            .otherwise(pl.col("holder"))
+            .alias("holder")
+        )
+        held = held.drop("_up")
+        if not held["holder"].is_in(transparent_ids.implode()).any():
+            break
+    holder_names = pl.DataFrame(
+        {"holder": ranges["range_id"], "_name": ranges["name"], "_kind": ranges["range_kind"]},
+        schema={"holder": id_type, "_name": pl.String, "_kind": pl.String},
+    )
+    held = held.join(holder_names, on="holder", how="left")
+    steps = step.matching(held["_name"])
+    held = held.filter(
+        pl.col("holder").is_not_null()
+        & ~pl.col("_name").fill_null("").is_in(steps)
+        & ~pl.col("holder").is_in(list(tracekit_owner))
+        & pl.col("_kind").is_null()
+    )
+    # the distinct GEMM-like kernel names each holder launched (only GEMM-like launches are looked at)
+    gemm_kernels = [n for n in ranged["name"].unique().to_list() if _gemm_like(n, gemm_names)]
+    per_holder = (
+        ranged.filter(pl.col("name").is_in(gemm_kernels))
+        .unique()
+        .join(held.select("range_id", "holder"), on="range_id")
+        .group_by("holder")
+        .agg(pl.col("name").n_unique().alias("gemms"))
+    )
+    by_kernel = set(
+        per_holder.filter((pl.col("gemms") > 0) & (pl.col("gemms") <= MAX_GEMMS_PER_CASE))["holder"].to_list()
+    )
+    # a range named like a GEMM holding kernels (none GEMM-like by name: ``sgemm_smem`` around ``simt_kernel``)
+    gemm_named = _NameTest(lambda n: bool(_GEMM_RANGE.search(n)) and not _STEP.fullmatch(n.strip()))
+    named = held.select("holder", pl.col("_name").fill_null("")).unique()
+    by_name = set(
+        named.filter(pl.col("_name").is_in(gemm_named.matching(named["_name"])))["holder"].to_list()
+    )
+    by_name -= by_kernel
+    if not by_kernel and not by_name:
+        return {}
+    # the walks below run over the few cases and their ranges; the maps are built only when there are cases
+    ids = ranges["range_id"].to_list()
+    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
+    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
+    transparent = set(transparent_ids.to_list())
     # a range named like a GEMM is a case for the kernel it names only when no GEMM range sits inside it
     inside: set[int] = set()
     for rid in by_kernel:
@@ -102,15 +134,42 @@ def _user_gemm_ranges(
             cur, depth = parent.get(cur), depth + 1
     cases = by_kernel | (by_name - inside)
     out: dict[int, tuple[int, bool]] = {rid: (rid, False) for rid in cases}
-    for rid in kind:
-        if rid in cases or rid in tracekit_owner or kind.get(rid) is not None:
-            continue
-        cur, depth = parent.get(rid), 0
-        while cur is not None and depth < 64:
-            if cur in cases:
-                # a profiler's op range inside the case holds its kernels directly (roles by kernel); a user's
-                # own sub-range (a "quantize" step) holds auxiliary kernels
-                out[rid] = (cur, rid not in transparent)
-                break
-            cur, depth = parent.get(cur), depth + 1
+    if not cases:
+        return out
+    # every user range under a case (at most 64 levels down, not crossing a deeper case) belongs to its nearest
+    # case: a profiler's op range inside it holds its kernels directly (roles by kernel); a user's own sub-range
+    # (a "quantize" step) holds auxiliary kernels
+    children: dict[int, list[int]] = {}
+    for rid, p in parent.items():
+        if p is not None:
+            children.setdefault(p, []).append(rid)
+    for case in cases:
+        frontier, depth = children.get(case, []), 0
+        while frontier and depth < 64:
+            below = []
+            for rid in frontier:
+                if rid in cases:
+                    continue
+                if rid not in tracekit_owner and kind.get(rid) is None and rid not in out:
+                    out[rid] = (case, rid not in transparent)
+                below.extend(children.get(rid, []))
+            frontier, depth = below, depth + 1
     return out
+
+
+class _NameTest:
+    """A test of a range name, run once per distinct name."""
+
+    def __init__(self, test: Callable[[str], bool]) -> None:
+        self.test = test
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        hit = self.seen.get(name)
+        if hit is None:
+            hit = self.seen[name] = self.test(name)
+        return hit
+
+    def matching(self, names: pl.Series) -> list[str]:
+        """The distinct values of ``names`` the test holds for."""
+        return [n for n in names.drop_nulls().unique().to_list() if self(n)]

@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from tracekit.tui.data import filter_frame
+from tracekit.tui.tables import filter_frame
 from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 

@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from tracekit.analyzers.summary import crash_evidence
-from tracekit.tui.data import FailureMatrix, failure_matrix
+from tracekit.tui.tables import FailureMatrix, failure_matrix
 from tracekit.tui.text import clean
 from tracekit.tui.widgets.footer import KeyFooter
 

@@ -22,8 +22,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tracekit.tui.data import gemm_kernels, gemm_rules
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
+from tracekit.tui.tables import gemm_kernels, gemm_rules
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -93,9 +93,9 @@ class GemmScreen(Screen[None]):
         def __init__(self, kernels: pl.DataFrame, rules: pl.DataFrame) -> None:
             super().__init__()
             self.kernels = kernels
-            """Kernels of the GEMM grouped by name (tracekit.tui.data.gemm_kernels)."""
+            """Kernels of the GEMM grouped by name (tracekit.tui.tables.gemm_kernels)."""
             self.rules = rules
-            """Distinct Nsight Compute findings for its profiled kernels (tracekit.tui.data.gemm_rules)."""
+            """Distinct Nsight Compute findings for its profiled kernels (tracekit.tui.tables.gemm_rules)."""
 
     def __init__(
         self, frames: dict[str, pl.DataFrame], gemm: dict[str, Any], explanation: dict[str, Any]

@@ -13,9 +13,9 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-from tracekit.tui.data import kernel_groups, kernel_view
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
+from tracekit.tui.tables import kernel_groups, kernel_view
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -61,7 +61,7 @@ class KernelsScreen(FrameScreen):
         def __init__(self, groups: pl.DataFrame) -> None:
             super().__init__()
             self.groups = groups
-            """One row per kernel name (tracekit.tui.data.kernel_groups)."""
+            """One row per kernel name (tracekit.tui.tables.kernel_groups)."""
 
     def __init__(self, kernels: pl.DataFrame, run_name: str) -> None:
         super().__init__(

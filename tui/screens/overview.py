@@ -20,8 +20,9 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, gemm_view, load_run, rank_count
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count
 from tracekit.tui.screens.base import FrameScreen
+from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col

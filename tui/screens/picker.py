@@ -13,7 +13,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-from tracekit.tui.data import RunEntry, default_run_dirs, find_runs
+from tracekit.tui.runs import RunEntry, default_run_dirs, find_runs
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean
 from tracekit.tui.widgets.footer import KeyFooter

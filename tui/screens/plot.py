@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tracekit.tui.data import plot_series
+from tracekit.tui.tables import plot_series
 from tracekit.tui.text import clean
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.plot import TflopsPlot

@@ -14,7 +14,7 @@ from typing import Any
 from textual.content import Content
 from textual.widget import Widget
 
-from tracekit.tui.data import PlotData
+from tracekit.tui.tables import PlotData
 from tracekit.tui.text import clean
 
 MARKERS = "●▲■◆✚✖★▼"

@@ -1,0 +1,167 @@
+"""The explainer on a timeline of many launches (issue 19: explain <= 5 s on a 1M-kernel Kineto run).
+
+A million launches hold a few hundred distinct kernel and range names, so the name patterns run once per distinct
+name, never once per launch (they cost tens of µs on a long CUTLASS name: 66 s of the first 1M measurement). The
+timeline here is Kineto-shaped: the user's ``record_function`` ranges inside a profiler step, each holding a
+profiler op range per kernel, and GEMM kernels in no range. The cases it gives are checked against the
+per-launch definitions, computed here in plain Python from the rows the test made.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import uuid
+from typing import Any
+
+import polars as pl
+import pytest
+
+from tests._explain_data import frames
+from tracekit.analyzers.gemm import build_cases
+from tracekit.analyzers.gemm import names as gemm_names
+
+INSTANCES = 4000  # user-range instances, two kernels each
+LOOSE = 2001  # GEMM launches in no range
+
+
+def _timeline(tag: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """The frames, and what the per-launch definitions say the cases are."""
+    gemm = {"attn_proj": f"nvjet_tst_128x256_{tag}", "mlp_up": f"sm90_xmma_gemm_bf16_{tag}"}
+    elementwise = f"vectorized_elementwise_kernel_{tag}"
+    loose = f"ampere_sgemm_128x64_{tag}"
+    end = INSTANCES * 10_000
+    ranges: list[dict[str, Any]] = [
+        {"range_id": 0, "parent_id": None, "name": "ProfilerStep#1", "start_ns": 0, "end_ns": end}
+    ]
+    kernels: list[dict[str, Any]] = []
+    expected: dict[str, dict[str, list[float]]] = {name: {"main": [], "aux": []} for name in gemm}
+    for i in range(INSTANCES):
+        t = i * 10_000
+        user = "attn_proj" if i % 2 == 0 else "mlp_up"
+        uid = 1 + 3 * i
+        main_ns, aux_ns = 1_000 + (i * 37) % 500, 200 + (i * 11) % 100
+        ranges += [
+            {"range_id": uid, "parent_id": 0, "name": user, "start_ns": t, "end_ns": t + 5_000},
+            {"range_id": uid + 1, "parent_id": uid, "name": f"aten::mm, seq = {i}", "start_ns": t + 10},
+            {"range_id": uid + 2, "parent_id": uid, "name": f"aten::add, seq = {i}", "start_ns": t + 2_000},
+        ]
+        for rid, name, start, ns in (
+            (uid + 1, gemm[user], t + 100, main_ns),
+            (uid + 2, elementwise, t + 100 + main_ns, aux_ns),
+        ):
+            kernels.append({"name": name, "range_id": rid, "start_ns": start, "duration_ns": ns})
+        expected[user]["main"].append(main_ns)
+        expected[user]["aux"].append(aux_ns)
+    loose_rows = []
+    for j in range(LOOSE):
+        start = end + 1_000 + j * 3_000
+        row = {
+            "name": loose,
+            "range_id": None,
+            "start_ns": start,
+            "duration_ns": 500 + j % 7,
+            "grid_x": j + 1,
+        }
+        if j == 5:  # a damaged launch without an end: counted, not timed
+            row["duration_ns"] = None
+        loose_rows.append(row)
+    kernels += loose_rows[::-1]  # rows out of time order: the first launch is the earliest start, not row 0
+    for k_id, k in enumerate(kernels):
+        k["kernel_id"] = k_id
+        k["device"] = 0
+        k["end_ns"] = None if k["duration_ns"] is None else k["start_ns"] + k["duration_ns"]
+        k.setdefault("grid_x", 132)
+        k.update(grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1)
+    for r in ranges:
+        r.setdefault("end_ns", r["start_ns"] + 3_000)
+    timed = [r["duration_ns"] for r in loose_rows if r["duration_ns"] is not None]
+    want = {
+        user: {
+            "main_kernel": gemm[user],
+            "launches": len(e["main"]),
+            "main_ns": statistics.median(e["main"]),
+            "aux_ns": statistics.median(e["aux"]),
+            "aux_kernels": [elementwise],
+        }
+        for user, e in expected.items()
+    }
+    want[loose] = {
+        "main_kernel": loose,
+        "launches": LOOSE,
+        "main_ns": sum(timed) / len(timed),
+        "grid_size": 1,
+    }
+    return frames(kernels=kernels, ranges=ranges), want
+
+
+class _Counted:
+    """A compiled pattern that counts its searches (the pattern itself still answers)."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.searches = 0
+
+    def search(self, text: str) -> re.Match[str] | None:
+        self.searches += 1
+        return self.pattern.search(text)
+
+
+def test_cases_of_a_kineto_shaped_timeline_follow_the_per_launch_definitions() -> None:
+    f, want = _timeline(uuid.uuid4().hex)
+    cases = build_cases(f)
+    got = {c.range_name or c.name: c for c in cases}
+    assert set(got) == set(want), sorted(got)
+    for name, fields in want.items():
+        for field, value in fields.items():
+            assert getattr(got[name], field) == value, (name, field)
+    assert got["attn_proj"].user_range and got["attn_proj"].origin == "range"
+
+
+def test_kernel_name_patterns_run_per_distinct_name_not_per_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    f, _ = _timeline(uuid.uuid4().hex)  # names no earlier test has seen: no answer is cached yet
+    counted = _Counted(gemm_names._GEMM_PATTERN)
+    monkeypatch.setattr(gemm_names, "_GEMM_PATTERN", counted)
+    launches = f["kernels"].height
+    distinct = f["kernels"]["name"].n_unique()
+    cases = build_cases(f)
+    assert len(cases) == 3
+    # a few tests per distinct name and per case (the dtype class of each case), none per launch
+    assert counted.searches <= 4 * distinct + 4 * len(cases), (counted.searches, launches)
+
+
+def test_busy_time_per_instance_matches_the_interval_union_also_for_damaged_kernels() -> None:
+    """The busy time of each GEMM range instance, summed in polars, equals the sequential union
+    (``_union_busy``) on random intervals: overlapping, nested, touching, and kernels that end before they
+    start (a damaged file)."""
+    import random
+
+    from tracekit.analyzers.gemm.timeline import _per_instance, _union_busy
+
+    rnd = random.Random(19)
+    rows: list[dict[str, Any]] = []
+    for gid in range(300):
+        for _ in range(rnd.randint(1, 8)):
+            start = rnd.randint(0, 2_000)
+            end = start + rnd.choice([rnd.randint(0, 900), -rnd.randint(1, 300)])
+            rows.append({"gid": gid, "start_ns": start, "end_ns": end})
+    ks = (
+        pl.DataFrame(rows)
+        .sort("start_ns")
+        .with_row_index("_row")
+        .with_columns(
+            duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+            main=pl.lit(True),
+            device=pl.lit(0),
+            name=pl.lit("gemm"),
+        )
+    )
+    instances, _, _ = _per_instance(ks, {("gemm", None, ()): list(range(300))})
+    for gid in range(300):
+        intervals = [(r["start_ns"], r["end_ns"]) for r in rows if r["gid"] == gid]
+        first, last, busy = instances[gid][:3]
+        assert (first, last, busy) == (
+            min(s for s, _ in intervals),
+            max(e for _, e in intervals),
+            _union_busy(intervals),
+        ), gid

@@ -352,6 +352,20 @@ def frames_from_actions(
                     "speedup_type": r.speedup_type if r.speedup_type != "unknown" else None,
                 }
             )
+    frames, bad = ncu_frames(ncu_rows, metric_rows, rule_rows, list(devices.values()))
+    if lost is not None:
+        lost.append(bad)
+    return frames
+
+
+def ncu_frames(
+    ncu_rows: list[dict[str, Any]],
+    metric_rows: list[tuple[Any, ...]],
+    rule_rows: list[dict[str, Any]],
+    device_rows: list[dict[str, Any]],
+) -> tuple[dict[str, pl.DataFrame], int]:
+    """The four Nsight Compute frames (ncu, ncu_metrics, ncu_rules, devices) from their rows, and how many values
+    did not fit their column (a damaged report: those are null). Shared by the report reader and the CSV reader."""
     metrics_df = pl.DataFrame(
         metric_rows,
         schema=["ncu_id", "metric", "value", "text", "unit"],
@@ -362,14 +376,12 @@ def frames_from_actions(
     for name, spec, rows in (
         ("ncu", NCU, ncu_rows),
         ("ncu_rules", NCU_RULES, rule_rows),
-        ("devices", DEVICES, list(devices.values())),
+        ("devices", DEVICES, device_rows),
     ):
         df, n = fit_rows(rows, spec)
         frames[name], bad = spec.conform(df), bad + n
     frames["ncu_metrics"], n = fit_frame(metrics_df, NCU_METRICS) if metric_rows else (NCU_METRICS.empty(), 0)
-    if lost is not None:
-        lost.append(bad + n)
-    return frames
+    return frames, bad + n
 
 
 def read_ncu_report(path: Path, *, isolate: bool = True, timeout_s: float | None = None) -> Extract:

@@ -26,11 +26,11 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import UnreadableFileError
-from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 from tracekit.naming import DOMAIN
 
 from . import _ncu_columns as cols
-from .base import Extract, fit_frame, fit_rows, source_name
+from .base import Extract, source_name
+from .ncu import ncu_frames
 
 _FIXED = frozenset(
     [
@@ -386,22 +386,7 @@ def _frames(kernels: list[_Kernel], source: str) -> tuple[dict[str, pl.DataFrame
         key = tuple(dev[c] for c in ("device", "name", "compute_capability"))
         if any(v is not None for v in key):
             devices.setdefault(key, {"source": source, **dev})
-    metrics_df = pl.DataFrame(
-        metric_rows,
-        schema=["ncu_id", "metric", "value", "text", "unit"],
-        orient="row",
-        infer_schema_length=None,
-    )
-    frames, bad = {}, 0
-    for name, spec, rows in (
-        ("ncu", NCU, ncu_rows),
-        ("ncu_rules", NCU_RULES, rule_rows),
-        ("devices", DEVICES, list(devices.values())),
-    ):
-        df, n = fit_rows(rows, spec)
-        frames[name], bad = spec.conform(df), bad + n
-    frames["ncu_metrics"], n = fit_frame(metrics_df, NCU_METRICS) if metric_rows else (NCU_METRICS.empty(), 0)
-    return frames, bad + n
+    return ncu_frames(ncu_rows, metric_rows, rule_rows, list(devices.values()))
 
 
 def read_ncu_csv(path: Path) -> Extract:

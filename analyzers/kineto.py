@@ -53,6 +53,7 @@ Every kernel is kept, including those outside ``ProfilerStep`` ranges (HolisticT
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tracekit.analyzers.base import Extract, source_name
@@ -113,14 +114,18 @@ def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | No
         text = TraceText(path)
         if workers is None:
             workers = default_workers(text.estimated_text_bytes())
-        got, head, total = _decode_all(text, max(1, workers), chunk_bytes or CHUNK_BYTES)
+        try:
+            got, head, total = _decode_all(text, max(1, workers), chunk_bytes or CHUNK_BYTES)
+        except BrokenProcessPool:  # a worker could not start (a script without a main guard) or was killed
+            text = TraceText(path)
+            got, head, total = _decode_all(text, 1, chunk_bytes or CHUNK_BYTES)
         return _extract(path, text, got, head, total)
 
 
 def _decode_all(text: TraceText, workers: int, chunk_bytes: int) -> tuple[Collected, Head | None, int]:
     """Decode the file's chunks in order; returns them, the head (None: the file was decoded whole, having no
     event array) and the text's length."""
-    blocks = text.blocks(min(chunk_bytes, 16 << 20))
+    blocks = text.blocks(min(chunk_bytes, CHUNK_BYTES))
     read = b""
     head = None
     for block in blocks:

@@ -220,4 +220,3 @@ def devices(props: Any, source: str, rank: int | None, warnings: list[str]) -> p
     if bad:
         warnings.append(f"{bad} deviceProperties values are out of range for their column and are left null")
     return DEVICES.conform(df)
-

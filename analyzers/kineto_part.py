@@ -278,11 +278,23 @@ def _op_ranges(ops: list[_Event]) -> pl.DataFrame:
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 _DECIMAL = r'^\s*"?(-?)(\d+)(?:\.(\d*))?"?\s*$'
+_PLAIN = r"^-?\d{1,16}(?:\.\d{0,3})?$"
+"""A number as Kineto writes it (at most three decimals): exact as a decimal with three digits of scale."""
 
 
 def times_ns(raw: list[msgspec.Raw]) -> pl.Series:
     """Microsecond numbers as JSON text -> integer ns, exactly (no float on the way)."""
     text = pl.Series(b"\n".join(raw).decode().split("\n") if raw else [], dtype=pl.String)
+    plain = text.str.contains(_PLAIN)
+    fast = (text.cast(pl.Decimal(38, 3), strict=False) * 1000).cast(pl.Int64, strict=False)
+    if plain.all():
+        return fast.rename("ns")
+    return pl.select(pl.when(plain).then(fast).otherwise(_times_ns_any(text)).alias("ns"))["ns"]
+
+
+def _times_ns_any(text: pl.Series) -> pl.Series:
+    """Any number's text -> ns: digits past the third decimal round half up; quoted numbers are read; anything
+    else (exponent notation, NaN) goes through a float; null if that fails too."""
     df = pl.DataFrame({"t": text}).with_columns(m=pl.col("t").str.extract_groups(_DECIMAL))
     sign = pl.when(pl.col("m").struct.field("1") == "-").then(-1).otherwise(1)
     whole = pl.col("m").struct.field("2").cast(pl.Int64, strict=False)
@@ -292,7 +304,6 @@ def times_ns(raw: list[msgspec.Raw]) -> pl.Series:
         pl.Int64
     )
     exact = sign * (whole * 1000 + digits3 + round_up)
-    # Anything else (exponent notation, NaN) goes through a float; null if that fails too.
     approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000).round(0)
     approx = pl.when(approx.is_finite()).then(approx).cast(pl.Int64, strict=False)
     return df.select(pl.when(whole.is_not_null()).then(exact).otherwise(approx).alias("ns"))["ns"]

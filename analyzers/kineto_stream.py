@@ -43,20 +43,26 @@ _OBJECT_PREFIX = b'{"traceEvents":['
 @dataclass
 class Chunk:
     """Part of the event array: ``length`` bytes of the text from ``offset``; its events end at ``body`` (the
-    rest is the comma and blanks before the next chunk). ``data`` holds at least ``length`` bytes of text, or is
-    None for a plain file (the decoder reads the range). The last chunk runs to the end of the file."""
+    rest is the comma and blanks before the next chunk). ``data`` holds at least ``length`` bytes of text (one
+    string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range). The last
+    chunk runs to the end of the file."""
 
     offset: int
     length: int
     body: int
     last: bool
-    data: bytes | None = None
+    data: bytes | list[bytes] | None = None
+
+    def text(self) -> bytes | None:
+        """The chunk's text (with maybe some bytes after it), or None for a plain file."""
+        return b"".join(self.data) if isinstance(self.data, list) else self.data
 
     def joined(self, nxt: Chunk) -> Chunk:
         """This chunk and the next one as one chunk."""
         data = None
-        if self.data is not None and nxt.data is not None:
-            data = self.data[: self.length] + nxt.data[: nxt.length]
+        mine, theirs = self.text(), nxt.text()
+        if mine is not None and theirs is not None:
+            data = mine[: self.length] + theirs[: nxt.length]
         gap = nxt.offset - self.offset
         return Chunk(self.offset, gap + nxt.length, gap + nxt.body, nxt.last, data)
 
@@ -97,7 +103,9 @@ def decode_job(job: Job) -> Result:
 
 def _decode_job(job: Job) -> Result:
     c = job.chunk
-    data = c.data if c.data is not None else read_range(job.path, c.offset, c.length)
+    data = c.text()
+    if data is None:
+        data = read_range(job.path, c.offset, c.length)
     if job.whole:
         prefix, form, end = b"", job.form, c.length
     elif c.last:
@@ -172,29 +180,23 @@ def _last_cut(data: bytes, lo: int, hi: int) -> tuple[int, int] | None:
 
 def stream_chunks(first: bytes, offset: int, blocks: Iterator[bytes], chunk_bytes: int) -> Iterator[Chunk]:
     """Chunks of the text that follows the array start: ``first`` (already read, at ``offset``), then
-    ``blocks``. Each chunk's text is one copy of the blocks it spans."""
+    ``blocks``. A chunk is cut in its last block and handed on as the list of its blocks, so the text is not
+    copied here (the decoder joins it); only the few bytes after the cut are, to start the next chunk."""
     pieces, size = [first], len(first)
     for block in blocks:
         pieces.append(block)
         size += len(block)
         if size < chunk_bytes:
             continue
-        data = b"".join(pieces)
-        start = 0
-        while len(data) - start >= chunk_bytes:
-            hi = len(data) if len(data) - start < 2 * chunk_bytes else start + chunk_bytes
-            cut = _last_cut(data, start, hi)
-            if cut is None:
-                break
-            body, nxt = cut
-            if start == 0 and len(data) - nxt < chunk_bytes:
-                yield Chunk(offset, nxt, body, False, data)
-            else:
-                yield Chunk(offset, nxt - start, body - start, False, data[start:nxt])
-            offset += nxt - start
-            start = nxt
-        pieces = [data[start:]] if start else [data]
-        size = len(data) - start
+        cut = _last_cut(block, 0, len(block))
+        if cut is None:
+            continue  # no event ends in this block: the chunk grows by the next one
+        before = size - len(block)
+        body, nxt = before + cut[0], before + cut[1]
+        yield Chunk(offset, nxt, body, False, pieces)
+        offset += nxt
+        tail = block[cut[1] :]
+        pieces, size = [tail], len(tail)
     rest = b"".join(pieces)
     yield Chunk(offset, len(rest), len(rest), True, rest)
 

@@ -127,7 +127,7 @@ def first_byte(text: bytes) -> bytes:
 _LEADING_BLANK = re.compile(rb"[ \t\r\n]*")
 
 
-def decode(doc: bytes, form: Form) -> Decoded:
+def decode(doc: bytes | bytearray, form: Form) -> Decoded:
     """Decode ``doc``; raises ``Undecodable`` when it is not JSON even for the stdlib, ``NotATrace`` when its
     ``traceEvents`` is no list."""
     try:
@@ -156,7 +156,7 @@ def decode(doc: bytes, form: Form) -> Decoded:
         return _loose(strict, form, exc)
 
 
-def _strict(doc: bytes, form: Form) -> Decoded:
+def _strict(doc: bytes | bytearray, form: Form) -> Decoded:
     if form == "list":
         events = _EVENTS_DECODER.decode(doc)
         return Decoded(events, Meta(), Notes(), len(events))
@@ -165,7 +165,7 @@ def _strict(doc: bytes, form: Form) -> Decoded:
     return Decoded(t.traceEvents, meta, Notes(), len(t.traceEvents or ()))
 
 
-def _loose(doc: bytes, form: Form, exc: msgspec.ValidationError) -> Decoded:
+def _loose(doc: bytes | bytearray, form: Form, exc: msgspec.ValidationError) -> Decoded:
     """Valid JSON with events that are not objects: keep every event that is one, count the others."""
     try:
         if form == "list":
@@ -210,7 +210,9 @@ def _error_byte(exc: Exception) -> int | None:
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
-def salvage(doc: bytes, form: Form, damage_at: int | None = None) -> tuple[list[_Event], Meta, int] | None:
+def salvage(
+    doc: bytes | bytearray, form: Form, damage_at: int | None = None
+) -> tuple[list[_Event], Meta, int] | None:
     """The complete events of a document cut short or damaged: cut it after an event's closing brace and close
     the JSON. Returns (events, metadata, bytes of ``doc`` kept) or None if no event could be recovered.
 

@@ -36,8 +36,8 @@ BLOCK_BYTES = 16 << 20
 class TraceText:
     """The decompressed text of one trace file as blocks, in order.
 
-    ``blocks()`` yields the text once. ``plain`` says the file is the text itself (not gzipped): then
-    ``read_range`` reads any part of it directly, so worker processes read their own byte ranges.
+    ``blocks()`` yields the text once. ``plain`` says the file is the text itself (not gzipped): then any part
+    of it can be read directly, so worker processes read their own byte ranges.
     ``warning`` is set, once the blocks are used up, when the gzip stream was cut short or corrupt.
     """
 
@@ -75,10 +75,6 @@ class TraceText:
         for b in source:
             self.total += len(b)
             yield b
-
-    def read_range(self, offset: int, length: int) -> bytes:
-        """``length`` bytes of a plain file's text from ``offset``."""
-        return read_range(str(self.path), offset, length)
 
     def _plain_blocks(self, block: int) -> Iterator[bytes]:
         try:
@@ -142,13 +138,6 @@ class TraceText:
                     )
                 if out:
                     yield out
-
-
-def read_range(path: str, offset: int, length: int) -> bytes:
-    """``length`` bytes of the file at ``path`` from ``offset`` (worker processes read their chunks with this)."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
 
 
 def is_kineto_trace(path: Path) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from .kineto_decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
 from .kineto_part import Part, make_part
-from .kineto_source import TraceText, read_range
+from .kineto_source import TraceText
 
 CHUNK_BYTES = 32 << 20
 """Text per chunk: a worker holds a few of these and their decoded events at a time."""
@@ -103,17 +103,13 @@ def decode_job(job: Job) -> Result:
 
 def _decode_job(job: Job) -> Result:
     c = job.chunk
-    data = c.text()
-    if data is None:
-        data = read_range(job.path, c.offset, c.length)
     if job.whole:
         prefix, form, end = b"", job.form, c.length
     elif c.last:
         prefix, form, end = (_OBJECT_PREFIX if job.form == "object" else b"["), job.form, c.length
     else:
         prefix, form, end = b"[", "list", c.body
-    doc = prefix + data[:end] + (b"" if c.last or job.whole else b"]")
-    del data
+    doc = _doc(c, job.path, prefix, end, b"" if c.last or job.whole else b"]")
     try:
         out = decode(doc, form)
     except NotATrace as exc:
@@ -130,6 +126,28 @@ def _decode_job(job: Job) -> Result:
     if out.events is None:
         return Result(no_events=True, meta=out.meta, notes=out.notes)
     return Result(make_part(out.events), out.count, out.notes, out.meta, kept=end)
+
+
+def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> bytes | bytearray:
+    """``prefix`` + the chunk's first ``end`` bytes + ``suffix``, copying the text once."""
+    if c.data is None:
+        with open(path, "rb") as f:
+            f.seek(c.offset)
+            buf = bytearray(len(prefix) + end + len(suffix))
+            buf[: len(prefix)] = prefix
+            f.readinto(memoryview(buf)[len(prefix) : len(prefix) + end])
+            buf[len(prefix) + end :] = suffix
+            return buf
+    pieces = c.data if isinstance(c.data, list) else [c.data]
+    parts: list[bytes | memoryview] = [prefix]
+    left = end
+    for p in pieces:
+        if left <= 0:
+            break
+        parts.append(p if len(p) <= left else memoryview(p)[:left])
+        left -= len(p)
+    parts.append(suffix)
+    return b"".join(parts)
 
 
 # -- finding the event array and the cuts ------------------------------------------------------------------------

@@ -54,9 +54,14 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 def build(
     parts: list[Part], base_ns: int, source: str, rank: int | None, warnings: list[str]
 ) -> dict[str, pl.DataFrame]:
-    """The kernels and ranges frames of ``parts`` (in file order); warnings are appended to ``warnings``."""
+    """The kernels and ranges frames of ``parts`` (in file order; the list is emptied as they are joined, so
+    the parts and the frames are not both held); warnings are appended to ``warnings``."""
+    kernels = _concat([p.kernels for p in parts])
     launches = _concat([p.launches for p in parts])
     cpu = _concat([p.cpu for p in parts] + [p.steps for p in parts])
+    gpu = _concat([p.gpu for p in parts])
+    ops = _concat([p.ops for p in parts])
+    parts.clear()
     chosen, ambiguous = _launch_of_each_id(launches)
     if ambiguous:
         warnings.append(
@@ -65,17 +70,10 @@ def build(
         )
     cpu_pids = pl.concat([launches["pid"], cpu["pid"]]).drop_nulls().unique()
     single_pid = int(cpu_pids[0]) if cpu_pids.len() == 1 else None
+    del launches
     return {
-        "kernels": _kernels(_concat([p.kernels for p in parts]), chosen, base_ns, single_pid, source, rank),
-        "ranges": _ranges(
-            cpu,
-            _concat([p.gpu for p in parts]),
-            _concat([p.ops for p in parts]),
-            base_ns,
-            single_pid,
-            source,
-            rank,
-        ),
+        "kernels": _kernels(kernels, chosen, base_ns, single_pid, source, rank),
+        "ranges": _ranges(cpu, gpu, ops, base_ns, single_pid, source, rank),
     }
 
 

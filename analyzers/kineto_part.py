@@ -60,10 +60,20 @@ class _OpArgs(msgspec.Struct, gc=False):
     flops: Any = None
 
 
-_ARGS_DECODER = msgspec.json.Decoder(list[_Args | None])
-_ONE_ARGS_DECODER = msgspec.json.Decoder(_Args)
+class _LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+
+
+class _RangeArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+
 _OP_ARGS_DECODER = msgspec.json.Decoder(_OpArgs)
-_NO_ARGS = _Args()
+_ARGS_DECODERS: dict[type, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]] = {
+    t: (msgspec.json.Decoder(list[t | None]), msgspec.json.Decoder(t))  # type: ignore[valid-type]
+    for t in (_Args, _LaunchArgs, _RangeArgs)
+}
 _EMPTY = msgspec.Raw(b"")
 
 OP_SCHEMA = {
@@ -187,7 +197,7 @@ def _launches(events: list[_Event]) -> tuple[pl.DataFrame, list[_Event]]:
     events."""
     kept = []
     corr = []
-    for e, a in zip(events, bulk_args(events), strict=True):
+    for e, a in zip(events, bulk_args(events, _LaunchArgs), strict=True):
         if type(a.correlation) is int:
             kept.append(e)
             corr.append(a.correlation)
@@ -195,14 +205,14 @@ def _launches(events: list[_Event]) -> tuple[pl.DataFrame, list[_Event]]:
         {
             "corr": int_series(corr),
             "pref": pl.Series([LAUNCH_CATS[e.cat] for e in kept], dtype=pl.Int8),
-            "pid": int_series([as_int(e.pid) for e in kept]),
-            "tid": int_series([as_int(e.tid) for e in kept]),
+            "pid": int_series([e.pid if type(e.pid) is int else as_int(e.pid) for e in kept]),
+            "tid": int_series([e.tid if type(e.tid) is int else as_int(e.tid) for e in kept]),
         }
     ), kept
 
 
 def _cpu_ranges(events: list[_Event]) -> pl.DataFrame:
-    args = bulk_args(events)
+    args = bulk_args(events, _RangeArgs)
     return pl.DataFrame(
         {
             "name": pl.Series([e.name if isinstance(e.name, str) else "" for e in events], dtype=pl.String),
@@ -214,7 +224,7 @@ def _cpu_ranges(events: list[_Event]) -> pl.DataFrame:
 
 
 def _gpu_ranges(events: list[_Event]) -> pl.DataFrame:
-    args = bulk_args(events)
+    args = bulk_args(events, _RangeArgs)
     device: list[int | None] = []
     tid: list[int | None] = []
     for e, a in zip(events, args, strict=True):
@@ -309,21 +319,24 @@ def _times_ns_any(text: pl.Series) -> pl.Series:
     return df.select(pl.when(whole.is_not_null()).then(exact).otherwise(approx).alias("ns"))["ns"]
 
 
-def bulk_args(events: list[_Event]) -> list[_Args]:
-    """The ``args`` of ``events``, decoded in one call (an event without args gets an empty ``_Args``)."""
+def bulk_args(events: list[_Event], kind: type[Any] = _Args) -> list[Any]:
+    """The ``args`` of ``events`` as ``kind`` structs (naming only the fields wanted), decoded in one call; an
+    event without args, or whose args is not an object, gets an empty one."""
     if not events:
         return []
+    many, one = _ARGS_DECODERS[kind]
     text = b"[" + b",".join([e.args or b"null" for e in events]) + b"]"
     try:
-        decoded = _ARGS_DECODER.decode(text)
+        decoded = many.decode(text)
     except msgspec.ValidationError:  # some event's args is not an object: decode one by one
         decoded = []
         for e in events:
             try:
-                decoded.append(_ONE_ARGS_DECODER.decode(e.args) if e.args else None)
+                decoded.append(one.decode(e.args) if e.args else None)
             except msgspec.ValidationError:
                 decoded.append(None)
-    return [a if a is not None else _NO_ARGS for a in decoded]
+    empty = kind()
+    return [a if a is not None else empty for a in decoded]
 
 
 def int_series(values: list[Any], dtype: pl.DataType | type[pl.DataType] = pl.Int64) -> pl.Series:

@@ -4,7 +4,7 @@ A real trace (default: HTA's df_index_resolver test trace, 19,370 kernels in 216
 holds the wanted number of kernel events: each copy is shifted in time past the previous one, its correlation
 and External ids are offset, and its ProfilerStep numbers continue, so the result is one long, valid trace. It is
 written as one ``.json.gz``; then each tool parses it in its own subprocess and a row is printed: tool, seconds,
-kernels parsed, kernels/second, peak memory. Peak memory is the largest sum of the resident memory of the
+CPU seconds (the process and its workers), kernels parsed, kernels/second, peak memory. Peak memory is the largest sum of the resident memory of the
 measuring process and its worker processes (tracekit decodes chunks in worker processes), sampled every 20 ms,
 and at least the process's own high-water mark.
 
@@ -12,9 +12,11 @@ One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve
 the file grows 15x). HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is
 timed as ``TraceAnalysis(trace_dir=...)`` on the first ``--hta-rows`` sizes (default 1: it needs minutes and
 more memory than the machine has at 1M). It keeps only kernels inside complete ProfilerStep iterations, so its
-kernel count is lower. Each trace is deleted after its row unless ``--keep`` names a folder.
+kernel count is lower. tracekit is also timed in one process (``workers=1``) on the first ``--serial-rows`` sizes.
+Each trace is deleted after its row unless ``--keep``.
 
-    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--work /tmp] [--no-hta]
+    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--serial-rows 1]
+                                      [--work /tmp] [--keep] [--no-hta]
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ def _sample():
         _peak[0] = max(_peak[0], sum(_rss(p) for p in _tree(me)))
         time.sleep(0.02)
 threading.Thread(target=_sample, daemon=True).start()
+def cpu_s():
+    import resource
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 def peak_kb():
     hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
     return max(_peak[0], int(hwm[0].split()[1]) if hwm else 0)
@@ -164,10 +170,11 @@ from pathlib import Path
 if __name__ == "__main__":
     t = time.perf_counter()
     from tracekit.analyzers.kineto import read_kineto
-    ex = read_kineto(Path(sys.argv[1]))
+    workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    ex = read_kineto(Path(sys.argv[1]), workers=workers)
     n = ex.frame("kernels").height
     s = time.perf_counter() - t
-    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb()}))
+    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb(), "cpu": cpu_s()}))
 """
 )
 
@@ -188,16 +195,20 @@ if __name__ == "__main__":
         sym = tr.symbol_table.get_sym_id_map()
         cats = {sym[c] for c in ("kernel", "Kernel") if c in sym}
         n += int(df["cat"].isin(cats).sum())
-    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb()}))
+    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb(), "cpu": cpu_s()}))
 """
 )
 
 
-def run_child(code: str, arg: str, timeout: float) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter; its own peak RSS (VmHWM, which exec resets) comes back."""
+def run_child(code: str, arg: str, timeout: float, *more: str) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its peak memory and CPU seconds come back."""
     try:
         p = subprocess.run(
-            [sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=timeout, check=False
+            [sys.executable, "-c", code, arg, *more],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish within {timeout:.0f} s"}
@@ -208,10 +219,15 @@ def run_child(code: str, arg: str, timeout: float) -> dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def measure(trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float) -> list[dict[str, Any]]:
+def measure(
+    trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float, serial: bool = False
+) -> list[dict[str, Any]]:
     rows = []
     r = run_child(TRACEKIT_CHILD, str(trace), 3600)
     rows.append({"tool": "tracekit read_kineto", **r})
+    if serial:
+        r = run_child(TRACEKIT_CHILD, str(trace), 3600, "1")
+        rows.append({"tool": "tracekit, one process", **r})
     if hta:
         folder = Path(tempfile.mkdtemp(prefix="bench-hta-"))
         try:
@@ -227,27 +243,33 @@ def measure(trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float)
 
 def print_table(title: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
-    print(f"{'tool':24} {'seconds':>9} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}")
+    print(
+        f"{'tool':24} {'seconds':>9} {'CPU s':>7} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}"
+    )
     for r in rows:
         if "error" in r:
-            print(f"{r['tool']:24} {'-':>9} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
+            print(f"{r['tool']:24} {'-':>9} {'-':>7} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
             continue
         rate = r["kernels"] / r["seconds"] if r["seconds"] else float("inf")
         print(
-            f"{r['tool']:24} {r['seconds']:9.2f} {r['kernels']:15,d} {rate:12,.0f} {r['peak_kb'] / 1048576:8.2f} GB"
+            f"{r['tool']:24} {r['seconds']:9.2f} {r['cpu']:7.1f} {r['kernels']:15,d} {rate:12,.0f} "
+            f"{r['peak_kb'] / 1048576:8.2f} GB"
         )
     ok = [r for r in rows if "error" not in r]
-    if len(ok) == 2:
-        print(f"speed-up: {ok[1]['seconds'] / ok[0]['seconds']:.1f}x")
+    hta = [r for r in ok if r["tool"] == "HolisticTraceAnalysis"]
+    if hta and ok[0]["tool"] == "tracekit read_kineto":
+        print(f"speed-up over HTA: {hta[0]['seconds'] / ok[0]['seconds']:.1f}x")
 
 
 def print_curve(curve: list[dict[str, Any]]) -> None:
     """tracekit's seconds and peak memory against the file's size."""
     print("\nmemory curve (tracekit read_kineto)")
-    print(f"{'kernels':>10} {'events':>11} {'JSON GB':>8} {'gzip MB':>8} {'seconds':>8} {'peak RSS GB':>12}")
+    print(
+        f"{'kernels':>10} {'events':>11} {'JSON GB':>8} {'gzip MB':>8} {'seconds':>8} {'CPU s':>7} {'peak RSS GB':>12}"
+    )
     for c in curve:
         r = c["row"]
-        sec = f"{r['seconds']:8.1f}" if "seconds" in r else f"{'-':>8}"
+        sec = f"{r['seconds']:8.1f} {r['cpu']:7.1f}" if "seconds" in r else f"{'-':>8} {'-':>7}"
         mem = f"{r['peak_kb'] / 1048576:12.2f}" if "peak_kb" in r else f"{'-':>12}"
         print(f"{c['kernels']:10,d} {c['events']:11,d} {c['json_gb']:8.2f} {c['gz_mb']:8.0f} {sec} {mem}")
 
@@ -268,6 +290,9 @@ def main() -> None:
     ap.add_argument("--hta-rows", type=int, default=1, help="time HTA on this many sizes, the smallest first")
     ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take")
     ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
+    ap.add_argument(
+        "--serial-rows", type=int, default=1, help="also time tracekit in one process on this many sizes"
+    )
     ap.add_argument("--work", type=Path, help="folder for the replicated traces (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the replicated traces in --work")
     args = ap.parse_args()
@@ -302,7 +327,9 @@ def main() -> None:
                 f"\n{path.name}: {k:,} kernels, {ev:,} events, {path.stat().st_size / 1e6:,.0f} MB gzip "
                 f"(written in {time.perf_counter() - t:.0f} s)"
             )
-            rows = measure(path, k, hta=i < hta_rows, hta_timeout=args.hta_timeout)
+            rows = measure(
+                path, k, hta=i < hta_rows, hta_timeout=args.hta_timeout, serial=i < args.serial_rows
+            )
             load = os.getloadavg()
             print_table(f"{k:,} kernel events ({ev:,} events); load average after: {load[0]:.1f}", rows)
             curve.append(

@@ -250,18 +250,26 @@ def _worker_start() -> None:
 
 
 def default_workers(estimated_bytes: int) -> int:
-    """Worker processes for a file of about ``estimated_bytes`` of text: none (decode here) for a small file or
-    inside a worker process (the parent already spreads files over the cores), else one per core."""
+    """Worker processes for a file of about ``estimated_bytes`` of text: none (decode here) for a small file,
+    inside a worker process (the parent already spreads files over the cores) or on a machine of fewer than
+    ``POOL_MIN_CORES`` cores; else one per core but one (the parent inflates, cuts and joins), at most
+    ``MAX_WORKERS`` (each holds ~0.4 GB)."""
     if estimated_bytes < POOL_MIN_BYTES or multiprocessing.parent_process() is not None:
         return 1
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    return 1 if cores < POOL_MIN_CORES else min(cores - 1, MAX_WORKERS)
 
 
 POOL_MIN_BYTES = 128 << 20
 """Files with less text than this are decoded in the calling process: starting workers costs ~1 s."""
+POOL_MIN_CORES = 4
+"""On 2 cores the workers cost more than they bring: 1M kernels read in 29 s with 2 workers (33 CPU s: the two
+processes slow each other, and the text and columns cross between processes) against 22 s in one process
+(21 CPU s), docs/BENCHMARKS.md."""
+MAX_WORKERS = 8
 
 
 class Decoder:
@@ -271,6 +279,7 @@ class Decoder:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
+        self.env: str | None = None
         self.queue: deque[tuple[Job, Future[Result] | None]] = deque()
 
     def submit(self, job: Job) -> Iterator[tuple[Job, Result]]:
@@ -279,6 +288,10 @@ class Decoder:
             yield job, decode_job(job)
             return
         if self.pool is None:
+            # Each worker's polars gets one thread (read when it is spawned, on the first submits): its frames are
+            # small, and one thread pool per worker on shared cores spins for more CPU than it saves.
+            self.env = os.environ.get("POLARS_MAX_THREADS")
+            os.environ["POLARS_MAX_THREADS"] = "1"
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start
             )
@@ -306,6 +319,10 @@ class Decoder:
                     proc.terminate()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.pool = None
+        if self.env is None:
+            os.environ.pop("POLARS_MAX_THREADS", None)
+        else:
+            os.environ["POLARS_MAX_THREADS"] = self.env
 
 
 @dataclass

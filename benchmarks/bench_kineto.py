@@ -12,10 +12,11 @@ One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve
 the file grows 15x). HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is
 timed as ``TraceAnalysis(trace_dir=...)`` on the first ``--hta-rows`` sizes (default 1: it needs minutes and
 more memory than the machine has at 1M). It keeps only kernels inside complete ProfilerStep iterations, so its
-kernel count is lower. tracekit is also timed in one process (``workers=1``) on the first ``--serial-rows`` sizes.
+kernel count is lower. tracekit is also timed with the worker counts ``--also-workers`` (default 2; the default of
+a 2-core machine is one process) on the first ``--also-rows`` sizes.
 Each trace is deleted after its row unless ``--keep``.
 
-    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--serial-rows 1]
+    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--also-workers 2]
                                       [--work /tmp] [--keep] [--no-hta]
 """
 
@@ -220,14 +221,14 @@ def run_child(code: str, arg: str, timeout: float, *more: str) -> dict[str, Any]
 
 
 def measure(
-    trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float, serial: bool = False
+    trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float, also_workers: tuple[int, ...] = ()
 ) -> list[dict[str, Any]]:
     rows = []
     r = run_child(TRACEKIT_CHILD, str(trace), 3600)
     rows.append({"tool": "tracekit read_kineto", **r})
-    if serial:
-        r = run_child(TRACEKIT_CHILD, str(trace), 3600, "1")
-        rows.append({"tool": "tracekit, one process", **r})
+    for w in also_workers:
+        r = run_child(TRACEKIT_CHILD, str(trace), 3600, str(w))
+        rows.append({"tool": f"tracekit, workers={w}", **r})
     if hta:
         folder = Path(tempfile.mkdtemp(prefix="bench-hta-"))
         try:
@@ -290,9 +291,8 @@ def main() -> None:
     ap.add_argument("--hta-rows", type=int, default=1, help="time HTA on this many sizes, the smallest first")
     ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take")
     ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
-    ap.add_argument(
-        "--serial-rows", type=int, default=1, help="also time tracekit in one process on this many sizes"
-    )
+    ap.add_argument("--also-workers", default="2", help="also time tracekit with these worker counts ...")
+    ap.add_argument("--also-rows", type=int, default=2, help="... on this many sizes, the smallest first")
     ap.add_argument("--work", type=Path, help="folder for the replicated traces (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the replicated traces in --work")
     args = ap.parse_args()
@@ -328,7 +328,13 @@ def main() -> None:
                 f"(written in {time.perf_counter() - t:.0f} s)"
             )
             rows = measure(
-                path, k, hta=i < hta_rows, hta_timeout=args.hta_timeout, serial=i < args.serial_rows
+                path,
+                k,
+                hta=i < hta_rows,
+                hta_timeout=args.hta_timeout,
+                also_workers=tuple(int(w) for w in args.also_workers.split(",") if w)
+                if i < args.also_rows
+                else (),
             )
             load = os.getloadavg()
             print_table(f"{k:,} kernel events ({ev:,} events); load average after: {load[0]:.1f}", rows)

@@ -3,8 +3,8 @@
 Parsing streams: the text is never held whole (a 1M-kernel trace is 2.5 GB of JSON). The file is read as blocks
 (gzip inflated on the way: ``kineto_source``); the event array is cut into chunks at event boundaries and each
 chunk is decoded by msgspec into typed structs naming only the fields used (``kineto_decode``), reduced to
-columns of the events the frames need (``kineto_part``), in worker processes on the cores of a machine of 4 or
-more for a large file (``kineto_stream``); the parent joins the columns into frames (``kineto_frames``). Peak memory is bounded by the
+columns of the events the frames need (``kineto_part``), in worker processes on all cores for a large file
+(``kineto_stream``); the parent joins the columns into frames (``kineto_frames``). Peak memory is bounded by the
 workers' chunks plus the frames themselves, not by the file. Files that are not strict JSON (``NaN``,
 ``Infinity``, integers past 64 bits) fall back to the stdlib parser, chunk by chunk.
 
@@ -102,9 +102,9 @@ WHOLE = 1 << 62
 def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | None = None) -> Extract:
     """Read a PyTorch-profiler trace into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``workers``: processes that decode chunks (default ``kineto_stream.default_workers``: one per core but one
-    for a file of 128 MB of text or more on a machine of 4 cores or more, else none); ``chunk_bytes``: text per
-    chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
+    ``workers``: processes that decode chunks (default ``kineto_stream.default_workers``: one per core, at most
+    8, for a file of 128 MB of text or more, else none, and none inside a worker process); ``chunk_bytes``: text
+    per chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
 
     Raises ``UnreadableFileError`` (one line, no traceback) for an empty file, bad gzip, or JSON that is not a
     trace; a truncated file yields the events before the cut with ``partial=True`` and a warning.

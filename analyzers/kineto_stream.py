@@ -251,25 +251,23 @@ def _worker_start() -> None:
 
 def default_workers(estimated_bytes: int) -> int:
     """Worker processes for a file of about ``estimated_bytes`` of text: none (decode here) for a small file,
-    inside a worker process (the parent already spreads files over the cores) or on a machine of fewer than
-    ``POOL_MIN_CORES`` cores; else one per core but one (the parent inflates, cuts and joins), at most
-    ``MAX_WORKERS`` (each holds ~0.4 GB)."""
+    inside a worker process (the parent already spreads files over the cores) or on one core; else one per core,
+    at most ``MAX_WORKERS`` (each holds ~0.4 GB)."""
     if estimated_bytes < POOL_MIN_BYTES or multiprocessing.parent_process() is not None:
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return 1 if cores < POOL_MIN_CORES else min(cores - 1, MAX_WORKERS)
+    return min(cores, MAX_WORKERS)
 
 
 POOL_MIN_BYTES = 128 << 20
 """Files with less text than this are decoded in the calling process: starting workers costs ~1 s."""
-POOL_MIN_CORES = 4
-"""On 2 cores the workers cost more than they bring: 1M kernels read in 29 s with 2 workers (33 CPU s: the two
-processes slow each other, and the text and columns cross between processes) against 22 s in one process
-(21 CPU s), docs/BENCHMARKS.md."""
 MAX_WORKERS = 8
+"""On this project's 2-core machine two workers read 1M kernels in 18 s against 24 s in one process when the
+cores were free (load 1.4), but in 29 s against 22 s when other jobs held them (load 3): the workers cost CPU of
+their own (docs/BENCHMARKS.md)."""
 
 
 class Decoder:

@@ -8,15 +8,15 @@ CPU seconds (the process and its workers), kernels parsed, kernels/second, peak 
 measuring process and its worker processes (tracekit decodes chunks in worker processes), sampled every 20 ms,
 and at least the process's own high-water mark.
 
-One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve, which should stay flat while
-the file grows 15x). HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is
+One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve; the decode holds a few chunks
+at a time whatever the size, so what grows is the frames). HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is
 timed as ``TraceAnalysis(trace_dir=...)`` on the first ``--hta-rows`` sizes (default 1: it needs minutes and
 more memory than the machine has at 1M). It keeps only kernels inside complete ProfilerStep iterations, so its
-kernel count is lower. tracekit is also timed with the worker counts ``--also-workers`` (default 2; the default of
-a 2-core machine is one process) on the first ``--also-rows`` sizes.
+kernel count is lower. tracekit is also timed with the worker counts ``--also-workers`` (default 1: one process)
+on the first ``--also-rows`` sizes.
 Each trace is deleted after its row unless ``--keep``.
 
-    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--also-workers 2]
+    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--also-workers 1]
                                       [--work /tmp] [--keep] [--no-hta]
 """
 
@@ -291,7 +291,7 @@ def main() -> None:
     ap.add_argument("--hta-rows", type=int, default=1, help="time HTA on this many sizes, the smallest first")
     ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take")
     ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
-    ap.add_argument("--also-workers", default="2", help="also time tracekit with these worker counts ...")
+    ap.add_argument("--also-workers", default="1", help="also time tracekit with these worker counts ...")
     ap.add_argument("--also-rows", type=int, default=2, help="... on this many sizes, the smallest first")
     ap.add_argument("--work", type=Path, help="folder for the replicated traces (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the replicated traces in --work")

@@ -74,7 +74,6 @@ _ARGS_DECODERS: dict[type, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder
     t: (msgspec.json.Decoder(list[t | None]), msgspec.json.Decoder(t))  # type: ignore[valid-type]
     for t in (_Args, _LaunchArgs, _RangeArgs)
 }
-_EMPTY = msgspec.Raw(b"")
 
 OP_SCHEMA = {
     k: RANGES.schema[k]

@@ -1,17 +1,23 @@
-"""Kineto trace reading at scale: tracekit's reader against HolisticTraceAnalysis on the same file.
+"""Kineto trace reading at scale: tracekit's streaming reader against HolisticTraceAnalysis, and its memory curve.
 
 A real trace (default: HTA's df_index_resolver test trace, 19,370 kernels in 216k events) is replicated until it
-holds ``--kernels`` kernel events: each copy is shifted in time past the previous one, its correlation and
-External ids are offset, and its ProfilerStep numbers continue, so the result is one long, valid trace. It is
-written as one ``.json.gz``; then each tool parses it in its own subprocess (clean peak RSS) and a table is
-printed: tool, seconds, kernels parsed, kernels/second, peak memory.
+holds the wanted number of kernel events: each copy is shifted in time past the previous one, its correlation
+and External ids are offset, and its ProfilerStep numbers continue, so the result is one long, valid trace. It is
+written as one ``.json.gz``; then each tool parses it in its own subprocess and a row is printed: tool, seconds,
+CPU seconds (the process and its workers), kernels parsed, kernels/second, peak memory. Peak memory is the largest sum of the resident memory of the
+measuring process and its worker processes (tracekit decodes chunks in worker processes), sampled every 20 ms,
+and at least the process's own high-water mark.
 
-HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is timed as
-``TraceAnalysis(trace_dir=...)``, which parses every trace in the folder. It keeps only kernels inside complete
-ProfilerStep iterations, so its kernel count is lower. When it cannot finish at the full size within
-``--hta-timeout`` (or runs out of memory) that is printed, and both tools are also compared at ``--small``.
+One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve; the decode holds a few chunks
+at a time whatever the size, so what grows is the frames). HolisticTraceAnalysis (``pip install HolisticTraceAnalysis``, a benchmark-only dependency) is
+timed as ``TraceAnalysis(trace_dir=...)`` on the first ``--hta-rows`` sizes (default 1: it needs minutes and
+more memory than the machine has at 1M). It keeps only kernels inside complete ProfilerStep iterations, so its
+kernel count is lower. tracekit is also timed with the worker counts ``--also-workers`` (default 1: one process)
+on the first ``--also-rows`` sizes.
+Each trace is deleted after its row unless ``--keep``.
 
-    python benchmarks/bench_kineto.py [--kernels 1000000] [--small 100000] [--source TRACE] [--hta-timeout 900]
+    python benchmarks/bench_kineto.py [--sizes 200000,1000000,3000000] [--hta-rows 1] [--also-workers 1]
+                                      [--work /tmp] [--keep] [--no-hta]
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,10 +63,10 @@ def _is_kernel(e: dict[str, Any]) -> bool:
     return e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X"
 
 
-def replicate(source: Path, kernels: int, out: Path) -> tuple[int, int]:
+def replicate(source: Path, kernels: int, out: Path) -> tuple[int, int, int]:
     """Write ``out`` (.json.gz) holding copies of ``source`` until it has >= ``kernels`` kernel events.
 
-    Returns (kernel events, all events) written.
+    Returns (kernel events, all events, bytes of JSON) written.
     """
     trace = _loads(gzip.decompress(source.read_bytes()))
     events: list[dict[str, Any]] = trace.pop("traceEvents")
@@ -89,7 +96,15 @@ def replicate(source: Path, kernels: int, out: Path) -> tuple[int, int]:
     body = [e for e in events if e.get("ph") != "M"]
     head = _dumps(trace)[:-1]  # the top-level keys, without the closing brace
     written = 0
-    with gzip.open(out, "wb", compresslevel=1) as f:
+    text = 0
+    with gzip.open(out, "wb", compresslevel=1) as gz:
+
+        def write(b: bytes) -> None:
+            nonlocal text
+            text += len(b)
+            gz.write(b)
+
+        f = SimpleNamespace(write=write)
         f.write(head + (b"," if trace else b"") + b'"traceEvents":[')
         f.write(b",".join(_dumps(e) for e in meta))
         for i in range(copies):
@@ -111,47 +126,90 @@ def replicate(source: Path, kernels: int, out: Path) -> tuple[int, int]:
             f.write(b"," + b",".join(_dumps(e) for e in body))
             written += len(body)
         f.write(b"]}")
-    return per_copy * copies, written + len(meta)
+    return per_copy * copies, written + len(meta), text
 
 
-TRACEKIT_CHILD = """
-import json, resource, sys, time
+SAMPLER = """
+import os, threading, time
+_peak = [0]
+def _rss(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(l.split()[1]) for l in f if l.startswith("VmRSS:")), 0)
+    except OSError:
+        return 0
+def _tree(pid):
+    out = [pid]
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                for c in f.read().split():
+                    out += _tree(int(c))
+    except OSError:
+        pass
+    return out
+def _sample():
+    me = os.getpid()
+    while True:
+        _peak[0] = max(_peak[0], sum(_rss(p) for p in _tree(me)))
+        time.sleep(0.02)
+threading.Thread(target=_sample, daemon=True).start()
+def cpu_s():
+    import resource
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+def peak_kb():
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+    return max(_peak[0], int(hwm[0].split()[1]) if hwm else 0)
+"""
+
+TRACEKIT_CHILD = (
+    SAMPLER
+    + """
+import json, sys, time
 from pathlib import Path
-t = time.perf_counter()
-from tracekit.analyzers.kineto import read_kineto
-ex = read_kineto(Path(sys.argv[1]))
-n = ex.frame("kernels").height
-s = time.perf_counter() - t
-hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
-peak = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak}))
+if __name__ == "__main__":
+    t = time.perf_counter()
+    from tracekit.analyzers.kineto import read_kineto
+    workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    ex = read_kineto(Path(sys.argv[1]), workers=workers)
+    n = ex.frame("kernels").height
+    s = time.perf_counter() - t
+    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb(), "cpu": cpu_s()}))
 """
+)
 
-HTA_CHILD = """
-import json, logging, resource, sys, time
+HTA_CHILD = (
+    SAMPLER
+    + """
+import json, logging, sys, time
 logging.disable(logging.CRITICAL)
-t = time.perf_counter()
-from hta.trace_analysis import TraceAnalysis
-a = TraceAnalysis(trace_dir=sys.argv[1])
-s = time.perf_counter() - t
-tr = a.t
-n = 0
-for rank in tr.traces:
-    df = tr.get_trace(rank)
-    sym = tr.symbol_table.get_sym_id_map()
-    cats = {sym[c] for c in ("kernel", "Kernel") if c in sym}
-    n += int(df["cat"].isin(cats).sum())
-hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
-peak = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak}))
+if __name__ == "__main__":
+    t = time.perf_counter()
+    from hta.trace_analysis import TraceAnalysis
+    a = TraceAnalysis(trace_dir=sys.argv[1])
+    s = time.perf_counter() - t
+    tr = a.t
+    n = 0
+    for rank in tr.traces:
+        df = tr.get_trace(rank)
+        sym = tr.symbol_table.get_sym_id_map()
+        cats = {sym[c] for c in ("kernel", "Kernel") if c in sym}
+        n += int(df["cat"].isin(cats).sum())
+    print(json.dumps({"seconds": s, "kernels": n, "peak_kb": peak_kb(), "cpu": cpu_s()}))
 """
+)
 
 
-def run_child(code: str, arg: str, timeout: float) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter; its own peak RSS (VmHWM, which exec resets) comes back."""
+def run_child(code: str, arg: str, timeout: float, *more: str) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its peak memory and CPU seconds come back."""
     try:
         p = subprocess.run(
-            [sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=timeout, check=False
+            [sys.executable, "-c", code, arg, *more],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish within {timeout:.0f} s"}
@@ -162,10 +220,15 @@ def run_child(code: str, arg: str, timeout: float) -> dict[str, Any]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def measure(trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float) -> list[dict[str, Any]]:
+def measure(
+    trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float, also_workers: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     rows = []
     r = run_child(TRACEKIT_CHILD, str(trace), 3600)
     rows.append({"tool": "tracekit read_kineto", **r})
+    for w in also_workers:
+        r = run_child(TRACEKIT_CHILD, str(trace), 3600, str(w))
+        rows.append({"tool": f"tracekit, workers={w}", **r})
     if hta:
         folder = Path(tempfile.mkdtemp(prefix="bench-hta-"))
         try:
@@ -181,60 +244,125 @@ def measure(trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float)
 
 def print_table(title: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
-    print(f"{'tool':24} {'seconds':>9} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}")
+    print(
+        f"{'tool':24} {'seconds':>9} {'CPU s':>7} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}"
+    )
     for r in rows:
         if "error" in r:
-            print(f"{r['tool']:24} {'-':>9} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
+            print(f"{r['tool']:24} {'-':>9} {'-':>7} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
             continue
         rate = r["kernels"] / r["seconds"] if r["seconds"] else float("inf")
         print(
-            f"{r['tool']:24} {r['seconds']:9.2f} {r['kernels']:15,d} {rate:12,.0f} {r['peak_kb'] / 1048576:8.2f} GB"
+            f"{r['tool']:24} {r['seconds']:9.2f} {r['cpu']:7.1f} {r['kernels']:15,d} {rate:12,.0f} "
+            f"{r['peak_kb'] / 1048576:8.2f} GB"
         )
     ok = [r for r in rows if "error" not in r]
-    if len(ok) == 2:
-        print(f"speed-up: {ok[1]['seconds'] / ok[0]['seconds']:.1f}x")
+    hta = [r for r in ok if r["tool"] == "HolisticTraceAnalysis"]
+    if hta and ok[0]["tool"] == "tracekit read_kineto":
+        print(f"speed-up over HTA: {hta[0]['seconds'] / ok[0]['seconds']:.1f}x")
+
+
+def print_curve(curve: list[dict[str, Any]]) -> None:
+    """tracekit's seconds and peak memory against the file's size."""
+    print("\nmemory curve (tracekit read_kineto)")
+    print(
+        f"{'kernels':>10} {'events':>11} {'JSON GB':>8} {'gzip MB':>8} {'seconds':>8} {'CPU s':>7} {'peak RSS GB':>12}"
+    )
+    for c in curve:
+        r = c["row"]
+        sec = f"{r['seconds']:8.1f} {r['cpu']:7.1f}" if "seconds" in r else f"{'-':>8} {'-':>7}"
+        mem = f"{r['peak_kb'] / 1048576:12.2f}" if "peak_kb" in r else f"{'-':>12}"
+        print(f"{c['kernels']:10,d} {c['events']:11,d} {c['json_gb']:8.2f} {c['gz_mb']:8.0f} {sec} {mem}")
+
+
+def _json_bytes(path: Path) -> int:
+    """The size of the gzipped file's text, read as a stream."""
+    total = 0
+    with gzip.open(path, "rb") as f:
+        while b := f.read(64 << 20):
+            total += len(b)
+    return total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernels", type=int, default=1_000_000, help="kernel events in the replicated trace")
-    ap.add_argument("--small", type=int, default=100_000, help="also compare at this size (0: skip)")
+    ap.add_argument("--sizes", default="200000,1000000,3000000", help="kernel events per replicated trace")
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real trace to replicate")
-    ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take at the full size")
+    ap.add_argument("--hta-rows", type=int, default=1, help="time HTA on this many sizes, the smallest first")
+    ap.add_argument("--hta-timeout", type=float, default=900, help="seconds HTA may take")
     ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
-    ap.add_argument("--keep", type=Path, help="write the replicated traces into this folder and keep them")
+    ap.add_argument("--also-workers", default="1", help="also time tracekit with these worker counts ...")
+    ap.add_argument("--also-rows", type=int, default=2, help="... on this many sizes, the smallest first")
+    ap.add_argument("--work", type=Path, help="folder for the replicated traces (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the replicated traces in --work")
     args = ap.parse_args()
     if not args.source.is_file():
         sys.exit(f"source trace {args.source} not found (give --source)")
-    hta = not args.no_hta
-    if hta:
+    hta_rows = 0 if args.no_hta else args.hta_rows
+    if hta_rows:
         try:
             import hta as _hta  # noqa: F401
         except ImportError:
             sys.exit(
                 "HolisticTraceAnalysis is not installed: pip install HolisticTraceAnalysis (or --no-hta)"
             )
-    work = args.keep or Path(tempfile.mkdtemp(prefix="bench-kineto-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-kineto-"))
     work.mkdir(parents=True, exist_ok=True)
-    print(f"source: {args.source.name}; machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
+    load = os.getloadavg()
+    print(
+        f"source: {args.source.name}; machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, "
+        f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+    )
+    curve = []
     try:
-        sizes = [args.kernels] + ([args.small] if args.small and args.small < args.kernels else [])
-        for n in sizes:
+        for i, n in enumerate(sorted(int(x) for x in args.sizes.split(","))):
             path = work / f"replicated_{n}.json.gz"
             t = time.perf_counter()
-            k, ev = replicate(args.source, n, path)
+            if not path.is_file():
+                k, ev, text = replicate(args.source, n, path)
+            else:  # kept from an earlier run
+                k, ev = _counts(args.source, n)
+                text = _json_bytes(path)
             print(
-                f"wrote {path.name}: {k:,} kernels, {ev:,} events, {path.stat().st_size / 1e6:,.0f} MB gzip "
-                f"in {time.perf_counter() - t:.0f} s"
+                f"\n{path.name}: {k:,} kernels, {ev:,} events, {path.stat().st_size / 1e6:,.0f} MB gzip "
+                f"(written in {time.perf_counter() - t:.0f} s)"
             )
-            timeout = args.hta_timeout if n == args.kernels else max(args.hta_timeout, 3600)
-            rows = measure(path, k, hta=hta, hta_timeout=timeout)
-            print_table(f"{k:,} kernel events ({ev:,} events)", rows)
+            rows = measure(
+                path,
+                k,
+                hta=i < hta_rows,
+                hta_timeout=args.hta_timeout,
+                also_workers=tuple(int(w) for w in args.also_workers.split(",") if w)
+                if i < args.also_rows
+                else (),
+            )
+            load = os.getloadavg()
+            print_table(f"{k:,} kernel events ({ev:,} events); load average after: {load[0]:.1f}", rows)
+            curve.append(
+                {
+                    "kernels": k,
+                    "events": ev,
+                    "json_gb": text / 1e9,
+                    "gz_mb": path.stat().st_size / 1e6,
+                    "row": rows[0],
+                }
+            )
             if not args.keep:
                 path.unlink()
+        print_curve(curve)
     finally:
-        if not args.keep:
+        if not args.keep and not args.work:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _counts(source: Path, kernels: int) -> tuple[int, int]:
+    """(kernel events, all events) that ``replicate`` writes for ``kernels``, without writing."""
+    trace = _loads(gzip.decompress(source.read_bytes()))
+    events = trace["traceEvents"]
+    per_copy = sum(1 for e in events if _is_kernel(e))
+    copies = max(1, math.ceil(kernels / per_copy))
+    meta = sum(1 for e in events if e.get("ph") == "M")
+    return per_copy * copies, (len(events) - meta) * copies + meta
 
 
 if __name__ == "__main__":

@@ -1,0 +1,368 @@
+"""Decoded Kineto events of one chunk -> a ``Part``: compact polars columns of the events the frames use.
+
+Only five kinds of events are kept (the rest of a trace, often 90% of it, is dropped here, in the worker that
+decoded it): kernels, launches (runtime / driver calls that carry the ``correlation`` linking a kernel to the CPU
+thread that launched it), CPU annotations (``user_annotation``, and older traces' ``ProfilerStep#N`` operators),
+GPU annotations and the ``cpu_op`` events of PyTorch GEMM operators. Everything that depends on one event alone
+is computed here (times to integer ns, ids, streams, op shapes), so the parent only concatenates and joins
+(``kineto_frames``). Times are relative to the trace's base time, which may only be known once the file's end
+is read; the parent adds it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import polars as pl
+
+from tracekit.frames import RANGES
+
+from .kineto_decode import _Event
+from .torch_ops import GEMM_OPS, op_shape
+
+KERNEL_CATS = frozenset({"kernel", "Kernel"})
+LAUNCH_CATS = {"cuda_runtime": 0, "Runtime": 0, "cuda_driver": 1, "Driver": 1}
+"""Categories of CPU launch events, with a preference: a runtime call wins over a driver call of the same id."""
+CPU_ANNOTATION_CATS = frozenset({"user_annotation"})
+GPU_ANNOTATION_CATS = frozenset({"gpu_user_annotation"})
+STEP_CATS = frozenset({"Operator", "cpu_op"})
+"""Other CPU categories whose ``ProfilerStep#N`` events are kept as annotation ranges (older traces)."""
+_BUCKET: dict[str, int] = {
+    **dict.fromkeys(KERNEL_CATS, 0),
+    **dict.fromkeys(LAUNCH_CATS, 1),
+    **dict.fromkeys(CPU_ANNOTATION_CATS, 2),
+    **dict.fromkeys(GPU_ANNOTATION_CATS, 3),
+    **dict.fromkeys(STEP_CATS, 4),
+}
+_STREAM_TID = re.compile(r"stream\s*(\d+)")
+
+
+class _Args(msgspec.Struct, gc=False):
+    device: Any = None
+    context: Any = None
+    stream: Any = None
+    correlation: Any = None
+    grid: Any = None
+    block: Any = None
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    smem: Any = msgspec.field(default=None, name="shared memory")
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+
+class _OpArgs(msgspec.Struct, gc=False):
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    flops: Any = None
+
+
+class _LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+
+
+class _RangeArgs(msgspec.Struct, gc=False):
+    device: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+
+_OP_ARGS_DECODER = msgspec.json.Decoder(_OpArgs)
+_ARGS_DECODERS: dict[type, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]] = {
+    t: (msgspec.json.Decoder(list[t | None]), msgspec.json.Decoder(t))  # type: ignore[valid-type]
+    for t in (_Args, _LaunchArgs, _RangeArgs)
+}
+
+OP_SCHEMA = {
+    k: RANGES.schema[k]
+    for k in (
+        "kind",
+        "name",
+        "pid",
+        "tid",
+        "range_kind",
+        "op",
+        "m",
+        "n",
+        "k",
+        "batch",
+        "dtype_a",
+        "dtype_b",
+        "dtype_out",
+        "flops",
+        "shape_source",
+    )
+}
+"""Columns of the GEMM-op ranges a part holds (``start_rel`` / ``dur`` besides)."""
+
+
+@dataclass
+class Part:
+    """The kept events of one chunk, as frames (times in ns relative to the base time; nulls where unknown)."""
+
+    kernels: pl.DataFrame
+    launches: pl.DataFrame
+    cpu: pl.DataFrame
+    """``user_annotation`` ranges."""
+    steps: pl.DataFrame
+    """``ProfilerStep#N`` operators of older traces (after ``cpu`` in the ranges, as the reader always had it)."""
+    gpu: pl.DataFrame
+    ops: pl.DataFrame
+
+
+def make_part(events: list[_Event]) -> Part:
+    """Sort ``events`` into the kinds the frames use and turn each kind into columns."""
+    buckets: tuple[list[_Event], ...] = ([], [], [], [], [])
+    which = _BUCKET.get
+    for e in events:
+        i = which(e.cat) if type(e.cat) is str else None  # a damaged file's "cat": [1] is no category
+        if i is not None:
+            buckets[i].append(e)
+    kern, launch, cpu, gpu, other = buckets
+    kernels = [e for e in kern if e.ph == "X" or e.ph is None]
+    steps = [
+        e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name.startswith("ProfilerStep#")
+    ]
+    ops = [e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name in GEMM_OPS]
+    cpu = [e for e in cpu if e.ph == "X"]
+    gpu = [e for e in gpu if e.ph == "X"]
+    launches, launch = _launches(launch)
+    # every time of the part in one conversion (its fixed cost, ~1 ms, is paid once per chunk, not per column)
+    kinds = (kernels, launch, cpu, steps, gpu, ops)
+    raw = [e.ts for k in kinds for e in k] + [e.dur for k in kinds for e in k]
+    ns = times_ns(raw)
+    n = len(raw) // 2
+    frames = (
+        _kernels(kernels),
+        launches,
+        _cpu_ranges(cpu),
+        _cpu_ranges(steps),
+        _gpu_ranges(gpu),
+        _op_ranges(ops),
+    )
+    timed = []
+    at = 0
+    for k, df in zip(kinds, frames, strict=True):
+        df = df.with_columns(ns.slice(at, len(k)).alias("start_rel"))
+        if k is not launch:
+            df = df.with_columns(ns.slice(n + at, len(k)).alias("dur"))
+        timed.append(df)
+        at += len(k)
+    return Part(*timed)
+
+
+def _kernels(kernels: list[_Event]) -> pl.DataFrame:
+    args = bulk_args(kernels)
+    gx, gy, gz = _dims([a.grid for a in args])
+    bx, by, bz = _dims([a.block for a in args])
+    stream = []
+    for a, e in zip(args, kernels, strict=True):
+        s = a.stream
+        if type(s) is not int:
+            s = None
+            if isinstance(e.tid, str):
+                m = _STREAM_TID.search(e.tid)
+                s = int(m.group(1)) if m else None
+            elif type(e.tid) is int:
+                s = e.tid
+        stream.append(s)
+    device = [
+        a.device if type(a.device) is int else (e.pid if type(e.pid) is int else None)
+        for a, e in zip(args, kernels, strict=True)
+    ]
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name if isinstance(e.name, str) else "" for e in kernels], dtype=pl.String),
+            "device": int_series(device, pl.Int32),
+            "context": int_series([a.context for a in args]),
+            "stream": int_series(stream),
+            "correlation_id": int_series([a.correlation for a in args]),
+            "grid_x": int_series(gx, pl.Int32),
+            "grid_y": int_series(gy, pl.Int32),
+            "grid_z": int_series(gz, pl.Int32),
+            "block_x": int_series(bx, pl.Int32),
+            "block_y": int_series(by, pl.Int32),
+            "block_z": int_series(bz, pl.Int32),
+            "registers_per_thread": int_series([a.registers for a in args], pl.Int32),
+            "smem_bytes": int_series([a.smem for a in args]),
+        }
+    )
+
+
+def _launches(events: list[_Event]) -> tuple[pl.DataFrame, list[_Event]]:
+    """Launch events with an integer ``correlation`` (the others link nothing and are left out), and those
+    events."""
+    kept = []
+    corr = []
+    for e, a in zip(events, bulk_args(events, _LaunchArgs), strict=True):
+        if type(a.correlation) is int:
+            kept.append(e)
+            corr.append(a.correlation)
+    return pl.DataFrame(
+        {
+            "corr": int_series(corr),
+            "pref": pl.Series([LAUNCH_CATS[e.cat] for e in kept], dtype=pl.Int8),
+            "pid": int_series([e.pid if type(e.pid) is int else as_int(e.pid) for e in kept]),
+            "tid": int_series([e.tid if type(e.tid) is int else as_int(e.tid) for e in kept]),
+        }
+    ), kept
+
+
+def _cpu_ranges(events: list[_Event]) -> pl.DataFrame:
+    args = bulk_args(events, _RangeArgs)
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name if isinstance(e.name, str) else "" for e in events], dtype=pl.String),
+            "pid": int_series([as_int(e.pid) for e in events]),
+            "tid": int_series([as_int(e.tid) for e in events]),
+            "ext": int_series([a.external_id for a in args]),
+        }
+    )
+
+
+def _gpu_ranges(events: list[_Event]) -> pl.DataFrame:
+    args = bulk_args(events, _RangeArgs)
+    device: list[int | None] = []
+    tid: list[int | None] = []
+    for e, a in zip(events, args, strict=True):
+        device.append(a.device if type(a.device) is int else as_int(e.pid))
+        t = as_int(e.tid)
+        if t is None and isinstance(e.tid, str):
+            m = _STREAM_TID.search(e.tid)
+            t = int(m.group(1)) if m else None
+        tid.append(t)
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name if isinstance(e.name, str) else "" for e in events], dtype=pl.String),
+            "device": int_series(device, pl.Int32),
+            "tid": int_series(tid),
+            "ext": int_series([a.external_id for a in args]),
+        }
+    )
+
+
+def _op_args(event: _Event) -> _OpArgs:
+    """The shape fields of one op event's args (an empty ``_OpArgs`` when they are missing or malformed)."""
+    if not event.args:
+        return _OpArgs()
+    try:
+        return _OP_ARGS_DECODER.decode(event.args)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return _OpArgs()
+
+
+def _op_ranges(ops: list[_Event]) -> pl.DataFrame:
+    """``kind="op"``, ``range_kind="gemm-op"`` ranges for the ``cpu_op`` events of PyTorch GEMM operators
+    (torch_ops.GEMM_OPS), with M, N, K, batch and dtypes from ``Input Dims`` / ``Input type`` and the trace's
+    own ``flops``. Other ops are left out: a trace may hold millions of them and they are not GEMMs."""
+    rows: list[dict[str, Any]] = []
+    for e in ops:
+        a = _op_args(e)
+        shape = op_shape(e.name, a.dims, a.types, a.concrete)
+        known = shape is not None and shape.m is not None
+        flops = a.flops if type(a.flops) in (int, float) and math.isfinite(a.flops) and a.flops >= 0 else None
+        rows.append(
+            {
+                "kind": "op",
+                "name": e.name,
+                "pid": as_int(e.pid),
+                "tid": as_int(e.tid),
+                "range_kind": "gemm-op",
+                "op": shape.op if shape else None,
+                "m": shape.m if shape else None,
+                "n": shape.n if shape else None,
+                "k": shape.k if shape else None,
+                "batch": shape.batch if shape else None,
+                "dtype_a": shape.dtype_a if shape else None,
+                "dtype_b": shape.dtype_b if shape else None,
+                "dtype_out": shape.dtype_out if shape else None,
+                "flops": float(flops) if flops is not None else None,
+                "shape_source": "kineto-input-dims" if known else None,
+            }
+        )
+    return pl.DataFrame(rows, schema=OP_SCHEMA)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+_DECIMAL = r'^\s*"?(-?)(\d+)(?:\.(\d*))?"?\s*$'
+_PLAIN = r"^-?\d{1,16}(?:\.\d{0,3})?$"
+"""A number as Kineto writes it (at most three decimals): exact as a decimal with three digits of scale."""
+
+
+def times_ns(raw: list[msgspec.Raw]) -> pl.Series:
+    """Microsecond numbers as JSON text -> integer ns, exactly (no float on the way)."""
+    text = pl.Series(b"\n".join(raw).decode().split("\n") if raw else [], dtype=pl.String)
+    plain = text.str.contains(_PLAIN)
+    fast = (text.cast(pl.Decimal(38, 3), strict=False) * 1000).cast(pl.Int64, strict=False)
+    if plain.all():
+        return fast.rename("ns")
+    return pl.select(pl.when(plain).then(fast).otherwise(_times_ns_any(text)).alias("ns"))["ns"]
+
+
+def _times_ns_any(text: pl.Series) -> pl.Series:
+    """Any number's text -> ns: digits past the third decimal round half up; quoted numbers are read; anything
+    else (exponent notation, NaN) goes through a float; null if that fails too."""
+    df = pl.DataFrame({"t": text}).with_columns(m=pl.col("t").str.extract_groups(_DECIMAL))
+    sign = pl.when(pl.col("m").struct.field("1") == "-").then(-1).otherwise(1)
+    whole = pl.col("m").struct.field("2").cast(pl.Int64, strict=False)
+    frac = pl.col("m").struct.field("3").fill_null("")
+    digits3 = (frac + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
+    round_up = (frac.str.slice(3, 1).fill_null("").replace("", "0").cast(pl.Int64, strict=False) >= 5).cast(
+        pl.Int64
+    )
+    exact = sign * (whole * 1000 + digits3 + round_up)
+    approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000).round(0)
+    approx = pl.when(approx.is_finite()).then(approx).cast(pl.Int64, strict=False)
+    return df.select(pl.when(whole.is_not_null()).then(exact).otherwise(approx).alias("ns"))["ns"]
+
+
+def bulk_args(events: list[_Event], kind: type[Any] = _Args) -> list[Any]:
+    """The ``args`` of ``events`` as ``kind`` structs (naming only the fields wanted), decoded in one call; an
+    event without args, or whose args is not an object, gets an empty one."""
+    if not events:
+        return []
+    many, one = _ARGS_DECODERS[kind]
+    text = b"[" + b",".join([e.args or b"null" for e in events]) + b"]"
+    try:
+        decoded = many.decode(text)
+    except msgspec.ValidationError:  # some event's args is not an object: decode one by one
+        decoded = []
+        for e in events:
+            try:
+                decoded.append(one.decode(e.args) if e.args else None)
+            except msgspec.ValidationError:
+                decoded.append(None)
+    empty = kind()
+    return [a if a is not None else empty for a in decoded]
+
+
+def int_series(values: list[Any], dtype: pl.DataType | type[pl.DataType] = pl.Int64) -> pl.Series:
+    """Integers as found; anything else (strings like "0x0", floats, out-of-range numbers) as null."""
+    return pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64, strict=False).cast(
+        dtype, strict=False
+    )
+
+
+def as_int(value: Any) -> int | None:
+    """An id that may be written as a number or a numeric string ("25738"); None otherwise."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _dims(values: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    xs, ys, zs = [], [], []
+    for v in values:
+        if isinstance(v, list) and len(v) == 3:
+            xs.append(v[0])
+            ys.append(v[1])
+            zs.append(v[2])
+        else:
+            xs.append(None)
+            ys.append(None)
+            zs.append(None)
+    return xs, ys, zs

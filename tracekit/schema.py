@@ -29,7 +29,9 @@ from typing import Literal, TypeAlias
 
 try:
     from tracekit._version import SCHEMA_VERSION
-except ImportError:  # loaded by file path with no tracekit installed (collectors/failures.py beside torchprof.py)
+except (
+    ImportError
+):  # loaded by file path with no tracekit installed (collectors/failures.py beside torchprof.py)
     SCHEMA_VERSION = 0  # unknown there; nothing in that mode reads it
 
 __all__ = [

@@ -201,6 +201,27 @@ if __name__ == "__main__":
 )
 
 
+FLOOR_CHILD = (
+    SAMPLER
+    + """
+import gzip, json, sys, time
+if __name__ == "__main__":
+    t = time.perf_counter()
+    import ijson
+    names, starts, durs = [], [], []
+    with gzip.open(sys.argv[1], "rb") as f:
+        for e in ijson.items(f, "traceEvents.item", use_float=True):
+            if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel"):
+                names.append(e.get("name")); starts.append(e.get("ts")); durs.append(e.get("dur"))
+    s = time.perf_counter() - t
+    print(json.dumps({"seconds": s, "kernels": len(names), "peak_kb": peak_kb(), "cpu": cpu_s()}))
+"""
+)
+"""The naive streaming floor: ijson (its C backend) walks the event array one dict at a time and keeps the kernels'
+name, start and duration, nothing else (no launches, ranges, ops or frames). Memory stays flat; the time is what
+building a Python object per event costs."""
+
+
 def run_child(code: str, arg: str, timeout: float, *more: str) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter; its peak memory and CPU seconds come back."""
     try:
@@ -221,7 +242,13 @@ def run_child(code: str, arg: str, timeout: float, *more: str) -> dict[str, Any]
 
 
 def measure(
-    trace: Path, kernels_in_file: int, *, hta: bool, hta_timeout: float, also_workers: tuple[int, ...] = ()
+    trace: Path,
+    kernels_in_file: int,
+    *,
+    hta: bool,
+    hta_timeout: float,
+    also_workers: tuple[int, ...] = (),
+    floor: bool = False,
 ) -> list[dict[str, Any]]:
     rows = []
     r = run_child(TRACEKIT_CHILD, str(trace), 3600)
@@ -229,6 +256,9 @@ def measure(
     for w in also_workers:
         r = run_child(TRACEKIT_CHILD, str(trace), 3600, str(w))
         rows.append({"tool": f"tracekit, workers={w}", **r})
+    if floor:
+        r = run_child(FLOOR_CHILD, str(trace), 3600)
+        rows.append({"tool": "floor: ijson streaming, kernels only", **r})
     if hta:
         folder = Path(tempfile.mkdtemp(prefix="bench-hta-"))
         try:
@@ -245,15 +275,15 @@ def measure(
 def print_table(title: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{title}")
     print(
-        f"{'tool':24} {'seconds':>9} {'CPU s':>7} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}"
+        f"{'tool':37} {'seconds':>9} {'CPU s':>7} {'kernels parsed':>15} {'kernels/s':>12} {'peak RSS':>10}"
     )
     for r in rows:
         if "error" in r:
-            print(f"{r['tool']:24} {'-':>9} {'-':>7} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
+            print(f"{r['tool']:37} {'-':>9} {'-':>7} {'-':>15} {'-':>12} {'-':>10}  ({r['error']})")
             continue
         rate = r["kernels"] / r["seconds"] if r["seconds"] else float("inf")
         print(
-            f"{r['tool']:24} {r['seconds']:9.2f} {r['cpu']:7.1f} {r['kernels']:15,d} {rate:12,.0f} "
+            f"{r['tool']:37} {r['seconds']:9.2f} {r['cpu']:7.1f} {r['kernels']:15,d} {rate:12,.0f} "
             f"{r['peak_kb'] / 1048576:8.2f} GB"
         )
     ok = [r for r in rows if "error" not in r]
@@ -293,6 +323,12 @@ def main() -> None:
     ap.add_argument("--no-hta", action="store_true", help="time tracekit only")
     ap.add_argument("--also-workers", default="1", help="also time tracekit with these worker counts ...")
     ap.add_argument("--also-rows", type=int, default=2, help="... on this many sizes, the smallest first")
+    ap.add_argument(
+        "--floor-rows",
+        type=int,
+        default=0,
+        help="time the naive streaming floor (ijson, kernels only; pip install ijson) on this many sizes",
+    )
     ap.add_argument("--work", type=Path, help="folder for the replicated traces (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the replicated traces in --work")
     args = ap.parse_args()
@@ -335,6 +371,7 @@ def main() -> None:
                 also_workers=tuple(int(w) for w in args.also_workers.split(",") if w)
                 if i < args.also_rows
                 else (),
+                floor=i < args.floor_rows,
             )
             load = os.getloadavg()
             print_table(f"{k:,} kernel events ({ev:,} events); load average after: {load[0]:.1f}", rows)

@@ -286,8 +286,25 @@ def detect_kind(path: Path) -> str:
     return _detect_plain(path)
 
 
+def _own_jsonl_kind(name: str) -> str | None:
+    """The kind of one of tracekit's own JSONL files, by its name (a sweep writes them even when they get no
+    row: ``failures.jsonl`` of a sweep where nothing failed)."""
+    if name.startswith("moe_routing-") and name.endswith(".jsonl"):
+        return "moe-routing"
+    return {
+        "failures.jsonl": "failures",
+        "measurements.jsonl": "measurements",
+        "moe.jsonl": "moe",
+        "moe_curve.jsonl": "moe-curve",
+    }.get(name)
+
+
 def read_file(path: Path, kind: str | None = None) -> Extract:
-    """Read one raw file (plain or xz / gzip-compressed) into an Extract, by detected kind."""
+    """Read one raw file (plain or xz / gzip-compressed) into an Extract, by detected kind. An empty JSONL file of
+    tracekit's own (no failures, say) is a file with no rows, not a damaged one."""
+    own = _own_jsonl_kind(path.name)
+    if own is not None and path.is_file() and path.stat().st_size == 0:
+        return Extract(kind or own, path.name, {})
     with materialized(path) as plain:
         return _read_plain(plain, kind or _detect_plain(plain))
 

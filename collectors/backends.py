@@ -163,7 +163,8 @@ class TorchFp8Tensorwise(Backend):
 
     def prepare(self, m: int, n: int, k: int, device: Any, seed: int) -> dict[str, Any]:
         a, w = self.inputs(m, n, k, device, seed)
-        with aux_range("quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3"):
+        aux = aux_range("quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3")
+        with aux:
             qa, sa = self.quantize(a)
         qw, sw = self.quantize_weight(w)
         return self.state(
@@ -175,9 +176,7 @@ class TorchFp8Tensorwise(Backend):
             sa=sa,
             qw=qw,
             sw=sw,
-            aux_range=aux_range(
-                "quantize", backend=self.name, op="fp8_quantize", M=m, K=k, a="bf16", out="e4m3"
-            ),
+            aux_range=aux,
         )
 
     def quantize_weight(self, w: Any) -> tuple[Any, Any]:
@@ -652,16 +651,19 @@ for _cls in (
 BUILTIN = tuple(BACKENDS)
 """Names of the built-in backends."""
 
-_plugins_loaded = False
+_loaded_plugins: set[str] = set()
+_entry_points_loaded = False
 
 
 def load_plugins() -> None:
-    """Import backends named in ``TRACEKIT_BACKEND_PLUGINS`` and the ``tracekit.gemm_backends`` entry points."""
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
+    """Import backends named in ``TRACEKIT_BACKEND_PLUGINS`` and the ``tracekit.gemm_backends`` entry points. Each
+    plugin is imported once; one named in the variable after an earlier call (a test, a long-lived process) is
+    still loaded."""
+    global _entry_points_loaded
     for item in filter(None, (s.strip() for s in os.environ.get(ENV_PLUGINS, "").split(","))):
+        if item in _loaded_plugins:
+            continue
+        _loaded_plugins.add(item)
         if item.endswith(".py"):
             spec = importlib.util.spec_from_file_location(f"tracekit_backend_plugin_{abs(hash(item))}", item)
             if spec is None or spec.loader is None:
@@ -670,6 +672,9 @@ def load_plugins() -> None:
             spec.loader.exec_module(module)
         else:
             importlib.import_module(item)
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
     try:
         eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     except Exception:

@@ -185,31 +185,9 @@ def failure_record(
     ``stderr_tail``) are for a program that died under ``tracekit capture``."""
     if kind not in KINDS:
         raise ValueError(f"unknown failure kind {kind!r}")
-    if Failure is None:  # standalone (see the imports): the same keys, values as given
-        given = locals()
-        return {key: given.get(key) for key in FAILURE_KEYS} | {"time_unix": time_unix or time.time()}
-    return row(
-        Failure(
-            backend=backend,
-            op=op,
-            m=m,
-            n=n,
-            k=k,
-            kind=kind,
-            error_type=error_type,
-            message=message,
-            traceback=traceback,
-            device_name=device_name,
-            compute_capability=compute_capability,
-            versions=versions,
-            time_unix=time.time() if time_unix is None else time_unix,
-            dtype_a=dtype_a,
-            dtype_b=dtype_b,
-            dtype_out=dtype_out,
-            range=range,
-            caller=caller,
-            signal=signal,
-            python_stack=python_stack,
-            stderr_tail=stderr_tail,
-        )
-    )
+    if time_unix is None:
+        time_unix = time.time()
+    given = locals()
+    values = {key: given.get(key) for key in FAILURE_KEYS}  # the parameters are the frame's columns
+    # standalone (see the imports): the values as given; else typed through the record (versions text -> object)
+    return values if Failure is None else row(Failure(**values))

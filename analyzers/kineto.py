@@ -71,6 +71,7 @@ from .kineto_source import (
     is_kineto_trace,
 )
 from .kineto_stream import (
+    BLOCK_BYTES,
     CHUNK_BYTES,
     Chunk,
     Collected,
@@ -125,7 +126,8 @@ def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | No
 def _decode_all(text: TraceText, workers: int, chunk_bytes: int) -> tuple[Collected, Head | None, int]:
     """Decode the file's chunks in order; returns them, the head (None: the file was decoded whole, having no
     event array) and the text's length."""
-    blocks = text.blocks(min(chunk_bytes, CHUNK_BYTES))
+    step = min(chunk_bytes, BLOCK_BYTES)
+    blocks = text.blocks(step)
     read = b""
     head = None
     for block in blocks:
@@ -152,7 +154,9 @@ def _decode_all(text: TraceText, workers: int, chunk_bytes: int) -> tuple[Collec
     else:
         chunks = stream_chunks(rest, head.start, blocks, chunk_bytes)
     del read, rest
-    got = collect((Job(c, path, head.form) for c in chunks), Decoder(workers))
+    # a streamed chunk is cut in the block that takes it past chunk_bytes: it holds less than the two together
+    decoder = Decoder(workers, None if text.plain else chunk_bytes + step)
+    got = collect((Job(c, path, head.form) for c in chunks), decoder)
     return got, head, text.size if text.plain else text.total
 
 

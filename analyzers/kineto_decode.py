@@ -127,7 +127,7 @@ def first_byte(text: bytes) -> bytes:
 _LEADING_BLANK = re.compile(rb"[ \t\r\n]*")
 
 
-def decode(doc: bytes | bytearray, form: Form) -> Decoded:
+def decode(doc: bytes | bytearray | memoryview, form: Form) -> Decoded:
     """Decode ``doc``; raises ``Undecodable`` when it is not JSON even for the stdlib, ``NotATrace`` when its
     ``traceEvents`` is no list."""
     try:
@@ -139,6 +139,8 @@ def decode(doc: bytes | bytearray, form: Form) -> Decoded:
         if "truncated" in str(exc) or (damage_at is not None and damage_at >= len(doc) - 2):
             raise Undecodable(True, damage_at) from None
     # Not strict JSON (NaN, huge integers), bytes that are not UTF-8, or damaged: ask the stdlib parser.
+    if isinstance(doc, memoryview):
+        doc = doc.tobytes()
     try:
         obj = json.loads(doc)
     except UnicodeDecodeError:  # before ValueError, its base class
@@ -156,7 +158,7 @@ def decode(doc: bytes | bytearray, form: Form) -> Decoded:
         return _loose(strict, form, exc)
 
 
-def _strict(doc: bytes | bytearray, form: Form) -> Decoded:
+def _strict(doc: bytes | bytearray | memoryview, form: Form) -> Decoded:
     if form == "list":
         events = _EVENTS_DECODER.decode(doc)
         return Decoded(events, Meta(), Notes(), len(events))
@@ -165,7 +167,7 @@ def _strict(doc: bytes | bytearray, form: Form) -> Decoded:
     return Decoded(t.traceEvents, meta, Notes(), len(t.traceEvents or ()))
 
 
-def _loose(doc: bytes | bytearray, form: Form, exc: msgspec.ValidationError) -> Decoded:
+def _loose(doc: bytes | bytearray | memoryview, form: Form, exc: msgspec.ValidationError) -> Decoded:
     """Valid JSON with events that are not objects: keep every event that is one, count the others."""
     try:
         if form == "list":
@@ -211,13 +213,15 @@ _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
 def salvage(
-    doc: bytes | bytearray, form: Form, damage_at: int | None = None
+    doc: bytes | bytearray | memoryview, form: Form, damage_at: int | None = None
 ) -> tuple[list[_Event], Meta, int] | None:
     """The complete events of a document cut short or damaged: cut it after an event's closing brace and close
     the JSON. Returns (events, metadata, bytes of ``doc`` kept) or None if no event could be recovered.
 
     ``damage_at``: the byte where the decoder first failed. Each try starts before the point the last one failed
     at, so damage in the middle of a 50 MB text costs a few decodes, not one per event after it."""
+    if isinstance(doc, memoryview):
+        doc = doc.tobytes()
     end = len(doc) if damage_at is None else min(len(doc), damage_at)
     for _ in range(_SALVAGE_TRIES):
         cut = doc.rfind(b"}", 0, end)

@@ -13,7 +13,9 @@ before the damage are kept (``kineto_decode.salvage``), the rest of the file is 
 partial, as a file cut short is.
 
 Plain files are read by the workers themselves (each its own byte range); gzipped ones are inflated by the
-parent, which sends each chunk's text. A file of one chunk, or ``workers=1``, is decoded in the calling process.
+parent, which hands each chunk's text over in shared memory (``kineto_shm``; through the pipe where there is
+none). Each process decodes from one reused buffer (``_scratch``). A file of one chunk, or ``workers=1``, is
+decoded in the calling process.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+from . import kineto_shm
 from .kineto_decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
 from .kineto_part import Part, make_part
 from .kineto_source import TraceText
 
 CHUNK_BYTES = 32 << 20
 """Text per chunk: a worker holds a few of these and their decoded events at a time."""
+BLOCK_BYTES = 4 << 20
+"""Text read (or inflated) per step: a chunk is cut in the block that takes it past ``CHUNK_BYTES``, so a chunk
+holds less than the two together, which sizes the shared-memory slots (``kineto_shm``)."""
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _CUT_TRIES = 4096
@@ -44,7 +50,8 @@ _OBJECT_PREFIX = b'{"traceEvents":['
 class Chunk:
     """Part of the event array: ``length`` bytes of the text from ``offset``; its events end at ``body`` (the
     rest is the comma and blanks before the next chunk). ``data`` holds at least ``length`` bytes of text (one
-    string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range). The last
+    string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range) or when
+    the text is in a shared-memory slot (``shm``: the block's name and the offset, ``kineto_shm``). The last
     chunk runs to the end of the file."""
 
     offset: int
@@ -52,9 +59,13 @@ class Chunk:
     body: int
     last: bool
     data: bytes | list[bytes] | None = None
+    shm: tuple[str, int] | None = None
 
     def text(self) -> bytes | None:
         """The chunk's text (with maybe some bytes after it), or None for a plain file."""
+        if self.shm is not None:
+            with kineto_shm.view(self.shm, self.length) as v:
+                return v.tobytes()
         return b"".join(self.data) if isinstance(self.data, list) else self.data
 
     def joined(self, nxt: Chunk) -> Chunk:
@@ -125,29 +136,66 @@ def _decode_job(job: Job) -> Result:
         return res
     if out.events is None:
         return Result(no_events=True, meta=out.meta, notes=out.notes)
+    if not _PINS:
+        _PINS.extend(out.events[::PIN_EVERY])
     return Result(make_part(out.events), out.count, out.notes, out.meta, kept=end)
 
 
-def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> bytes | bytearray:
-    """``prefix`` + the chunk's first ``end`` bytes + ``suffix``, copying the text once."""
-    if c.data is None:
+def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> memoryview:
+    """``prefix`` + the chunk's first ``end`` bytes + ``suffix``, copied once into this process's scratch buffer
+    (``_scratch``), which every chunk reuses."""
+    size = len(prefix) + end + len(suffix)
+    buf = _scratch(size)
+    buf[: len(prefix)] = prefix
+    body = buf[len(prefix) : len(prefix) + end]
+    if c.shm is not None:
+        with kineto_shm.view(c.shm, end) as v:
+            body[:] = v
+    elif c.data is None:
         with open(path, "rb") as f:
             f.seek(c.offset)
-            buf = bytearray(len(prefix) + end + len(suffix))
-            buf[: len(prefix)] = prefix
-            f.readinto(memoryview(buf)[len(prefix) : len(prefix) + end])
-            buf[len(prefix) + end :] = suffix
-            return buf
-    pieces = c.data if isinstance(c.data, list) else [c.data]
-    parts: list[bytes | memoryview] = [prefix]
-    left = end
-    for p in pieces:
-        if left <= 0:
-            break
-        parts.append(p if len(p) <= left else memoryview(p)[:left])
-        left -= len(p)
-    parts.append(suffix)
-    return b"".join(parts)
+            got = f.readinto(body)
+        if got < end:  # the file shrank since it was first read: what is missing decodes as damage
+            body[got:] = bytes(end - got)
+    else:
+        pieces = c.data if isinstance(c.data, list) else [c.data]
+        at = 0
+        for p in pieces:
+            if at >= end:
+                break
+            take = min(len(p), end - at)
+            body[at : at + take] = p if take == len(p) else memoryview(p)[:take]
+            at += take
+    buf[len(prefix) + end :] = suffix
+    return buf
+
+
+_SCRATCH: list[bytearray] = []
+
+
+def _scratch(size: int) -> memoryview:
+    """``size`` bytes of a buffer this process keeps for chunk text. A fresh 32 MB buffer per chunk cost a page
+    fault per 4 KiB each time it was written (the allocator hands such sizes back to the system on free): 3.5M
+    faults and 8.7 s of system time in two workers on a 1M-kernel trace. Reused, it is faulted in once."""
+    if not _SCRATCH or len(_SCRATCH[0]) < size:
+        _SCRATCH.clear()
+        _SCRATCH.append(bytearray(size + size // 8))
+    return memoryview(_SCRATCH[0])[:size]
+
+
+_PINS: list[object] = []
+PIN_EVERY = 64
+"""Every this many events of the first chunk a process decodes stay alive until the end of the read. CPython's
+small-object allocator unmaps a 1 MiB arena as soon as its last object dies; a chunk's ~100 MB of events all die
+together, so each chunk mapped and faulted its arenas afresh: in two workers on a 1M-kernel trace, 1.6M page
+faults and 4.8 s of system time. With one live event in each arena they stay mapped and the next chunks reuse
+them: 0.4M faults and 1.2 s (docs/BENCHMARKS.md). The pins cost ~1/64 of one chunk's events."""
+
+
+def release_scratch() -> None:
+    """Let this process's scratch buffer and pinned events go (at the end of a read)."""
+    _SCRATCH.clear()
+    _PINS.clear()
 
 
 # -- finding the event array and the cuts ------------------------------------------------------------------------
@@ -265,18 +313,22 @@ def default_workers(estimated_bytes: int) -> int:
 POOL_MIN_BYTES = 128 << 20
 """Files with less text than this are decoded in the calling process: starting workers costs ~1 s."""
 MAX_WORKERS = 8
-"""On this project's 2-core machine two workers read 1M kernels in 18 s against 24 s in one process when the
-cores were free (load 1.4), but in 29 s against 22 s when other jobs held them (load 3): the workers cost CPU of
-their own (docs/BENCHMARKS.md)."""
+"""Each worker holds a few chunks and their events (~0.4 GB). On this project's 2-core machine two workers read
+1M kernels in 10.6-14.5 s against 16-22 s in one process (docs/BENCHMARKS.md)."""
 
 
 class Decoder:
     """Decodes jobs in order: in ``workers`` spawned processes, or here when ``workers`` is 1. At most two jobs
-    per worker are in flight, so memory is bounded by the workers, not by the file."""
+    per worker are in flight, so memory is bounded by the workers, not by the file.
 
-    def __init__(self, workers: int) -> None:
+    ``slot_bytes``: the largest chunk text the caller hands over; the workers then get the text through shared
+    memory (``kineto_shm``) instead of the pipe."""
+
+    def __init__(self, workers: int, slot_bytes: int | None = None) -> None:
         self.workers = workers
+        self.slot_bytes = slot_bytes
         self.pool: ProcessPoolExecutor | None = None
+        self.ring: kineto_shm.Ring | None = None
         self.env: str | None = None
         self.queue: deque[tuple[Job, Future[Result] | None]] = deque()
 
@@ -293,6 +345,16 @@ class Decoder:
             self.pool = ProcessPoolExecutor(
                 self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start
             )
+            if self.slot_bytes:
+                # the jobs in flight, the one being submitted, and one that waits to be joined with the next
+                self.ring = kineto_shm.Ring.make(2 * self.workers + 2, self.slot_bytes)
+        c = job.chunk
+        if self.ring is not None and c.data is not None:
+            where = self.ring.put(c.data, c.length)
+            if where is not None:
+                job = Job(
+                    Chunk(c.offset, c.length, c.body, c.last, None, where), job.path, job.form, job.whole
+                )
         self.queue.append((job, self.pool.submit(decode_job, job)))
         while len(self.queue) > 2 * self.workers:
             yield self._pop()
@@ -306,6 +368,12 @@ class Decoder:
         assert fut is not None
         return job, fut.result()
 
+    def release(self, job: Job) -> None:
+        """``job``'s text is not needed any more: its shared-memory slot (if any) may take another chunk."""
+        if job.chunk.shm is not None and self.ring is not None:
+            self.ring.release(job.chunk.shm)
+            job.chunk.shm = None
+
     def close(self, failed: bool) -> None:
         """Let the workers go; ``failed``: stop them now, their results are not wanted any more."""
         if self.pool is None:
@@ -317,6 +385,9 @@ class Decoder:
                     proc.terminate()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.pool = None
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         if self.env is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
         else:
@@ -350,13 +421,23 @@ def collect(jobs: Iterator[Job], decoder: Decoder) -> Collected:
             if out.cut_at is not None or out.not_a_trace or out.no_events:
                 continue  # the rest of the text is not read, only counted
             for done, res in decoder.submit(job):
-                carry = _take(out, done, res, carry)
+                carry = _settle(out, decoder, done, res, carry)
         for done, res in decoder.drain():
-            carry = _take(out, done, res, carry)
+            carry = _settle(out, decoder, done, res, carry)
         failed = False
     finally:
         decoder.close(failed)
+        release_scratch()
     return out
+
+
+def _settle(out: Collected, decoder: Decoder, job: Job, res: Result, carry: Job | None) -> Job | None:
+    """``_take``, then give back the text of the jobs that are settled (a job waiting to be joined keeps it)."""
+    waiting = _take(out, job, res, carry)
+    for done in (carry, job):
+        if done is not None and done is not waiting:
+            decoder.release(done)
+    return waiting
 
 
 def _take(out: Collected, job: Job, res: Result, carry: Job | None) -> Job | None:

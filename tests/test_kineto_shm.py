@@ -1,0 +1,141 @@
+"""Chunk text through shared memory (``kineto_shm``): the ring itself, and reads that use it, fall back from it
+(no room, a chunk too big for a slot) and leave nothing behind in /dev/shm."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from tracekit.analyzers import kineto_shm
+from tracekit.analyzers.kineto import WHOLE, read_kineto
+
+pytestmark = pytest.mark.skipif(not Path(kineto_shm.SHM_DIR).is_dir(), reason="no /dev/shm on this system")
+
+
+def _blocks() -> set[str]:
+    return {n for n in os.listdir(kineto_shm.SHM_DIR) if not n.startswith("sem.")}
+
+
+def test_ring_slots_carry_text_and_come_back() -> None:
+    ring = kineto_shm.Ring.make(2, 64)
+    assert ring is not None
+    name = ring.shm.name
+    try:
+        a = ring.put([b"0123", b"456789"], 8)
+        b = ring.put(b"x" * 64, 64)
+        assert a is not None and b is not None and a != b
+        with kineto_shm.view(a, 8) as v:
+            assert v.tobytes() == b"01234567"
+        with kineto_shm.view(b, 64) as v:
+            assert v.tobytes() == b"x" * 64
+        assert ring.put(b"y", 1) is None  # both slots taken
+        ring.release(a)
+        assert ring.put(b"z" * 65, 65) is None  # larger than a slot
+        c = ring.put(b"again", 5)
+        assert c == a
+        with kineto_shm.view(c, 5) as v:
+            assert v.tobytes() == b"again"
+    finally:
+        ring.close()
+    assert name.lstrip("/") not in _blocks()
+    assert name not in kineto_shm._OPEN
+
+
+def test_no_ring_without_room(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A container's /dev/shm is often 64 MB: a ring that does not fit twice over is not made (writing past a
+    full tmpfs is a SIGBUS, not an error)."""
+    real = os.statvfs(kineto_shm.SHM_DIR)
+
+    class Small:
+        f_frsize = real.f_frsize
+        f_bavail = (2 * 100 - 1) // real.f_frsize
+
+    monkeypatch.setattr(kineto_shm.os, "statvfs", lambda _p: Small)
+    assert kineto_shm.Ring.make(1, 100) is None
+    monkeypatch.setattr(kineto_shm, "SHM_DIR", str(tmp_path / "missing"))
+    monkeypatch.setattr(kineto_shm.os, "statvfs", os.statvfs)
+    assert kineto_shm.Ring.make(1, 100) is None
+
+
+def _kernel(i: int, name: str) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": "stream 7",
+        "ts": 1000 + 10 * i + 0.125,
+        "dur": 5.5,
+        "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i + 1, 1, 1], "block": [128, 1, 1]},
+    }
+
+
+def _trace(tmp_path: Path, giant_at: int | None = None) -> Path:
+    """400 kernels whose names hold the cut pattern ``}, {`` (so some cuts are mended by joining chunks); with
+    ``giant_at``, that kernel's name is 20 kB, more than a slot of the 2 kB chunks the tests use."""
+    events = []
+    for i in range(400):
+        name = f'void k<{i}>(S) "}}, {{"' if i % 3 else f"gemm_{i}"
+        if i == giant_at:
+            name = "g" * 20_000
+        events.append(_kernel(i, name))
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+class _Spy:
+    """Counts what ``Ring.put`` did (the real method runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.stored = self.refused = 0
+        real = kineto_shm.Ring.put
+
+        def put(ring: kineto_shm.Ring, pieces: Any, length: int) -> Any:
+            where = real(ring, pieces, length)
+            if where is None:
+                self.refused += 1
+            else:
+                self.stored += 1
+            return where
+
+        monkeypatch.setattr(kineto_shm.Ring, "put", put)
+
+
+def _same(a: Any, b: Any) -> None:
+    for name in ("kernels", "ranges", "devices"):
+        assert_frame_equal(a.frame(name), b.frame(name))
+    assert (a.partial, a.warnings) == (b.partial, b.warnings)
+
+
+@pytest.mark.parametrize("giant_at", [None, 0, 200, 399])
+def test_reads_through_the_ring_match_the_whole_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, giant_at: int | None
+) -> None:
+    path = _trace(tmp_path, giant_at)
+    whole = read_kineto(path, workers=1, chunk_bytes=WHOLE)
+    assert whole.frame("kernels").height == 400
+    before = _blocks()
+    spy = _Spy(monkeypatch)
+    _same(whole, read_kineto(path, workers=2, chunk_bytes=2048))
+    assert spy.stored > 10  # the text went through shared memory ...
+    if giant_at is not None:
+        assert spy.refused >= 1  # ... except the chunk too big for a slot, which took the pipe
+    assert _blocks() == before and not kineto_shm._OPEN  # nothing left behind
+
+
+def test_without_shared_memory_the_pipe_gives_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _trace(tmp_path)
+    whole = read_kineto(path, workers=1, chunk_bytes=WHOLE)
+    monkeypatch.setattr(kineto_shm, "SHM_DIR", str(tmp_path / "missing"))
+    spy = _Spy(monkeypatch)
+    _same(whole, read_kineto(path, workers=2, chunk_bytes=2048))
+    assert spy.stored == spy.refused == 0

@@ -26,7 +26,7 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 from . import kineto_shm
@@ -299,15 +299,30 @@ def _worker_start() -> None:
 
 def default_workers(estimated_bytes: int) -> int:
     """Worker processes for a file of about ``estimated_bytes`` of text: none (decode here) for a small file,
-    inside a worker process (the parent already spreads files over the cores) or on one core; else one per core,
-    at most ``MAX_WORKERS`` (each holds ~0.4 GB)."""
-    if estimated_bytes < POOL_MIN_BYTES or multiprocessing.parent_process() is not None:
+    inside a worker process or a task (``in_one_process``: whoever runs it already spreads files over the cores)
+    or on one core; else one per core, at most ``MAX_WORKERS`` (each holds ~0.4 GB)."""
+    if estimated_bytes < POOL_MIN_BYTES or _ONE_PROCESS or multiprocessing.parent_process() is not None:
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return min(cores, MAX_WORKERS)
+
+
+_ONE_PROCESS: list[bool] = []
+
+
+@contextmanager
+def in_one_process() -> Iterator[None]:
+    """Within this block, reads decode in the calling process by default. For one file per core run by
+    something that is not a ``multiprocessing`` child (a Ray task is started by Ray's own worker pool): a task
+    given one CPU must not start one decoding process per core of its node."""
+    _ONE_PROCESS.append(True)
+    try:
+        yield
+    finally:
+        _ONE_PROCESS.pop()
 
 
 POOL_MIN_BYTES = 128 << 20

@@ -72,6 +72,7 @@ from .importer import (
     plain_name,
     unexported_reports,
 )
+from .kineto_stream import in_one_process
 
 EXECUTORS = ("local", "ray")
 """Where the files are read: ``local`` worker processes, or ``ray`` tasks on a Ray cluster."""
@@ -186,7 +187,8 @@ def read_task(job: ReadJob) -> ReadResult:
             "sha256": sha256_file(raw),
         }
         try:
-            ex = read_file(raw)
+            with in_one_process():  # this task has one core: a large trace is not spread over the node's
+                ex = read_file(raw)
         except TracekitError as exc:
             out.failed = _shown(exc.one_line(), job.shown)
             record.update(kind=None, status="failed", message=out.failed)

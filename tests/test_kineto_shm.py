@@ -139,3 +139,32 @@ def test_without_shared_memory_the_pipe_gives_the_same(
     spy = _Spy(monkeypatch)
     _same(whole, read_kineto(path, workers=2, chunk_bytes=2048))
     assert spy.stored == spy.refused == 0
+
+
+def test_a_read_task_decodes_in_its_own_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parallel import's read task (a Ray task is no ``multiprocessing`` child) reads a large trace in its own
+    process: it has one core, and one decoding process per core of the node would oversubscribe it."""
+    from tracekit.analyzers import kineto_stream
+    from tracekit.analyzers.parallel import ReadJob, read_task
+
+    monkeypatch.setattr(kineto_stream, "POOL_MIN_BYTES", 0)  # every file counts as large
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))
+    assert kineto_stream.default_workers(1) == 8
+    with kineto_stream.in_one_process():
+        assert kineto_stream.default_workers(1) == 1
+    assert kineto_stream.default_workers(1) == 8
+
+    pools: list[int] = []
+    real = kineto_stream.Decoder.__init__
+
+    def init(self: Any, workers: int, slot_bytes: int | None = None) -> None:
+        pools.append(workers)
+        real(self, workers, slot_bytes)
+
+    monkeypatch.setattr(kineto_stream.Decoder, "__init__", init)
+    src = _trace(tmp_path)
+    job = ReadJob(0, str(src), str(tmp_path / "raw" / src.name), str(tmp_path / "stage"), True)
+    (tmp_path / "raw").mkdir()
+    res = read_task(job)
+    assert res.imported and res.rows["kernels"] == 400
+    assert pools == [1]

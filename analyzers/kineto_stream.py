@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -136,8 +137,9 @@ def _decode_job(job: Job) -> Result:
         return res
     if out.events is None:
         return Result(no_events=True, meta=out.meta, notes=out.notes)
-    if not _PINS:
-        _PINS.extend(out.events[::PIN_EVERY])
+    pins = _BUFFERS.pins
+    if not pins:
+        pins.extend(out.events[::PIN_EVERY])
     return Result(make_part(out.events), out.count, out.notes, out.meta, kept=end)
 
 
@@ -170,20 +172,29 @@ def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> memoryv
     return buf
 
 
-_SCRATCH: list[bytearray] = []
+class _Buffers(threading.local):
+    """This thread's scratch buffer and pinned events (per thread: reads may run in several threads at once)."""
+
+    def __init__(self) -> None:
+        self.scratch: bytearray | None = None
+        self.pins: list[object] = []
+
+
+_BUFFERS = _Buffers()
 
 
 def _scratch(size: int) -> memoryview:
-    """``size`` bytes of a buffer this process keeps for chunk text. A fresh 32 MB buffer per chunk cost a page
-    fault per 4 KiB each time it was written (the allocator hands such sizes back to the system on free): 3.5M
-    faults and 8.7 s of system time in two workers on a 1M-kernel trace. Reused, it is faulted in once."""
-    if not _SCRATCH or len(_SCRATCH[0]) < size:
-        _SCRATCH.clear()
-        _SCRATCH.append(bytearray(size + size // 8))
-    return memoryview(_SCRATCH[0])[:size]
+    """``size`` bytes of a buffer this thread keeps for chunk text. A fresh 32 MB buffer per chunk is faulted in
+    page by page each time it is written (the allocator hands such sizes back to the system on free); reused, it
+    is faulted in once. On a 1M-kernel trace that alone took two workers' page faults from 3.5M to 2.9M, and one
+    process's from 2.2M to 1.7M."""
+    mine = _BUFFERS
+    if mine.scratch is None or len(mine.scratch) < size:
+        mine.scratch = None  # let the old one go before the new one is made
+        mine.scratch = bytearray(size + size // 8)
+    return memoryview(mine.scratch)[:size]
 
 
-_PINS: list[object] = []
 PIN_EVERY = 64
 """Every this many events of the first chunk a process decodes stay alive until the end of the read. CPython's
 small-object allocator unmaps a 1 MiB arena as soon as its last object dies; a chunk's ~100 MB of events all die
@@ -194,8 +205,9 @@ them: 0.4M faults and 1.2 s (docs/BENCHMARKS.md). The pins cost ~1/64 of one chu
 
 def release_scratch() -> None:
     """Let this process's scratch buffer and pinned events go (at the end of a read)."""
-    _SCRATCH.clear()
-    _PINS.clear()
+    mine = _BUFFERS
+    mine.scratch = None
+    mine.pins.clear()
 
 
 # -- finding the event array and the cuts ------------------------------------------------------------------------

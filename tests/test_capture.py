@@ -435,8 +435,9 @@ def test_ctrl_c_during_the_ncu_pass_keeps_the_partial_report(tmp_path):
         tmp_path / "bin/ncu",
         'if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0"; exit 0; fi\n'
         'out=""; prev=""\nfor a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        f'printf partial > "$out.ncu-rep"; touch {marker}\n'
-        "trap 'echo ncu: interrupted; exit 130' INT\nsleep 30 & wait\n",
+        # the trap is set before the marker says "started": a loaded machine may not reach it within 0.1 s
+        "trap 'echo ncu: interrupted; exit 130' INT\n"
+        f'printf partial > "$out.ncu-rep"; touch {marker}\nsleep 30 & wait\n',
     )
     _interrupt_when(marker)
     with pytest.raises(CaptureInterrupted) as info:

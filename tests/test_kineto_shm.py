@@ -168,3 +168,29 @@ def test_a_read_task_decodes_in_its_own_process(tmp_path: Path, monkeypatch: pyt
     res = read_task(job)
     assert res.imported and res.rows["kernels"] == 400
     assert pools == [1]
+
+
+def test_reads_in_threads_at_once_keep_their_own_text(tmp_path: Path) -> None:
+    """Each thread decodes from its own scratch buffer: two reads at once in one process (a thread pool reading
+    many traces) give what each gives alone."""
+    import threading
+
+    paths = []
+    for j in range(3):
+        d = tmp_path / str(j)
+        d.mkdir()
+        paths.append(_trace(d, giant_at=None if j == 0 else 100 * j))
+    alone = [read_kineto(p, workers=1, chunk_bytes=2048) for p in paths]
+    got: dict[int, Any] = {}
+
+    def read(j: int) -> None:
+        for _ in range(3):
+            got[j] = read_kineto(paths[j], workers=1, chunk_bytes=2048)
+
+    threads = [threading.Thread(target=read, args=(j,)) for j in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for j in range(3):
+        _same(alone[j], got[j])

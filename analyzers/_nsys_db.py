@@ -14,7 +14,10 @@ import polars as pl
 from tracekit.errors import MissingToolError
 
 _CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
-_BATCH_ROWS = 1 << 30  # rows per Arrow batch from the ADBC driver: in practice all of them
+_BATCH_ROWS = _CHUNK_ROWS
+"""Rows per Arrow batch from the ADBC driver: a chunk's statement comes back in one batch. The driver reserves
+address space for a whole batch up front: at 1 << 30 rows each read left ~25 GB of it mapped (a test process
+reached 192 GB of virtual size, and fork() then failed with ENOMEM where the kernel checks overcommit)."""
 
 
 def _uri(path: Path) -> str:

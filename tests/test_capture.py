@@ -413,8 +413,10 @@ def test_ctrl_c_in_process_raises_with_run(tmp_path):
     assert run.manifest["capture"]["passes"][0]["interrupted"] is True
 
 
-def _interrupt_when(marker: Path, timeout: float = 20.0) -> threading.Thread:
-    """SIGINT to this process (Ctrl-C) as soon as ``marker`` exists: the phase under test has started."""
+def _interrupt_when(marker: Path, timeout: float = 120.0) -> threading.Thread:
+    """SIGINT to this process (Ctrl-C) as soon as ``marker`` exists: the phase under test has started. The
+    timeout is long because a loaded machine may take tens of seconds to reach that phase (each profiled
+    workload starts an interpreter); it only bounds how long the watcher lives when the marker never comes."""
 
     def watch() -> None:
         deadline = time.monotonic() + timeout

@@ -104,13 +104,19 @@ def read(path: str) -> dict[str, object]:
     return {"actions": actions}
 
 
+def failure(exc: Exception) -> dict[str, object]:
+    """The output for a read that failed: why, and whether the reader itself is missing (not the file's fault)."""
+    missing = isinstance(exc, ImportError) and (exc.name or "").lstrip("_").startswith("ncu_report")
+    return {"error": f"{type(exc).__name__}: {exc}", "missing_reader": missing}
+
+
 def main(argv: list[str]) -> int:
     try:
         result = read(argv[1])
         text = json.dumps(result, ensure_ascii=False)
         data = text.encode("utf-8")  # damaged names come back with lone surrogates: fail here, not later
     except Exception as exc:  # any failure inside ncu_report means a file we cannot trust
-        data = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode("utf-8")
+        data = json.dumps(failure(exc)).encode("utf-8")
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     return 0

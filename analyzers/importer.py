@@ -531,8 +531,13 @@ def import_files(
     problems: list[TracekitError] = []
     for p in paths:
         try:
-            if detect_kind(p) == "nsys-rep":
+            kind = detect_kind(p)
+            if kind == "nsys-rep":
                 read_file(p, "nsys-rep")  # raises: the report is kept only beside its SQLite export
+            elif kind == "ncu":
+                from .ncu import check_reader
+
+                check_reader(p)  # a missing reader is a missing tool (exit 3), not a damaged file
         except TracekitError as exc:
             problems.append(exc)
     if len(problems) == len(paths):

@@ -16,9 +16,13 @@ Columns come from ``_ncu_columns`` (candidate metric names per column, units to 
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import json
 import math
+import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -31,7 +35,7 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from tracekit.errors import UnreadableFileError
+from tracekit.errors import MissingToolError, UnreadableFileError
 from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 from tracekit.naming import DOMAIN
 from tracekit.records import NcuAction, NcuReaderOutput
@@ -225,10 +229,57 @@ def check_structure(path: Path) -> Structure:
 # --- step 2: ncu_report in a child process ------------------------------------------------------------------
 
 
+def reader_path() -> str | None:
+    """Where ``ncu_report`` comes from when it is not installed: the ``extras/python`` folder of an Nsight
+    Compute install (the one that holds ``TRACEKIT_NCU`` or ``ncu`` on PATH, else the newest under
+    ``/opt/nvidia/nsight-compute`` or ``/usr/local/cuda*/nsight-compute*``). None when it is importable as it is,
+    or nowhere to be found. A machine with Nsight Compute but without the PyPI package (a GPU host set up by
+    hand, no network) reads reports with the reader of the ncu that wrote them."""
+    if importlib.util.find_spec("ncu_report") is not None:
+        return None
+    found = []
+    for exe in (os.environ.get("TRACEKIT_NCU"), shutil.which("ncu")):
+        if exe:
+            found.append(Path(exe).resolve().parent / "extras" / "python")
+    for pattern in (
+        "/opt/nvidia/nsight-compute/*/extras/python",
+        "/usr/local/cuda*/nsight-compute*/extras/python",
+    ):
+        found += [Path(p) for p in sorted(glob.glob(pattern), reverse=True)]
+    return next(
+        (
+            str(d)
+            for d in found
+            if (d / "ncu_report.py").is_file() or (d / "ncu_report" / "__init__.py").is_file()
+        ),
+        None,
+    )
+
+
+def check_reader(path: Path) -> None:
+    """Raises MissingToolError (naming ``path``) when no ``ncu_report`` can be imported or found."""
+    if importlib.util.find_spec("ncu_report") is None and reader_path() is None:
+        raise _missing_reader(path)
+
+
+def _missing_reader(path: Path) -> MissingToolError:
+    return MissingToolError(
+        f"cannot read {path.name}: Nsight Compute's Python report reader (ncu_report) is not installed for "
+        f"{sys.executable}, and no Nsight Compute install holds one",
+        "pip install ncu-report (no GPU needed), or put Nsight Compute's extras/python folder on PYTHONPATH",
+    )
+
+
 def _load_isolated(path: Path, timeout_s: float) -> list[dict]:
     cmd = [sys.executable, str(_WORKER), str(path)]
+    env = None
+    extra = reader_path()
+    if extra is not None:
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(p for p in (extra, os.environ.get("PYTHONPATH")) if p)
+        )
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False, env=env)
     except subprocess.TimeoutExpired:
         raise UnreadableFileError(
             path, f"Nsight Compute's reader did not finish in {timeout_s:.0f} s", _HINT
@@ -254,11 +305,14 @@ def _load_isolated(path: Path, timeout_s: float) -> list[dict]:
 def _load_in_process(path: Path) -> list[NcuAction]:
     from . import _ncu_worker
 
+    extra = reader_path()
+    if extra is not None and extra not in sys.path:
+        sys.path.append(extra)  # the reader stays imported for the process anyway
     try:
         result = _ncu_worker.read(str(path))
         data = json.dumps(result, ensure_ascii=False).encode("utf-8")
     except Exception as exc:
-        data = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode("utf-8")
+        data = json.dumps(_ncu_worker.failure(exc)).encode("utf-8")
     return _decode(path, data)
 
 
@@ -269,6 +323,8 @@ def _decode(path: Path, data: bytes) -> list[NcuAction]:
         doc = msgspec.convert(json.loads(data), NcuReaderOutput)
     except (ValueError, msgspec.ValidationError):
         raise UnreadableFileError(path, "Nsight Compute's reader gave no usable output", _HINT) from None
+    if doc.missing_reader:
+        raise _missing_reader(path)
     if doc.error is not None:
         raise UnreadableFileError(
             path, f"Nsight Compute's reader failed on it ({doc.error[:120]}): it is damaged", _HINT

@@ -417,6 +417,10 @@ def _interrupt_when(marker: Path, timeout: float = 120.0) -> threading.Thread:
     """SIGINT to this process (Ctrl-C) as soon as ``marker`` exists: the phase under test has started. The
     timeout is long because a loaded machine may take tens of seconds to reach that phase (each profiled
     workload starts an interpreter); it only bounds how long the watcher lives when the marker never comes."""
+    # A shell starts a background job (`pytest ... &`) with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: Ctrl-C would not reach the capture, as is right for a background job. These
+    # tests are about what happens when it does reach it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def watch() -> None:
         deadline = time.monotonic() + timeout

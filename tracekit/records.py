@@ -437,3 +437,5 @@ class NcuReaderOutput(msgspec.Struct, kw_only=True):
 
     actions: list[NcuAction] = msgspec.field(default_factory=list)
     error: str | None = None
+    missing_reader: bool = False
+    """The error is that ``ncu_report`` could not be imported (nothing is wrong with the file)."""

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import site
 import struct
 import subprocess
 import sys
@@ -234,9 +235,23 @@ def reader_path() -> str | None:
     Compute install (the one that holds ``TRACEKIT_NCU`` or ``ncu`` on PATH, else the newest under
     ``/opt/nvidia/nsight-compute`` or ``/usr/local/cuda*/nsight-compute*``). None when it is importable as it is,
     or nowhere to be found. A machine with Nsight Compute but without the PyPI package (a GPU host set up by
-    hand, no network) reads reports with the reader of the ncu that wrote them."""
-    if importlib.util.find_spec("ncu_report") is not None:
-        return None
+    hand, no network) reads reports with the reader of the ncu that wrote them.
+
+    Where this process imports ``ncu_report`` from a folder that a fresh interpreter would not search (a
+    program that put an install's extras/python on ``sys.path`` itself), that folder: the reader process is a
+    fresh interpreter."""
+    spec = importlib.util.find_spec("ncu_report")
+    if spec is not None:
+        if not spec.origin:
+            return None
+        origin = Path(spec.origin)
+        here = (origin.parent.parent if origin.name == "__init__.py" else origin.parent).resolve()
+        searched = [
+            *site.getsitepackages(),
+            site.getusersitepackages(),
+            *os.environ.get("PYTHONPATH", "").split(os.pathsep),
+        ]
+        return None if any(p and Path(p).resolve() == here for p in searched) else str(here)
     found = []
     for exe in (os.environ.get("TRACEKIT_NCU"), shutil.which("ncu")):
         if exe:

@@ -100,3 +100,31 @@ def test_the_reader_of_an_nsight_compute_install_is_used(samples_dir: Path, tmp_
     summary = json.loads(q.stdout)
     assert summary["ncu_kernel_count"] == 30  # every profiled kernel of the capture
     assert all(src["status"] == "ok" for src in summary["sources"]), summary["sources"]
+
+
+def test_a_reader_on_the_callers_own_path_reaches_the_reader_process(
+    samples_dir: Path, tmp_path: Path
+) -> None:
+    """A program that puts an install's extras/python on ``sys.path`` itself (as tests/gpu did) imports
+    ``ncu_report`` from there; the reader runs in a fresh interpreter, which must be told the folder too."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ncu_report")
+    assert spec is not None and spec.origin is not None
+    extras = tmp_path / "elsewhere" / "extras" / "python"
+    extras.mkdir(parents=True)
+    (extras / "ncu_report").symlink_to(Path(spec.origin).parent)
+    rep = _report(samples_dir, tmp_path)
+    code = (
+        f"import sys\nsys.path.append({str(extras)!r})\n"
+        "from tracekit.analyzers.ncu import read_ncu_report\n"
+        f"print(read_ncu_report({str(rep)!r}).frame('ncu').height)\n"
+    )
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE)
+    env = dict(os.environ, PYTHONPATH=str(site), PATH=os.path.dirname(sys.executable))
+    env.pop("TRACEKIT_NCU", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[-1] == "30"

@@ -42,7 +42,7 @@ class Ring:
         size = slots * slot_bytes
         try:
             st = os.statvfs(SHM_DIR)
-        except OSError:
+        except (OSError, AttributeError):  # no such folder (macOS), no statvfs (Windows)
             return None
         if st.f_bavail * st.f_frsize < HEADROOM * size:
             return None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +31,27 @@ class Extract:
 
     def frame(self, name: str) -> pl.DataFrame:
         return self.frames.get(name, SPECS[name].empty())
+
+
+ReadProgress = Callable[[int, int], None]
+"""Called by a reader as it goes: bytes of the file's text read so far, and the text's size (an estimate for a
+compressed file, exact at the end)."""
+_PROGRESS: ContextVar[ReadProgress | None] = ContextVar("tracekit_read_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(fn: ReadProgress) -> Iterator[None]:
+    """Readers called within this block report their progress to ``fn`` (those that read in steps: Kineto)."""
+    token = _PROGRESS.set(fn)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def read_progress() -> ReadProgress | None:
+    """The progress callback of the enclosing ``reporting_progress`` block, if any."""
+    return _PROGRESS.get()
 
 
 def source_name(path: Path) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, Unre
 from tracekit.frames import SPECS, nested_value
 from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
 
-from .base import Extract
+from .base import Extract, reporting_progress
 from .join import assign_ranges, nest_ranges
 from .ranks import label_extract, run_ranks
 
@@ -299,6 +300,32 @@ def _own_jsonl_kind(name: str) -> str | None:
     }.get(name)
 
 
+PROGRESS_FIRST_S = 2.0
+"""A read says how far it is once it has taken this long ..."""
+PROGRESS_EVERY_S = 5.0
+"""... and again every this many seconds."""
+
+
+class _Progress:
+    """A reader's progress as ``on_event`` lines, for reads long enough to need them (a 2 GB trace: 12 s on 2
+    cores, a minute on one)."""
+
+    def __init__(self, name: str, on_event: Callable[[str], None] | None) -> None:
+        self.name, self.on_event = name, on_event
+        self.start = time.monotonic()
+        self.next = self.start + PROGRESS_FIRST_S
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.on_event is None or now < self.next or done >= total:
+            return
+        self.next = now + PROGRESS_EVERY_S
+        self.on_event(
+            f"reading {self.name}: {100 * done / total:.0f}% ({done / 1e9:.2f} of ~{total / 1e9:.2f} GB of text, "
+            f"{now - self.start:.0f} s)"
+        )
+
+
 def read_file(path: Path, kind: str | None = None) -> Extract:
     """Read one raw file (plain or xz / gzip-compressed) into an Extract, by detected kind. An empty JSONL file of
     tracekit's own (no failures, say) is a file with no rows, not a damaged one."""
@@ -471,7 +498,10 @@ def _build(
         record: dict[str, Any] = {"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
         try:
             # the wrapper's own files are failures by where they are, even when a crash tore their first line
-            ex = read_file(path, "failures" if path.parent.parent == run.raw_dir / "breadcrumbs" else None)
+            with reporting_progress(_Progress(path.name, on_event)):
+                ex = read_file(
+                    path, "failures" if path.parent.parent == run.raw_dir / "breadcrumbs" else None
+                )
         except TracekitError as exc:
             record.update(kind=None, status="failed", message=exc.one_line())
             failed.append({"path": rel, "message": exc.one_line()})

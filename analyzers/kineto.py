@@ -56,7 +56,7 @@ from __future__ import annotations
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from tracekit.analyzers.base import Extract, source_name
+from tracekit.analyzers.base import Extract, read_progress, source_name
 from tracekit.errors import UnreadableFileError
 
 from . import kineto_frames
@@ -156,7 +156,9 @@ def _decode_all(text: TraceText, workers: int, chunk_bytes: int) -> tuple[Collec
     del read, rest
     # a streamed chunk is cut in the block that takes it past chunk_bytes: it holds less than the two together
     decoder = Decoder(workers, None if text.plain else chunk_bytes + step)
-    got = collect((Job(c, path, head.form) for c in chunks), decoder)
+    sink = read_progress()
+    on_chunk = None if sink is None else (lambda end: sink(end, max(end, text.estimated_total())))
+    got = collect((Job(c, path, head.form) for c in chunks), decoder, on_chunk)
     return got, head, text.size if text.plain else text.total
 
 

@@ -55,6 +55,8 @@ class TraceText:
         self.warning: str | None = None
         self.total = 0
         """Bytes of text yielded so far (all of them once the blocks are used up)."""
+        self.consumed = 0
+        """Bytes of the file read so far (for gzip: compressed bytes fed to the inflater)."""
 
     def estimated_text_bytes(self) -> int:
         """The text's size: exact for a plain file; for gzip, from the trailer's size field (the size modulo
@@ -68,6 +70,13 @@ class TraceText:
         except OSError:
             isize = 0
         return max(isize, 8 * self.size)
+
+    def estimated_total(self) -> int:
+        """The text's size as far as the bytes read so far tell: exact for a plain file; for gzip, the text
+        yielded so far scaled by the share of the compressed file read (exact once it is all read)."""
+        if self.plain or not self.consumed:
+            return self.size if self.plain else self.estimated_text_bytes()
+        return max(self.total, round(self.total * self.size / self.consumed))
 
     def blocks(self, block: int = BLOCK_BYTES) -> Iterator[bytes]:
         """The text, ``block`` bytes at a time (the last one shorter)."""
@@ -128,6 +137,7 @@ class TraceText:
                     self.warning = f"gzip data is corrupt after {total} bytes ({exc})"
                     return
                 pending = d.unconsumed_tail
+                self.consumed = f.tell() - len(pending)
                 total += len(out)
                 if total > limit:
                     raise UnreadableFileError(

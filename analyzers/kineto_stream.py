@@ -25,7 +25,7 @@ import os
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -438,8 +438,11 @@ class Collected:
     no_events: bool = False
 
 
-def collect(jobs: Iterator[Job], decoder: Decoder) -> Collected:
-    """Decode ``jobs`` in order, joining a chunk that broke at its end with the next one, and stop at damage."""
+def collect(
+    jobs: Iterator[Job], decoder: Decoder, on_chunk: Callable[[int], None] | None = None
+) -> Collected:
+    """Decode ``jobs`` in order, joining a chunk that broke at its end with the next one, and stop at damage.
+    ``on_chunk``: called with the end of each chunk taken (a byte offset in the text), for progress."""
     out = Collected()
     carry: Job | None = None
     failed = True
@@ -449,8 +452,12 @@ def collect(jobs: Iterator[Job], decoder: Decoder) -> Collected:
                 continue  # the rest of the text is not read, only counted
             for done, res in decoder.submit(job):
                 carry = _settle(out, decoder, done, res, carry)
+                if on_chunk is not None:
+                    on_chunk(done.chunk.offset + done.chunk.length)
         for done, res in decoder.drain():
             carry = _settle(out, decoder, done, res, carry)
+            if on_chunk is not None:
+                on_chunk(done.chunk.offset + done.chunk.length)
         failed = False
     finally:
         decoder.close(failed)

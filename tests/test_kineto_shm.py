@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from polars.testing import assert_frame_equal
+from test_kineto_stream import _kernel  # the same kernel events as the streaming tests
 
 from tracekit.analyzers import kineto_shm
 from tracekit.analyzers.kineto import WHOLE, read_kineto
@@ -61,19 +62,6 @@ def test_no_ring_without_room(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setattr(kineto_shm, "SHM_DIR", str(tmp_path / "missing"))
     monkeypatch.setattr(kineto_shm.os, "statvfs", os.statvfs)
     assert kineto_shm.Ring.make(1, 100) is None
-
-
-def _kernel(i: int, name: str) -> dict[str, Any]:
-    return {
-        "ph": "X",
-        "cat": "kernel",
-        "name": name,
-        "pid": 0,
-        "tid": "stream 7",
-        "ts": 1000 + 10 * i + 0.125,
-        "dur": 5.5,
-        "args": {"device": 0, "stream": 7, "correlation": i, "grid": [i + 1, 1, 1], "block": [128, 1, 1]},
-    }
 
 
 def _trace(tmp_path: Path, giant_at: int | None = None) -> Path:

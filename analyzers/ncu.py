@@ -38,6 +38,7 @@ import polars as pl
 
 from tracekit.errors import MissingToolError, UnreadableFileError
 from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
+from tracekit.installs import newest_first, versioned_dirs
 from tracekit.naming import DOMAIN
 from tracekit.records import NcuAction, NcuReaderOutput
 
@@ -256,11 +257,11 @@ def reader_path() -> str | None:
     for exe in (os.environ.get("TRACEKIT_NCU"), shutil.which("ncu")):
         if exe:
             found.append(Path(exe).resolve().parent / "extras" / "python")
-    for pattern in (
-        "/opt/nvidia/nsight-compute/*/extras/python",
-        "/usr/local/cuda*/nsight-compute*/extras/python",
-    ):
-        found += [Path(p) for p in sorted(glob.glob(pattern), reverse=True)]
+    found += [d / "extras" / "python" for d in versioned_dirs(Path("/opt/nvidia/nsight-compute"))]
+    found += [
+        Path(p) / "extras" / "python"
+        for p in newest_first(map(Path, glob.glob("/usr/local/cuda*/nsight-compute*")))
+    ]
     return next(
         (
             str(d)

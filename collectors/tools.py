@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracekit.errors import BadInputError, MissingToolError
+from tracekit.installs import versioned_dirs
 from tracekit.naming import NCU_FILTER
 
 DEFAULT_SECTIONS: tuple[str, ...] = (
@@ -114,18 +115,6 @@ class Tool:
 
 
 # --- discovery --------------------------------------------------------------------------------------------------
-def _version_key(path: Path) -> tuple[int, ...]:
-    """Sort key for folders named like ``2025.3.1``: numeric parts, so 2025.10 sorts after 2025.9."""
-    return tuple(int(p) for p in re.findall(r"\d+", path.name)) or (-1,)
-
-
-def _versioned_dirs(parent: Path) -> list[Path]:
-    """Version folders under ``parent``, newest first."""
-    if not parent.is_dir():
-        return []
-    return sorted((p for p in parent.iterdir() if p.is_dir()), key=_version_key, reverse=True)
-
-
 def _is_exe(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
@@ -138,14 +127,14 @@ def candidate_paths(name: str, *, env: Mapping[str, str], root: Path = Path("/")
         if entry:
             out.append((Path(entry) / name, "PATH"))
     out.append((root / "usr/local/cuda/bin" / name, "/usr/local/cuda/bin"))
-    ncu_dirs = _versioned_dirs(root / "opt/nvidia/nsight-compute")
+    ncu_dirs = versioned_dirs(root / "opt/nvidia/nsight-compute")
     if name == "ncu":
         out.extend((d / "ncu", "/opt/nvidia/nsight-compute") for d in ncu_dirs)
     else:
         out.extend((d / "host/target-linux-x64/nsys", "Nsight Compute's copy of nsys") for d in ncu_dirs)
         out.extend(
             (d / "bin/nsys", "/opt/nvidia/nsight-systems")
-            for d in _versioned_dirs(root / "opt/nvidia/nsight-systems")
+            for d in versioned_dirs(root / "opt/nvidia/nsight-systems")
         )
     return out
 

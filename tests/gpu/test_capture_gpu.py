@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import importlib
 import sqlite3
 import sys
@@ -41,16 +40,15 @@ def _script(tmp_path: Path) -> Path:
 
 
 def _ncu_report_module():
+    from tracekit.analyzers.ncu import reader_path
+
+    extras = reader_path()  # the installed package, else an Nsight Compute install's extras/python
+    if extras is not None and extras not in sys.path:
+        sys.path.insert(0, extras)
     try:
         return importlib.import_module("ncu_report")
     except ImportError:
         pass
-    for extras in sorted(glob.glob("/opt/nvidia/nsight-compute/*/extras/python"), reverse=True):
-        sys.path.insert(0, extras)
-        try:
-            return importlib.import_module("ncu_report")
-        except ImportError:
-            sys.path.remove(extras)
     pytest.skip("no ncu_report reader (PyPI ncu-report or Nsight Compute's extras/python)")
 
 

@@ -58,15 +58,8 @@ class Ring:
         if length > self.slot_bytes or not self.free:
             return None
         at = self.free.pop() * self.slot_bytes
-        buf = self.shm.buf
-        end = at + length
-        for p in pieces if isinstance(pieces, list) else [pieces]:
-            if at >= end:
-                break
-            take = min(len(p), end - at)
-            buf[at : at + take] = p if take == len(p) else memoryview(p)[:take]
-            at += take
-        return self.shm.name, end - length
+        copy_into(self.shm.buf[at : at + length], pieces)
+        return self.shm.name, at
 
     def release(self, where: tuple[str, int]) -> None:
         """Give a slot back (its chunk's result has been taken)."""
@@ -79,6 +72,17 @@ class Ring:
             self.shm.close()
         with suppress(FileNotFoundError):
             self.shm.unlink()
+
+
+def copy_into(dst: memoryview, pieces: list[bytes] | bytes) -> None:
+    """Fill ``dst`` with the first ``len(dst)`` bytes of ``pieces`` (one string or the blocks it spans)."""
+    at, end = 0, len(dst)
+    for p in pieces if isinstance(pieces, list) else [pieces]:
+        if at >= end:
+            break
+        take = min(len(p), end - at)
+        dst[at : at + take] = p if take == len(p) else memoryview(p)[:take]
+        at += take
 
 
 def view(where: tuple[str, int], length: int) -> memoryview:

@@ -160,14 +160,7 @@ def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> memoryv
         if got < end:  # the file shrank since it was first read: what is missing decodes as damage
             body[got:] = bytes(end - got)
     else:
-        pieces = c.data if isinstance(c.data, list) else [c.data]
-        at = 0
-        for p in pieces:
-            if at >= end:
-                break
-            take = min(len(p), end - at)
-            body[at : at + take] = p if take == len(p) else memoryview(p)[:take]
-            at += take
+        kineto_shm.copy_into(body, c.data)
     buf[len(prefix) + end :] = suffix
     return buf
 
@@ -358,6 +351,8 @@ class Decoder:
         self.ring: kineto_shm.Ring | None = None
         self.env: str | None = None
         self.queue: deque[tuple[Job, Future[Result] | None]] = deque()
+        self.in_flight = 2 * workers
+        """Jobs queued at most (two per worker: one decoding, one ready for it)."""
 
     def submit(self, job: Job) -> Iterator[tuple[Job, Result]]:
         """Queue ``job``; yields the jobs (with results) that had to finish to make room."""
@@ -374,7 +369,7 @@ class Decoder:
             )
             if self.slot_bytes:
                 # the jobs in flight, the one being submitted, and one that waits to be joined with the next
-                self.ring = kineto_shm.Ring.make(2 * self.workers + 2, self.slot_bytes)
+                self.ring = kineto_shm.Ring.make(self.in_flight + 2, self.slot_bytes)
         c = job.chunk
         if self.ring is not None and c.data is not None:
             where = self.ring.put(c.data, c.length)
@@ -383,7 +378,7 @@ class Decoder:
                     Chunk(c.offset, c.length, c.body, c.last, None, where), job.path, job.form, job.whole
                 )
         self.queue.append((job, self.pool.submit(decode_job, job)))
-        while len(self.queue) > 2 * self.workers:
+        while len(self.queue) > self.in_flight:
             yield self._pop()
 
     def drain(self) -> Iterator[tuple[Job, Result]]:
@@ -451,13 +446,9 @@ def collect(
             if out.cut_at is not None or out.not_a_trace or out.no_events:
                 continue  # the rest of the text is not read, only counted
             for done, res in decoder.submit(job):
-                carry = _settle(out, decoder, done, res, carry)
-                if on_chunk is not None:
-                    on_chunk(done.chunk.offset + done.chunk.length)
+                carry = _settle(out, decoder, done, res, carry, on_chunk)
         for done, res in decoder.drain():
-            carry = _settle(out, decoder, done, res, carry)
-            if on_chunk is not None:
-                on_chunk(done.chunk.offset + done.chunk.length)
+            carry = _settle(out, decoder, done, res, carry, on_chunk)
         failed = False
     finally:
         decoder.close(failed)
@@ -465,12 +456,22 @@ def collect(
     return out
 
 
-def _settle(out: Collected, decoder: Decoder, job: Job, res: Result, carry: Job | None) -> Job | None:
-    """``_take``, then give back the text of the jobs that are settled (a job waiting to be joined keeps it)."""
+def _settle(
+    out: Collected,
+    decoder: Decoder,
+    job: Job,
+    res: Result,
+    carry: Job | None,
+    on_chunk: Callable[[int], None] | None,
+) -> Job | None:
+    """``_take``, then give back the text of the jobs that are settled (a job waiting to be joined keeps it) and
+    say how far the text is decoded."""
     waiting = _take(out, job, res, carry)
     for done in (carry, job):
         if done is not None and done is not waiting:
             decoder.release(done)
+    if on_chunk is not None:
+        on_chunk(job.chunk.offset + job.chunk.length)
     return waiting
 
 

@@ -21,7 +21,8 @@ secs() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
 profiled() { cat "$W/$1.out" "$W/$1"/raw/*.log 2>/dev/null | grep -ac '==PROF== Profiling'; }
 orphans() { pgrep -fa 'ncu|nsys|serve_step' | grep -v pgrep || echo "none"; }
 
-for phase in ${PHASES:-plain before plc nsys torch loop}; do
+T0=$(date +%s)
+for phase in ${PHASES:-plain nsys loop torch before plc}; do
   echo "=== $phase $(date +%T)"
   t=$(date +%s.%N)
   case $phase in
@@ -29,9 +30,9 @@ for phase in ${PHASES:-plain before plc nsys torch loop}; do
       timeout 120 python3 "$S" 2>&1 | tail -4; echo "plain serve_step wall $(secs "$t") s"
       t=$(date +%s.%N); timeout 60 python3 "$L" 2>&1 | tail -2; echo "plain layer_loop wall $(secs "$t") s" ;;
     before)
-      # tracekit's ncu pass as it is: every launch inside the user's ranges; cut at ${BEFORE_S:-90} s by SIGTERM,
+      # tracekit's ncu pass as it is: every launch inside the user's ranges; cut at ${BEFORE_S:-60} s by SIGTERM,
       # as a batch scheduler's time limit would
-      timeout -s TERM "${BEFORE_S:-90}" python3 -m tracekit capture --ncu --ranges serve --no-import -o "$W/before" \
+      timeout -s TERM "${BEFORE_S:-60}" python3 -m tracekit capture --ncu --ranges serve --no-import -o "$W/before" \
         -- python3 "$S" > "$W/before.out" 2>&1
       echo "rc=$? wall $(secs "$t") s; kernels profiled so far: $(profiled before)"
       echo "left running 3 s after tracekit ended:"; sleep 3; orphans
@@ -39,8 +40,10 @@ for phase in ${PHASES:-plain before plc nsys torch loop}; do
       grep -o '"status": *"[a-z]*"' "$W/before/run.json" 2>/dev/null
       rm -f "$W"/before/raw/*.ncu-rep ;;  # only the count and the orphan matter here
     plc)
-      timeout 400 python3 -m tracekit capture --ncu --ranges serve --launch-count 2 --ncu-arg=--filter-mode \
-        --ncu-arg=per-launch-config --no-import -o "$W/plc" -- python3 "$S" > "$W/plc.out" 2>&1
+      # what is left of ${BUDGET_S:-560} s since the start, as tracekit's own pass timeout (it stops ncu itself)
+      left=$(( ${BUDGET_S:-560} - $(date +%s) + T0 )); echo "plc pass timeout ${left} s"
+      timeout $((left + 30)) python3 -m tracekit capture --ncu --ranges serve --launch-count 2 --ncu-arg=--filter-mode \
+        --ncu-arg=per-launch-config --timeout "$left" --no-import -o "$W/plc" -- python3 "$S" > "$W/plc.out" 2>&1
       echo "rc=$? wall $(secs "$t") s; profiled: $(profiled plc)"
       cat "$W"/plc.out "$W"/plc/raw/* 2>/dev/null | grep -a '==PROF== Profiling' | sed 's/.*Profiling "\([^"]*\)".*/\1/' | sort | uniq -c | sort -rn | head -60
       ls -la "$W"/plc/raw ;;

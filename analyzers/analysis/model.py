@@ -24,8 +24,8 @@ ANALYSIS_SCHEMA_VERSION = 1
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
-    "AuxKernel",
     "Analysis",
+    "AuxKernel",
     "Case",
     "DeviceInfo",
     "Dist",

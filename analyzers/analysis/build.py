@@ -108,7 +108,8 @@ def _devices(frames: dict[str, pl.DataFrame], run: Run | None, device: DeviceSpe
             DeviceInfo(
                 key=spec.key if known else None,  # type: ignore[union-attr]
                 name=d.get("name"),
-                compute_capability=d.get("compute_capability"),
+                compute_capability=d.get("compute_capability")
+                or (spec.compute_capability if known else None),  # type: ignore[union-attr]
                 sm_count=d.get("sm_count") or (spec.sm_count if known else None),  # type: ignore[union-attr]
                 boost_clock_hz=spec.boost_clock_hz if known else None,  # type: ignore[union-attr]
                 memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s if known else None,  # type: ignore[union-attr]

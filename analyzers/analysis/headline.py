@@ -12,7 +12,7 @@ from .model import Case, Loss, RunInfo, Summary, Unknown
 TOP_LOSSES = 3
 """Losses the summary names."""
 
-NCU_HOW = "`tracekit capture --ncu -- CMD` (with `--ranges REGEX` for the kernels inside your own ranges)"
+NCU_HOW = "profile with `tracekit capture --ncu` (`--ranges REGEX`: the kernels of your own ranges)"
 
 
 def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
@@ -52,8 +52,8 @@ def unknowns(cases: Sequence[Case], info: RunInfo) -> list[Unknown]:
     if no_flops:
         out.append(
             Unknown(
-                what=f"{len(no_flops)} case(s) have no shape or FLOP count: no TFLOP/s, no peak to compare with",
-                how=f"{NCU_HOW} counts the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
+                what=f"{len(no_flops)} case(s) without shape or FLOP count have no TFLOP/s",
+                how=f"{NCU_HOW}: its counters count the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
                 cases=len(no_flops),
             )
         )
@@ -75,8 +75,8 @@ def unknowns(cases: Sequence[Case], info: RunInfo) -> list[Unknown]:
     if no_clock:
         out.append(
             Unknown(
-                what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides inside in-kernel",
-                how=f"{NCU_HOW} records the clock each kernel ran at; `tracekit bench gemm` samples it with NVML",
+                what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides in in-kernel",
+                how=f"{NCU_HOW}: it records the clock each kernel ran at",
                 cases=len(no_clock),
             )
         )
@@ -84,8 +84,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo) -> list[Unknown]:
     if blind:
         out.append(
             Unknown(
-                what=f"in-kernel loss of {len(blind)} case(s) without Nsight Compute evidence (stalls, occupancy, "
-                "tensor pipe)",
+                what=f"in-kernel loss of {len(blind)} case(s) unexplained (no stalls, occupancy, tensor pipe)",
                 how=NCU_HOW,
                 cases=len(blind),
             )

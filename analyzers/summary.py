@@ -173,12 +173,16 @@ def case_row(case: Any) -> dict[str, Any]:
     }
 
 
-def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any) -> dict[str, Any]:
+def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> dict[str, Any]:
     """The JSON object of ``tracekit show --json``: the run's counts, frames-level facts and a projection of its
     Analysis (``gemms``: :func:`case_row` per case, largest GPU time first; ``summary``; ``failures``; ``moe``;
-    ``ranks``)."""
+    ``ranks``). ``analysis`` is the run's Analysis, built here when not given."""
     import msgspec
 
+    if analysis is None:
+        from .analysis import analyze_run
+
+        analysis = analyze_run(run, frames)
     from tracekit.frames import SCHEMA_VERSION
 
     devs = [

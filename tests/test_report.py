@@ -116,7 +116,9 @@ def test_probe_report_is_well_formed_and_holds_the_real_numbers(probe, tmp_path:
     )
     assert row["timing"]["span_ns"]["median"] / 1e3 == pytest.approx(35.01, abs=0.01)
     assert row["timing"]["achieved_tflops"] == pytest.approx(736.13, abs=0.1)
-    assert re.search(rf"\| {n} \| `torch-bf16` \| `mm` \| 1024×2048×6144 \| bf16 \| \d+ \| [^|]+ \| 35\.01 \|", text)
+    assert re.search(
+        rf"\| {n} \| `torch-bf16` \| `mm` \| 1024×2048×6144 \| bf16 \| \d+ \| [^|]+ \| 35\.01 \|", text
+    )
     # one waterfall plot per GEMM with a peak (numbered by GPU time), plus TFLOP/s vs M; all exist and parse
     assert sorted(f.name for f in files[1:]) == [
         "ticket-tflops.svg",

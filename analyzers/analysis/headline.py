@@ -12,7 +12,7 @@ from .model import Case, Loss, RunInfo, Summary, Unknown
 TOP_LOSSES = 3
 """Losses the summary names."""
 
-NCU_HOW = "profile with `tracekit capture --ncu` (`--ranges REGEX`: the kernels of your own ranges)"
+NCU_HOW = "profile with `tracekit capture --ncu` (`--ranges REGEX` for your own ranges)"
 
 
 def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+NO_LOSS = 0.995
+"""A factor at or above this value loses nothing worth a sentence on a narrow terminal (analyzers/analysis)."""
 BAR = 30
 WIDE = 180
 """Terminal width from which every factor's sentence sits in a ``why`` column beside the bars."""
@@ -75,19 +77,28 @@ def _factor_table(case: Any) -> Any:
 
 
 def _factor_lines(case: Any, width: int) -> Any:
-    """Narrow terminals: one line per factor (name and cause, ×, bar, TFLOP/s left)."""
+    """Narrow terminals: one line per factor (name and cause, ×, bar, TFLOP/s left); under a factor that loses
+    something, its sentence on whole lines, indented (a factor of ×1.000 says nothing worth the lines)."""
+    from rich.console import Group
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
     from tracekit.commands._render import safe
 
     bar = BAR if width >= 100 else 16
-    t = Table.grid(padding=(0, 1))
-    t.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
-    t.add_column(width=6, justify="right")
-    t.add_column(width=bar, no_wrap=True)
-    if case.peak is not None:
-        t.add_column(width=9, justify="right")
+    name_w = min(44, max(len(f.name + (f" ({f.cause})" if f.cause else "")) for f in case.factors))
+
+    def grid() -> Table:
+        t = Table.grid(padding=(0, 1))
+        t.add_column(width=name_w, no_wrap=True, overflow="ellipsis")
+        t.add_column(width=6, justify="right")
+        t.add_column(width=bar, no_wrap=True)
+        if case.peak is not None:
+            t.add_column(width=9, justify="right")
+        return t
+
+    parts: list[Any] = []
     for f, after in zip(case.factors, _running(case), strict=True):
         style = "red" if f.name == case.verdict.factor else ""
         cells = [
@@ -97,8 +108,12 @@ def _factor_lines(case: Any, width: int) -> Any:
         ]
         if case.peak is not None:
             cells.append(after)
-        t.add_row(*cells)
-    return t
+        row = grid()
+        row.add_row(*cells)
+        parts.append(row)
+        if f.value < NO_LOSS and f.sentence:
+            parts.append(Padding(Text(safe(f.sentence)), (0, 0, 0, 2)))
+    return Group(*parts)
 
 
 def _join(parts: Sequence[str | None], sep: str = " · ") -> str:
@@ -166,8 +181,10 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
     return lines
 
 
-def render_case(console: Any, case: Any, index: int, gpu_ns: float | None) -> None:
-    """One case as a panel."""
+def render_case(
+    console: Any, case: Any, index: int, gpu_ns: float | None, said: frozenset[str] = frozenset()
+) -> None:
+    """One case as a panel (``said``: notes already written above the cards, left out here)."""
     from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
@@ -194,8 +211,6 @@ def render_case(console: Any, case: Any, index: int, gpu_ns: float | None) -> No
             costs.append(f"removing it: +{v.gain_pct:.0f}%")
         if costs:
             verdict.append(f" ({'; '.join(costs)})")
-        if console.width < WIDE and v.sentence:
-            verdict.append(f"\n{safe(v.sentence)}")
     else:
         verdict.append(f"verdict: {v.kind}", style="bold yellow" if v.kind != "no-loss" else "bold green")
         verdict.append(f" — {safe(v.sentence)}")
@@ -212,7 +227,8 @@ def render_case(console: Any, case: Any, index: int, gpu_ns: float | None) -> No
         )
         parts.append(Text(f"ncu says: {text}", style="dim"))
     for note in case.notes:
-        parts.append(Text(f"note: {safe(note)}", style="yellow"))
+        if note not in said:
+            parts.append(Text(f"note: {safe(note)}", style="yellow"))
     title = Text(f"#{index} " + safe(case.label, 120))
     console.print(Panel(Group(*parts), title=title, title_align="left"))
 
@@ -270,6 +286,8 @@ def render_analysis(
     from rich.console import Console
     from rich.text import Text
 
+    from tracekit.commands._render import safe
+
     console = console or Console()
     if not cases:
         render_summary(console, analysis, 0, 0)
@@ -288,5 +306,8 @@ def render_analysis(
     render_summary(console, analysis, len(shown), len(cases), what)
     if analysis.run.calibration:
         console.print(Text(f"calibration: {analysis.run.calibration}", style="dim"))
+    common = frozenset(set.intersection(*(set(c.notes) for c in shown))) if len(shown) > 1 else frozenset()
+    for note in sorted(common):  # said once, not in every card
+        console.print(Text(f"note (every case below): {safe(note)}", style="yellow"))
     for i, case in enumerate(shown, 1):
-        render_case(console, case, i, analysis.summary.gpu_ns_total)
+        render_case(console, case, i, analysis.summary.gpu_ns_total, common)

@@ -320,12 +320,12 @@ def render_summary(
                 "k",
                 "gpu_ms",
                 "achieved",
-                "%peak",
                 "verdict",
-                "calls",
+                "%peak",
                 "kernel_rate",
+                "calls",
             ],
-            min_widths={"verdict": 16},
+            min_widths={"verdict": 12, "gemm": 12},
         )
         _print_cut(console, table, gemms.height, shown.height, "GEMMs", path)
     fails = frames["failures"]

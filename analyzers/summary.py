@@ -186,7 +186,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     from tracekit.frames import SCHEMA_VERSION
 
     devs = [
-        {"name": d.name, "compute_capability": d.compute_capability, "sm_count": d.sm_count, "key": d.key}
+        {"name": d.name, "compute_capability": d.compute_capability, "sm_count": d.sm_count}
         for d in analysis.devices
     ]
     # a crash's evidence columns too; frames written before they existed lack them (null)

@@ -35,7 +35,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     (M=16..4096, N=768|2048, K=6144); --json and `tracekit report` keep every failure in full.
 
     \b
-    --json keys: schema_version, analysis_schema_version, run, device {name, compute_capability, sm_count, key}
+    --json keys: schema_version, analysis_schema_version, run, device {name, compute_capability, sm_count}
     (or devices: [...] when the run holds several GPUs), kernel_count, range_count, ncu_kernel_count, summary,
     gemms [{id, name, m, n, k, calls, time_us, achieved_tflops, kernel_tflops, pct_of_peak, verdict, ...}],
     failures [...], sources [...] (docs/ANALYSIS.md: the gemms are the Analysis' cases, projected);

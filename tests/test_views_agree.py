@@ -50,7 +50,9 @@ def test_show_explain_report_and_text_agree(
     cases = explained["cases"]
     assert cases, name
     # the same cases in the same order (largest GPU time first) everywhere
-    assert [g["id"] for g in shown["gemms"]] == [c["id"] for c in cases] == [c["id"] for c in reported["cases"]]
+    assert (
+        [g["id"] for g in shown["gemms"]] == [c["id"] for c in cases] == [c["id"] for c in reported["cases"]]
+    )
     spans = [c["timing"]["span_ns_total"] for c in cases]
     assert spans == sorted(spans, reverse=True)
     assert reported["summary"] == explained["summary"] == shown["summary"]

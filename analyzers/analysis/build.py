@@ -281,10 +281,11 @@ def analyze_frames(
     kernels = frames.get("kernels")
     gpu_ns = float(kernels["duration_ns"].sum()) if kernels is not None and kernels.height else None
     breakdown = _breakdown(frames)
+    devices = _devices(frames, run, device)
     return Analysis(
         run=info,
-        devices=_devices(frames, run, device),
-        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=breakdown),
+        devices=devices,
+        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=breakdown, devices=devices),
         breakdown=breakdown,
         cases=cases,
         failures=_failures(frames),

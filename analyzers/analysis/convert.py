@@ -241,18 +241,32 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def capture_hint(gc: Any, peak: float | None) -> str | None:
-    """What to capture (or pass) to learn what the case is missing, None when nothing is."""
+def missing(gc: Any, peak: float | None) -> tuple[str, str] | None:
+    """What the case lacks to be explained and how to learn it (reason, what to capture or pass); None when it
+    lacks nothing."""
     if not gc.flops:
         return (
-            "no GEMM shape or FLOP count: capture with `tracekit capture --ncu` (its counters count the FLOPs), or "
-            "record shapes (the PyTorch profiler's record_shapes=True, or tracekit's own ranges)"
+            "no GEMM shape or FLOP count",
+            "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch "
+            "profiler's record_shapes=True, or tracekit's own ranges)",
         )
     if peak is None:
-        return "no peak for this GPU and dtype: name the GPU with --device NAME (tracekit explain --help lists them)"
+        return (
+            f"no {gc.dtype_class or 'tensor'} peak known for this GPU",
+            "name the GPU with --device NAME (tracekit explain --help lists the catalog)",
+        )
     if not gc.main_ns:
-        return "no kernel time: capture a timeline (`tracekit capture --nsys`) or profile with `tracekit capture --ncu`"
+        return (
+            "no kernel time",
+            "capture a timeline (`tracekit capture --nsys`) or profile with `tracekit capture --ncu`",
+        )
     return None
+
+
+def capture_hint(gc: Any, peak: float | None) -> str | None:
+    """What to capture (or pass) to learn what the case is missing, None when nothing is."""
+    lack = missing(gc, peak)
+    return lack[1] if lack else None
 
 
 def _verdict(gc: Any, wf: Any, factors: list[Factor], peak: float | None) -> Verdict:
@@ -269,12 +283,12 @@ def _verdict(gc: Any, wf: Any, factors: list[Factor], peak: float | None) -> Ver
             gain_pct=_finite(v.gain_pct),
             lost_ns_total=blamed.lost_ns_total if blamed else None,
         )
-    hint = capture_hint(gc, peak)
-    if hint is not None or not factors:
+    lack = missing(gc, peak)
+    if lack is not None or not factors:
         return Verdict(
             kind="cannot-explain",
-            sentence="cannot explain: " + (hint.split(":")[0] if hint else "no factor could be measured"),
-            capture_hint=hint,
+            sentence=lack[0] if lack else "no factor could be measured",
+            capture_hint=lack[1] if lack else None,
         )
     pct = gc.achieved_tflops / peak * 100 if gc.achieved_tflops and peak else None
     at = f"at {min(pct, 100.0):.0f}% of peak: " if pct is not None else ""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .convert import NO_LOSS
-from .model import Case, Loss, RunInfo, Summary, Unknown
+from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
 TOP_LOSSES = 3
 """Losses the summary names."""
@@ -39,9 +39,18 @@ def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
     return sorted(found, key=lambda x: -x.lost_ns_total)[:n]
 
 
-def unknowns(cases: Sequence[Case], info: RunInfo) -> list[Unknown]:
+def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo] = ()) -> list[Unknown]:
     """What the analysis could not tell, each with how to learn it and how many cases it concerns."""
     out: list[Unknown] = []
+    named = any(d.name for d in devices) or any(c.device is not None and c.device.name for c in cases)
+    if cases and not named and info.device_override is None and not info.device_notes:
+        out.append(
+            Unknown(
+                what="the files name no GPU: no peaks, no waves",
+                how="name it with --device NAME (e.g. --device h100-sxm; tracekit explain --help lists the catalog)",
+                cases=len(cases),
+            )
+        )
     if info.partial:
         reason = f": {info.incomplete_reason}" if info.incomplete_reason else ""
         out.append(Unknown(what=f"the run is partial{reason}", how="re-capture; what was kept is analysed"))
@@ -98,15 +107,14 @@ def unknowns(cases: Sequence[Case], info: RunInfo) -> list[Unknown]:
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    hints: dict[str, int] = {}
-    said = {u.how for u in out}
-    for c in cases:
-        hint = c.verdict.capture_hint
-        if hint and c.verdict.kind not in ("explained", "no-loss") and not any(h in hint for h in said):
-            hints[hint] = hints.get(hint, 0) + 1
-    for hint, n in hints.items():
-        what, _, how = hint.partition(": ")
-        out.append(Unknown(what=f"{what} ({n} case(s))", how=how or hint, cases=n))
+    counted = {c.id for c in (*no_flops, *no_peak)}
+    hints: dict[tuple[str, str], int] = {}
+    for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
+        v = c.verdict
+        if v.capture_hint and v.kind not in ("explained", "no-loss") and c.id not in counted:
+            hints[(v.sentence, v.capture_hint)] = hints.get((v.sentence, v.capture_hint), 0) + 1
+    for (what, how), n in hints.items():
+        out.append(Unknown(what=f"{what} ({n} case(s))", how=how, cases=n))
     return out
 
 
@@ -121,7 +129,12 @@ def _breakdown_line(breakdown: dict[str, Any] | None) -> str | None:
 
 
 def summarize(
-    cases: Sequence[Case], info: RunInfo, *, gpu_ns: float | None, breakdown: dict[str, Any] | None
+    cases: Sequence[Case],
+    info: RunInfo,
+    *,
+    gpu_ns: float | None,
+    breakdown: dict[str, Any] | None,
+    devices: Sequence[DeviceInfo] = (),
 ) -> Summary:
     """The :class:`Summary` of a run's cases."""
     return Summary(
@@ -130,5 +143,5 @@ def summarize(
         case_ns_total=sum(c.timing.span_ns_total for c in cases),
         breakdown=_breakdown_line(breakdown),
         top_losses=top_losses(cases),
-        unknowns=unknowns(cases, info),
+        unknowns=unknowns(cases, info, devices),
     )

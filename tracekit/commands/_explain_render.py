@@ -217,7 +217,7 @@ def render_case(
     if v.remedy:
         verdict.append(f"\ntry: {safe(v.remedy)}")
     if v.capture_hint:
-        verdict.append(f"\nto learn more: {safe(v.capture_hint)}", style="yellow")
+        verdict.append(f"\nto learn it: {safe(v.capture_hint)}", style="yellow")
     parts.append(verdict)
     rules = [r for r in (case.ncu.rules if case.ncu else []) if r.title and r.rule][:4]
     if rules:

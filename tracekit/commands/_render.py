@@ -199,14 +199,17 @@ def _print_cut(console: Any, table: Any, total: int, shown: int, what: str, run:
 def device_line(d: dict[str, Any]) -> str:
     """A device as ``show`` prints it: only the fields known; where the files name no compute capability or SM
     count (an Nsight Systems export), the hint that sets them."""
-    parts = [f"device: {safe(d.get('name') or 'not named in the files')}"]
+    if not d.get("name"):
+        cc = f"compute capability {d['compute_capability']}, " if d.get("compute_capability") else ""
+        return f"device: {cc}GPU not named in the files (--device NAME names it, e.g. --device h100-sxm)"
+    parts = [f"device: {safe(d['name'])}"]
     if d.get("compute_capability"):
         parts.append(f"CC {d['compute_capability']}")
     if d.get("sm_count"):
         parts.append(f"{d['sm_count']} SMs")
     line = "  ".join(parts)
     if not (d.get("compute_capability") and d.get("sm_count")):
-        line += "  (not in the files: --device NAME names the GPU, e.g. --device h100-sxm)"
+        line += "  (SMs and compute capability not in the files: --device NAME sets them)"
     return line
 
 

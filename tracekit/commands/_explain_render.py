@@ -265,7 +265,7 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
             line = Text(f"  {i}. {ns_text(loss.lost_ns_total):>9}  ", style="red")
             i_case, case = order.get(loss.case_id, (None, None))
             where = case.label if case is not None else loss.case_name
-            line.append(f"{safe(factor)} in {safe(where)}" + (f" (#{i_case})" if i_case else ""))
+            line.append((f"(#{i_case}) " if i_case else "") + f"{safe(factor)} in {safe(where)}")
             console.print(line, no_wrap=True, overflow="ellipsis")
     if s.unknowns:
         console.print(Text("Unknown, and how to learn it:", style="bold"))

@@ -65,3 +65,19 @@ def test_analysis_json_round_trip_and_frame(samples_dir: Path) -> None:
     # no empty strings anywhere: None means unknown
     texts = [v for col in frame.iter_columns() if col.dtype == pl.String for v in col]
     assert texts and "" not in texts
+
+
+def test_the_documented_json_schema_is_current() -> None:
+    """docs/analysis.schema.json is the model's JSON Schema: a field added, renamed or retyped in the model
+    without the file written again (and docs/ANALYSIS.md read again) fails here."""
+    import json
+
+    from tracekit.analyzers.analysis.model import ANALYSIS_SCHEMA_VERSION, json_schema
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "analysis.schema.json"
+    assert json.loads(path.read_text()) == json.loads(json.dumps(json_schema())), (
+        'regenerate: python -c "import json; from tracekit.analyzers.analysis.model import json_schema; '
+        "open('docs/analysis.schema.json', 'w').write(json.dumps(json_schema(), indent=1, sort_keys=True) + '\\n')\""
+    )
+    doc = (path.parent / "ANALYSIS.md").read_text()
+    assert f"schema_version {ANALYSIS_SCHEMA_VERSION}" in doc

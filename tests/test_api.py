@@ -166,3 +166,17 @@ def _out(main, capsys: pytest.CaptureFixture[str], *args: str) -> str:  # type: 
     except SystemExit as exc:
         assert exc.code in (0, None)
     return capsys.readouterr().out
+
+
+def test_the_readme_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's Python example, as written, from the project root (it reads committed samples only)."""
+    import re
+
+    root = SAMPLES.parent
+    text = (root / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text[text.index("### Python") :], re.S)
+    assert code is not None
+    monkeypatch.chdir(root)
+    scope: dict = {}
+    exec(compile(code.group(1), "README.md", "exec"), scope)
+    assert scope["df"].height == len(scope["analysis"].cases) > 0

@@ -48,6 +48,7 @@ __all__ = [
     "Timing",
     "Unknown",
     "Verdict",
+    "json_schema",
 ]
 
 
@@ -480,3 +481,13 @@ class Analysis(_S):
         from .frame import cases_frame
 
         return cases_frame(self.cases)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Analysis` (docs/analysis.schema.json is this, written out and checked by the
+    tests), with the schema version it describes."""
+    schema = msgspec.json.schema(Analysis)
+    schema["$comment"] = (
+        f"tracekit Analysis JSON, schema_version {ANALYSIS_SCHEMA_VERSION} (docs/ANALYSIS.md)"
+    )
+    return schema

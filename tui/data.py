@@ -157,11 +157,48 @@ def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
     )
 
 
-def rank_analysis(data: RunData) -> Any:
-    """The cross-rank view of a run of two or more ranks (:class:`tracekit.analyzers.ranks.RankAnalysis`), None
-    for a single-process run."""
-    from tracekit.analyzers.ranks import analyze_ranks
+_RANK_COLUMNS = {
+    "gemm_spread": [
+        "gemm", "origin", "ranks", "min_ns", "median_ns", "max_ns", "spread_pct", "fastest_rank", "slowest_rank",
+        "why",
+    ],
+    "steps": [
+        "rank", "step", "name", "start_ns", "end_ns", "duration_ns", "kernels", "gemm_ns", "comm_ns", "other_ns",
+        "compute_ns",
+    ],
+}  # fmt: skip
 
+
+def _rows_frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
+    if rows:
+        return pl.DataFrame(rows, infer_schema_length=None)
+    return pl.DataFrame({c: [] for c in columns})
+
+
+def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
+    """The cross-rank view of a run of two or more ranks (:class:`tracekit.analyzers.ranks.RankAnalysis`), None
+    for a single-process run. With the run's Analysis, its ``ranks`` as that view's frames (what show, report and
+    explain --json hold); without, computed from the frames."""
+    from tracekit.analyzers.ranks import RankAnalysis, analyze_ranks
+    from tracekit.analyzers.ranks.gemms import _GEMM_SCHEMA
+
+    if analysis is not None:
+        r = analysis.ranks
+        if r is None:
+            return None
+        import msgspec
+
+        gemms = pl.DataFrame(r.gemms, schema=_GEMM_SCHEMA) if r.gemms else pl.DataFrame(schema=_GEMM_SCHEMA)
+        return RankAnalysis(
+            ranks=pl.DataFrame([msgspec.to_builtins(x) for x in r.ranks], infer_schema_length=None),
+            gemms=gemms,
+            gemm_spread=_rows_frame(r.gemm_spread, _RANK_COLUMNS["gemm_spread"]),
+            steps=_rows_frame(r.steps, _RANK_COLUMNS["steps"]),
+            collectives=pl.DataFrame(),
+            straggler=r.straggler,
+            reasons=list(r.reasons),
+            notes=list(r.notes),
+        )
     cal, _ = _calibration(data)
     return analyze_ranks(data.frames, environment=data.manifest.get("environment"), calibration=cal)
 

@@ -314,7 +314,7 @@ class OverviewScreen(FrameScreen):
         if self._ready():
             from tracekit.tui.screens.ranks import RanksScreen
 
-            self.app.push_screen(RanksScreen(self.data))  # type: ignore[arg-type]
+            self.app.push_screen(RanksScreen(self.data, self.analysis))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

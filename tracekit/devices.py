@@ -3,9 +3,9 @@
 ``tracekit/data/devices.json`` holds, per GPU, the SM (or CU) count, clocks, memory size and bandwidth, L2, the dense
 peaks per input class (fp4, fp6, fp8, int8, bf16/fp16, tf32, fp32, fp64) and, per architecture, the per-SM limits
 (shared memory per SM and per block, registers, warps, blocks) and notes. Each entry names its sources; ``derived``
-lists the figures computed rather than printed there and ``unverified`` those whose primary source was not checked.
-docs/DEVICES.md is generated from it (``tracekit devices --markdown``). A user file (``TRACEKIT_DEVICES`` or
-``~/.config/tracekit/devices.json``, same layout) overrides or extends it, field by field.
+lists the figures computed rather than printed there and ``unverified`` those no vendor document was found for (or
+whose sources disagree). docs/DEVICES.md is generated from it (``tracekit devices --markdown``). A user file
+(``TRACEKIT_DEVICES`` or ``~/.config/tracekit/devices.json``, same layout) overrides or extends it, field by field.
 
 Why ``peak_clock_hz`` is separate from ``boost_clock_hz``: NVIDIA quotes Hopper's tensor peaks at 1830 MHz (SXM)
 although the part boosts to 1980 MHz, so the clock factor of the waterfall must compare against the clock the
@@ -85,7 +85,7 @@ class DeviceSpec:
     ``provenance`` is ``catalog`` (datasheet entry), ``user`` (from a user file) or ``unknown`` (a GPU the catalog
     does not know: no peaks; ``candidates`` are the catalog keys it may be, ``reason`` why none was taken).
     ``derived`` names the fields (``peaks_tflops`` or ``peaks_tflops.bf16``) computed rather than printed in the
-    source, ``unverified`` those whose primary source was not checked.
+    source, ``unverified`` those no vendor document was found for (or whose sources disagree).
     """
 
     key: str

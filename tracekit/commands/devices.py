@@ -63,7 +63,7 @@ def catalog_markdown() -> str:
         "highest FP32 rate (CUDA cores on NVIDIA, matrix FP32 on AMD), fp64 the highest FP64 rate (tensor or matrix",
         "cores where the part has them). Marks: `ᵈ` derived (computed from the source's other figures, or SM count x",
         "clock x the architecture's per-SM rate: see the entry's sources), `½` half the architecture's per-SM rate",
-        "(GeForce FP32 accumulate), `?` not checked against a primary source. AMD counts are compute units (CUs);",
+        "(GeForce FP32 accumulate), `?` no vendor document found (or sources disagree). AMD counts are compute units (CUs);",
         "MI250 / MI250X entries are one GCD, the device software sees. Names are matched as the tools spell them",
         "(`tracekit devices NAME` shows what a name resolves to); a GPU the catalog does not know gets no peak.",
         "",
@@ -110,7 +110,7 @@ def catalog_markdown() -> str:
         if dev.derived:
             out.append("- derived: " + ", ".join(dev.derived))
         if dev.unverified:
-            out.append("- not checked against a primary source: " + ", ".join(dev.unverified))
+            out.append("- no vendor document found, or sources disagree: " + ", ".join(dev.unverified))
         for cls, why in dev.rate_exceptions.items():
             out.append(f"- {cls} is not the architecture's per-SM rate: {why}")
         out.append("")

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.devices import DeviceSpec
+from tracekit.devices import DeviceSpec, peak_note
 
 from .gemm import GemmCase, build_cases, gemm_frame
 from .rules import Factor
@@ -167,10 +167,7 @@ def explain_case(case: GemmCase) -> Waterfall:
     f_aux, f_gaps = aux(case), gaps(case)
     if peak is None or kernel_rate is None:
         if peak is None:
-            dev = case.device.name if case.device else (case.device_name or "unknown GPU")
-            wf.notes.append(
-                f"no {case.dtype_class or 'tensor'} peak known for {dev}: only relative factors shown"
-            )
+            wf.notes.append(peak_note(case.device, case.device_name, case.dtype_class))
         if kernel_rate is None:
             wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
         occupancy_note = _occupancy_note(case)

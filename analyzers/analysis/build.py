@@ -103,7 +103,7 @@ def _devices(frames: dict[str, pl.DataFrame], run: Run | None, device: DeviceSpe
     out = []
     for d in devices(frames, run):
         spec = match_device(d["name"]) if d.get("name") else None
-        known = spec is not None and spec.provenance not in ("derived", "unknown")
+        known = spec is not None and spec.provenance != "unknown"
         out.append(
             DeviceInfo(
                 key=spec.key if known else None,  # type: ignore[union-attr]
@@ -184,7 +184,7 @@ def device_notes(
 
     def catalog_key(name: str) -> str | None:
         dev = match_device(name)
-        return dev.key if dev is not None and dev.provenance not in ("derived", "unknown") else None
+        return dev.key if dev is not None and dev.provenance != "unknown" else None
 
     named = _named_gpus(frames, environment)
     if device is not None:

@@ -12,7 +12,7 @@ from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 TOP_LOSSES = 3
 """Losses the summary names."""
 
-NCU_HOW = "profile with `tracekit capture --ncu` (`--ranges REGEX` for your own ranges)"
+NCU_HOW = "`tracekit capture --ncu` (`--ranges REGEX`: your own ranges)"
 
 
 def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
@@ -62,7 +62,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
         out.append(
             Unknown(
                 what=f"{len(no_flops)} case(s) without shape or FLOP count have no TFLOP/s",
-                how=f"{NCU_HOW}: its counters count the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
+                how=f"{NCU_HOW} counts the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
                 cases=len(no_flops),
             )
         )
@@ -85,7 +85,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
         out.append(
             Unknown(
                 what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides in in-kernel",
-                how=f"{NCU_HOW}: it records the clock each kernel ran at",
+                how=f"{NCU_HOW} records the clock each kernel ran at",
                 cases=len(no_clock),
             )
         )

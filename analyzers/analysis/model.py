@@ -190,7 +190,7 @@ class NcuEvidence(_S):
 
 class DeviceInfo(_S):
     """A GPU: catalog key and name, compute capability, SMs, and where its numbers came from (``source``:
-    catalog | derived | unknown | user | --device)."""
+    catalog | unknown | user | --device)."""
 
     key: str | None = None
     name: str | None = None

@@ -28,7 +28,11 @@ def device_from_frames(
         if row:
             r = row[0]
             return match_device(
-                r["name"], r["compute_capability"], r["sm_count"], clock_hz=r["boost_clock_hz"]
+                r["name"],
+                r["compute_capability"],
+                r["sm_count"],
+                clock_hz=r["boost_clock_hz"],
+                memory_bytes=r.get("memory_bytes"),
             )
     gpu = gpu_of(environment)
     if gpu.name:

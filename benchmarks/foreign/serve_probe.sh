@@ -13,6 +13,12 @@ W=/tmp/serve; mkdir -p "$W" "$OUT"
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs
 export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/.whl/*.whl
+# .whl-before/: an older tracekit wheel, for the `before` phase (the capture as it was), installed apart
+BEFORE_PATH=/tmp/site
+if ls "$R"/.whl-before/tracekit-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site-before "$R"/.whl-before/tracekit-*.whl
+  BEFORE_PATH=/tmp/site-before:/tmp/site
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv,noheader
 S=$R/benchmarks/foreign/serve_step.py
 L=$R/benchmarks/foreign/layer_loop.py
@@ -32,7 +38,7 @@ for phase in ${PHASES:-plain nsys loop torch before plc}; do
     before)
       # tracekit's ncu pass as it is: every launch inside the user's ranges; cut at ${BEFORE_S:-60} s by SIGTERM,
       # as a batch scheduler's time limit would
-      timeout -s TERM "${BEFORE_S:-60}" python3 -m tracekit capture --ncu --ranges serve --no-import -o "$W/before" \
+      PYTHONPATH=$BEFORE_PATH timeout -s TERM "${BEFORE_S:-60}" python3 -m tracekit capture --ncu --ranges serve --no-import -o "$W/before" \
         -- python3 "$S" > "$W/before.out" 2>&1
       echo "rc=$? wall $(secs "$t") s; kernels profiled so far: $(profiled before)"
       echo "left running 3 s after tracekit ended:"; sleep 3; orphans

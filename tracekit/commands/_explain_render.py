@@ -127,29 +127,34 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
 
     t = case.timing
     lines: list[tuple[str, str]] = []
+    plain_flops = case.flops.source == "shape" and case.rate.source in ("shape", "none")
     what = _join(
         [
             safe(case.device.name) if case.device and case.device.name else None,
             case.shape_text,
             case.rate.dtype_class,
+            f"{case.flops.per_call / 1e9:,.3g} GFLOP per call"
+            if case.flops.per_call and plain_flops
+            else None,
         ]
     )
     if what:
         lines.append((what, ""))
     if t.calls:
-        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}% of GPU time)" if gpu_ns else ""
+        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}% of all)" if gpu_ns else ""
+        unit, scale = ("ms", 1e6) if (t.span_ns.median or 0) >= 1e6 else ("µs", 1e3)
         per = _join(
             [
-                f"GEMM {ns_text(t.gemm_ns.median)}",
-                f"aux {ns_text(t.aux_ns.median)}" if t.aux_ns.median else None,
-                f"gap {ns_text(t.gap_ns.median)}" if t.gap_ns.median else None,
+                f"GEMM {t.gemm_ns.median / scale:,.1f}" if t.gemm_ns.median is not None else None,
+                f"aux {t.aux_ns.median / scale:,.1f}" if t.aux_ns.median else None,
+                f"gap {t.gap_ns.median / scale:,.1f}" if t.gap_ns.median else None,
             ],
             " + ",
         )
+        call = f"per call {ns_text(t.span_ns.median)}" + (f": {per} {unit}" if "+" in per else "")
         lines.append(
             (
-                f"GPU time {ns_text(t.span_ns_total)} over {t.calls:,} call{'s' if t.calls != 1 else ''}{share}; "
-                f"per call {ns_text(t.span_ns.median)} = {per}",
+                f"GPU time {ns_text(t.span_ns_total)}{share}, {t.calls:,} call{'s' if t.calls != 1 else ''}; {call}",
                 "",
             )
         )
@@ -172,7 +177,7 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         rates.append(peak)
     if rates:
         lines.append((" · ".join(rates), "bold"))
-    if case.flops.per_call:
+    if case.flops.per_call and not plain_flops:
         origin = f"{case.flops.per_call / 1e9:,.3g} GFLOP per call from {case.flops.source}"
         dtype = f"{case.rate.dtype_class} from {case.rate.source}" if case.rate.dtype_class else None
         lines.append((_join([origin, dtype], "; "), "dim"))
@@ -306,8 +311,14 @@ def render_analysis(
     render_summary(console, analysis, len(shown), len(cases), what)
     if analysis.run.calibration:
         console.print(Text(f"calibration: {analysis.run.calibration}", style="dim"))
-    common = frozenset(set.intersection(*(set(c.notes) for c in shown))) if len(shown) > 1 else frozenset()
-    for note in sorted(common):  # said once, not in every card
-        console.print(Text(f"note (every case below): {safe(note)}", style="yellow"))
+    where: dict[str, list[int]] = {}
+    for i, case in enumerate(shown, 1):
+        for note in dict.fromkeys(case.notes):
+            where.setdefault(note, []).append(i)
+    common = frozenset(n for n, nums in where.items() if len(nums) > 1)
+    for note in sorted(common, key=lambda n: where[n][0]):  # said once above the cards, not in each
+        nums = where[note]
+        whom = "every case below" if len(nums) == len(shown) else "cases " + ", ".join(f"#{n}" for n in nums)
+        console.print(Text(f"note ({whom}): {safe(note)}", style="yellow"))
     for i, case in enumerate(shown, 1):
         render_case(console, case, i, analysis.summary.gpu_ns_total, common)

@@ -11,9 +11,10 @@ import click
 from tracekit.commands._options import top_count, top_options
 
 DEVICE_HELP = (
-    "The GPU the run was captured on, by catalog key or alias (case-insensitive): rtx-pro-6000, rtx-5090, b200, "
-    "h200, ... Sets the peaks where the files name no GPU (Nsight Compute CSV exports give only the compute "
-    "capability); where they name another GPU, this one is used and the output says so."
+    "The GPU the run was captured on, by catalog key or alias (case-insensitive): rtx-pro-6000, rtx-4060-ti, "
+    "h100-nvl, mi300x, ...; `tracekit devices` lists them. Sets the peaks where the files name no GPU (Nsight "
+    "Compute CSV exports give only the compute capability) or one the catalog does not know; where they name "
+    "another GPU, this one is used and the output says so."
 )
 
 
@@ -102,7 +103,8 @@ def explain(
             every case unless --top is given; --gemm keeps the cases it selects (the summary stays the run's).
 
     A run whose files name only the compute capability (Nsight Compute CSV exports) gets a line naming the
-    catalog GPUs it may be; --device NAME picks one and sets the peaks.
+    catalog GPUs it may be; --device NAME picks one and sets the peaks. A GPU the catalog does not know gets no
+    peak, and its GEMMs the note "peak unknown: give --device NAME" (`tracekit devices` lists the names).
 
     \b
     Examples:

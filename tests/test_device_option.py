@@ -100,12 +100,15 @@ def test_csv_run_without_device_names_the_candidates(rtx_run: Path) -> None:
     proc = _tracekit("explain", rtx_run, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["gemms"] and all(g["peak_tflops"] is None for g in data["gemms"])
+    assert data["cases"] and all(c["peak"] is None for c in data["cases"])
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("sm_12.0:")]
     assert (
         len(lines) == 1 and "rtx-pro-6000" in lines[0] and "rtx-5090" in lines[0] and "--device" in lines[0]
     )
-    assert data["device_notes"] == lines
+    assert data["run"]["device_notes"] == lines
+    assert any(
+        "--device" in u["how"] for u in data["summary"]["unknowns"]
+    )  # the summary says how to learn it
     text = _tracekit("explain", rtx_run)
     assert text.returncode == 0 and lines[0] in text.stderr and lines[0] not in text.stdout
 
@@ -115,17 +118,20 @@ def test_csv_run_with_device_gets_peaks(rtx_run: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     want = lookup_device("rtx-pro-6000")
-    assert data["device"] == {"key": "rtx-pro-6000", "name": want.name, "source": "--device"}
-    assert data["gemms"]
-    for g in data["gemms"]:
-        assert g["device_key"] == "rtx-pro-6000" and g["device"] == want.name
-        assert g["peak_tflops"] == pytest.approx(want.peak_tflops(g["dtype_class"] or "bf16"))
-        assert g["peak_tflops"] is not None
+    assert [(d["key"], d["name"], d["source"]) for d in data["devices"]] == [
+        ("rtx-pro-6000", want.name, "--device")
+    ]
+    assert data["run"]["device_override"] == "rtx-pro-6000"
+    assert data["cases"]
+    for c in data["cases"]:
+        assert c["device"]["key"] == "rtx-pro-6000" and c["device"]["name"] == want.name
+        assert c["peak"] is not None
+        assert c["peak"]["tflops"] == pytest.approx(want.peak_tflops(c["rate"]["dtype_class"] or "bf16"))
     assert "sm_12.0:" not in proc.stderr
     # the same through report
     rep = _tracekit("report", rtx_run, "--device", "rtx-5090", "--format", "json")
     assert rep.returncode == 0, rep.stderr
-    peaks = {g["peak_tflops"] for g in json.loads(rep.stdout)["gemms"]}
+    peaks = {c["peak"]["tflops"] for c in json.loads(rep.stdout)["cases"]}
     assert peaks == {lookup_device("rtx-5090").peak_tflops("bf16")}
 
 
@@ -143,11 +149,11 @@ def test_device_wins_over_the_named_gpu(shared_data: Path, tmp_path: Path) -> No
     run = tmp_path / "probe"
     assert _tracekit("import", shared_data / "h200-probe" / "probe.sqlite", "-o", run).returncode == 0
     plain = json.loads(_tracekit("explain", run, "--json").stdout)
-    assert {g["device_key"] for g in plain["gemms"]} == {"h200"}
+    assert {c["device"]["key"] for c in plain["cases"]} == {"h200"}
     proc = _tracekit("explain", run, "--device", "h100-sxm", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert {g["device_key"] for g in data["gemms"]} == {"h100-sxm"}
+    assert {c["device"]["key"] for c in data["cases"]} == {"h100-sxm"}
     assert "the run names NVIDIA H200; using NVIDIA H100 SXM as asked" in proc.stderr
     same = _tracekit("explain", run, "--device", "h200", "--json")
     assert same.returncode == 0 and "as asked" not in same.stderr
@@ -165,10 +171,10 @@ def test_view_analysis_takes_the_device(rtx_run: Path) -> None:
     from tracekit.tui.data import Prefetch
 
     plain = Prefetch(rtx_run).analysis.result(timeout=300)
-    assert plain.gemms.height and plain.gemms["peak_tflops"].null_count() == plain.gemms.height
+    assert plain.cases and all(c.peak is None for c in plain.cases)
     chosen = Prefetch(rtx_run, lookup_device("rtx-pro-6000")).analysis.result(timeout=300)
-    assert chosen.gemms["device_key"].unique().to_list() == ["rtx-pro-6000"]
-    assert chosen.gemms["peak_tflops"].null_count() == 0
+    assert {c.device.key for c in chosen.cases} == {"rtx-pro-6000"}
+    assert all(c.peak is not None for c in chosen.cases)
 
 
 def test_two_exports_of_one_report_count_each_launch_once(rtx_run: Path) -> None:
@@ -252,12 +258,12 @@ def test_an_amd_trace_gets_peak_unknown_then_the_peak_it_is_given(shared_data: P
     src = shared_data / "thirdparty" / "hta" / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     assert _tracekit("import", src, "-o", run).returncode == 0
     plain = json.loads(_tracekit("explain", run, "--json").stdout)
-    assert plain["gemms"]
-    for g in plain["gemms"]:
-        assert g["peak_tflops"] is None
+    assert plain["cases"]
+    for c in plain["cases"]:
+        assert c["peak"] is None
         assert any(
-            n.startswith("peak unknown: give --device NAME") and "mi210, mi250" in n for n in g["notes"]
+            n.startswith("peak unknown: give --device NAME") and "mi210, mi250" in n for n in c["notes"]
         )
     given = json.loads(_tracekit("explain", run, "--device", "mi250", "--json").stdout)
-    assert {g["device_key"] for g in given["gemms"]} == {"mi250"}
-    assert {g["peak_tflops"] for g in given["gemms"]} == {lookup_device("mi250").peak_tflops("fp32")}
+    assert {c["device"]["key"] for c in given["cases"]} == {"mi250"}
+    assert {c["peak"]["tflops"] for c in given["cases"]} == {lookup_device("mi250").peak_tflops("fp32")}

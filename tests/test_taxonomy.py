@@ -251,3 +251,11 @@ def test_counter_probe_dtypes_match_the_name_table() -> None:
             assert counted is None or counted.simt, name  # no tensor math
     assert len(gemms) == 16
     assert sorted(set(gemms.values())) == ["bf16", "fp32", "fp8", "tf32"]
+
+
+def test_docs_name_every_family_class_and_decoder() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "KERNELS.md").read_text()
+    table = load_table()
+    assert all(f"`{f.family}`" in doc for f in table.families)
+    assert all(f"`{c}`" in doc for c in CLASSES)
+    assert all(f"| `{d}` |" in doc for d in ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "types"))

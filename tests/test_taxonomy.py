@@ -115,6 +115,12 @@ def test_the_name_split_keeps_namespaces_and_drops_return_types_templates_and_pa
             "fp8",
         ),
         (
+            "void dot_kernel<float, 128, 0, cublasDotParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>, "
+            "cublasGemvTensorStridedBatched<float> > >(cublasDotParams<cublasGemvTensorStridedBatched<float> >)",
+            "gemm",
+            "bf16",
+        ),
+        (
             "void deep_gemm::sm100_fp8_fp4_gemm_1d1d_impl<(cute::UMMA::Major)0, (cute::UMMA::Major)0, 128u>(int)",
             "gemm",
             "fp8",
@@ -258,4 +264,6 @@ def test_docs_name_every_family_class_and_decoder() -> None:
     table = load_table()
     assert all(f"`{f.family}`" in doc for f in table.families)
     assert all(f"`{c}`" in doc for c in CLASSES)
-    assert all(f"| `{d}` |" in doc for d in ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "types"))
+    assert all(
+        f"| `{d}` |" in doc for d in ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "cublas", "types")
+    )

@@ -29,6 +29,7 @@ from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
 from .base import Extract, reporting_progress
 from .join import assign_ranges, nest_ranges
 from .ranks import label_extract, run_ranks
+from .taxonomy.frames import classify_frames, classify_on_load
 
 # Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
@@ -464,6 +465,7 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     ranges = parse_range_names(nest_ranges(frames["ranges"]))
     frames["ranges"] = ranges
     frames["kernels"] = assign_ranges(frames["kernels"], ranges)
+    frames = classify_frames(frames)  # every kernel's class (docs/KERNELS.md)
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 
 
@@ -673,7 +675,10 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
         run._memory_frames = memory  # type: ignore[attr-defined]
     if memory is not None:
         return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
-    return {name: run.read_frame(name) for name in wanted}  # type: ignore[misc]
+    frames = {name: run.read_frame(name) for name in wanted}
+    if run.frames_migratable():  # an earlier schema: the kernel classes are computed on load, in memory
+        frames = classify_on_load(frames, run.read_frame)  # type: ignore[arg-type]
+    return frames  # type: ignore[return-value]
 
 
 def frames_copy(run: Run, folder: Path) -> Run:

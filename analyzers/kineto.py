@@ -34,6 +34,8 @@ kernels column                         Kineto source
                                        not in the file. On AMD it is the group segment size.
 ``short_name``                         the function name: return type, template arguments, parameters and
                                        namespaces dropped
+``launch_op``                          name of the innermost ``cpu_op`` (``Operator``) event open on the launching
+                                       thread at the launch call (``aten::silu``); null without one
 =====================================  ==========================================================================
 
 Ranges: ``user_annotation`` events (``record_function``, including ``ProfilerStep#N``; in 2021-era traces the

@@ -2,7 +2,8 @@
 
 What needs the whole file is done here, on columns: each kernel's launch (the launch event with the same
 ``correlation``; a runtime call wins over a driver call, the first of equals wins; an id launched from two
-processes links nothing and is said), the trace's only CPU process (for kernels without a launch), each GPU
+processes links nothing and is said), the op that launched it (the innermost ``cpu_op`` on the launching thread),
+the trace's only CPU process (for kernels without a launch), each GPU
 annotation's process (the CPU annotation with the same ``External id``), the base time, kernel ids and order.
 """
 
@@ -15,6 +16,7 @@ import polars as pl
 from tracekit.analyzers.base import fit_rows
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
+from .join import assign_innermost
 from .kineto_part import Part, as_int
 
 
@@ -61,8 +63,11 @@ def build(
     cpu = _concat([p.cpu for p in parts] + [p.steps for p in parts])
     gpu = _concat([p.gpu for p in parts])
     ops = _concat([p.ops for p in parts])
+    cpu_ops = _concat([p.cpu_ops for p in parts])
     parts.clear()
     chosen, ambiguous = _launch_of_each_id(launches)
+    chosen = _with_launch_op(chosen, cpu_ops)
+    del cpu_ops
     if ambiguous:
         warnings.append(
             f"{ambiguous} correlation ids belong to launches in more than one process; "
@@ -97,6 +102,33 @@ def _launch_of_each_id(launches: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return chosen, many.len()
 
 
+def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame) -> pl.DataFrame:
+    """``chosen`` launches with ``l_op``: the innermost ``cpu_op`` open on the launching thread at the launch
+    call (the nesting join of analyzers/join.py on (pid, tid)); null where none is open."""
+    op = pl.lit(None, pl.String).alias("l_op")
+    timed = cpu_ops.filter(pl.col("start_rel").is_not_null() & pl.col("dur").is_not_null())
+    points = chosen.filter(pl.col("l_ts").is_not_null())
+    if timed.height == 0 or points.height == 0:
+        return chosen.with_columns(op)
+    ranges = timed.select(
+        "pid",
+        "tid",
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("range_id"),
+        pl.col("start_rel").alias("start_ns"),
+        (pl.col("start_rel") + pl.col("dur")).alias("end_ns"),
+    )
+    chosen = chosen.with_row_index("__pt")
+    pts = chosen.filter(pl.col("l_ts").is_not_null()).select(
+        pl.col("__pt").cast(pl.Int64).alias("point_id"),
+        pl.col("l_pid").alias("pid"),
+        pl.col("l_tid").alias("tid"),
+        pl.col("l_ts").alias("t"),
+    )
+    at, rid = assign_innermost(ranges, ["pid", "tid"], pts)
+    found = pl.DataFrame({"__pt": at.cast(pl.UInt32), "l_op": timed["name"].gather(rid)})
+    return chosen.join(found, on="__pt", how="left", maintain_order="left").drop("__pt")
+
+
 def _kernels(
     k: pl.DataFrame, chosen: pl.DataFrame, base_ns: int, single_pid: int | None, source: str, rank: int | None
 ) -> pl.DataFrame:
@@ -126,6 +158,7 @@ def _kernels(
         "smem_bytes",
         pl.col("l_tid").alias("launch_tid"),
         (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+        pl.col("l_op").alias("launch_op"),
     )
     df = (
         df.with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))

@@ -110,6 +110,9 @@ class Part:
     """``ProfilerStep#N`` operators of older traces (after ``cpu`` in the ranges, as the reader always had it)."""
     gpu: pl.DataFrame
     ops: pl.DataFrame
+    cpu_ops: pl.DataFrame
+    """Every ``cpu_op`` (2021-era: ``Operator``) event: name, pid, tid, start and duration, to find the op that
+    launched each kernel (``kineto_frames``)."""
 
 
 def make_part(events: list[_Event]) -> Part:
@@ -126,11 +129,14 @@ def make_part(events: list[_Event]) -> Part:
         e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name.startswith("ProfilerStep#")
     ]
     ops = [e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name in GEMM_OPS]
+    cpu_ops = [
+        e for e in other if e.ph == "X" and isinstance(e.name, str) and not e.name.startswith("ProfilerStep#")
+    ]
     cpu = [e for e in cpu if e.ph == "X"]
     gpu = [e for e in gpu if e.ph == "X"]
     launches, launch = _launches(launch)
     # every time of the part in one conversion (its fixed cost, ~1 ms, is paid once per chunk, not per column)
-    kinds = (kernels, launch, cpu, steps, gpu, ops)
+    kinds = (kernels, launch, cpu, steps, gpu, ops, cpu_ops)
     raw = [e.ts for k in kinds for e in k] + [e.dur for k in kinds for e in k]
     ns = times_ns(raw)
     n = len(raw) // 2
@@ -141,6 +147,7 @@ def make_part(events: list[_Event]) -> Part:
         _cpu_ranges(steps),
         _gpu_ranges(gpu),
         _op_ranges(ops),
+        _cpu_ops(cpu_ops),
     )
     timed = []
     at = 0
@@ -218,6 +225,16 @@ def _cpu_ranges(events: list[_Event]) -> pl.DataFrame:
             "pid": int_series([as_int(e.pid) for e in events]),
             "tid": int_series([as_int(e.tid) for e in events]),
             "ext": int_series([a.external_id for a in args]),
+        }
+    )
+
+
+def _cpu_ops(events: list[_Event]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name for e in events], dtype=pl.String),
+            "pid": int_series([as_int(e.pid) for e in events]),
+            "tid": int_series([as_int(e.tid) for e in events]),
         }
     )
 

@@ -386,17 +386,21 @@ class Run:
             return empty.lazy() if lazy else empty
         path = self.frame_path(name) if layout == "file" else self.frame_dir(name)
         try:
+            migratable = self.frames_migratable()
             if layout == "file":
                 scan = pl.scan_parquet(path)
             else:
                 key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
                 scan = pl.scan_parquet(
                     path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
-                ).select(spec.schema.names())
-            if self.frames_migratable() and spec.declared.nested():
+                )
+                have = set(scan.collect_schema().names()) if migratable else None
+                scan = scan.select([c for c in spec.schema.names() if have is None or c in have])
+            if migratable:
                 from tracekit.frames import migrate
 
-                migrated = migrate(name, scan.collect())  # JSON text of an earlier version, decoded in memory
+                # JSON text of an earlier version decoded, columns added since as nulls: in memory only
+                migrated = spec.conform(migrate(name, scan.collect()))
                 return migrated.lazy() if lazy else migrated
             return scan if lazy else scan.collect()
         except Exception as exc:  # polars raises several types for corrupt parquet

@@ -141,6 +141,26 @@ KERNELS = FrameSchema(
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
+        Column(
+            "launch_op",
+            STR,
+            "CPU op that launched the kernel: Kineto's innermost cpu_op on the launching thread, or an emit_nvtx "
+            "op range (aten::silu); null where unknown",
+        ),
+        Column(
+            "kernel_class",
+            STR,
+            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
+            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+        ),
+        Column(
+            "kernel_family",
+            STR,
+            "library family of tracekit/data/kernel_classes.json that matched, null if none",
+        ),
+        Column(
+            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
+        ),
     ),
 )
 
@@ -253,6 +273,20 @@ NCU = FrameSchema(
         Column("tensor_pipe_metric", STR, "which metric gave tensor_pipe_pct"),
         Column("issue_active_pct", F64, "issue slots busy, %"),
         Column("clock_control", STR, "ncu clock control the report was taken with, if known"),
+        Column(
+            "kernel_class",
+            STR,
+            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
+            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+        ),
+        Column(
+            "kernel_family",
+            STR,
+            "library family of tracekit/data/kernel_classes.json that matched, null if none",
+        ),
+        Column(
+            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
+        ),
     ),
 )
 

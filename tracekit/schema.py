@@ -164,6 +164,37 @@ KERNELS = FrameSchema(
     ),
 )
 
+MEMOPS = FrameSchema(
+    "memops",
+    "One row per memcpy / memset on a timeline (Kineto gpu_memcpy / gpu_memset, Nsight Systems "
+    "CUPTI_ACTIVITY_KIND_MEMCPY / MEMSET): GPU time that is no kernel, counted by the step breakdown.",
+    (
+        Column("memop_id", I64, "unique id of the operation within the run"),
+        Column("source", STR, "raw file the row came from (path relative to raw/)"),
+        Column("rank", I32, "distributed rank, null for single-process runs"),
+        Column("pid", I64, "id of the process that issued it"),
+        Column("device", I32, "CUDA device ordinal"),
+        Column("context", I64, "CUDA context id, null where unknown"),
+        Column("stream", I64, "CUDA stream id"),
+        Column("correlation_id", I64, "API call correlation id (unique per process, not per run)"),
+        Column("kind", STR, "memcpy | memset"),
+        Column(
+            "name",
+            STR,
+            "the tool's label: Kineto's event name ('Memcpy HtoD (Pageable -> Device)', 'Memset (Device)'), "
+            "Nsight Systems' '[CUDA memcpy Host-to-Device]' / '[CUDA memset]'",
+        ),
+        Column("copy_kind", STR, "direction of a memcpy: HtoD, DtoH, DtoD, HtoH, PtoP, ...; null for memset"),
+        Column("bytes", I64, "bytes copied or set"),
+        Column("start_ns", I64, "start, ns"),
+        Column("end_ns", I64, "end, ns"),
+        Column("duration_ns", I64, "end - start, ns"),
+        Column("launch_tid", I64, "thread that made the API call, from the runtime API record"),
+        Column("launch_start_ns", I64, "start of the API call on the CPU, ns"),
+        Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
+    ),
+)
+
 RANGES = FrameSchema(
     "ranges",
     "NVTX ranges and PyTorch record_function annotations; GEMM fields parsed from tracekit range names.",
@@ -670,7 +701,7 @@ MOE_WHATIF = FrameSchema(
 SCHEMAS: dict[str, FrameSchema] = {
     s.name: s
     for s in (
-        KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS,
+        KERNELS, MEMOPS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS,
         MOE, MOE_CURVE, MOE_ROUTING, MOE_LAUNCHES, MOE_EXPERTS, MOE_WHATIF,
     )
 }  # fmt: skip

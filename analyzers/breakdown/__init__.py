@@ -25,6 +25,7 @@ Definitions (all on one device: a (rank, device) pair; times in ns):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import polars as pl
 
@@ -38,12 +39,14 @@ __all__ = [
     "CLASS_ORDER",
     "COMPUTE_EXCLUDED",
     "IDLE",
+    "RANGE_LIMIT",
     "Breakdown",
     "ClassShare",
     "Slice",
     "activity",
     "breakdown",
     "fold_range_name",
+    "memops_recorded",
 ]
 
 CLASS_ORDER: tuple[str, ...] = (
@@ -263,12 +266,20 @@ def _range_slices(
     return _slices(groups, per_class, keys, order), totals.height
 
 
+def memops_recorded(manifest: dict[str, Any] | None) -> bool:
+    """Whether a run's frames hold its memcpy / memset rows: False for a run imported before the memops frame
+    existed (its manifest's ``frames.rows`` does not name it), whose frames are migrated on read without them."""
+    rows = ((manifest or {}).get("frames") or {}).get("rows")
+    return not isinstance(rows, dict) or "memops" in rows
+
+
 def breakdown(
     frames: dict[str, pl.DataFrame],
     *,
     order: Sequence[str] = CLASS_ORDER,
     range_limit: int | None = RANGE_LIMIT,
     with_ranges: bool = True,
+    memops: bool = True,
 ) -> Breakdown:
     """GPU time by class, idle and communication overlap per device, and per range name for the ``range_limit``
     names with the longest GPU windows (None: all). ``frames`` needs ``kernels`` (classified here when it has no
@@ -279,6 +290,11 @@ def breakdown(
         frames = classify_frames(frames)
     rows = activity(frames)
     out = Breakdown(order=tuple(order))
+    if not memops:
+        out.notes.append(
+            "this run was imported before tracekit kept memcpy / memset: their time counts as idle here; "
+            "`tracekit import --rebuild RUN` reads them"
+        )
     if rows.height == 0:
         return out
     out.devices = _device_slices(rows, order)

@@ -24,6 +24,10 @@ class ClassShare:
     kernels: int
     union_ns: int
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClassShare:
+        return cls(str(d["class"]), int(d["time_ns"]), float(d["pct"]), int(d["kernels"]), int(d["union_ns"]))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "class": self.cls,
@@ -67,6 +71,25 @@ class Slice:
         """``value_ns`` as a percentage of the span (0 for an empty span)."""
         return 100.0 * value_ns / self.span_ns if self.span_ns else 0.0
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Slice:
+        """The slice :meth:`to_dict` wrote (the views render a report's or ``show --json``'s JSON)."""
+        return cls(
+            rank=d.get("rank"),
+            device=d.get("device"),
+            span_ns=int(d["span_ns"]),
+            busy_ns=int(d["busy_ns"]),
+            idle_ns=int(d["idle_ns"]),
+            compute_ns=int(d["compute_ns"]),
+            communication_ns=int(d["communication_ns"]),
+            overlap_ns=int(d["overlap_ns"]),
+            overlap_pct=d.get("overlap_pct"),
+            kernels=int(d["kernels"]),
+            classes=tuple(ClassShare.from_dict(c) for c in d["classes"]),
+            range=d.get("range"),
+            instances=d.get("instances"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.range is not None:
@@ -106,6 +129,17 @@ class Breakdown:
     @property
     def empty(self) -> bool:
         return not self.devices
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Breakdown:
+        """The breakdown :meth:`to_dict` wrote."""
+        return cls(
+            devices=[Slice.from_dict(s) for s in d.get("devices") or []],
+            ranges=[Slice.from_dict(s) for s in d.get("ranges") or []],
+            ranges_total=int(d.get("ranges_total") or 0),
+            order=tuple(d.get("order") or ()),
+            notes=list(d.get("notes") or []),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``show --json`` / ``report --format json``'s ``breakdown``)."""

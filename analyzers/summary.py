@@ -258,8 +258,9 @@ def _case_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    """The JSON object of ``tracekit show --json``."""
+def summary(run: Run, frames: dict[str, pl.DataFrame], *, all_ranges: bool = False) -> dict[str, Any]:
+    """The JSON object of ``tracekit show --json``; the breakdown holds the range names with the longest GPU
+    windows (analyzers/breakdown ``RANGE_LIMIT``), or every one with ``all_ranges``."""
     from tracekit.frames import SCHEMA_VERSION
 
     devs = devices(frames, run)
@@ -304,6 +305,10 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
             for s in run.manifest.get("sources", [])
         ],
     }
+    from .breakdown import RANGE_LIMIT, breakdown, memops_recorded
+
+    limit = None if all_ranges else RANGE_LIMIT
+    out["breakdown"] = breakdown(frames, range_limit=limit, memops=memops_recorded(run.manifest)).to_dict()
     moe = moe_summary(frames, run.manifest.get("environment"))
     if moe is not None:
         out["moe"] = moe

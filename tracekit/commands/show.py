@@ -32,7 +32,9 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
 
     \b
     --json keys: schema_version, run, device {name, compute_capability, sm_count} (or devices: [...] when the run
-    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...];
+    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...],
+    breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
+    and per range name: the 20 longest, every one with --all; docs/KERNELS.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
 
@@ -47,7 +49,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
 
     r = open_run(run)
     frames = load_frames(r)
-    data = S.summary(r, frames)
+    data = S.summary(r, frames, all_ranges=show_all)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .breakdown_section import breakdown_blocks
 from .model import _CUT_MARK, LEVELS, Bullets, Code, Detail, Details, Heading, Image, Para
 from .sections import (
     _environment_blocks,
@@ -33,6 +34,7 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     blocks.append(Para([("t", md_text(lead))]))
     summary_at = len(blocks)
     blocks += _environment_blocks(rep, d)
+    blocks += breakdown_blocks(rep.get("breakdown"), d, notes)
 
     selected = [g for g in rep["gemms"] if g["selected"]]
     blocks.append(Heading(3, [("t", "GEMMs")]))

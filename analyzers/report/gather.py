@@ -330,6 +330,9 @@ def build_report(
     from ..ranks import analyze_ranks
 
     cross = analyze_ranks(frames, environment=env, calibration=calibration)
+    from ..breakdown import breakdown, memops_recorded
+
+    steps = breakdown(frames, memops=memops_recorded(run.manifest))
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -365,6 +368,7 @@ def build_report(
         "failure_groups": groups,
         "moe": moe_section(frames, env),
         "ranks": cross.to_dict() if cross is not None else None,
+        "breakdown": steps.to_dict(),
     }
 
 

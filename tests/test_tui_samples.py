@@ -46,9 +46,11 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         await wait_loaded(pilot)
         screen = app.screen
         assert isinstance(screen, OverviewScreen)
-        # the header: run, status, failures (line 1); device and counts (line 2), each within 78 cells
+        # the header: run, status, failures (line 1); device and counts (line 2); the GPU's time by kernel class
+        # (line 3: analyzers/breakdown), each within 78 cells
         lines = _info_lines(screen)
-        assert len(lines) == 2 and all(len(line) <= 78 for line in lines), lines
+        assert len(lines) == 3 and all(len(line) <= 78 for line in lines), lines
+        assert lines[2].startswith("time GPU 0, 6,324.4 ms: idle 99.5%, gemm 0.2%")
         assert lines[0].startswith("h200-capture-gemm") and "no failures" in lines[0]
         assert "H200" in lines[1] and "1,982 kernels" in lines[1] and "30 ncu" in lines[1]
         assert "4 measured" in lines[1]

@@ -137,6 +137,8 @@ class Analysis:
     explanations: list[dict[str, Any]] = field(default_factory=list)
     calibration: str | None = None
     note: str | None = None
+    breakdown: Any = None
+    """GPU time by kernel class and idle per GPU and range name (analyzers/breakdown ``Breakdown``)."""
 
 
 def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
@@ -150,23 +152,27 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 def analyze(data: RunData, device: DeviceSpec | None = None) -> Analysis:
     """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py); ``device``
     (``tracekit view --device``) overrides the GPU the files name."""
+    from tracekit.analyzers.breakdown import breakdown, memops_recorded
     from tracekit.analyzers.gemm import build_cases, gemm_frame
 
     cal, cal_source = _calibration(data)
     env = data.manifest.get("environment")
     cases = build_cases(data.frames, calibration=cal, environment=env, device=device)
+    steps = breakdown(data.frames, memops=memops_recorded(data.manifest))
     try:
         from tracekit.analyzers.explain import explain_case
     except ImportError:
         return Analysis(
-            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed"
+            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed", steps
         )
     waterfalls = [explain_case(c) for c in cases]
     verdicts: dict[int, tuple[str | None, float | None]] = {}
     for i, wf in enumerate(waterfalls):
         v = wf.verdict
         verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
-    return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+    return Analysis(
+        gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source, breakdown=steps
+    )
 
 
 def rank_analysis(data: RunData) -> Any:

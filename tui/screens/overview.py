@@ -98,6 +98,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
+    parts += breakdown_lines(analysis, width)
     extra: list[Any] = []
     if analysis is not None and analysis.calibration:
         extra += [("calibrated: ", "$text-muted"), clean(analysis.calibration)]
@@ -106,6 +107,26 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     if extra:
         parts += ["\n", *extra]
     return Content.assemble(*parts)
+
+
+BREAKDOWN_LINES = 2
+"""GPUs whose breakdown line the header shows; more are behind ``b``."""
+
+
+def breakdown_lines(analysis: Analysis | None, width: int) -> list[Any]:
+    """One line per GPU (at most :data:`BREAKDOWN_LINES`) with its largest kernel classes and idle as % of its
+    span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the whole breakdown."""
+    b = analysis.breakdown if analysis is not None else None
+    if b is None or b.empty:
+        return []
+    from tracekit.analyzers.breakdown.table import headline
+
+    out: list[Any] = []
+    for s in b.devices[:BREAKDOWN_LINES]:
+        out += ["\n", ("time ", "$text-muted"), fit(clean(headline(s)), max(8, width - 5))]
+    if len(b.devices) > BREAKDOWN_LINES:
+        out += ["\n", (f"+{len(b.devices) - BREAKDOWN_LINES} GPUs: b", "$text-muted")]
+    return out
 
 
 class OverviewScreen(FrameScreen):
@@ -119,6 +140,7 @@ class OverviewScreen(FrameScreen):
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
         Binding("d", "ranks", "Ranks", show=False),
+        Binding("b", "breakdown", "Breakdown", show=False),
     ]
 
     class RunLoaded(Message):
@@ -290,6 +312,12 @@ class OverviewScreen(FrameScreen):
             from tracekit.tui.screens.ranks import RanksScreen
 
             self.app.push_screen(RanksScreen(self.data))  # type: ignore[arg-type]
+
+    def action_breakdown(self) -> None:
+        if self._ready() and self.analysis is not None and self.analysis.breakdown is not None:
+            from tracekit.tui.screens.breakdown import BreakdownScreen
+
+            self.app.push_screen(BreakdownScreen(self.analysis.breakdown, self.data.name))  # type: ignore[union-attr]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

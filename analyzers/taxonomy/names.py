@@ -31,7 +31,7 @@ from tracekit import naming
 
 from .table import DECODERS, Family, load_table
 
-__all__ = ["KernelInfo", "classify_name", "classify_op", "op_key", "split_name"]
+__all__ = ["KernelInfo", "classify_name", "classify_op", "op_key", "signature_rate_class", "split_name"]
 
 
 @dataclass(frozen=True)
@@ -321,6 +321,17 @@ def classify_name(name: str | None) -> KernelInfo:
         reason = f"{family.library}: {family.family}" + (f" ({how}: {cls})" if cls else "")
         return KernelInfo(family.kernel_class, family.family, cls, reason, source, dtype)
     return _UNKNOWN
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def signature_rate_class(name: str | None) -> str | None:
+    """The rate class the element types anywhere in a kernel's name suggest (template arguments and parameters:
+    ``warptiling<128, 128>(int, int, int, float*, float*, float*)`` -> fp32), for kernels the table does not know
+    but evidence shows to be GEMMs (a SIMT SGEMM of one's own); None when no type is named."""
+    if not name:
+        return None
+    got = _types("", name)
+    return naming.DTYPE_CLASS.get(got[0]) if got else None
 
 
 _OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$")

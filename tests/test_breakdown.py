@@ -18,6 +18,7 @@ from tracekit.analyzers.breakdown import (
     breakdown,
     fold_range_name,
 )
+from tracekit.analyzers.breakdown.intervals import window_stats
 from tracekit.analyzers.importer import combine, read_file
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
@@ -70,6 +71,34 @@ def test_unions_and_owned_time_match_a_plain_sweep(shared_data: Path, rel: str) 
         assert {c.cls: c.union_ns for c in s.classes if c.cls != IDLE} == union
         assert s.span_ns == mine["end_ns"].max() - mine["start_ns"].min()
         assert s.kernels == mine.height == sum(c.kernels for c in s.classes)
+
+
+def test_windows_match_a_plain_sweep_of_clipped_rows(shared_data: Path) -> None:
+    """Any window (here the CPU spans of trace_diff's ProfilerSteps and seven equal slices of the GPU's span):
+    what the window arithmetic finds equals the sweep of the rows clipped to the window."""
+    fr = _frames(shared_data / TRACE_DIFF)
+    rows = activity(fr)
+    lo, hi = int(rows["start_ns"].min()), int(rows["end_ns"].max())
+    steps = fr["ranges"].filter(pl.col("name").str.starts_with("ProfilerStep#"))
+    bounds = [*steps.select("start_ns", "end_ns").iter_rows()]
+    bounds += [(lo + i * (hi - lo) // 7, lo + (i + 1) * (hi - lo) // 7) for i in range(7)]
+    windows = pl.DataFrame(bounds, schema={"w0": pl.Int64, "w1": pl.Int64}, orient="row")
+    compute = [c for c in CLASS_ORDER if c not in COMPUTE_EXCLUDED]
+    totals, classes = window_stats(rows, windows, CLASS_ORDER, compute, "communication")
+    for win, (w0, w1) in enumerate(bounds):
+        inside = rows.filter((pl.col("start_ns") < w1) & (pl.col("end_ns") > w0))
+        clipped = [
+            (max(s, w0), min(e, w1), c) for s, e, c in inside.select("start_ns", "end_ns", "cls").iter_rows()
+        ]
+        busy, owned, union = _sweep(clipped)
+        mine = classes.filter(pl.col("win") == win)
+        assert totals["busy_ns"][win] == busy
+        assert dict(mine.select("cls", "time_ns").iter_rows()) == {c: t for c, t in owned.items() if t}
+        assert dict(mine.select("cls", "union_ns").iter_rows()) == union
+        assert dict(mine.select("cls", "kernels").iter_rows()) == dict(
+            inside.group_by("cls").len().iter_rows()
+        )
+        assert totals["kernels"][win] == inside.height
 
 
 def _all_files(shared: Path) -> list[Path]:

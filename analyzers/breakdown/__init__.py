@@ -31,7 +31,7 @@ import polars as pl
 
 from ..taxonomy import CLASSES
 from ..taxonomy.frames import classify_frames
-from .intervals import exclusive_times, union_ns
+from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
 from .windows import fold_range_name, instance_windows
 
@@ -116,154 +116,146 @@ def activity(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     )
 
 
-# --- per group statistics ---------------------------------------------------------------------------------------
-def _stats(rows: pl.DataFrame, keys: list[str], order: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per ``keys`` group: (groups: keys, busy_ns, compute_ns, communication_ns, both_ns, kernels; classes: keys,
-    cls, time_ns, union_ns, kernels)."""
-    compute = ~pl.col("cls").is_in(list(COMPUTE_EXCLUDED))
-    comm = pl.col("cls") == "communication"
-    groups = rows.group_by(keys).agg(pl.len().alias("kernels"))
-    for name, sel in (
-        ("busy_ns", rows),
-        ("compute_ns", rows.filter(compute)),
-        ("communication_ns", rows.filter(comm)),
-        ("both_ns", rows.filter(compute | comm)),
-    ):
-        groups = groups.join(union_ns(sel, keys, name), on=keys, how="left", nulls_equal=True)
-    groups = groups.with_columns(pl.exclude(*keys, "kernels").fill_null(0))
-    per_class = (
-        rows.group_by(*keys, "cls")
-        .agg(pl.len().alias("kernels"))
-        .join(union_ns(rows, [*keys, "cls"]), on=[*keys, "cls"], how="left", nulls_equal=True)
-        .join(exclusive_times(rows, keys, order), on=[*keys, "cls"], how="left", nulls_equal=True)
-        .with_columns(pl.col("time_ns").fill_null(0))
+# --- per window statistics --------------------------------------------------------------------------------------
+def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None) -> tuple[pl.DataFrame, int]:
+    """Every window to break down: each device's span (``key`` null), then the instance windows of the ``limit``
+    range names with the longest GPU windows (all with None): ``key``, rank, device, ``w0``, ``w1``; and how many
+    range names hold GPU work."""
+    spans = rows.group_by(_KEYS).agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
+    spans = spans.select(pl.lit(None, pl.String).alias("key"), *_KEYS, "w0", "w1")
+    if ranges is None or ranges.height == 0:
+        return spans, 0
+    inst = instance_windows(rows, ranges)
+    if inst.height == 0:
+        return spans, 0
+    totals = (
+        inst.group_by("key")
+        .agg((pl.col("w1") - pl.col("w0")).sum().alias("_len"))
+        .sort(["_len", "key"], descending=[True, False])
     )
-    return groups, per_class
+    kept = totals["key"] if limit is None else totals["key"].head(limit)
+    order = {k: i for i, k in enumerate(kept.to_list())}
+    inst = inst.filter(pl.col("key").is_in(kept.implode())).select("key", *_KEYS, "w0", "w1")
+    inst = inst.with_columns(pl.col("key").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+    inst = inst.sort("_o", *_KEYS, "w0", nulls_last=True).drop("_o")
+    return pl.concat([spans.sort(_KEYS, nulls_last=True), inst], how="vertical"), totals.height
+
+
+def _stats(
+    rows: pl.DataFrame, windows: pl.DataFrame, order: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`.intervals.window_stats` for every window, device by device: (totals, classes), both keyed by
+    ``win`` (the window's row in ``windows``)."""
+    compute = [c for c in order if c not in COMPUTE_EXCLUDED]
+    windows = windows.with_row_index("win").with_columns(pl.col("win").cast(pl.Int64))
+    totals, classes = [], []
+    for (rank, device), win in windows.partition_by(_KEYS, as_dict=True, maintain_order=True).items():
+        mine = rows.filter(pl.col("rank").eq_missing(rank) & pl.col("device").eq_missing(device))
+        t, c = window_stats(mine, win, order, compute, "communication")
+        ids = win["win"]
+        totals.append(t.with_columns(ids.gather(t["win"])))
+        classes.append(c.with_columns(ids.gather(c["win"])))
+    return pl.concat(totals), pl.concat(classes)
+
+
+def _slice(
+    w: dict[str, Any], total: dict[str, Any], classes: list[dict[str, Any]], order: Sequence[str]
+) -> Slice:
+    """One :class:`Slice` from a window's (or a range name's summed) numbers."""
+    span = int(w["span_ns"])
+    busy = int(total["busy_ns"])
+
+    def pct(v: int) -> float:
+        return 100.0 * v / span if span else 0.0
+
+    rank = {c: i for i, c in enumerate(order)}
+    shares = [
+        ClassShare(
+            str(r["cls"]), int(r["time_ns"]), pct(int(r["time_ns"])), int(r["kernels"]), int(r["union_ns"])
+        )
+        for r in sorted(classes, key=lambda r: rank[str(r["cls"])])
+    ]
+    idle = max(span - busy, 0)
+    shares.append(ClassShare(IDLE, idle, pct(idle), 0, idle))
+    comm = int(total["communication_ns"])
+    overlap = int(total["compute_ns"]) + comm - int(total["both_ns"])
+    return Slice(
+        rank=w["rank"],
+        device=w["device"],
+        span_ns=span,
+        busy_ns=busy,
+        idle_ns=idle,
+        compute_ns=int(total["compute_ns"]),
+        communication_ns=comm,
+        overlap_ns=overlap,
+        overlap_pct=100.0 * overlap / comm if comm else None,
+        kernels=int(total["kernels"]),
+        classes=tuple(shares),
+        range=w.get("key"),
+        instances=w.get("instances"),
+    )
 
 
 def _slices(
-    groups: pl.DataFrame, per_class: pl.DataFrame, keys: list[str], order: Sequence[str]
-) -> list[Slice]:
-    """One :class:`Slice` per row of ``groups`` (which also holds ``span_ns``, and for ranges ``key`` and
-    ``instances``)."""
-    rank = {c: i for i, c in enumerate(order)}
-    by_group: dict[tuple[object, ...], list[dict[str, object]]] = {}
-    for r in per_class.iter_rows(named=True):
-        by_group.setdefault(tuple(r[k] for k in keys), []).append(r)
-    out = []
-    for g in groups.iter_rows(named=True):
-        span = int(g["span_ns"])
-        busy = int(g["busy_ns"])
-
-        def pct(v: int, span: int = span) -> float:
-            return 100.0 * v / span if span else 0.0
-
-        rows = sorted(by_group.get(tuple(g[k] for k in keys), []), key=lambda r: rank[str(r["cls"])])
-        shares = [
-            ClassShare(
-                str(r["cls"]),
-                int(r["time_ns"]),
-                pct(int(r["time_ns"])),
-                int(r["kernels"]),
-                int(r["union_ns"]),
-            )  # type: ignore[call-overload]
-            for r in rows
-        ]
-        idle = max(span - busy, 0)
-        shares.append(ClassShare(IDLE, idle, pct(idle), 0, idle))
-        comm = int(g["communication_ns"])
-        overlap = int(g["compute_ns"]) + comm - int(g["both_ns"])
-        out.append(
-            Slice(
-                rank=g["rank"],
-                device=g["device"],
-                span_ns=span,
-                busy_ns=busy,
-                idle_ns=idle,
-                compute_ns=int(g["compute_ns"]),
-                communication_ns=comm,
-                overlap_ns=overlap,
-                overlap_pct=100.0 * overlap / comm if comm else None,
-                kernels=int(g["kernels"]),
-                classes=tuple(shares),
-                range=g.get("key"),  # type: ignore[arg-type]
-                instances=g.get("instances"),  # type: ignore[arg-type]
-            )
-        )
-    return out
-
-
-# --- the whole run and the ranges -------------------------------------------------------------------------------
-def _device_slices(rows: pl.DataFrame, order: Sequence[str]) -> list[Slice]:
-    groups, per_class = _stats(rows, _KEYS, order)
-    spans = rows.group_by(_KEYS).agg(
-        pl.col("start_ns").min().alias("start_ns"), pl.col("end_ns").max().alias("end_ns")
+    rows: pl.DataFrame, ranges: pl.DataFrame | None, order: Sequence[str], limit: int | None
+) -> tuple[list[Slice], list[Slice], int]:
+    """The device slices, the range slices (instances summed per name and device) and the number of range names
+    with GPU work."""
+    windows, names = _windows(rows, ranges, limit)
+    totals, classes = _stats(rows, windows, order)
+    windows = windows.with_row_index("win").with_columns(pl.col("win").cast(pl.Int64))
+    # a device's own kernel count is every row, also those of zero length at the span's edges
+    counts = rows.group_by(*_KEYS, "cls").agg(pl.len().alias("_n"))
+    devices = windows.filter(pl.col("key").is_null())
+    dev_classes = (
+        classes.join(devices.select("win", *_KEYS), on="win")
+        .join(counts, on=[*_KEYS, "cls"], nulls_equal=True)
+        .with_columns(pl.col("_n").alias("kernels"))
     )
-    groups = groups.join(spans, on=_KEYS, nulls_equal=True).with_columns(
-        (pl.col("end_ns") - pl.col("start_ns")).alias("span_ns")
+    dev_totals = totals.join(devices.select("win", *_KEYS), on="win").join(
+        rows.group_by(_KEYS).agg(pl.len().alias("_n")), on=_KEYS, nulls_equal=True
     )
-    return _slices(groups.sort(_KEYS, nulls_last=True), per_class, _KEYS, order)
-
-
-def _clipped(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Every row of a window's device that overlaps the window, clipped to it, with the window's columns."""
-    parts = []
-    for (rank, device), win in windows.partition_by(_KEYS, as_dict=True, maintain_order=True).items():
-        on = rows.filter(
-            (pl.col("rank").is_null() if rank is None else pl.col("rank") == rank)
-            & (pl.col("device").is_null() if device is None else pl.col("device") == device)
-        ).drop(_KEYS)
-        if on.height == 0:
-            continue
-        hit = on.join_where(win, pl.col("start_ns") < pl.col("w1"), pl.col("end_ns") > pl.col("w0"))
-        parts.append(
-            hit.with_columns(
-                pl.max_horizontal("start_ns", "w0").alias("start_ns"),
-                pl.min_horizontal("end_ns", "w1").alias("end_ns"),
-            )
+    dev_totals = dev_totals.with_columns(pl.col("_n").alias("kernels"))
+    by_win: dict[int, list[dict[str, Any]]] = {}
+    for r in dev_classes.iter_rows(named=True):
+        by_win.setdefault(r["win"], []).append(r)
+    total_of = {r["win"]: r for r in dev_totals.iter_rows(named=True)}
+    out_devices = [
+        _slice(
+            {**w, "span_ns": w["w1"] - w["w0"], "key": None},
+            total_of[w["win"]],
+            by_win.get(w["win"], []),
+            order,
         )
-    if not parts:
-        return pl.DataFrame()
-    return pl.concat(parts, how="vertical")
-
-
-def _range_slices(
-    rows: pl.DataFrame, ranges: pl.DataFrame, order: Sequence[str], limit: int | None
-) -> tuple[list[Slice], int]:
-    windows = instance_windows(rows, ranges)
-    if windows.height == 0:
-        return [], 0
-    windows = windows.with_columns((pl.col("w1") - pl.col("w0")).alias("_len"))
-    totals = windows.group_by("key").agg(pl.col("_len").sum()).sort(["_len", "key"], descending=[True, False])
-    kept = totals["key"] if limit is None else totals["key"].head(limit)
-    windows = windows.filter(pl.col("key").is_in(kept.implode()))
-    clipped = _clipped(rows, windows)
-    if clipped.height == 0:
-        return [], totals.height
-    inst = ["instance", *_KEYS]
-    groups, per_class = _stats(clipped, inst, order)
-    sums = ["busy_ns", "compute_ns", "communication_ns", "both_ns", "kernels"]
-    meta = windows.select(*inst, "key", pl.col("_len").alias("span_ns"))
+        for w in devices.iter_rows(named=True)
+    ]
+    inst = windows.filter(pl.col("key").is_not_null())
+    if inst.height == 0:
+        return out_devices, [], names
     keys = ["key", *_KEYS]
-    groups = (
-        meta.join(groups, on=inst, how="left", nulls_equal=True)
-        .group_by(keys)
+    sums = ["busy_ns", "compute_ns", "communication_ns", "both_ns", "kernels"]
+    per_name = (
+        inst.join(totals, on="win")
+        .group_by(keys, maintain_order=True)
         .agg(
-            pl.col("span_ns").sum(),
-            *[pl.col(c).fill_null(0).sum() for c in sums],
+            (pl.col("w1") - pl.col("w0")).sum().alias("span_ns"),
+            *[pl.col(c).sum() for c in sums],
             pl.len().alias("instances"),
         )
     )
-    per_class = (
-        per_class.join(meta.select(*inst, "key"), on=inst, nulls_equal=True)
+    name_classes = (
+        classes.join(inst.select("win", *keys), on="win")
         .group_by(*keys, "cls")
         .agg(pl.col("time_ns").sum(), pl.col("union_ns").sum(), pl.col("kernels").sum())
     )
-    rank = {k: i for i, k in enumerate(kept.to_list())}
-    groups = groups.with_columns(pl.col("key").replace_strict(rank, return_dtype=pl.Int64).alias("_o")).sort(
-        ["_o", *_KEYS], nulls_last=True
-    )
-    return _slices(groups, per_class, keys, order), totals.height
+    grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in name_classes.iter_rows(named=True):
+        grouped.setdefault((r["key"], r["rank"], r["device"]), []).append(r)
+    out_ranges = [
+        _slice(g, g, grouped.get((g["key"], g["rank"], g["device"]), []), order)
+        for g in per_name.iter_rows(named=True)
+    ]
+    return out_devices, out_ranges, names
 
 
 def memops_recorded(manifest: dict[str, Any] | None) -> bool:
@@ -297,8 +289,6 @@ def breakdown(
         )
     if rows.height == 0:
         return out
-    out.devices = _device_slices(rows, order)
-    ranges = frames.get("ranges")
-    if with_ranges and ranges is not None and ranges.height:
-        out.ranges, out.ranges_total = _range_slices(rows, ranges, order, range_limit)
+    ranges = frames.get("ranges") if with_ranges else None
+    out.devices, out.ranges, out.ranges_total = _slices(rows, ranges, order, range_limit)
     return out

@@ -1,77 +1,134 @@
-"""Interval arithmetic on GPU activity rows, in polars: unions per group and the time each class owns under a
-priority order.
+"""Interval arithmetic on one device's GPU activity, in polars: how much of any time window a set of rows covers,
+and the time each class owns in a window under a priority order.
 
-A row is one kernel (or memcpy / memset) with ``start_ns`` / ``end_ns`` and a class; the groups are devices (the
-whole run) or range instances (one window each). Every function here takes a frame with the group key columns
-and returns one row per group: nothing loops over rows in Python.
+A row is one kernel (or memcpy / memset) with ``start_ns`` / ``end_ns`` and a class ``cls``. A set of rows is
+merged once into disjoint intervals with the length covered before each (:class:`Cover`); the length it covers in
+a window is then two binary searches, so a million rows and thousands of range windows cost a few sorts, not a
+join of rows with windows. The time a class owns is a difference of prefix unions: the union of the classes up to
+it in the order, minus the union of those before it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
-__all__ = ["exclusive_times", "merged", "union_ns"]
+__all__ = ["Cover", "window_stats"]
 
 
-def merged(rows: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """The union of the ``[start_ns, end_ns)`` intervals of ``rows`` per ``keys`` group, as disjoint intervals
-    (``keys``, ``start_ns``, ``end_ns``). Intervals that touch or overlap become one."""
-    keys = list(keys)
-    if rows.height == 0:
-        return rows.select(*keys, "start_ns", "end_ns")
-    ordered = rows.select(*keys, "start_ns", "end_ns").sort(*keys, "start_ns", nulls_last=True)
-    # a new interval starts where a row starts after every earlier row of its group has ended
-    reach = pl.col("end_ns").cum_max().shift(1)
-    if keys:
-        reach = reach.over(keys)
-    new = (pl.col("start_ns") > reach).fill_null(True).cast(pl.Int64).cum_sum()
-    if keys:
-        new = new.over(keys)
-    return (
-        ordered.with_columns(new.alias("_run"))
-        .group_by(*keys, "_run")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .drop("_run")
-    )
+@dataclass(frozen=True)
+class Cover:
+    """Disjoint intervals ``[s, e)`` in time order, and ``before``: the length the earlier ones cover."""
 
+    s: pl.Series
+    e: pl.Series
+    before: pl.Series
 
-def union_ns(rows: pl.DataFrame, keys: Sequence[str], name: str = "union_ns") -> pl.DataFrame:
-    """The length of the union of ``rows``' intervals per ``keys`` group (``keys``, ``name``), ns."""
-    keys = list(keys)
-    m = merged(rows, keys).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias(name))
-    if not keys:
-        return m.select(pl.col(name).sum())
-    return m.group_by(*keys).agg(pl.col(name).sum())
+    @classmethod
+    def of(cls, rows: pl.DataFrame) -> Cover:
+        """The union of ``rows``' intervals; ``rows`` sorted by ``start_ns``."""
+        if rows.height == 0:
+            empty = pl.Series([], dtype=pl.Int64)
+            return cls(empty, empty, empty)
+        starts, ends = rows["start_ns"], rows["end_ns"].cum_max()
+        # a row opens an interval where it starts after every earlier row ended; the interval closes at the reach
+        # (running max of ends) of the row before the next opening
+        opens = (starts > ends.shift(1)).fill_null(True)
+        closes = opens.shift(-1).fill_null(True)
+        s, e = starts.filter(opens), ends.filter(closes)
+        return cls(s, e, (e - s).cum_sum().shift(1, fill_value=0))
 
-
-def exclusive_times(rows: pl.DataFrame, keys: Sequence[str], order: Sequence[str]) -> pl.DataFrame:
-    """Per ``keys`` group (at least one key) and class, the time the class owns when every instant goes to the
-    first class of ``order`` running then: ``keys``, ``cls``, ``time_ns`` (> 0; they sum to the group's busy time).
-
-    Computed as differences of prefix unions: the time of the i-th class is the union of classes 0..i minus the
-    union of classes 0..i-1. ``rows`` needs ``cls`` (every value in ``order``)."""
-    keys = list(keys)
-    rank = {c: i for i, c in enumerate(order)}
-    present = sorted({c for c in rows["cls"].unique().to_list() if c is not None}, key=lambda c: rank[c])
-    rows = rows.with_columns(pl.col("cls").replace_strict(rank, return_dtype=pl.Int32).alias("_p"))
-    groups = rows.select(keys).unique()
-    out: list[pl.DataFrame] = []
-    before = groups.with_columns(pl.lit(0, pl.Int64).alias("_before"))
-    for cls in present:
-        prefix = union_ns(rows.filter(pl.col("_p") <= rank[cls]), keys, "_now")
-        step = before.join(prefix, on=keys, how="left", nulls_equal=True).with_columns(
-            pl.col("_now").fill_null(pl.col("_before"))
+    def upto(self, t: pl.Series) -> pl.Series:
+        """The length covered before each time of ``t``."""
+        if self.s.len() == 0:
+            return pl.Series([0] * t.len(), dtype=pl.Int64)
+        j = self.s.search_sorted(t, side="right").cast(pl.Int64)  # intervals starting at or before t
+        idx = (j - 1).clip(lower_bound=0)
+        df = pl.DataFrame(
+            {
+                "t": t,
+                "j": j,
+                "s": self.s.gather(idx),
+                "e": self.e.gather(idx),
+                "b": self.before.gather(idx),
+            }
         )
-        out.append(
-            step.select(
-                *keys, pl.lit(cls).alias("cls"), (pl.col("_now") - pl.col("_before")).alias("time_ns")
+        inside = pl.col("b") + pl.min_horizontal("t", "e") - pl.col("s")
+        return df.select(pl.when(pl.col("j") == 0).then(0).otherwise(inside).cast(pl.Int64).alias("v"))["v"]
+
+    def within(self, w0: pl.Series, w1: pl.Series) -> pl.Series:
+        """The length covered inside each window ``[w0, w1)``."""
+        return self.upto(w1) - self.upto(w0)
+
+
+def _overlapping(rows: pl.DataFrame, w0: pl.Series, w1: pl.Series) -> pl.Series:
+    """How many of ``rows`` overlap each window: start before its end and end after its start."""
+    starts = rows["start_ns"].sort()
+    ends = rows["end_ns"].sort()
+    return (
+        starts.search_sorted(w1, side="left").cast(pl.Int64)
+        - ends.search_sorted(w0, side="right").cast(pl.Int64)
+    ).clip(lower_bound=0)
+
+
+def window_stats(
+    rows: pl.DataFrame, windows: pl.DataFrame, order: Sequence[str], compute: Sequence[str], comm: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """For each window (``w0`` / ``w1`` of ``windows``, numbered ``win`` in their order) on one device's ``rows``:
+
+    - totals: ``win``, ``busy_ns`` (the union of every row), ``compute_ns`` (of the ``compute`` classes),
+      ``communication_ns`` (of ``comm``), ``both_ns`` (of compute and communication together), ``kernels``;
+    - classes: ``win``, ``cls``, ``time_ns`` (owned under ``order``), ``union_ns`` (its own union), ``kernels``
+      (its rows overlapping the window), for each class with rows there.
+    """
+    present = [c for c in order if c in set(rows["cls"].unique().to_list())]
+    rank = {c: i for i, c in enumerate(present)}
+    rows = rows.sort("start_ns").with_columns(
+        pl.col("cls").replace_strict(rank, return_dtype=pl.Int32).alias("_p")
+    )
+    w0, w1 = windows["w0"], windows["w1"]
+    win = pl.Series("win", range(windows.height), dtype=pl.Int64)
+    parts = []
+    prev = pl.Series([0] * windows.height, dtype=pl.Int64)
+    for i, c in enumerate(present):
+        now = Cover.of(rows.filter(pl.col("_p") <= i)).within(w0, w1)
+        mine = rows.filter(pl.col("_p") == i)
+        parts.append(
+            pl.DataFrame(
+                {
+                    "win": win,
+                    "cls": pl.Series([c] * windows.height, dtype=pl.String),
+                    "time_ns": now - prev,
+                    "union_ns": Cover.of(mine).within(w0, w1),
+                    "kernels": _overlapping(mine, w0, w1),
+                }
             )
         )
-        before = step.select(*keys, pl.col("_now").alias("_before"))
-    if not out:
-        return pl.DataFrame(
-            schema={**{k: rows.schema[k] for k in keys}, "cls": pl.String, "time_ns": pl.Int64}
+        prev = now
+    classes = (
+        pl.concat(parts).filter(pl.col("kernels") > 0)
+        if parts
+        else pl.DataFrame(
+            schema={
+                "win": pl.Int64,
+                "cls": pl.String,
+                "time_ns": pl.Int64,
+                "union_ns": pl.Int64,
+                "kernels": pl.Int64,
+            }
         )
-    return pl.concat(out, how="vertical").filter(pl.col("time_ns") > 0)
+    )
+    is_compute = pl.col("cls").is_in(list(compute))
+    totals = pl.DataFrame(
+        {
+            "win": win,
+            "busy_ns": prev,
+            "compute_ns": Cover.of(rows.filter(is_compute)).within(w0, w1),
+            "communication_ns": Cover.of(rows.filter(pl.col("cls") == comm)).within(w0, w1),
+            "both_ns": Cover.of(rows.filter(is_compute | (pl.col("cls") == comm))).within(w0, w1),
+            "kernels": _overlapping(rows, w0, w1),
+        }
+    )
+    return totals, classes

@@ -325,7 +325,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
 
     df = breakdown_frame(b, limit)
     classes = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms", "idle", "comm_hidden")]
-    df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(1))
+    df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(2))
     title = (
         "Step breakdown (% of each GPU's span by kernel class; comm_hidden: % of communication under compute)"
     )

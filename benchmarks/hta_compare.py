@@ -9,7 +9,7 @@ peers file that ``--write-peers`` saved (tests/data/hta-breakdown.json, what the
     python benchmarks/hta_compare.py --hta-python /path/to/hta-venv/bin/python --write-peers tests/data/hta-breakdown.json
     python benchmarks/hta_compare.py                      # HTA's numbers from the peers file
 
-Like with like (docs/KERNELS.md, "Step breakdown"): tracekit is run on the kernels and memcpy / memset rows HTA
+Like with like (docs/BREAKDOWN.md): tracekit is run on the kernels and memcpy / memset rows HTA
 keeps (launched before the last ProfilerStep began: analyzers/breakdown/peers.py), its compute is every class but
 communication and memory, and shares are of the device's span. HTA's shares come from ``get_temporal_breakdown``
 (idle, compute, non-compute of its span), ``get_gpu_kernel_breakdown(include_memory_kernels=True)`` (the

@@ -200,6 +200,13 @@ def test_fold_range_name(name: str, key: str) -> None:
     assert fold_range_name(name) == key
 
 
+def test_the_order_ranks_every_class_of_the_taxonomy() -> None:
+    from tracekit.analyzers.taxonomy import CLASSES
+
+    assert sorted(CLASS_ORDER) == sorted(CLASSES) and len(CLASS_ORDER) == len(set(CLASS_ORDER))
+    assert CLASS_ORDER[-2:] == ("communication", "memory") and set(CLASS_ORDER[-2:]) == COMPUTE_EXCLUDED
+
+
 def test_no_kernels_no_slices(shared_data: Path) -> None:
     """HTA's cupti_profiler trace holds no kernels: an empty breakdown, not an error."""
     b = breakdown(

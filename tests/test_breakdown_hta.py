@@ -1,7 +1,7 @@
 """The step breakdown against HolisticTraceAnalysis on HTA's own test traces, without HTA installed: HTA's numbers
 (version and outputs) were saved to tests/data/hta-breakdown.json by benchmarks/hta_compare.py --write-peers.
 
-Compared like with like (docs/KERNELS.md, "Step breakdown"): tracekit on the rows HTA keeps
+Compared like with like (docs/BREAKDOWN.md): tracekit on the rows HTA keeps
 (analyzers/breakdown/peers.py), shares of the span. Idle, compute, non-compute and communication agree within
 2 percentage points, and so does the share of communication hidden under compute."""
 

@@ -1,5 +1,5 @@
 """The step breakdown: GPU time by kernel class, idle and communication overlap, per device for the whole run and
-per range name (docs/KERNELS.md, "Step breakdown").
+per range name (docs/BREAKDOWN.md).
 
 Definitions (all on one device: a (rank, device) pair; times in ns):
 
@@ -17,7 +17,8 @@ Definitions (all on one device: a (rank, device) pair; times in ns):
 - a range name (index suffixes folded: :func:`fold_range_name`): each instance's GPU window on a device runs
   from the first start to the last end of the rows launched inside it (its nested ranges included); inside the
   window every row of the device counts, clipped to the window (communication launched from another thread
-  included), and the name's slice sums its instances' windows.
+  included); a window ends where the next instance of its name begins; the name's slice sums its instances'
+  windows.
 
 :func:`breakdown` is self-contained: frames in, a typed :class:`Breakdown` out (``to_dict`` for JSON).
 """
@@ -29,7 +30,6 @@ from typing import Any
 
 import polars as pl
 
-from ..taxonomy import CLASSES
 from ..taxonomy.frames import classify_frames
 from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
@@ -69,7 +69,6 @@ before memory (what runs hidden under compute is not what the step waits for); a
 GEMM-like ones first."""
 COMPUTE_EXCLUDED = frozenset({"communication", "memory"})
 """Classes that are not compute (HolisticTraceAnalysis's communication and memory kernel types)."""
-assert set(CLASS_ORDER) == set(CLASSES), "CLASS_ORDER must order every class of the taxonomy"
 RANGE_LIMIT = 20
 """Range names kept by default, the longest (sum of GPU windows) first."""
 
@@ -86,8 +85,9 @@ _ROW_SCHEMA = {
 
 
 def activity(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """The rows the breakdown counts: timeline kernels (with their ``kernel_class``) and memcpy / memset operations (class
-    ``memory``) with a start and an end: rank, device, stream, start_ns, end_ns, range_id, cls."""
+    """The rows the breakdown counts: timeline kernels (with their ``kernel_class``) and memcpy / memset
+    operations (class ``memory``) with a start and an end: rank, device, stream, start_ns, end_ns, range_id,
+    cls."""
     parts = []
     kernels = frames.get("kernels")
     if kernels is not None and kernels.height:
@@ -106,7 +106,7 @@ def activity(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     ]
     if not rows:
         return pl.DataFrame(schema=_ROW_SCHEMA)
-    known = set(CLASS_ORDER)
+    known = set(CLASS_ORDER)  # a class the order does not know (a newer table) counts as other
     return (
         pl.concat(rows, how="vertical")
         .filter(pl.col("start_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns")))

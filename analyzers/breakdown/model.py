@@ -14,9 +14,9 @@ IDLE = "idle"
 
 @dataclass(frozen=True)
 class ClassShare:
-    """One class's time in a slice: ``time_ns`` it owns under the priority order (docs/KERNELS.md, "Step
-    breakdown"), ``pct`` of the slice's span, ``kernels`` its rows (kernels, memcpy / memset) in the slice, and
-    ``union_ns`` the time any of them ran (its own union, counting time other classes also ran)."""
+    """One class's time in a slice: ``time_ns`` it owns under the priority order (docs/BREAKDOWN.md), ``pct``
+    of the slice's span, ``kernels`` its rows (kernels, memcpy / memset) in the slice, and ``union_ns`` the time
+    any of them ran (its own union, counting time other classes also ran)."""
 
     cls: str
     time_ns: int

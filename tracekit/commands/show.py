@@ -34,7 +34,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
     --json keys: schema_version, run, device {name, compute_capability, sm_count} (or devices: [...] when the run
     holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...],
     breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
-    and per range name: the 20 longest, every one with --all; docs/KERNELS.md);
+    and per range name: the 20 longest, every one with --all; docs/BREAKDOWN.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
 

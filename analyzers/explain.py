@@ -163,9 +163,7 @@ def explain_case(case: GemmCase) -> Waterfall:
     peak = case.peak_tflops
     kernel_rate = case.kernel_tflops
     wf = Waterfall(case, peak, case.achieved_tflops)
-    rate_note = case.rate()[2]
-    if rate_note:
-        wf.notes.append(rate_note)
+    wf.notes.extend(n for n in (case.rate()[2], case.peak_note) if n)
     if case.achieved_estimate:
         wf.notes.append(
             f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"

@@ -115,6 +115,12 @@ def test_the_name_split_keeps_namespaces_and_drops_return_types_templates_and_pa
             "fp8",
         ),
         (
+            "void dot_kernel<float, 128, 0, cublasDotParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>, "
+            "cublasGemvTensorStridedBatched<float> > >(cublasDotParams<cublasGemvTensorStridedBatched<float> >)",
+            "gemm",
+            "bf16",
+        ),
+        (
             "void deep_gemm::sm100_fp8_fp4_gemm_1d1d_impl<(cute::UMMA::Major)0, (cute::UMMA::Major)0, 128u>(int)",
             "gemm",
             "fp8",
@@ -251,3 +257,13 @@ def test_counter_probe_dtypes_match_the_name_table() -> None:
             assert counted is None or counted.simt, name  # no tensor math
     assert len(gemms) == 16
     assert sorted(set(gemms.values())) == ["bf16", "fp32", "fp8", "tf32"]
+
+
+def test_docs_name_every_family_class_and_decoder() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "KERNELS.md").read_text()
+    table = load_table()
+    assert all(f"`{f.family}`" in doc for f in table.families)
+    assert all(f"`{c}`" in doc for c in CLASSES)
+    assert all(
+        f"| `{d}` |" in doc for d in ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "cublas", "types")
+    )

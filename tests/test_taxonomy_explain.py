@@ -95,6 +95,21 @@ def test_a_rate_above_every_fitting_peak_gets_no_peak() -> None:
     assert any("allow_tf32" in n for n in wf.notes)
 
 
+def test_a_rate_within_the_maximum_clock_is_rated_at_that_clock() -> None:
+    """An H200 bf16 GEMM at 1.05x the peak NVIDIA quotes at 1830 MHz: the SMs boost to 1980 MHz, so the class fits
+    and the peak is taken at 1980 MHz (97% of it), said in a note."""
+    h200 = lookup_device("h200")
+    assert h200 is not None and h200.boost_clock_hz > h200.peak_clock_hz  # type: ignore[operator]
+    peak = h200.peak_tflops("bf16")
+    case = GemmCase(origin="range", name="hot", m=8192, n=8192, k=8192, dtype_a="bf16", dtype_b="bf16")
+    case.device, case.main_ns = h200, case.flops / (1.05 * peak) / 1e3  # type: ignore[operator]
+    wf = explain_case(case)
+    assert case.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(peak * 1980 / 1830)
+    assert 100 * wf.achieved_tflops / wf.peak_tflops == pytest.approx(100 * 1.05 * 1830 / 1980)  # type: ignore[operator]
+    assert any("maximum clock, 1980 MHz" in n for n in wf.notes)
+    assert all(f.value <= 1.0 for f in wf.factors)
+
+
 def _main_classes(cases: list[GemmCase]) -> set[str]:
     return {classify_name(c.main_kernel).kernel_class for c in cases if c.main_kernel}
 

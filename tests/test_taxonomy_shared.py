@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.explain import explain
+from tracekit.analyzers.gemm import build_cases, dtype_class
 from tracekit.analyzers.importer import combine, detect_kind, load_frames, open_run, read_file
 from tracekit.analyzers.taxonomy import classify_name
 from tracekit.errors import TracekitError
@@ -290,6 +291,25 @@ def test_class_counts_of_the_shared_files(shared_data: Path) -> None:
         got[rel] = dict(sorted(counts.items()))
         print(f"{rel}: {got[rel]}")
     assert got == CLASS_COUNTS
+
+
+def test_name_rate_classes_agree_with_the_shapes_of_the_shared_traces(shared_data: Path) -> None:
+    """Every GEMM case of the shared files whose profiler recorded the shape's input types (Kineto ``Input type``)
+    and whose kernel's name says a rate class: the two agree, except fp32 shapes on TF32 tensor-op kernels
+    (PyTorch's allow_tf32), which the name shows and the shape cannot."""
+    seen: collections.Counter[str] = collections.Counter()
+    for rel in SHARED_FILES:
+        for c in build_cases(combine([read_file(shared_data / rel)])):
+            shape = dtype_class(c.dtype_a, c.dtype_b)
+            named = classify_name(c.main_kernel).dtype_class if c.main_kernel else None
+            if shape is None or named is None:
+                continue
+            if shape == "fp32" and named == "tf32":
+                seen["tf32 on fp32"] += 1
+                continue
+            assert named == shape, (rel, c.name, c.main_kernel)
+            seen[named] += 1
+    assert seen == {"tf32 on fp32": 280, "bf16": 57, "fp32": 49, "fp8": 8}, seen
 
 
 def _check(frames: dict[str, pl.DataFrame]) -> None:

@@ -469,7 +469,12 @@ GEMMS = FrameSchema(
             "included), else the profiler's own count",
         ),
         Column("flops_source", STR, "where flops came from: shape | ncu-counters | profiler-flops | none"),
-        Column("dtype_source", STR, "where dtype_class came from: shape | ncu-counters | kernel-name | none"),
+        Column(
+            "dtype_source",
+            STR,
+            "where dtype_class came from: shape | ncu-counters | kernel-name | achieved-rate | none "
+            "(fp32 shapes on TF32 tensor-op kernels: kernel-name or ncu-counters)",
+        ),
         Column(
             "counted_flops",
             F64,

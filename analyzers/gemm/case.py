@@ -96,6 +96,8 @@ class GemmCase:
         None  # set by settle_rate: (class, source, note)
     )
     peak_unknown: str | None = None  # why no peak is used (set by settle_rate)
+    peak_scale: float = 1.0  # the datasheet peak scaled to the GPU's maximum clock (set by settle_rate)
+    peak_note: str | None = None  # why the peak is scaled
 
     # -- derived quantities --------------------------------------------------------------------------------
     @property
@@ -218,7 +220,8 @@ class GemmCase:
     def peak_tflops(self) -> float | None:
         if self.peak_unknown or self.device is None:
             return None
-        return self.device.peak_tflops(self.dtype_class)
+        peak = self.device.peak_tflops(self.dtype_class)
+        return peak * self.peak_scale if peak else peak
 
     @property
     def memory_roof_tflops(self) -> float | None:
@@ -248,14 +251,26 @@ def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
 
 
 def settle_rate(case: GemmCase) -> None:
-    """Never above 100% of peak: a GEMM whose kernel ran faster than the peak of its rate class has the wrong
-    class. FP32 at a rate only tensor cores reach is TF32 (``rate_override``, said in its note); any other class
-    gets no peak (``peak_unknown`` says why) rather than a percentage above 100."""
+    """Never above 100% of peak: a GEMM whose kernel ran faster than the peak of its rate class. Within what the
+    GPU's maximum clock allows over the clock the datasheet quotes the peak at, the class fits and the peak is
+    taken at the maximum clock (``peak_scale``, said in ``peak_note``); beyond it the class is wrong: FP32 at a
+    rate only tensor cores reach is TF32 (``rate_override``, said in its note), any other class gets no peak
+    (``peak_unknown`` says why) rather than a percentage above 100."""
     dev, rate = case.device, case.kernel_tflops
     peak = case.peak_tflops
     if dev is None or not rate or not peak or rate <= peak:
         return
     cls = case.dtype_class
+    quoted, boost = dev.peak_clock_hz, dev.boost_clock_hz
+    if quoted and boost and boost > quoted and rate <= peak * boost / quoted:
+        # Hopper's peaks are quoted at 1830 MHz, its SMs boost to 1980: the class fits, the clock was higher
+        case.peak_scale = boost / quoted
+        case.peak_note = (
+            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak quoted at {quoted / 1e6:.0f} MHz: the "
+            f"kernel ran faster than that clock; rated against the peak at the GPU's maximum clock, "
+            f"{boost / 1e6:.0f} MHz ({peak * case.peak_scale:.1f} TFLOP/s)"
+        )
+        return
     tf32 = dev.peak_tflops("tf32")
     if cls == "fp32" and tf32 and rate <= tf32:
         case.rate_override = (

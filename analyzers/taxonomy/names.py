@@ -13,6 +13,7 @@ The rate class of a GEMM comes from the family's decoders (the code tables are i
 - ``mnemonic``: CUTLASS 2 / cuBLAS instance names, ``s1688gemm`` (TF32 on sm80+), ``bf16_s16816gemm`` (bf16);
 - ``trtllm``: trtllm-gen ``bmm_<C>_<A><B>_<acc>``;
 - ``tensile``: ROCm ``Cijk_..._<types>``;
+- ``cublas``: cuBLAS GEMV / dot kernels' operand type, ``cublasGemvTensorStridedBatched<__nv_bfloat16 const>``;
 - ``types``: element type names in the function name and template arguments (``cutlass::float_e4m3_t``,
   ``__nv_bfloat16``, ``float``).
 
@@ -232,6 +233,18 @@ def _tensile(fn: str, text: str) -> tuple[str, str] | None:
     return (dtype, f"Tensile type {m.group(1)}") if dtype and m else None
 
 
+_CUBLAS_OPERAND = re.compile(r"cublasGemvTensorStridedBatched<\s*(?:const\s+)?([\w:]+)")
+
+
+def _cublas(fn: str, text: str) -> tuple[str, str] | None:
+    """cuBLAS GEMV / dot / small-N kernels name their operand's type in ``cublasGemvTensorStridedBatched<T>``
+    (``dot_kernel<float, 128, 0, cublasDotParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>...>>``:
+    float is the accumulator, bf16 the data)."""
+    m = _CUBLAS_OPERAND.search(text)
+    got = _types("", m.group(1)) if m else None
+    return (got[0], f"cuBLAS operand type {m.group(1)}") if got and m else None
+
+
 @functools.cache
 def _type_words() -> tuple[re.Pattern[str], tuple[str, ...]]:
     words = load_table().type_words
@@ -261,6 +274,7 @@ _DECODE = {
     "mnemonic": _mnemonic,
     "trtllm": _trtllm,
     "tensile": _tensile,
+    "cublas": _cublas,
     "types": _types,
 }
 assert set(_DECODE) == set(DECODERS)

@@ -32,7 +32,7 @@ CLASSES = (
 )
 """Every kernel class, in the order the table documents them."""
 
-DECODERS = ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "types")
+DECODERS = ("nvjet", "xmma", "mnemonic", "trtllm", "tensile", "cublas", "types")
 """Name decoders a family's ``dtype`` may name (analyzers/taxonomy/names.py)."""
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.errors import UnreadableFileError
-from tracekit.frames import DEVICES, KERNELS, MEMOPS, RANGES, FrameSpec
+from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
 from ._nsys_db import _Db, _Query, _uri
 from .base import Extract, fit_frame, source_name
@@ -58,8 +58,6 @@ from .torch_ops import GEMM_OPS, nvtx_op_shape
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
 STRINGS_TABLE = "StringIds"
@@ -326,83 +324,6 @@ def _read_kernels(
     return _fit(KERNELS, kernels, lost)
 
 
-# --- memcpy / memset -----------------------------------------------------------------------------------------------
-_MEMOP_INTS = {
-    "start_ns": "start",
-    "end_ns": "end",
-    "device": "deviceId",
-    "context": "contextId",
-    "stream": "streamId",
-    "correlation_id": "correlationId",
-    "global_pid": "globalPid",
-    "bytes": "bytes",
-}
-_COPY_KINDS = {
-    1: ("HtoD", "Host-to-Device"),
-    2: ("DtoH", "Device-to-Host"),
-    3: ("HtoA", "Host-to-Array"),
-    4: ("AtoH", "Array-to-Host"),
-    5: ("AtoA", "Array-to-Array"),
-    6: ("AtoD", "Array-to-Device"),
-    7: ("DtoA", "Device-to-Array"),
-    8: ("DtoD", "Device-to-Device"),
-    9: ("HtoH", "Host-to-Host"),
-    10: ("PtoP", "Peer-to-Peer"),
-    11: ("UVM HtoD", "Unified Host-to-Device"),
-    12: ("UVM DtoH", "Unified Device-to-Host"),
-    13: ("UVM DtoD", "Unified Device-to-Device"),
-}
-"""CUPTI's CUpti_ActivityMemcpyKind: id -> (short direction, Nsight Systems' label in ENUM_CUDA_MEMCPY_OPER)."""
-
-
-def _memop_query(db: _Db, table: str) -> _Query:
-    cols = db.columns(table)
-    parts = [_col(cols, c, alias) for alias, c in _MEMOP_INTS.items()]
-    parts.append(_col(cols, "copyKind", "copy_kind_id"))
-    schema: dict[str, pl.DataType] = {alias: pl.Int64() for alias in (*_MEMOP_INTS, "copy_kind_id")}
-    return _Query(table, ", ".join(parts), None, schema)
-
-
-def _read_memops(
-    got: dict[str, pl.DataFrame], runtime: pl.DataFrame | None, warnings: list[str], src: str, lost: list[int]
-) -> pl.DataFrame:
-    """memcpy rows named ``[CUDA memcpy Host-to-Device]`` and memset rows ``[CUDA memset]``, as Nsight Systems
-    labels them, linked to their API call as kernels are."""
-    parts = []
-    if "memcpy" in got:
-        code = {i: short for i, (short, _) in _COPY_KINDS.items()}
-        label = {i: f"[CUDA memcpy {long}]" for i, (_, long) in _COPY_KINDS.items()}
-        parts.append(
-            got["memcpy"].with_columns(
-                pl.lit("memcpy").alias("kind"),
-                pl.col("copy_kind_id")
-                .replace_strict(code, default=None, return_dtype=pl.String)
-                .alias("copy_kind"),
-                pl.col("copy_kind_id")
-                .replace_strict(label, default="[CUDA memcpy]", return_dtype=pl.String)
-                .alias("name"),
-            )
-        )
-    if "memset" in got:
-        parts.append(
-            got["memset"].with_columns(
-                pl.lit("memset").alias("kind"),
-                pl.lit(None, pl.String).alias("copy_kind"),
-                pl.lit("[CUDA memset]").alias("name"),
-            )
-        )
-    if not parts:
-        return MEMOPS.empty()
-    ops = pl.concat(parts, how="vertical").drop("copy_kind_id").sort("start_ns", nulls_last=True)
-    ops = _link_launches(ops, runtime, [], src)  # a missing launch is said for kernels already
-    ops = ops.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("memop_id"),
-        pl.lit(src).alias("source"),
-        (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
-    )
-    return _fit(MEMOPS, ops, lost)
-
-
 # --- ranges -----------------------------------------------------------------------------------------------------
 def _event_ids(db: _Db) -> dict[str, int]:
     ids = dict(_EVENT_DEFAULTS)
@@ -595,8 +516,8 @@ _TABLE_OF = {
     "kernels": KERNEL_TABLE,
     "runtime": RUNTIME_TABLE,
     "nvtx": NVTX_TABLE,
-    "memcpy": MEMCPY_TABLE,
-    "memset": MEMSET_TABLE,
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
 }
 
 
@@ -645,9 +566,11 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
         makers["nvtx"] = lambda: _nvtx_query(db, ids)
+    from .nsys_memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+
     for key, table in (("memcpy", MEMCPY_TABLE), ("memset", MEMSET_TABLE)):
         if table in tables:
-            makers[key] = lambda table=table: _memop_query(db, table)  # type: ignore[misc]
+            makers[key] = lambda table=table: memop_query(db, table)  # type: ignore[misc]
     jobs: dict[str, _Query] = {}
     plan: list[tuple[str, str]] = []
     for key, make in makers.items():
@@ -704,7 +627,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     elif KERNEL_TABLE not in lost:
         warnings.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
     try:
-        frames["memops"] = _read_memops(got, got.get("runtime"), warnings, src, counts)
+        frames["memops"] = read_memops(got, got.get("runtime"), src, counts)
     except pl.exceptions.PolarsError as e:
         lost[MEMCPY_TABLE] = _why(e)
 

@@ -137,8 +137,6 @@ class Analysis:
     explanations: list[dict[str, Any]] = field(default_factory=list)
     calibration: str | None = None
     note: str | None = None
-    breakdown: Any = None
-    """GPU time by kernel class and idle per GPU and range name (analyzers/breakdown ``Breakdown``)."""
 
 
 def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
@@ -152,27 +150,31 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 def analyze(data: RunData, device: DeviceSpec | None = None) -> Analysis:
     """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py); ``device``
     (``tracekit view --device``) overrides the GPU the files name."""
-    from tracekit.analyzers.breakdown import breakdown, memops_recorded
     from tracekit.analyzers.gemm import build_cases, gemm_frame
 
     cal, cal_source = _calibration(data)
     env = data.manifest.get("environment")
     cases = build_cases(data.frames, calibration=cal, environment=env, device=device)
-    steps = breakdown(data.frames, memops=memops_recorded(data.manifest))
     try:
         from tracekit.analyzers.explain import explain_case
     except ImportError:
         return Analysis(
-            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed", steps
+            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed"
         )
     waterfalls = [explain_case(c) for c in cases]
     verdicts: dict[int, tuple[str | None, float | None]] = {}
     for i, wf in enumerate(waterfalls):
         v = wf.verdict
         verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
-    return Analysis(
-        gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source, breakdown=steps
-    )
+    return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+
+
+def step_breakdown(data: RunData, *, with_ranges: bool = True) -> Any:
+    """The run's GPU time by kernel class and idle per GPU, and with ``with_ranges`` per range name
+    (analyzers/breakdown ``Breakdown``)."""
+    from tracekit.analyzers.breakdown import breakdown, memops_recorded
+
+    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.manifest))
 
 
 def rank_analysis(data: RunData) -> Any:

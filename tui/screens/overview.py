@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count, step_breakdown
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
@@ -63,11 +63,12 @@ def _short_device(label: str) -> str:
     return label.replace("NVIDIA ", "")
 
 
-def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
+def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = None) -> Content:
     """The overview's header in two lines that fit ``width`` cells: the run, its status and failure count (and
     when it was made, where room is left); then the device and the counts. A third line holds the explainer's
     note or the calibration, when there is one. Parts are shortened before anything wraps: the date goes first,
-    then ``NVIDIA``; the failure count always stays."""
+    then ``NVIDIA``; the failure count always stays. ``steps`` (the run's breakdown, once computed) adds a line
+    per GPU."""
     f = d.frames
     fails = d.failure_count
     sep = ("  ·  ", "$text-muted")
@@ -98,7 +99,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
-    parts += breakdown_lines(analysis, width)
+    parts += breakdown_lines(steps, width)
     extra: list[Any] = []
     if analysis is not None and analysis.calibration:
         extra += [("calibrated: ", "$text-muted"), clean(analysis.calibration)]
@@ -113,10 +114,9 @@ BREAKDOWN_LINES = 2
 """GPUs whose breakdown line the header shows; more are behind ``b``."""
 
 
-def breakdown_lines(analysis: Analysis | None, width: int) -> list[Any]:
-    """One line per GPU (at most :data:`BREAKDOWN_LINES`) with its largest kernel classes and idle as % of its
-    span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the whole breakdown."""
-    b = analysis.breakdown if analysis is not None else None
+def breakdown_lines(b: Any, width: int) -> list[Any]:
+    """One line per GPU (at most :data:`BREAKDOWN_LINES`) of the breakdown ``b`` with its idle and largest kernel
+    classes as % of its span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the table."""
     if b is None or b.empty:
         return []
     from tracekit.analyzers.breakdown.table import headline
@@ -159,6 +159,14 @@ class OverviewScreen(FrameScreen):
             self.analysis = analysis
             """The gemms frame and one explanation per GEMM."""
 
+    class StepsComputed(Message):
+        """The run's step breakdown per GPU (analyzers/breakdown) is known: the header shows it."""
+
+        def __init__(self, steps: Any) -> None:
+            super().__init__()
+            self.steps = steps
+            """The ``Breakdown`` of the whole run, per GPU."""
+
     class RunLoadFailed(Message):
         """Reading or analysing the run failed."""
 
@@ -180,6 +188,7 @@ class OverviewScreen(FrameScreen):
         self.compare_with = compare_with
         self.data: RunData | None = None
         self.analysis: Analysis | None = None
+        self.steps: Any = None
         self.info = Static(Content(f"reading {clean(path)} …"), id="run-info")
 
     def compose(self) -> ComposeResult:
@@ -195,12 +204,15 @@ class OverviewScreen(FrameScreen):
     def load(self) -> None:
         try:
             if self.prefetch is not None:  # started by the CLI before Textual was imported
-                self.post_message(self.RunLoaded(self.prefetch.data.result()))
+                data = self.prefetch.data.result()
+                self.post_message(self.RunLoaded(data))
                 self.post_message(self.RunAnalyzed(self.prefetch.analysis.result()))
-                return
-            data = load_run(self.path)
-            self.post_message(self.RunLoaded(data))
-            self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            else:
+                data = load_run(self.path)
+                self.post_message(self.RunLoaded(data))
+                self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            # after the GEMM table: the breakdown's line waits on it, the table does not
+            self.post_message(self.StepsComputed(step_breakdown(data, with_ranges=False)))
         except TracekitError as exc:
             self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
         except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive
@@ -227,6 +239,10 @@ class OverviewScreen(FrameScreen):
             other, self.compare_with = self.compare_with, None
             self.compare(other)
 
+    def on_overview_screen_steps_computed(self, message: OverviewScreen.StepsComputed) -> None:
+        self.steps = message.steps
+        self._paint_info()
+
     def on_overview_screen_run_load_failed(self, message: OverviewScreen.RunLoadFailed) -> None:
         from tracekit.tui.screens.dialogs import ErrorScreen
 
@@ -241,7 +257,7 @@ class OverviewScreen(FrameScreen):
         if self.data is None:
             return
         width = (self.info.size.width or self.app.size.width or 80) - 2  # the header's padding
-        self.info.update(run_header(self.data, self.analysis, width))
+        self.info.update(run_header(self.data, self.analysis, width, self.steps))
 
     def on_resize(self) -> None:
         self._paint_info()
@@ -314,10 +330,10 @@ class OverviewScreen(FrameScreen):
             self.app.push_screen(RanksScreen(self.data))  # type: ignore[arg-type]
 
     def action_breakdown(self) -> None:
-        if self._ready() and self.analysis is not None and self.analysis.breakdown is not None:
+        if self._ready():
             from tracekit.tui.screens.breakdown import BreakdownScreen
 
-            self.app.push_screen(BreakdownScreen(self.analysis.breakdown, self.data.name))  # type: ignore[union-attr]
+            self.app.push_screen(BreakdownScreen(self.data))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

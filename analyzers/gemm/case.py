@@ -148,12 +148,16 @@ class GemmCase:
         if shape is not None:
             if shape == "fp32" and (counted == "tf32" or name_rate_class(self.main_kernel) == "tf32"):
                 by = "ncu-counters" if counted == "tf32" else "kernel-name"
-                what = "Nsight Compute's tensor counters" if counted == "tf32" else "the kernel's name"
+                what = (
+                    "Nsight Compute's tensor counters show"
+                    if counted == "tf32"
+                    else "the kernel's name shows"
+                )
                 return (
                     "tf32",
                     by,
                     (
-                        f"fp32 inputs, but {what} show TF32 tensor-core math (torch.backends.cuda.matmul.allow_tf32 "
+                        f"fp32 inputs, but {what} TF32 tensor-core math (torch.backends.cuda.matmul.allow_tf32 "
                         "or cuBLAS TF32 mode): rated against the TF32 peak"
                     ),
                 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import traceback
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import click
 
 from tracekit import __version__
-from tracekit.errors import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, TracekitError
+from tracekit.errors import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, TracekitError, interrupt_exit_code
 
 # name -> (module:attribute, one-line help). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -139,9 +140,10 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         _err("interrupted")
         sys.exit(EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
-        _err("interrupted")
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", None)
+        _err(f"stopped by {signal.Signals(signum).name}" if signum else "interrupted")
+        sys.exit(interrupt_exit_code(exc))
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -14,7 +14,9 @@ code  meaning
 3     a required tool or package is missing (ncu, nsys, torch ...), or no GPU
 4     the capture or benchmark finished incomplete: results were kept and marked
 5     ``tracekit compare --gate`` found a regression beyond the threshold
+129   stopped by SIGHUP (the terminal went away); as 130
 130   interrupted (Ctrl-C); whatever was captured is kept, marked incomplete
+143   stopped by SIGTERM (``timeout``, a batch scheduler's time limit, ``kill``); as 130
 ====  ==========================================================================
 """
 
@@ -26,7 +28,9 @@ EXIT_BAD_INPUT = 2
 EXIT_MISSING_TOOL = 3
 EXIT_INCOMPLETE = 4
 EXIT_REGRESSION = 5
+EXIT_HANGUP = 129
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -35,8 +39,31 @@ EXIT_CODES: dict[int, str] = {
     EXIT_MISSING_TOOL: "a required tool, package or GPU is missing",
     EXIT_INCOMPLETE: "capture or benchmark incomplete; partial results kept and marked",
     EXIT_REGRESSION: "compare --gate found a regression beyond the threshold",
+    EXIT_HANGUP: "stopped by SIGHUP; as 130",
     EXIT_INTERRUPTED: "interrupted; what was captured is kept, marked incomplete",
+    EXIT_TERMINATED: "stopped by SIGTERM; as 130",
 }
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP turned into what Ctrl-C raises, so every path that stops the profilers, keeps what was
+    captured and marks the run for Ctrl-C does so for them too; ``signum`` says which signal, and the process
+    exits ``128 + signum`` (143, 129) as a shell reports a process killed by it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def interrupt_exit_code(exc: BaseException) -> int:
+    """The exit status for an interruption: ``128 + signum`` for a :class:`SignalInterrupt` (or an exception
+    that carries ``signum``), 130 for Ctrl-C."""
+    signum = getattr(exc, "signum", None)
+    return 128 + signum if isinstance(signum, int) else EXIT_INTERRUPTED
 
 
 class TracekitError(Exception):

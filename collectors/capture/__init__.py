@@ -14,7 +14,9 @@ wrapper notes each GEMM call, so the record names the call in flight (collectors
 
 Whatever happens (the benchmark crashes or exits non-zero, a timeout, a tool error, Ctrl-C) the run folder stays
 valid: it is marked ``incomplete`` with the reason, every phase is in the manifest's events, and what was captured
-is kept. Ctrl-C raises ``CaptureInterrupted`` (a KeyboardInterrupt carrying the run) after the run is marked.
+is kept. Ctrl-C raises ``CaptureInterrupted`` (a KeyboardInterrupt carrying the run) after the run is marked;
+SIGTERM and SIGHUP take the same path (``signals_as_interrupts``: the pass's process group is stopped, never
+orphaned) and the run's reason names the signal (``terminated by SIGTERM during the ncu pass``).
 
 Imports only the standard library and tracekit core: captures run on GPU machines without polars or rich.
 
@@ -36,14 +38,17 @@ from .common import (
     FAILURES_FILE,
     PASS_ORDER,
     SITE_DIR,
+    STOP_SIGNALS,
     TORCH_TRACE,
     TORCHPROF_PY,
     CaptureEvent,
     CaptureInterrupted,
     PassResult,
+    interrupt_reason,
     is_python_command,
     python_target,
     ranges_filter,
+    signals_as_interrupts,
 )
 from .driver import capture
 from .passes import nsys_kernel_count
@@ -59,14 +64,17 @@ __all__ = [
     "FAILURES_FILE",
     "PASS_ORDER",
     "SITE_DIR",
+    "STOP_SIGNALS",
     "TORCHPROF_PY",
     "TORCH_TRACE",
     "CaptureEvent",
     "CaptureInterrupted",
     "PassResult",
     "capture",
+    "interrupt_reason",
     "is_python_command",
     "nsys_kernel_count",
     "python_target",
     "ranges_filter",
+    "signals_as_interrupts",
 ]

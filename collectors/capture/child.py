@@ -172,8 +172,9 @@ def _run_pass(
                 result.timed_out = True
                 result.exit_code = child.stop(grace_s)
                 break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP under signals_as_interrupts
         result.interrupted = True
+        result.signum = int(getattr(exc, "signum", signal.SIGINT))
         result.exit_code = child.stop(grace_s)
     finally:
         child.close()

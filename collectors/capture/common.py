@@ -4,18 +4,20 @@ ncu NVTX filter for ``--ranges``, the run folder's name, the environment fingerp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import shutil
 import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracekit.errors import BadInputError
+from tracekit.errors import BadInputError, SignalInterrupt
 from tracekit.run import Run, new_run_name
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -52,11 +54,55 @@ class CaptureEvent:
 
 
 class CaptureInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a capture, raised after the run was marked incomplete; ``run`` is the kept run."""
+    """Ctrl-C, SIGTERM or SIGHUP during a capture, raised after the run was marked incomplete; ``run`` is the kept
+    run, ``signum`` the signal (SIGINT for Ctrl-C): a command exits ``128 + signum``."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, signum: int = signal.SIGINT) -> None:
         super().__init__(f"capture interrupted; partial run kept at {run.path}")
         self.run = run
+        self.signum = int(signum)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals a capture handles as it handles Ctrl-C: ``timeout``, a batch scheduler's time limit and ``kill`` send
+SIGTERM, a closed terminal SIGHUP. Their default action would end tracekit at once and leave the profiler (in a
+process group of its own) running as an orphan, the run marked ``capturing``."""
+
+
+@contextlib.contextmanager
+def signals_as_interrupts(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """While inside, each of ``signals`` raises :class:`tracekit.errors.SignalInterrupt` (a KeyboardInterrupt
+    carrying the signal) in the main thread, so it takes Ctrl-C's path: the pass's process group is stopped
+    (SIGINT, then SIGTERM, then SIGKILL), every file is kept, and the run is marked incomplete with the signal's
+    name. A signal the process ignores (``nohup`` ignores SIGHUP) stays ignored; outside the main thread (where
+    Python cannot set handlers) nothing changes. The previous handlers come back on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise SignalInterrupt(signum)
+
+    previous: dict[int, object] = {}
+    for sig in signals:
+        old = signal.getsignal(sig)
+        if old == signal.SIG_IGN:
+            continue
+        previous[sig] = old
+        signal.signal(sig, raise_interrupt)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)  # type: ignore[arg-type]
+
+
+def interrupt_reason(signum: int | None, where: str) -> str:
+    """The run's reason for an interruption ``where`` (``during the ncu pass``): ``interrupted (Ctrl-C) ...`` or
+    ``terminated by SIGTERM ...``."""
+    if signum is None or signum == signal.SIGINT:
+        return f"interrupted (Ctrl-C) {where}"
+    return f"terminated by {_signal_name(signum)} {where}"
 
 
 @dataclass
@@ -69,6 +115,8 @@ class PassResult:
     wall_s: float = 0.0
     timed_out: bool = False
     interrupted: bool = False
+    signum: int | None = None
+    """The signal that interrupted the pass (SIGINT for Ctrl-C), when ``interrupted``."""
     files: list[str] = field(default_factory=list)
     reason: str | None = None
     error: str | None = None
@@ -85,6 +133,7 @@ class PassResult:
             "wall_s": round(self.wall_s, 3),
             "timed_out": self.timed_out,
             "interrupted": self.interrupted,
+            "signal": _signal_name(self.signum) if self.interrupted and self.signum else None,
             "files": self.files,
             "status": "ok" if self.ok else "incomplete",
             "reason": self.reason,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from .common import (
     _fingerprint,
     _label,
     _reserve_run_dir,
+    interrupt_reason,
     is_python_command,
+    signals_as_interrupts,
 )
 from .passes import _one_pass
 from .plan import _check_instrument, _check_options, _Options, _Plan, _plan
@@ -127,14 +130,16 @@ def _run_passes(
             run.save()
             if result.interrupted:
                 raise KeyboardInterrupt
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_as_interrupts)
         run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
         where = results[-1].tool if results else "setup"
-        said = results[-1].reason if results and results[-1].interrupted else None
-        reason = said if said and "interrupted" in said else f"interrupted (Ctrl-C) during the {where} pass"
+        last = results[-1] if results and results[-1].interrupted else None
+        signum = last.signum if last is not None and last.signum else getattr(exc, "signum", signal.SIGINT)
+        said = last.reason if last is not None else None
+        reason = said or interrupt_reason(signum, f"during the {where} pass")
         log("error", where, reason)
         run.mark(STATUS_INCOMPLETE, reason)
-        raise CaptureInterrupted(run) from None
+        raise CaptureInterrupted(run, signum) from None
     except BaseException as exc:
         run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
         reason = f"capture failed: {type(exc).__name__}: {exc}"
@@ -263,7 +268,9 @@ def capture(
         run.log(phase, message, level=kind, **extra)
         emit(CaptureEvent(kind, phase, message))
 
-    # phase 4, run the passes; phase 5, finish
-    results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log)
-    _finish(run, results, log)
+    # phase 4, run the passes; phase 5, finish. SIGTERM and SIGHUP take Ctrl-C's path from here on: the
+    # profilers are stopped, not orphaned, and the run says which signal ended it
+    with signals_as_interrupts():
+        results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log)
+        _finish(run, results, log)
     return run

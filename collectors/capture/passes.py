@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from .common import (
     PassResult,
     _count_lines,
     _describe_exit,
+    interrupt_reason,
 )
 from .plan import _Plan
 
@@ -163,7 +165,7 @@ def _one_pass(
     code = result.exit_code
     if result.reason is None:
         if result.interrupted:
-            result.reason = f"interrupted (Ctrl-C) during the {tool} pass"
+            result.reason = interrupt_reason(result.signum, f"during the {tool} pass")
         elif result.timed_out:
             result.reason = f"{tool} pass timed out after {timeout:g} s and was stopped"
         elif code not in (0, None):
@@ -177,11 +179,12 @@ def _one_pass(
     elif tool == "nsys":
         try:
             _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
-        except KeyboardInterrupt:  # Ctrl-C while `nsys export` ran (subprocess.run has killed it)
+        except KeyboardInterrupt as exc:  # Ctrl-C / SIGTERM while `nsys export` ran (it has been killed)
             result.interrupted = True
+            result.signum = int(getattr(exc, "signum", signal.SIGINT))
             rep = "raw/nsys.nsys-rep"
             result.reason = (
-                f"interrupted (Ctrl-C) during the nsys export; {rep} is kept: "
+                f"{interrupt_reason(result.signum, 'during the nsys export')}; {rep} is kept: "
                 f"`nsys export --type sqlite -o {run_dir / 'raw/nsys.sqlite'} {run_dir / rep}`, then "
                 f"`tracekit import --rebuild {run_dir}`"
             )

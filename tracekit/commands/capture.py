@@ -77,8 +77,16 @@ Missing tools (exit 3):
   ncu ERR_NVGPUCTRPERM: run as root, or load the driver with NVreg_RestrictProfilingToAdminUsers=0.
 
 \b
+Signals: Ctrl-C, SIGTERM (timeout, a Slurm or Kubernetes time limit, kill) and SIGHUP (the terminal closed)
+stop the pass the same way: the profiler and the program get SIGINT (a profiler writes what it has), then
+SIGTERM, then SIGKILL, so no ncu or nsys is left running; every file is kept and the run is marked incomplete
+with the reason ("terminated by SIGTERM during the ncu pass"). A signal ignored when tracekit starts (nohup's
+SIGHUP) stays ignored.
+
+\b
 Exit codes: 0 complete; 3 a tool is missing; 4 incomplete (the command failed, timed out or a tool failed:
-artifacts are kept, the run is marked with the reason); 130 Ctrl-C (the partial run is kept).
+artifacts are kept, the run is marked with the reason); 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (the partial run
+is kept, marked incomplete).
 """
 
 
@@ -180,6 +188,15 @@ def _import(run: Any, progress: _Progress) -> tuple[dict[str, Any] | None, str |
         return None, f"import failed: {exc.one_line()}"
     progress.event(_Event("done", "import", "frames built"))
     return summary, None
+
+
+def _signal_name(exc: BaseException | None) -> str | None:
+    """SIGINT / SIGTERM / SIGHUP: what stopped the capture (None when nothing did)."""
+    if exc is None:
+        return None
+    import signal
+
+    return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
 
 
 class _Event:
@@ -345,9 +362,9 @@ def capture(
     cmd: tuple[str, ...],
 ) -> None:
     from tracekit.collectors import tools
-    from tracekit.collectors.capture import CaptureInterrupted
+    from tracekit.collectors.capture import CaptureInterrupted, interrupt_reason, signals_as_interrupts
     from tracekit.collectors.capture import capture as run_capture
-    from tracekit.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED
+    from tracekit.errors import EXIT_INCOMPLETE, interrupt_exit_code
     from tracekit.naming import NCU_FILTER
     from tracekit.run import STATUS_INCOMPLETE
 
@@ -368,7 +385,7 @@ def capture(
         return [t.strip() for t in text.split(",") if t.strip()]
 
     progress = _Progress(as_json, quiet=False)
-    interrupted = False
+    interrupted: BaseException | None = None
     try:
         try:
             run = run_capture(
@@ -399,17 +416,19 @@ def capture(
                 crash_flush=crash_flush,
             )
         except CaptureInterrupted as exc:
-            run, interrupted = exc.run, True
+            run, interrupted = exc.run, exc
         summary, import_problem = (None, None)
-        if not no_import and not interrupted:
+        if not no_import and interrupted is None:
             try:
-                summary, import_problem = _import(run, progress)
-            except KeyboardInterrupt:
+                with signals_as_interrupts():
+                    summary, import_problem = _import(run, progress)
+            except KeyboardInterrupt as exc:
                 # The capture is complete and kept; frames are recorded as current only once all are written,
                 # so the next command (or import --rebuild) builds them from raw/.
-                interrupted = True
+                interrupted = exc
+                said = interrupt_reason(getattr(exc, "signum", None), "while building frames")
                 import_problem = (
-                    f"interrupted (Ctrl-C) while building frames; the capture is complete and kept — "
+                    f"{said}; the capture is complete and kept — "
                     f"`tracekit import --rebuild {run.path}` builds them"
                 )
                 with contextlib.suppress(Exception):
@@ -423,7 +442,8 @@ def capture(
         "run": str(run.path),
         "status": run.status,
         "incomplete_reason": run.manifest.get("incomplete_reason"),
-        "interrupted": interrupted,
+        "interrupted": interrupted is not None,
+        "signal": _signal_name(interrupted),
         "passes": passes,
         "import": summary,
         "import_problem": import_problem,
@@ -460,7 +480,7 @@ def capture(
                 )
             )
             console.print(Text(f"  next: tracekit show {safe(run.path)}"))
-    if interrupted:
-        sys.exit(EXIT_INTERRUPTED)
+    if interrupted is not None:
+        sys.exit(interrupt_exit_code(interrupted))
     if run.status == STATUS_INCOMPLETE or (summary and summary.get("partial")):
         sys.exit(EXIT_INCOMPLETE)

@@ -135,7 +135,8 @@ def default_sample() -> Path | None:
 
 def first_target(run: Path | None, compare: Path | None = None) -> tuple[str, Any]:
     """What ``tracekit view [RUN]`` opens: ``("run", path)`` or ``("picker", [dirs])``. A run folder or bundle
-    opens its overview; a folder of runs the picker over it; no RUN the picker over ./runs and the samples when
+    opens its overview; a folder of runs the picker over it (a folder holding none raises RunNotFoundError, the
+    one-line error of ``explain``, rather than opening an empty picker); no RUN the picker over ./runs and the samples when
     ./runs holds runs, else the bundled sample (:func:`default_sample`; the picker when there is none)."""
     if compare is not None and not compare.exists():
         raise RunNotFoundError(f"{compare} does not exist", "give --compare a run folder or bundle")
@@ -147,6 +148,8 @@ def first_target(run: Path | None, compare: Path | None = None) -> tuple[str, An
         if (run / MANIFEST).is_file() or (run.is_file() and run.suffix == ".zip"):
             return "run", run
         if run.is_dir():
+            if not find_runs([run]):
+                Run.open(run)  # a folder holding no run: the error explain and show give for it
             return "picker", [run]
         raise RunNotFoundError(
             f"{run} is a file, not a run", f"make a run from it first: `tracekit import {run} -o runs/NAME`"

@@ -206,6 +206,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
             "incomplete_reason": run.manifest.get("incomplete_reason"),
             "created": run.manifest.get("created"),
             "command": run.manifest.get("command"),
+            "ncu_pass": ncu_pass(run.manifest),
         },
         "kernel_count": info.kernel_count,
         "range_count": info.range_count,
@@ -231,3 +232,14 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         out["ranks"] = [msgspec.to_builtins(r) for r in analysis.ranks.ranks]
         out["straggler"] = {"rank": analysis.ranks.straggler, "reasons": analysis.ranks.reasons}
     return out
+
+
+def ncu_pass(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What the capture's ncu pass profiled (run.json ``capture.passes[].ncu``): ``bound`` (what it was told to
+    profile), ``profiled`` (kernels, from ncu's own lines), ``kernels`` (launches profiled per kernel name) and,
+    with ``--ncu-budget``, ``budget`` (``spent``, ``spent_at_s``, ``stopped_by``, ``not_profiled``, ...). None
+    for a run without one (an import, or a capture from before it was recorded)."""
+    capture = manifest.get("capture")
+    passes = capture.get("passes") if isinstance(capture, dict) else None
+    found = [p["ncu"] for p in passes or [] if isinstance(p, dict) and isinstance(p.get("ncu"), dict)]
+    return found[-1] if found else None

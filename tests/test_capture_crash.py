@@ -439,7 +439,11 @@ def test_cli_ranges_builds_the_ncu_command_line_and_records_it(tmp_path):
     assert argv.count("--nvtx-include") == 1
     run = Run.open(tmp_path / json.loads(done.stdout)["run"])
     exact = tools.ncu_command(
-        ncu, run.raw_dir.absolute() / "ncu", [PY, "-c", "pass"], nvtx_include="regex:.*(?:attn.q.k).*/"
+        ncu,
+        run.raw_dir.absolute() / "ncu",
+        [PY, "-c", "pass"],
+        nvtx_include="regex:.*(?:attn.q.k).*/",
+        per_config=2,  # at most 2 launches of each launch configuration inside the user's ranges
     )
     assert argv == exact[1:]
     assert run.manifest["capture"]["ncu"]["ranges"] == "attn/q,k"

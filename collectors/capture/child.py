@@ -152,7 +152,10 @@ def _run_pass(
     on_output: Callable[[str, bytes], None],
     cwd: Path | None,
     program: dict[str, Path] | None = None,
+    must_stop: Callable[[], bool] | None = None,
 ) -> None:
+    """Run ``result.argv`` to its end, or until the timeout, Ctrl-C (or a signal taking its path), or
+    ``must_stop`` (asked every 0.25 s; an ncu budget) answering true; the last two stop its process group."""
     start = time.monotonic()
     try:
         child = _Child(result.argv, env, log_path, on_output, cwd, program, result.tool)
@@ -167,6 +170,9 @@ def _run_pass(
             code = child.wait(0.25 if remaining is None else min(0.25, remaining))
             if code is not None:
                 result.exit_code = code
+                break
+            if must_stop is not None and must_stop():
+                result.exit_code = child.stop(grace_s)
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 result.timed_out = True

@@ -120,6 +120,9 @@ class PassResult:
     files: list[str] = field(default_factory=list)
     reason: str | None = None
     error: str | None = None
+    ncu: dict[str, Any] | None = None
+    """An ncu pass: the bound it ran under (``bound``), the kernels it profiled (``profiled``, from ncu's own
+    lines) and, with ``--ncu-budget``, the budget's record (``budget``: spent, when, what was not profiled)."""
 
     @property
     def ok(self) -> bool:
@@ -137,6 +140,7 @@ class PassResult:
             "files": self.files,
             "status": "ok" if self.ok else "incomplete",
             "reason": self.reason,
+            **({"ncu": self.ncu} if self.ncu is not None else {}),
         }
 
 

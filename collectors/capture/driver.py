@@ -57,7 +57,10 @@ def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
             "nvtx_include": ncu_opts["nvtx_include"],
             "ranges": opts.ranges,
             "max_per_range": ncu_opts["per_range"],
+            "per_launch_config": ncu_opts["per_config"],
+            "bound_mode": ncu_opts["mode"],
             "launch_count": ncu_opts["launch_count"],
+            "budget_s": ncu_opts["budget_s"],
             "extra": list(ncu_opts["extra"]),
         }
     if plan.nsys:
@@ -124,6 +127,7 @@ def _run_passes(
                 crash_flush=opts.crash_flush,
                 program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
                 ncu_opts=dict(opts.ncu_opts),
+                ranges_regex=opts.ranges,
             )
             results.append(result)
             run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
@@ -195,6 +199,7 @@ def capture(
     nvtx_include: str | None = NCU_FILTER,
     max_per_range: int | None = None,
     launch_count: int | None = None,
+    ncu_budget: float | None = None,
     ncu_extra: Sequence[str] = (),
     nsys_extra: Sequence[str] = (),
     grace_s: float = 20.0,
@@ -215,7 +220,12 @@ def capture(
     trace). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
     benchmark inside: a traced pass of that many repeats after its warm-up, a segment file each
     (``tracekit.collectors.worker.TraceWindow``); None records every launch of every worker, and the profiler's
-    cost then grows with the benchmark's repeats. ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
+    cost then grows with the benchmark's repeats. The ncu pass profiles at most ``max_per_range`` (default
+    $TRACEKIT_NCU_MAX_PER_RANGE or 2) launches of each launch configuration inside the selected ranges: per range
+    name inside tracekit's ranges, per grid / block / shared memory (Nsight Compute's per-launch-config filter)
+    inside ``ranges`` or everywhere (``nvtx_include=None``); ``launch_count`` caps the kernels in all instead.
+    ``ncu_budget`` (seconds) ends its profiling when spent and lets the program run on (collectors/capture/
+    budget.py). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
     after tracekit's own options (and into run.json). ``timeout`` applies to each pass; ``grace_s`` is how long
     a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
     output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything,
@@ -235,6 +245,7 @@ def capture(
         sections=sections,
         metrics=metrics,
         launch_count=launch_count,
+        ncu_budget=ncu_budget,
         ncu_extra=ncu_extra,
         nsys_extra=nsys_extra,
         instrument=instrument,

@@ -27,6 +27,7 @@ from ..torchprof import (
     ENV_TRACE_REPEATS,
     append_jsonl,
 )
+from .budget import BUDGET_LOG, ENV_BUDGET_LOG, ENV_STOP_AT, NcuBudget, ProfiledKernels, describe_bound
 from .child import _run_pass
 from .common import (
     BREADCRUMB_DIR,
@@ -84,6 +85,7 @@ def _one_pass(
     python_cmd: bool = False,
     crash_flush: str = CRASH_FLUSH_DEFAULT,
     program_stem: str = "program",
+    ranges_regex: str | None = None,
 ) -> PassResult:
     env = dict(base_env)
     # with ranks, each tool wraps one rank's command and names its files raw/<tool>.rank<R>.* (rankwrap.py)
@@ -108,7 +110,11 @@ def _one_pass(
     if hang_dump:
         assert timeout is not None
         env[ENV_HANG_DUMP] = f"{timeout - min(2.0, timeout * 0.1):.3f}"
-    if instrument or flush or hang_dump:
+    for name in (ENV_STOP_AT, ENV_BUDGET_LOG):
+        env.pop(name, None)
+    # --ncu-budget: in a Python program the site folder's thread stops ncu's profiling (collectors/site)
+    budget_in_program = tool == "ncu" and bool(ncu_opts.get("budget_s")) and python_cmd
+    if instrument or flush or hang_dump or budget_in_program:
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
         if not instrument:
@@ -125,8 +131,10 @@ def _one_pass(
             nvtx_include=ncu_opts["nvtx_include"],
             clock_control=ncu_opts["clock_control"],
             launch_count=ncu_opts["launch_count"],
+            per_config=ncu_opts.get("per_config"),
             extra=ncu_opts["extra"],
         )
+        log("info", "ncu", describe_bound(ncu_opts, ranges_regex))
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
@@ -158,9 +166,37 @@ def _one_pass(
     failures_before = _count_lines(raw / FAILURES_FILE)
     before = {p.name for p in raw.iterdir()}
     log("start", tool, f"{tool} pass: {' '.join(argv)}", log=f"raw/{log_path.name}")
+    profiled = ProfiledKernels() if tool == "ncu" else None
+    budget = None
+    if profiled is not None and ncu_opts.get("budget_s"):  # the clock starts with the pass
+        (raw / BUDGET_LOG).unlink(missing_ok=True)
+        budget = NcuBudget(ncu_opts["budget_s"], profiled, raw / BUDGET_LOG, in_program=budget_in_program)
+        if budget_in_program:
+            env.update(budget.env())
     _run_pass(
-        result, env, log_path, timeout=timeout, grace_s=grace_s, on_output=output, cwd=cwd, program=program
+        result,
+        env,
+        log_path,
+        timeout=timeout,
+        grace_s=grace_s,
+        on_output=profiled.tap(output) if profiled is not None else output,
+        cwd=cwd,
+        program=program,
+        must_stop=budget.check if budget is not None else None,
     )
+    if profiled is not None:
+        result.ncu = {
+            "bound": describe_bound(ncu_opts, ranges_regex),
+            "profiled": profiled.count,
+            "kernels": dict(sorted(profiled.names.items(), key=lambda kv: -kv[1])[:200]),
+        }
+        if budget is not None:
+            result.ncu["budget"] = budget.record(result.wall_s)
+            said = budget.reason()
+            if said and not result.interrupted and not result.timed_out:
+                result.reason = said
+            elif result.ncu["budget"]["spent"]:
+                log("warning", "ncu", f"ncu budget spent: {result.ncu['budget']['not_profiled']}")
 
     code = result.exit_code
     if result.reason is None:
@@ -202,9 +238,11 @@ def _one_pass(
         result.reason = f"the PyTorch profiler wrote no {TORCH_TRACE} (see raw/{log_path.name})"
     # a crash that left no crash record of its own gets one, naming the GEMM in flight, so the failures frame
     # says why; the program's own output (never the profiler's progress lines) is its evidence
-    if (result.timed_out or (code not in (0, None) and not result.interrupted)) and not _own_crash_record(
-        raw / FAILURES_FILE, failures_before
-    ):
+    stopped_by_budget = budget is not None and budget.stopped_program
+    ended_badly = result.timed_out or (
+        code not in (0, None) and not result.interrupted and not stopped_by_budget
+    )
+    if ended_badly and not _own_crash_record(raw / FAILURES_FILE, failures_before):
         tool_text = _tool_text(log_path, program["stdout"], program["stderr"])
         append_jsonl(
             raw / FAILURES_FILE,

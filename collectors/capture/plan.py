@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import BadInputError, MissingToolError
+from tracekit.naming import NCU_FILTER
 
 from .. import tools
 from ..ranks import RankLaunch
@@ -111,7 +112,8 @@ class _Options:
     ranks: RankLaunch | None
     ranges: str | None
     ncu_opts: dict[str, Any]
-    """sections, metrics, nvtx_include, clock_control, launch_count, per_range, extra: the ncu pass's options."""
+    """sections, metrics, nvtx_include, clock_control, launch_count, per_range, per_config (ncu's per-launch-config
+    count, or None), mode (tracekit-ranges / ranges / all-kernels), budget_s, extra: the ncu pass's options."""
 
     @property
     def program(self) -> list[str]:
@@ -140,6 +142,7 @@ def _check_options(
     instrument: bool,
     timeout: float | None,
     grace_s: float,
+    ncu_budget: float | None = None,
 ) -> _Options:
     """Phase 1, check: the command and every option, raising BadInputError before anything is created."""
     cmd = [str(c) for c in cmd]
@@ -170,6 +173,30 @@ def _check_options(
     per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
     if per_range < 1:
         raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
+    if ncu_budget is not None and not ncu_budget > 0:
+        raise BadInputError(
+            f"--ncu-budget {ncu_budget:g} must be more than 0 seconds", "e.g. --ncu-budget 60"
+        )
+    # One N, one meaning: at most N launches of each launch configuration inside the selected ranges. Inside
+    # tracekit's ranges the range code lets ncu see the first N launches of each range name (one GEMM call each:
+    # the same kernel in two shapes is profiled in both); elsewhere Nsight Compute counts them per grid, block and
+    # shared memory (--filter-mode per-launch-config), where --launch-count (kernels in all) replaces it.
+    mode = (
+        "tracekit-ranges"
+        if nvtx_include == NCU_FILTER
+        else "all-kernels"
+        if nvtx_include is None
+        else "ranges"
+    )
+    per_config = None
+    if mode != "tracekit-ranges":
+        if launch_count is not None and max_per_range is not None:
+            raise BadInputError(
+                "--launch-count and --max-per-range contradict each other with --ranges or --all-kernels",
+                "give --max-per-range N for N launches of each launch configuration, or --launch-count N for "
+                "the first N kernels in all",
+            )
+        per_config = per_range if launch_count is None else None
     ncu_opts = {
         "sections": list(sections),
         "metrics": list(metrics),
@@ -177,6 +204,9 @@ def _check_options(
         "clock_control": clock_control,
         "launch_count": launch_count,
         "per_range": per_range,
+        "per_config": per_config,
+        "mode": mode,
+        "budget_s": ncu_budget,
         "extra": list(ncu_extra),
     }
     return _Options(

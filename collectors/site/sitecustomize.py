@@ -16,6 +16,12 @@ then restores the default action and re-raises the signal, so the program still 
 Under ``tracekit capture --timeout S`` (``TRACEKIT_HANG_DUMP_S``, a little under S) the fault handler's watchdog
 prints every thread's Python stack once that time has passed, so a program hung in native code (where Ctrl-C
 does not reach Python) still says where it hung.
+
+Under ``tracekit capture --ncu --ncu-budget S`` (``TRACEKIT_NCU_STOP_AT``, the Unix time the budget runs out) a
+daemon thread calls ``cuProfilerStop`` on every active primary CUDA context once that time has passed (and on any
+context that becomes active later): Nsight Compute honours cu(da)ProfilerStart/Stop unless told not to, so it
+profiles no further launch and the program runs on at its own pace. Each stop is noted as one JSON line in
+``TRACEKIT_NCU_BUDGET_LOG`` (the run's raw/ncu_budget.jsonl), which tells the capture it took.
 """
 
 import os
@@ -44,6 +50,78 @@ def _profiler_stop() -> str:
         result = lib.cuProfilerStop()
         return f"cuProfilerStop() returned {result}"
     return "no CUDA driver loaded, nothing to stop"
+
+
+def _stop_profiling(stopped: set, log_path: str) -> None:
+    """``cuProfilerStop`` on each active primary context not stopped yet (pushed on this thread for the call:
+    the driver acts on the calling thread's current context), noted in ``log_path``. Nothing happens before the
+    program has loaded and initialised the CUDA driver."""
+    import ctypes
+    import json
+    import time
+
+    lib = None
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        return
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:  # not initialised yet: no context to stop
+        return
+    for ordinal in range(count.value):
+        if ordinal in stopped:
+            continue
+        dev, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
+        if lib.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
+            continue
+        if (
+            lib.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0
+            or not active.value
+        ):
+            continue
+        ctx = ctypes.c_void_p()
+        if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0:
+            continue
+        try:
+            pushed = lib.cuCtxPushCurrent_v2(ctx) == 0
+            result = lib.cuProfilerStop() if pushed else None
+            if pushed:
+                lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        finally:
+            lib.cuDevicePrimaryCtxRelease_v2(dev)
+        stopped.add(ordinal)
+        line = {"pid": os.getpid(), "time": time.time(), "device": ordinal, "cuProfilerStop": result}
+        try:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+        except OSError:
+            pass
+
+
+def _start_ncu_budget(stop_at: float, log_path: str) -> None:
+    """A daemon thread that stops Nsight Compute's profiling at ``stop_at`` (Unix time), then checks each second
+    for contexts that became active since (another device, a context made after the budget ran out)."""
+    import threading
+    import time
+
+    def run() -> None:
+        wait = stop_at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        stopped: set = set()
+        while True:
+            try:
+                _stop_profiling(stopped, log_path)
+            except Exception as exc:  # never the program's problem
+                sys.stderr.write(f"tracekit ncu-budget: {type(exc).__name__}: {exc}\n")
+                return
+            time.sleep(1.0)
+
+    threading.Thread(target=run, name="tracekit-ncu-budget", daemon=True).start()
 
 
 def _install_crash_flush() -> None:
@@ -115,6 +193,12 @@ def _main() -> None:
             faulthandler.dump_traceback_later(float(hang_s), exit=False)
         except Exception as exc:
             sys.stderr.write(f"tracekit crash-flush: no hang stack ({type(exc).__name__}: {exc})\n")
+    stop_at = os.environ.get("TRACEKIT_NCU_STOP_AT")
+    if stop_at:
+        try:
+            _start_ncu_budget(float(stop_at), os.environ.get("TRACEKIT_NCU_BUDGET_LOG") or os.devnull)
+        except Exception as exc:
+            sys.stderr.write(f"tracekit ncu-budget: not started ({type(exc).__name__}: {exc})\n")
     if os.environ.get("TRACEKIT_CRASH_FLUSH", "none") == "profiler-stop":
         try:
             _install_crash_flush()

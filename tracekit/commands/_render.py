@@ -251,6 +251,29 @@ def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+def _render_ncu_pass(console: Any, ncu: dict[str, Any] | None) -> None:
+    """The capture's ncu pass: kernels profiled under which bound, and what its --ncu-budget left unprofiled."""
+    from rich.text import Text
+
+    if not ncu:
+        return
+    console.print(Text(f"ncu pass: {ncu.get('profiled', '?')} kernel(s) profiled; {safe(ncu.get('bound'))}"))
+    budget = ncu.get("budget") or {}
+    if budget.get("spent"):
+        how = {
+            "profiler-stop": "cuProfilerStop in the program",
+            "stopping the program": "stopping the program",
+        }
+        console.print(
+            Text(
+                f"  ncu budget {budget.get('budget_s'):g} s spent at {budget.get('spent_at_s'):.1f} s "
+                f"({how.get(budget.get('stopped_by') or '', 'no stop confirmed')}); not profiled: "
+                f"{safe(budget.get('not_profiled'))}",
+                style="yellow",
+            )
+        )
+
+
 def render_summary(
     data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int | None, analysis: Any = None
 ) -> None:
@@ -273,6 +296,7 @@ def render_summary(
     console.print(Text(f"run {run['path']}  status: {status}", style="bold"))
     if run.get("incomplete_reason"):
         console.print(Text(f"  incomplete: {run['incomplete_reason']}", style="yellow"))
+    _render_ncu_pass(console, run.get("ncu_pass"))
     devs = data.get("devices") or ([data["device"]] if data.get("device") else [])
     for d in devs:
         console.print(Text(device_line(d)))

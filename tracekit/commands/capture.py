@@ -37,8 +37,8 @@ PMIX_RANK, SLURM_PROCID). See docs/RANKS.md.
 What each tool gives:
   --nsys            timeline: every kernel with its NVTX range, launch gaps, grid/block, registers (.nsys-rep + .sqlite)
   --ncu             per-kernel hardware metrics (clock, tensor-pipe use, occupancy and its limiter, DRAM bytes, stalls)
-                    for kernels inside tracekit NVTX ranges only (--max-per-range launches each); slow: every kernel
-                    is replayed ~20 times
+                    for kernels inside tracekit NVTX ranges (or --ranges, or --all-kernels); slow: every profiled
+                    kernel is replayed 20-30 times, so the pass is bounded (below)
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
                     it starts when the script imports torch; --torch-ops all adds every ATen operator (a
                     larger, slower trace); in a tracekit benchmark each worker records --trace-repeats
@@ -56,6 +56,18 @@ REGEX matches anywhere (Python re.search style); no ncu --nvtx-include syntax ne
 so each becomes "." (any character) in the filter; run.json records REGEX and the filter built
 (capture.ncu.ranges, capture.ncu.nvtx_include). Example: --ranges 'layer[0-9]+/attn' profiles ranges named like
 layer3/attn.
+
+\b
+The ncu pass is bounded: it profiles at most N launches (--max-per-range N, default 2) of each launch
+configuration inside the selected ranges. Inside tracekit's ranges that is the first N launches of each range
+name (a range is one GEMM call: the same kernel in two shapes is profiled in both). With --ranges or
+--all-kernels, Nsight Compute counts launches per grid, block and shared memory (--filter-mode
+per-launch-config --launch-count N): a serving step's pass went from unfinished after 200 s (every launch in
+its ranges) to 12 kernels in 32 s on an H200. Two kernels that share grid, block and shared memory share the N.
+--launch-count N instead profiles the first N kernels in all. --ncu-budget SECONDS ends the profiling after
+that long and lets the program finish unprofiled (a Python program calls cuProfilerStop itself; any other
+program is stopped); run.json (capture.passes[].ncu) and `tracekit show` say how many kernels were profiled
+and what was not. Before the pass tracekit prints what it will profile and the bound.
 
 \b
 When the program crashes (a signal, a CUDA fault, a hang past --timeout) the run holds one failure of kind
@@ -272,12 +284,27 @@ class _Event:
     "so the timeline keeps its kernels.",
 )
 @click.option(
-    "--launch-count", type=click.IntRange(min=1), help="ncu: stop after this many profiled kernels."
-)
-@click.option(
     "--max-per-range",
     type=click.IntRange(min=1),
-    help="ncu: profile at most N launches of each range name (default $TRACEKIT_NCU_MAX_PER_RANGE or 2).",
+    metavar="N",
+    help="ncu: profile at most N launches of each launch configuration inside the selected ranges (default "
+    "$TRACEKIT_NCU_MAX_PER_RANGE or 2). Inside tracekit's ranges: the first N launches of each range name (one "
+    "GEMM call each); with --ranges or --all-kernels: of each grid/block/shared-memory configuration (ncu "
+    "--filter-mode per-launch-config --launch-count N).",
+)
+@click.option(
+    "--launch-count",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="ncu: profile the first N kernels in all, then none (with --ranges or --all-kernels instead of "
+    "--max-per-range: ncu applies one count).",
+)
+@click.option(
+    "--ncu-budget",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="ncu: after SECONDS of the ncu pass, profile nothing more and let the program run on (a Python "
+    "program stops ncu's profiling itself; any other is stopped); run.json and show say what was not profiled.",
 )
 @click.option(
     "--ncu-arg",
@@ -347,8 +374,9 @@ def capture(
     all_kernels: bool,
     ranges_regex: str | None,
     crash_flush: str,
-    launch_count: int | None,
     max_per_range: int | None,
+    launch_count: int | None,
+    ncu_budget: float | None,
     ncu_args: tuple[str, ...],
     nsys_args: tuple[str, ...],
     use_ranks: bool,
@@ -409,6 +437,7 @@ def capture(
                 nvtx_include=None if all_kernels else NCU_FILTER,
                 max_per_range=max_per_range,
                 launch_count=launch_count,
+                ncu_budget=ncu_budget,
                 ncu_extra=list(ncu_args),
                 nsys_extra=list(nsys_args),
                 ranks=ranks,

@@ -5,6 +5,16 @@ Run on a GPU machine (needs torch with CUDA; ncu / nsys where found, else those 
 
     python benchmarks/bench_capture_overhead.py [--shapes 5] [--reps 20] [--rounds 3] [--keep DIR]
 
+The PyTorch profiler's CPU events, ranges only against ranges and every operator with its input shapes
+(``--torch-ops shapes``, capture's default), on a program of your own (GEMMs in no tracekit range, the case the
+shapes are for), in one command::
+
+    python benchmarks/bench_capture_overhead.py --modes torch-ranges,torch-shapes --rounds 3 \
+        --script benchmarks/foreign/serve_step.py
+
+(``--script`` runs ``python SCRIPT`` instead of the built-in sweep; ``--eager`` runs the built-in sweep without
+tracekit ranges, each GEMM an eager ``torch.mm`` in a ``record_function`` step, as an engine's code would.)
+
 Prints one table row per mode: the median wall seconds of its passes (``--rounds`` passes, the modes interleaved
 round by round so that a slow stretch of the machine hits every mode alike), the slowest and fastest pass, the
 median's ratio to the plain median, the median of the per-round ratios (each pass against the plain pass of its
@@ -43,6 +53,22 @@ for i in range(shapes):
 torch.cuda.synchronize()
 """
 
+EAGER = """
+import sys
+import torch
+
+shapes, reps = int(sys.argv[1]), int(sys.argv[2])
+n, k = 2048, 6144
+w = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+for i in range(shapes):
+    m = 16 << (2 * i)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    for _ in range(reps):
+        with torch.profiler.record_function("step"):
+            torch.mm(x, w)
+torch.cuda.synchronize()
+"""
+
 
 # key -> (table label, capture() options). "ncu-full-all" is what an engineer runs by hand (`ncu --set full
 # python bench.py`: every kernel, every section); "ncu-full" keeps tracekit's range filter and launch budget.
@@ -51,6 +77,11 @@ MODES: dict[str, tuple[str, dict]] = {
     "nsys": ("nsys", {"nsys": True}),
     "nsys-nosym": ("nsys --resolve-symbols=false", {"nsys": True, "nsys_extra": ["--resolve-symbols=false"]}),
     "torch-profiler": ("torch-profiler", {"torch_profiler": True}),
+    # the PyTorch profiler's CPU events: record_function ranges only, against ranges and every operator with its
+    # input shapes (capture's default: GEMM ops get M, N, K), and every operator without shapes
+    "torch-ranges": ("torch-profiler --torch-ops ranges", {"torch_profiler": True, "torch_ops": "ranges"}),
+    "torch-shapes": ("torch-profiler --torch-ops shapes", {"torch_profiler": True, "torch_ops": "shapes"}),
+    "torch-all": ("torch-profiler --torch-ops all", {"torch_profiler": True, "torch_ops": "all"}),
     # what the PyTorch profiler cost before workers paused it outside a traced pass (--trace-repeats all)
     "torch-profiler-all": (
         "torch-profiler --trace-repeats all",
@@ -109,12 +140,25 @@ def main() -> int:
         metavar="BACKENDS",
         help="time `tracekit bench gemm --shapes glm5 --backends BACKENDS` instead of the built-in sweep script",
     )
+    parser.add_argument(
+        "--script",
+        type=Path,
+        metavar="SCRIPT",
+        help="time `python SCRIPT` (e.g. benchmarks/foreign/serve_step.py) instead of the built-in sweep",
+    )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="the built-in sweep without tracekit ranges: each GEMM an eager torch.mm in a record_function step",
+    )
     ns = parser.parse_args()
     base = ns.keep or Path(tempfile.mkdtemp(prefix="tk-overhead-"))
     script = base / "sweep.py"
     base.mkdir(parents=True, exist_ok=True)
-    script.write_text(SWEEP)
+    script.write_text(EAGER if ns.eager else SWEEP)
     cmd = [sys.executable, str(script), str(ns.shapes), str(ns.reps)]
+    if ns.script:
+        cmd = [sys.executable, str(ns.script.absolute())]
     if ns.bench:
         cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--shapes", "glm5", "--backends", ns.bench]
         cmd += ["--repeats", str(ns.reps), "--warmup", "5"]
@@ -179,7 +223,9 @@ def main() -> int:
     what = (
         f"tracekit bench gemm --shapes glm5 --backends {ns.bench}"
         if ns.bench
-        else f"{ns.shapes} shapes x {ns.reps} launches"
+        else f"python {ns.script}"
+        if ns.script
+        else f"{ns.shapes} shapes x {ns.reps} launches" + (" (eager, no tracekit ranges)" if ns.eager else "")
     )
     print(f"\nsweep: {what}; runs in {base}")
     for label, path in last_run.items():

@@ -12,8 +12,10 @@ benchmark's parent whose workers do the GEMMs and profile themselves) pays neith
 host, nor the profiler; its trace is written empty, and stderr says why. By default (``--ops ranges``) the CPU side records only
 ``record_function`` ranges, not every ATen operator: tracekit's analysis joins kernels to ranges through their
 launch calls (CUPTI runtime events, recorded either way), and the per-operator events were half of a GEMM sweep's
-trace and most of the profiler's stop and export time. ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps every
-operator, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or SIGTERM),
+trace and most of the profiler's stop and export time. ``--ops shapes`` (``tracekit capture``'s default) keeps
+every operator with its input shapes (``record_shapes``): GEMM operators then carry M, N, K, so a program whose
+GEMMs sit in no tracekit range gets FLOPs; ``--ops all`` (``TRACEKIT_TORCH_OPS=all``) keeps every operator without
+shapes, as ``torch.profiler.profile`` does. If it raises, exits non-zero or is interrupted (SIGINT or SIGTERM),
 the trace of what ran is still exported and one line is appended to ``failures.jsonl`` (kind ``crashed``; the
 columns of tracekit's ``failures`` frame). ``TRACEKIT_RECORD_FUNCTION=1`` is set so tracekit ranges also open
 ``record_function`` annotations: NVTX ranges do not appear in Kineto traces.
@@ -66,9 +68,22 @@ FAILURE_KEYS: tuple[str, ...] = _F.FAILURE_KEYS
 ENV_RECORD_FUNCTION = "TRACEKIT_RECORD_FUNCTION"
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
 ENV_TORCH_OPS = "TRACEKIT_TORCH_OPS"
-"""``ranges`` (default) or ``all``: which CPU events the profiler records (``--ops``); inherited by the profiled
-worker processes of a tracekit benchmark."""
-OPS_CHOICES = ("ranges", "all")
+"""``ranges`` (default here), ``shapes`` (``tracekit capture``'s default) or ``all``: which CPU events the profiler
+records (``--ops``); inherited by the profiled worker processes of a tracekit benchmark."""
+OPS_CHOICES = ("ranges", "shapes", "all")
+"""``ranges``: ``record_function`` ranges only. ``shapes``: those and every ATen operator with its input shapes
+(``record_shapes``), so GEMM operators (``aten::mm``, ``addmm``, ``_scaled_mm``, ...) carry ``Input Dims`` and
+their kernels get M, N, K and FLOPs (analyzers/torch_ops.py); also the GEMM operators a CUDA graph recorded while
+it was captured, whose shapes its replayed kernels take. ``all``: every operator, without shapes."""
+
+
+def worker_ops(ops: str) -> str:
+    """What a tracekit benchmark's own worker records for ``ops``: its GEMMs run inside tracekit ranges whose
+    names carry M, N, K and dtypes, so ``shapes`` would add only per-operator events (half a GEMM sweep's trace,
+    docs/BENCHMARKS.md): ``ranges`` instead. Anything unknown is ``ranges`` too."""
+    return "all" if ops == "all" else "ranges"
+
+
 ENV_TRACE_REPEATS = "TRACEKIT_TRACE_REPEATS"
 """How many repeats of each measurement a tracekit benchmark's worker records under the PyTorch profiler:
 a positive integer, or ``all`` for every launch. Set by ``tracekit capture --trace-repeats``; read by the
@@ -160,7 +175,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         choices=OPS_CHOICES,
         default=os.environ.get(ENV_TORCH_OPS) or "ranges",
         help=f"CPU events to record: ranges = record_function ranges only (default, or ${ENV_TORCH_OPS}), "
-        "all = every ATen operator too",
+        "shapes = every ATen operator too, with its input shapes (record_shapes), all = every operator",
     )
     parser.add_argument(
         "target", nargs=argparse.REMAINDER, help="-- script.py args... | -- -m module args..."
@@ -223,7 +238,9 @@ def export_trace(prof: Any, out: Path) -> None:
 
 def start_profiler(prof: Any, ops: str) -> str:
     """Start ``prof`` (a ``torch.autograd.profiler.profile``); with ``ops="ranges"`` its RecordFunction callbacks
-    see only user scopes (``record_function``, ``ProfilerStep#N``), so no ATen operator becomes an event.
+    see only user scopes (``record_function``, ``ProfilerStep#N``), so no ATen operator becomes an event; with
+    ``shapes`` or ``all`` every operator does (``shapes`` needs ``prof`` made with ``record_shapes``: see
+    :func:`new_profiler`).
 
     The profiler class has no option for this; its ``_start_trace`` calls the module-level ``_enable_profiler``,
     whose ``scopes`` argument does it, so that name is wrapped for the one call. If this torch lacks either, the
@@ -254,7 +271,7 @@ def start_profiler(prof: Any, ops: str) -> str:
                 autograd_profiler._enable_profiler = enable  # type: ignore[assignment]
         print(f"tracekit torchprof: {why}; recording every operator", file=sys.stderr)
     prof.__enter__()
-    return "all"
+    return "shapes" if ops == "shapes" and getattr(prof, "record_shapes", False) else "all"
 
 
 def new_profiler(cuda: bool, *, record_shapes: bool = False) -> Any:
@@ -355,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             cuda = bool(torch.cuda.is_available())
             versions["torch"] = getattr(torch, "__version__", None)
             versions["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
-            prof = new_profiler(cuda, record_shapes=ns.record_shapes)
+            prof = new_profiler(cuda, record_shapes=ns.record_shapes or ns.ops == "shapes")
             state["ops"] = start_profiler(prof, ns.ops)
         except Exception as exc:  # the program goes on unprofiled rather than dying inside its own import
             print(

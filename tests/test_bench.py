@@ -322,20 +322,38 @@ def test_a_worker_is_profiled_only_under_the_torch_profiler(tmp_path: Path) -> N
         cmd,
         segments,
     )
-    wrapped, extra = profiled_worker(cmd, trace, fails, env={**profiled, "TRACEKIT_TRACE_REPEATS": "all"})
-    assert extra == {}
-    assert wrapped[:3] == ["py", "-X", "faulthandler"]
-    assert wrapped[3:11] == [
-        "-m",
-        "tracekit.collectors.torchprof",
-        "--out",
-        str(trace),
-        "--failures",
-        str(fails),
-        "--",
-        "-m",
+    for ops, recorded in (("shapes", "ranges"), ("ranges", "ranges"), ("all", "all"), (None, "ranges")):
+        env = {**profiled, "TRACEKIT_TRACE_REPEATS": "all"}
+        if ops:
+            env["TRACEKIT_TORCH_OPS"] = ops
+        wrapped, extra = profiled_worker(cmd, trace, fails, env=env)
+        assert extra == {}
+        assert wrapped[:3] == ["py", "-X", "faulthandler"]
+        # capture's default, shapes, records ranges only in a worker: its GEMM ranges name their shapes
+        assert wrapped[3:13] == [
+            "-m",
+            "tracekit.collectors.torchprof",
+            "--out",
+            str(trace),
+            "--failures",
+            str(fails),
+            "--ops",
+            recorded,
+            "--",
+            "-m",
+        ]
+        assert wrapped[13:] == cmd[4:]  # tracekit.collectors.worker and its arguments, unchanged
+    # a worker that records its own traced passes maps the setting alike
+    from tracekit.collectors.harness.timing import TraceWindow
+
+    assert [
+        TraceWindow.from_env({"TRACEKIT_TORCH_OPS": o}).ops for o in ("shapes", "ranges", "all", "x")
+    ] == [
+        "ranges",
+        "ranges",
+        "all",
+        "ranges",
     ]
-    assert wrapped[11:] == cmd[4:]  # tracekit.collectors.worker and its arguments, unchanged
 
 
 def test_a_worker_in_the_runner_starts_its_profiler_when_it_imports_torch(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tracekit.collectors import tools
@@ -770,13 +771,13 @@ def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
     assert fail["kind"] == "crashed" and "raise ValueError" in fail["traceback"]
     log = (run.raw_dir / "torch.log").read_text()
     assert "argv ['--m', '16']" in log
-    # the exact pass: the runner by path, ranges-only CPU events by default, recorded in the run's settings
+    # the exact pass: the runner by path, operators with their shapes by default, recorded in the run's settings
     (torch_pass,) = run.manifest["capture"]["passes"]
     assert torch_pass["argv"] == [
         PY,
         str(TORCHPROF_PY),
         "--ops",
-        "ranges",
+        "shapes",
         "--out",
         str((run.raw_dir / "torch_trace.json.gz").absolute()),
         "--failures",
@@ -786,8 +787,16 @@ def test_torch_profiler_pass_exports_even_when_script_raises(tmp_path):
         "--m",
         "16",
     ]
-    assert run.manifest["capture"]["torch_profiler"]["cpu_events"] == "ranges"
-    # this fake torch has no scoped profiler API: the runner says so and records every operator instead
+    assert run.manifest["capture"]["torch_profiler"]["cpu_events"] == "shapes"
+    # this fake torch records no shapes: the runner's summary says it recorded every operator
+    assert "tracekit torchprof (all): profiler start" in log
+    # ranges only: this fake torch has no scoped profiler API, the runner says so and records every operator
+    run = capture(
+        [PY, str(script)], torch_profiler=True, torch_ops="ranges", runs_dir=tmp_path / "runs", env=env,
+        on_output=_quiet,
+    )  # fmt: skip
+    log = (run.raw_dir / "torch.log").read_text()
+    assert run.manifest["capture"]["passes"][0]["argv"][2:4] == ["--ops", "ranges"]
     assert "cannot limit the recorded scopes" in log and "recording every operator" in log
 
 
@@ -839,11 +848,12 @@ def test_torchprof_without_torch(tmp_path):
     assert proc.returncode == 3 and "torch cannot be imported" in proc.stderr
 
 
-@pytest.mark.parametrize("ops", ["ranges", "all"])
+@pytest.mark.parametrize("ops", ["ranges", "shapes", "all"])
 def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp_path, ops):
     """The real runner and the real PyTorch profiler (a CPU build is enough): the trace holds the tracekit range of
-    every launch, and stderr breaks the profiler's own time down (start, program, stop, export). By default the CPU
-    side records ranges only, no ATen operator events; ``--ops all`` (here through the environment) keeps them."""
+    every launch, and stderr breaks the profiler's own time down (start, program, stop, export). By default the
+    runner's CPU side records ranges only, no ATen operator events; ``--ops all`` (here through the environment)
+    keeps them; ``--ops shapes`` (capture's default) keeps them with their input shapes, read as GEMM op ranges."""
     pytest.importorskip("torch")
     from tracekit.analyzers.importer import read_file
 
@@ -870,13 +880,18 @@ def test_torchprof_with_cpu_torch_writes_ranges_and_says_where_its_time_goes(tmp
     assert sum(n.startswith("gemm backend=torch-fp32 op=mm M=32 N=16 K=48") for n in names) == 5, names
     events = json.loads(out.read_text())["traceEvents"]
     mm_ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
-    assert len(mm_ops) == (5 if ops == "all" else 0), len(mm_ops)
+    assert len(mm_ops) == (0 if ops == "ranges" else 5), len(mm_ops)
+    assert all(("Input Dims" in e["args"]) == (ops == "shapes") for e in mm_ops)
+    shaped = ex.frames["ranges"].filter(pl.col("range_kind") == "gemm-op").drop_nulls("m")
+    assert shaped.select("m", "n", "k").rows() == ([(32, 16, 48)] * 5 if ops == "shapes" else [])
 
 
 def test_torchprof_rejects_an_unknown_ops_setting(tmp_path):
     env = {**os.environ, "TRACEKIT_TORCH_OPS": "some"}
     proc = _torchprof(tmp_path / "t.json", ["x.py"], env=env)
-    assert proc.returncode == 2 and "TRACEKIT_TORCH_OPS='some' is not one of: ranges, all" in proc.stderr
+    assert (
+        proc.returncode == 2 and "TRACEKIT_TORCH_OPS='some' is not one of: ranges, shapes, all" in proc.stderr
+    )
 
 
 # --- the CLI --------------------------------------------------------------------------------------------------

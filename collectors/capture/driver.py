@@ -183,7 +183,7 @@ def capture(
     ncu: bool = False,
     nsys: bool = False,
     torch_profiler: bool = False,
-    torch_ops: str = "ranges",
+    torch_ops: str = "shapes",
     trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
     instrument: bool = False,
     out: Path | str | None = None,
@@ -215,9 +215,10 @@ def capture(
     and one profiler per rank inside it, each writing files named with its rank (collectors/ranks.py).
 
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
-    run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``ranges``
-    (``record_function`` ranges, enough for the analysis) or ``all`` (every ATen operator too, a larger and slower
-    trace). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
+    run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``shapes``
+    (``record_function`` ranges and every ATen operator with its input shapes, so GEMM operators get M, N, K and
+    FLOPs; the cost is in docs/NOTES.md), ``ranges`` (``record_function`` ranges only: enough for tracekit's own
+    ranges, which name their shapes) or ``all`` (every operator, no shapes). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
     benchmark inside: a traced pass of that many repeats after its warm-up, a segment file each
     (``tracekit.collectors.worker.TraceWindow``); None records every launch of every worker, and the profiler's
     cost then grows with the benchmark's repeats. The ncu pass profiles at most ``max_per_range`` (default

@@ -78,7 +78,7 @@ def _one_pass(
     log: Callable[..., None],
     cwd: Path | None,
     ncu_opts: dict[str, Any],
-    torch_ops: str = "ranges",
+    torch_ops: str = "shapes",
     trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
     nsys_extra: Sequence[str] = (),
     ranks: RankLaunch | None = None,

@@ -166,7 +166,8 @@ def _check_options(
     if torch_ops not in OPS_CHOICES:
         raise BadInputError(
             f"PyTorch-profiler ops {torch_ops!r} is not one of {', '.join(OPS_CHOICES)}",
-            "use ranges (record_function ranges only) or all (every ATen operator too)",
+            "use shapes (ranges and every ATen operator with its input shapes), ranges (record_function ranges "
+            "only) or all (every ATen operator, no shapes)",
         )
     if trace_repeats is not None and trace_repeats < 1:
         raise BadInputError(f"--trace-repeats {trace_repeats} must be at least 1", "give 1 or more, or all")

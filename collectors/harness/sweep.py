@@ -21,10 +21,12 @@ from tracekit.collectors import failures as F
 from tracekit.collectors.failures import FAILURE_KEYS
 from tracekit.collectors.torchprof import (
     DEFAULT_TRACE_REPEATS,
+    ENV_TORCH_OPS,
     ENV_TORCH_PROFILER,
     ENV_TRACE_REPEATS,
     ENV_TRACE_SEGMENTS,
     parse_trace_repeats,
+    worker_ops,
 )
 from tracekit.records import jsonl_line, record_for
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
@@ -121,7 +123,11 @@ def profiled_worker(
     if repeats is not None:
         return cmd, {ENV_TRACE_SEGMENTS: str(trace).removesuffix(".json.gz")}
     i = cmd.index("-m")
-    runner = ["-m", "tracekit.collectors.torchprof", "--out", str(trace), "--failures", str(failures), "--"]
+    ops = worker_ops(
+        env.get(ENV_TORCH_OPS) or "ranges"
+    )  # its GEMMs are in tracekit ranges that name the shape
+    runner = ["-m", "tracekit.collectors.torchprof", "--out", str(trace), "--failures", str(failures)]
+    runner += ["--ops", ops, "--"]
     return [*cmd[:i], *runner, *cmd[i:]], {}
 
 

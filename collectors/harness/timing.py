@@ -37,6 +37,7 @@ from tracekit.collectors.torchprof import (
     ENV_TRACE_SEGMENTS,
     OPS_CHOICES,
     parse_trace_repeats,
+    worker_ops,
 )
 
 PROFILER_ENV = (
@@ -88,7 +89,9 @@ class TraceWindow:
             print(f"tracekit worker: {exc}; using {DEFAULT_TRACE_REPEATS}", file=sys.stderr)
             repeats = DEFAULT_TRACE_REPEATS
         ops = env.get(ENV_TORCH_OPS) or "ranges"
-        return cls(repeats, env.get(ENV_TRACE_SEGMENTS) or None, ops if ops in OPS_CHOICES else "ranges")
+        return cls(
+            repeats, env.get(ENV_TRACE_SEGMENTS) or None, worker_ops(ops if ops in OPS_CHOICES else "ranges")
+        )
 
     def traced_pass(self, run_pass: Callable[[int], Any], cuda: bool) -> None:
         """``run_pass(repeats)`` inside a profiler session of its own (CUDA activity too with ``cuda``), exported

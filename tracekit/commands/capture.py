@@ -40,10 +40,14 @@ What each tool gives:
                     for kernels inside tracekit NVTX ranges (or --ranges, or --all-kernels); slow: every profiled
                     kernel is replayed 20-30 times, so the pass is bounded (below)
   --torch-profiler  Kineto trace of a Python script (kernels, record_function ranges); no Nsight tools needed;
-                    it starts when the script imports torch; --torch-ops all adds every ATen operator (a
-                    larger, slower trace); in a tracekit benchmark each worker records --trace-repeats
-                    repeats of each measurement (default 3, a trace file each) and nothing of the warm-up or
-                    the timed repeats, which run as in a plain sweep
+                    it starts when the script imports torch; by default (--torch-ops shapes) every ATen
+                    operator is recorded with its input shapes, so the GEMMs of code tracekit never saw get
+                    M, N, K and achieved TFLOP/s (cost over --torch-ops ranges: measured in docs/NOTES.md);
+                    GEMM kernels replayed from a CUDA graph sit in the range that replays the graph and take
+                    the shapes of the operators recorded while it was captured; in a tracekit benchmark each
+                    worker records --trace-repeats repeats of each measurement (default 3, a trace file each,
+                    ranges only: tracekit's ranges name the shapes) and nothing of the warm-up or the timed
+                    repeats, which run as in a plain sweep
 Each tool runs CMD once, in its own pass (ncu and nsys cannot nest). A tracekit benchmark inside writes its own
 measurements and failures into the run ($TRACEKIT_RUN_DIR). nsys records every kernel of a CUDA-graph replay
 (--cuda-graph-trace=node), so GEMMs launched from graphs keep their kernels (--nsys-arg=--cuda-graph-trace=graph
@@ -228,11 +232,13 @@ class _Event:
 )
 @click.option(
     "--torch-ops",
-    type=click.Choice(["ranges", "all"]),
-    default="ranges",
+    type=click.Choice(["shapes", "ranges", "all"]),
+    default="shapes",
     show_default=True,
-    help="PyTorch profiler's CPU events: ranges = record_function ranges only (what the analysis reads); "
-    "all = every ATen operator too (a larger, slower trace).",
+    help="PyTorch profiler's CPU events: shapes = record_function ranges and every ATen operator with its input "
+    "shapes, so GEMM ops (aten::mm, addmm, _scaled_mm, ...) get M, N, K and FLOPs (its cost over ranges: "
+    "measured in docs/NOTES.md); ranges = record_function ranges only (enough where GEMMs sit in tracekit ranges, "
+    "which name their shapes); all = every ATen operator, no shapes.",
 )
 @click.option(
     "--trace-repeats",

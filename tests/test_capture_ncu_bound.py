@@ -121,15 +121,20 @@ def test_cli_builds_the_exact_ncu_command_of_each_mode(tmp_path, args, nvtx, bou
     assert p["ncu"]["profiled"] == 0 and p["ncu"]["bound"].startswith("ncu profiles the kernels")
 
 
-def test_launch_count_and_max_per_range_together_outside_tracekit_ranges_is_an_error(tmp_path):
-    ncu, _ = _argv_ncu(tmp_path)
-    bad = _cli(
-        tmp_path, ncu, "--ranges", "x", "--launch-count", "5", "--max-per-range", "2", "--", PY, "-c", "pass"
+def test_launch_count_replaces_the_per_configuration_count_and_bad_budgets_are_refused(tmp_path):
+    ncu, argv_file = _argv_ncu(tmp_path)
+    done = _cli(
+        tmp_path, ncu, "--ranges", "x", "--launch-count", "5", "--max-per-range", "3", "--", PY, "-c", "pass"
     )
-    assert bad.returncode == 2 and "contradict" in bad.stderr and "Traceback" not in bad.stderr
-    assert not (tmp_path / "runs").exists()
+    assert done.returncode == 0, done.stderr
+    argv = argv_file.read_text().splitlines()
+    assert "--filter-mode" not in argv and argv[argv.index("--launch-count") + 1] == "5"
+    assert (tmp_path / "argv.max").read_text().strip() == "3"  # tracekit ranges in the program: 3 each
+    runs = tmp_path / "runs"
+    before = sorted(runs.iterdir())
     bad = _cli(tmp_path, ncu, "--ncu-budget", "0", "--", PY, "-c", "pass")
-    assert bad.returncode == 2 and "--ncu-budget" in bad.stderr
+    assert bad.returncode == 2 and "--ncu-budget" in bad.stderr and "Traceback" not in bad.stderr
+    assert sorted(runs.iterdir()) == before  # nothing made
 
 
 def test_the_bound_said_before_the_pass():

@@ -181,23 +181,13 @@ def _check_options(
     # One N, one meaning: at most N launches of each launch configuration inside the selected ranges. Inside
     # tracekit's ranges the range code lets ncu see the first N launches of each range name (one GEMM call each:
     # the same kernel in two shapes is profiled in both); elsewhere Nsight Compute counts them per grid, block and
-    # shared memory (--filter-mode per-launch-config), where --launch-count (kernels in all) replaces it.
-    mode = (
-        "tracekit-ranges"
-        if nvtx_include == NCU_FILTER
-        else "all-kernels"
-        if nvtx_include is None
-        else "ranges"
-    )
-    per_config = None
-    if mode != "tracekit-ranges":
-        if launch_count is not None and max_per_range is not None:
-            raise BadInputError(
-                "--launch-count and --max-per-range contradict each other with --ranges or --all-kernels",
-                "give --max-per-range N for N launches of each launch configuration, or --launch-count N for "
-                "the first N kernels in all",
-            )
-        per_config = per_range if launch_count is None else None
+    # shared memory (--filter-mode per-launch-config), where --launch-count (kernels in all) replaces it: ncu
+    # applies one count (tracekit ranges inside the program still let it see N launches of each range name).
+    if nvtx_include == NCU_FILTER:
+        mode = "tracekit-ranges"
+    else:
+        mode = "all-kernels" if nvtx_include is None else "ranges"
+    per_config = per_range if mode != "tracekit-ranges" and launch_count is None else None
     ncu_opts = {
         "sections": list(sections),
         "metrics": list(metrics),

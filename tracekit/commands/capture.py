@@ -302,8 +302,8 @@ class _Event:
     "--launch-count",
     type=click.IntRange(min=1),
     metavar="N",
-    help="ncu: profile the first N kernels in all, then none (with --ranges or --all-kernels instead of "
-    "--max-per-range: ncu applies one count).",
+    help="ncu: profile the first N kernels in all, then none (with --ranges or --all-kernels it replaces ncu's "
+    "per-configuration count of --max-per-range: ncu applies one count).",
 )
 @click.option(
     "--ncu-budget",

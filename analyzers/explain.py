@@ -180,7 +180,7 @@ def explain_case(case: GemmCase) -> Waterfall:
         elif peak is None:
             wf.notes.append(peak_note(case.device, case.device_name, case.dtype_class))
         if kernel_rate is None:
-            wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
+            wf.notes.append(case.flops_note or "no GEMM shape or FLOP count: achieved TFLOP/s unknown")
         occupancy_note = _occupancy_note(case)
         if occupancy_note:
             wf.notes.append(occupancy_note)

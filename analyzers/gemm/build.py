@@ -11,6 +11,7 @@ from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
 
 from .case import GemmCase, _gemm_key, settle_rate
+from .graph_replay import GraphReplays, graph_replay_cases
 from .names import _serves, aux_key, classify_kernel, parse_gemm_name
 from .ncu_evidence import (
     _attach_ncu,
@@ -22,7 +23,7 @@ from .ncu_evidence import (
     _user_ncu_case,
     device_from_frames,
 )
-from .timeline import _loose_timeline_cases, _range_cases
+from .timeline import _gemm_ancestor, _loose_timeline_cases, _range_cases
 
 
 # --- measurements -------------------------------------------------------------------------------------------------
@@ -133,7 +134,11 @@ def build_cases(
     measured: dict[str, list[GemmCase]] = {}
     for mc in cases:
         measured.setdefault(mc.name, []).append(mc)
-    for case in _range_cases(frames, device, _ncu_gemm_names(frames, metrics)):
+    # GEMM kernels replayed from CUDA graphs outside tracekit's ranges are cases of their own (one per place in
+    # the graph, with the captured operator's shape): a range that replays a graph of two GEMMs is not one GEMM.
+    # With Nsight Compute rows, the user's ranges are explained from those instead.
+    replays, timeline = _graph_replays(frames, device)
+    for case in _range_cases(timeline, device, _ncu_gemm_names(frames, metrics)):
         for mc in measured.get(case.name, []):
             _merge_timeline(mc, case)
         if case.name not in measured:
@@ -173,9 +178,10 @@ def build_cases(
     _attach_ncu_aux(cases, ncu_aux)
     cases.extend(loose)
     foreign = not any(c.origin == "measurement" or (c.origin == "range" and not c.user_range) for c in cases)
+    cases.extend(replays.cases)
     if foreign and (frames.get("ncu") is None or frames["ncu"].height == 0):
-        owned = {rid for c in cases if c.user_range for rid in c.range_ids}
-        cases.extend(_loose_timeline_cases(frames, device, owned))
+        owned = {rid for c in cases if c.user_range and not c.graph_replay for rid in c.range_ids}
+        cases.extend(_loose_timeline_cases(frames, device, owned, skip=replays.kernel_ids))
     for case in cases:
         if case.device is None or given is not None:
             case.device = device
@@ -185,6 +191,24 @@ def build_cases(
         if calibration:
             case.calibrated_tflops = calibrated_peak(calibration, case.dtype_class)
     return cases
+
+
+def _graph_replays(
+    frames: dict[str, pl.DataFrame], device: DeviceSpec | None
+) -> tuple[GraphReplays, dict[str, pl.DataFrame]]:
+    """The cases of GEMM kernels replayed from CUDA graphs outside tracekit's GEMM ranges (none when the run has
+    Nsight Compute rows), and the frames the range cases read: without those kernels."""
+    ncu, ranges, kernels = frames.get("ncu"), frames.get("ranges"), frames.get("kernels")
+    if (ncu is not None and ncu.height) or kernels is None or kernels.height == 0:
+        return GraphReplays(), frames
+    owned: set[int] = set()
+    if ranges is not None and ranges.height:
+        owned = set(_gemm_ancestor(ranges))  # tracekit's GEMM ranges and what is under them
+    replays = graph_replay_cases(frames, device, owned)
+    if not replays.kernel_ids:
+        return replays, frames
+    rest = kernels.filter(~pl.col("kernel_id").is_in(list(replays.kernel_ids)))
+    return replays, {**frames, "kernels": rest}
 
 
 def calibrated_peak(calibration: dict[str, Any], cls: str | None) -> float | None:

@@ -98,6 +98,8 @@ class GemmCase:
     peak_unknown: str | None = None  # why no peak is used (set by settle_rate)
     peak_scale: float = 1.0  # the datasheet peak scaled to the GPU's maximum clock (set by settle_rate)
     peak_note: str | None = None  # why the peak is scaled
+    graph_replay: bool = False  # its launches were replayed from a CUDA graph (graph_replay.py)
+    flops_note: str | None = None  # why FLOPs are unknown and what to capture, where the case can tell
 
     # -- derived quantities --------------------------------------------------------------------------------
     @property

@@ -464,14 +464,20 @@ _LOOSE_COLUMNS = [
 
 
 def _loose_timeline_cases(
-    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
+    frames: dict[str, pl.DataFrame],
+    device: DeviceSpec | None,
+    owned: set[int] | None = None,
+    skip: set[int] | None = None,
 ) -> list[GemmCase]:
     """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
     without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
-    launch gap: with no range there is nothing to attribute idle time to."""
+    launch gap: with no range there is nothing to attribute idle time to. ``skip``: kernel ids another case
+    took (GEMM kernels replayed from CUDA graphs)."""
     kernels = frames.get("kernels")
     if kernels is None or kernels.height == 0:
         return []
+    if skip:
+        kernels = kernels.filter(~pl.col("kernel_id").is_in(list(skip)))
     ranges = frames.get("ranges")
     if owned and ranges is not None and ranges.height:
         parent = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))

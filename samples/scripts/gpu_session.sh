@@ -18,6 +18,18 @@
 #             profilers' own reports and traces (kept timeline runs: their logs and frames are what is read)
 #   ranks     two torchrun ranks on the one GPU (gloo): `tracekit capture --ranks --nsys` of samples/scripts/tp_gemm_gloo.py
 #             into $OUT/h200-ranks-gloo; with RANKS_TESTS=1 also tests/gpu/test_ranks_gpu.py (also part of `tests`)
+#   serve     the serving step benchmarks/foreign/serve_step.py (no tracekit import) with capture's defaults:
+#             `--nsys --ncu --ranges serve` into $OUT/h200-serve-nsys-ncu and `--torch-profiler` into
+#             $OUT/h200-serve-torchprof (both --no-import, SERVE_TIMEOUT s each, default 300); prints each pass's wall
+#             time, the kernels the ncu pass profiled (per kernel name) and the run's status
+#   shapes    benchmarks/bench_capture_overhead.py on the serving step: the PyTorch profiler with ranges only vs
+#             ranges and every operator's shapes (--torch-ops ranges / shapes), ROUNDS rounds (default 3)
+#   budget    `--ncu --ranges serve --max-per-range 50 --ncu-budget BUDGET_S` (default 15) of the serving step into
+#             $OUT/h200-serve-budget: does Nsight Compute stop profiling at cuProfilerStop (profiled_after near 0,
+#             stopped_by profiler-stop) while the program runs to its end (its prefill line printed)?
+#   sigterm   a capture of the serving step (--nsys --ncu --ranges serve) sent SIGTERM SIGTERM_AFTER s (default 10)
+#             into its ncu pass (as `timeout` or a Slurm time limit would); prints the exit code (143 expected), the
+#             run's status and reason, the passes, and any ncu / nsys / serve_step process left 3 s later
 # The checkout plus carried wheels must stay under the device's 64 MiB: polars' runtime wheel alone is 52 MB, so
 # polars travels as .carry/polars-site.tar.xz, its installed files under xz -9 (31.7 MB), made here with
 #   d=$(mktemp -d); for w in polars-*.whl polars_runtime_*.whl; do unzip -q -o "$w" -d "$d"; done
@@ -31,6 +43,24 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs
 export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
 tk() { (cd /tmp && python3 -m tracekit "$@"); }
 phase() { echo "=== $1 $(date +%T)"; }
+secs() { python3 -c "import time; print(f'{time.time() - $1:.1f}')"; }
+SERVE=${SERVE_SCRIPT:-$R/benchmarks/foreign/serve_step.py}
+# a kept run's status, reason and passes (run.json through the json module: no polars needed here)
+passes() { python3 - "$1" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/run.json"))
+print(f"status {m['status']}; reason: {m.get('incomplete_reason')}")
+for p in m["capture"]["passes"]:
+    line = f"  {p['tool']} pass: wall {p['wall_s']:.1f} s, exit {p['exit_code']}, {p['status']}"
+    line += f", signal {p['signal']}" if p.get("signal") else ""
+    ncu = p.get("ncu")
+    if ncu:
+        line += f"; kernels profiled {ncu['profiled']}: {json.dumps(ncu['kernels'])}"
+        line += f"; budget {json.dumps(ncu['budget'])}" if ncu.get("budget") else ""
+    print(line)
+PY
+}
+left() { pgrep -fa 'nsight-compute|/ncu |/nsys |serve_step' | grep -v pgrep || echo "none"; }
 for p in "$@"; do
   phase "$p"
   case $p in
@@ -66,6 +96,44 @@ for p in "$@"; do
         --steps 8 --slow-rank 1 --extra-gemms 4" > "$OUT/ranks-capture.log" 2>&1
       echo "capture rc=$? $(du -sh "$OUT/h200-ranks-gloo" | cut -f1)"; tail -8 "$OUT/ranks-capture.log"
       [ -n "${RANKS_TESTS:-}" ] && (cd /tmp && timeout 300 python3 -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu "$R/tests/gpu/test_ranks_gpu.py" -q -rs -s -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/ranks-tests.log" | tail -40 ;;
+    serve)
+      rm -rf "$OUT/h200-serve-nsys-ncu" "$OUT/h200-serve-torchprof"
+      t=$(date +%s.%N)
+      timeout "${SERVE_TIMEOUT:-300}" bash -c "cd /tmp && python3 -m tracekit capture --nsys --ncu --ranges serve --no-import \
+        -o '$OUT/h200-serve-nsys-ncu' -- python3 '$SERVE'" > "$OUT/serve-nsys-ncu.log" 2>&1
+      echo "capture --nsys --ncu --ranges serve: rc=$? wall $(secs "$t") s"
+      grep -a 'ncu profiles the kernels' "$OUT/serve-nsys-ncu.log" | head -1
+      passes "$OUT/h200-serve-nsys-ncu"
+      t=$(date +%s.%N)
+      timeout "${SERVE_TIMEOUT:-300}" bash -c "cd /tmp && python3 -m tracekit capture --torch-profiler --no-import \
+        -o '$OUT/h200-serve-torchprof' -- python3 '$SERVE'" > "$OUT/serve-torchprof.log" 2>&1
+      echo "capture --torch-profiler: rc=$? wall $(secs "$t") s"
+      grep -a -E 'tracekit torchprof|^serve/' "$OUT/serve-torchprof.log"
+      passes "$OUT/h200-serve-torchprof"
+      du -sh "$OUT"/h200-serve-nsys-ncu/raw/* "$OUT"/h200-serve-torchprof/raw/* ;;
+    shapes)
+      (cd /tmp && timeout 560 python3 "$R/benchmarks/bench_capture_overhead.py" --script "$SERVE" --modes torch-ranges,torch-shapes \
+        --rounds "${ROUNDS:-3}" --timeout 150) > "$OUT/shapes.log" 2>&1; echo "rc=$?"; tail -12 "$OUT/shapes.log" ;;
+    budget)
+      rm -rf "$OUT/h200-serve-budget"; t=$(date +%s.%N)
+      timeout "${SERVE_TIMEOUT:-300}" bash -c "cd /tmp && python3 -m tracekit capture --ncu --ranges serve --max-per-range 50 \
+        --ncu-budget ${BUDGET_S:-15} --no-import -o '$OUT/h200-serve-budget' -- python3 '$SERVE'" > "$OUT/serve-budget.log" 2>&1
+      echo "capture --ncu --ncu-budget ${BUDGET_S:-15}: rc=$? wall $(secs "$t") s"
+      passes "$OUT/h200-serve-budget"
+      echo "the program's own lines:"; grep -a '^serve/' "$OUT/h200-serve-budget/raw/program.stdout"
+      cat "$OUT/h200-serve-budget/raw/ncu_budget.jsonl" 2>/dev/null ;;
+    sigterm)
+      rm -rf "$OUT/h200-serve-sigterm"; : > "$OUT/sigterm.log"
+      (cd /tmp && exec python3 -m tracekit capture --nsys --ncu --ranges serve --no-import -o "$OUT/h200-serve-sigterm" \
+        -- python3 "$SERVE") > "$OUT/sigterm.log" 2>&1 &
+      pid=$!
+      for _ in $(seq 600); do grep -aq 'ncu pass:' "$OUT/sigterm.log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+      sleep "${SIGTERM_AFTER:-10}"
+      t=$(date +%s.%N); kill -TERM $pid; wait $pid; rc=$?
+      echo "exit code after SIGTERM: $rc (143 expected), $(secs "$t") s after the signal"
+      passes "$OUT/h200-serve-sigterm"
+      sleep 3; echo "ncu / nsys / serve_step left running 3 s later: $(left)"
+      ls -la "$OUT/h200-serve-sigterm/raw" ;;
     overhead)
       # ncu: targeted vs --set full on the built-in sweep (M = 16..4096, N = 2048, K = 6144); timelines: nsys and the
       # PyTorch profiler vs plain on `tracekit bench gemm --shapes glm5`

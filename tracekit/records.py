@@ -108,9 +108,13 @@ class CapturePass(msgspec.Struct, kw_only=True, omit_defaults=True):
     wall_s: float | None = None
     timed_out: bool | None = None
     interrupted: bool | None = None
+    signal: str | None = None  # what interrupted it: SIGINT (Ctrl-C), SIGTERM, SIGHUP
     files: list[str] | None = None
     status: str | None = None
     reason: str | None = None
+    ncu: dict[str, Any] | None = (
+        None  # an ncu pass: bound, kernels profiled, --ncu-budget (collectors/capture/budget.py)
+    )
 
 
 class Capture(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -67,7 +67,8 @@ configuration inside the selected ranges. Inside tracekit's ranges that is the f
 name (a range is one GEMM call: the same kernel in two shapes is profiled in both). With --ranges or
 --all-kernels, Nsight Compute counts launches per grid, block and shared memory (--filter-mode
 per-launch-config --launch-count N): a serving step's pass went from unfinished after 200 s (every launch in
-its ranges) to 12 kernels in 32 s on an H200. Two kernels that share grid, block and shared memory share the N.
+its ranges) to 12 kernels in 32 s on an H200. Nsight Compute keys that count on the configuration: two
+kernels with the same grid, block and shared memory may share the N (checked on the GPU: docs/NOTES.md).
 --launch-count N instead profiles the first N kernels in all. --ncu-budget SECONDS ends the profiling after
 that long and lets the program finish unprofiled (a Python program calls cuProfilerStop itself; any other
 program is stopped); run.json (capture.passes[].ncu) and `tracekit show` say how many kernels were profiled

@@ -198,12 +198,20 @@ def test_replayed_gemms_take_the_shapes_recorded_while_the_graph_was_captured(tm
 
 
 def test_without_captured_shapes_the_case_says_what_to_capture(tmp_path):
-    cases = _cases(_serve(tmp_path, shapes=False))
+    frames = _serve(tmp_path, shapes=False)
+    cases = _cases(frames)
     a = cases[f"{GEMM_A} [serve/decode]"]
     assert a.case.graph_replay and a.case.launches == 3 and a.case.flops is None
     assert (
         NO_SHAPE_NOTE in a.notes and NO_SHAPE_NOTE == "FLOPs unknown (CUDA graph replay): capture with --ncu"
     )
+    # the run's Analysis (what explain, show, report and view render) gives it as the case's verdict
+    from tracekit.analyzers.analysis.build import analyze_frames
+
+    (case,) = [c for c in analyze_frames(frames).cases if c.name == GEMM_A and c.range == "serve/decode"]
+    assert case.verdict.kind == "cannot-explain"
+    assert case.verdict.sentence == "FLOPs unknown (CUDA graph replay)"
+    assert case.verdict.capture_hint == "capture with --ncu"
 
 
 def test_several_captures_that_fit_leave_the_shape_unknown_rather_than_guess(tmp_path):

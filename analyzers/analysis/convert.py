@@ -245,6 +245,10 @@ def missing(gc: Any, peak: float | None) -> tuple[str, str] | None:
     """What the case lacks to be explained and how to learn it (reason, what to capture or pass); None when it
     lacks nothing."""
     if not gc.flops:
+        note = getattr(gc, "flops_note", None)  # a case that knows why: a GEMM replayed from a CUDA graph
+        if note:
+            what, _, how = note.partition(": ")
+            return what, how or "capture with `tracekit capture --ncu`"
         return (
             "no GEMM shape or FLOP count",
             "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch "

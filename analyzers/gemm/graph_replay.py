@@ -194,6 +194,7 @@ def _case(
         case = GemmCase(origin="range", name=first["name"], context=ctx)
         case.flops_note = NO_SHAPE_NOTE
     case.user_range = True
+    case.range_name = ctx  # the user's range that replays the graph: the GEMM's innermost range
     case.graph_replay = True
     case.device = device
     case.main_kernel = first["name"]

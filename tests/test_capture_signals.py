@@ -149,3 +149,35 @@ def test_help_and_readme_document_the_exit_codes():
     assert "143 SIGTERM" in text and "129 SIGHUP" in text
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "| 143 |" in readme and "| 129 |" in readme
+
+
+def test_a_signal_while_the_output_pumps_start_still_stops_the_command(tmp_path, monkeypatch):
+    """On a loaded machine a signal can land while the pass's output threads start, before the pass is waited
+    on: the command must still be stopped and the pass marked interrupted, never left running unowned."""
+    import threading
+
+    from tracekit.collectors.capture.child import _run_pass
+    from tracekit.collectors.capture.common import PassResult
+
+    pid_file = tmp_path / "pid"
+    argv = ["/bin/sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"]
+    real_start = threading.Thread.start
+    calls = {"n": 0}
+
+    def start_then_signal(self: threading.Thread) -> None:
+        real_start(self)
+        calls["n"] += 1
+        if calls["n"] == 1:  # the signal arrives while the first pump is starting
+            raise SignalInterrupt(signal.SIGTERM)
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_signal)
+    result = PassResult("plain", argv)
+    t0 = time.monotonic()
+    _run_pass(result, dict(os.environ), tmp_path / "plain.log", timeout=None, grace_s=2.0, on_output=lambda s, d: None, cwd=None)  # fmt: skip
+    assert result.interrupted and result.signum == signal.SIGTERM
+    assert time.monotonic() - t0 < 30  # stopped, not waited out
+    assert result.exit_code is not None
+    deadline = time.monotonic() + 10
+    while pid_file.exists() and _alive(int(pid_file.read_text() or 0)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_file.exists() or not _alive(int(pid_file.read_text()))

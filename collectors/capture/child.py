@@ -59,8 +59,16 @@ class _Child:
             threading.Thread(target=self._pump, args=("stdout", self.proc.stdout), daemon=True),
             threading.Thread(target=self._pump, args=("stderr", self.proc.stderr), daemon=True),
         ]
+        # A signal while the pumps start (slow on a loaded machine) is kept and raised once the pass is waited on,
+        # where it stops the process group: raised from here, it would leave the command running unowned.
+        self.interrupt: KeyboardInterrupt | None = None
         for t in self.threads:
-            t.start()
+            try:
+                t.start()
+            except KeyboardInterrupt as exc:
+                self.interrupt = exc
+                if t.ident is None:  # interrupted before the thread was started
+                    t.start()
 
     def _pump(self, stream: str, pipe: BinaryIO) -> None:
         fd = pipe.fileno()
@@ -164,6 +172,8 @@ def _run_pass(
         result.error = str(exc)
         return
     try:
+        if child.interrupt is not None:
+            raise child.interrupt
         deadline = None if timeout is None else start + timeout
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -181,3 +181,26 @@ def test_a_signal_while_the_output_pumps_start_still_stops_the_command(tmp_path,
     while pid_file.exists() and _alive(int(pid_file.read_text() or 0)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_file.exists() or not _alive(int(pid_file.read_text()))
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_an_ncu_pass_stopped_before_any_range_is_not_blamed_on_the_ranges(tmp_path, stopped):
+    """Measured on an H100: SIGTERM 8 s into the ncu pass, before the program entered its ranges, gave ncu's 'No
+    kernels were profiled' and the run said 'none ran inside NVTX ranges matching ...; wrap the GEMMs', advice for
+    a filter that matches nothing. Stopped, the run says the pass ended first; run to its end, the advice stays."""
+    from tracekit.collectors.capture.common import PassResult
+    from tracekit.collectors.capture.passes import _finish_ncu
+
+    log = tmp_path / "ncu.log"
+    log.write_text("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n")
+    result = PassResult("ncu", ["ncu"])
+    result.interrupted = stopped
+    if stopped:
+        result.reason = "terminated by SIGTERM during the ncu pass"
+    _finish_ncu(result, tmp_path, log, "regex:.*(?:serve).*/")
+    assert result.reason is not None
+    if stopped:
+        assert "before it was stopped" in result.reason and "wrap the GEMMs" not in result.reason
+    else:
+        assert "none ran inside NVTX ranges matching regex:.*(?:serve).*/" in result.reason
+        assert "wrap the GEMMs" in result.reason

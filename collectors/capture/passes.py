@@ -366,7 +366,11 @@ def _finish_ncu(result: PassResult, raw: Path, log_path: Path, nvtx_include: str
         text = log_path.read_text(errors="replace")
     except OSError:
         text = ""
-    if "No kernels were profiled" in text:
+    if "No kernels were profiled" in text and (result.interrupted or result.timed_out):
+        # stopped before the program reached a profiled kernel: nothing is wrong with the ranges
+        where = f" inside NVTX ranges matching {nvtx_include}" if nvtx_include else ""
+        extra = f"ncu profiled no kernels before it was stopped (none had run{where} yet)"
+    elif "No kernels were profiled" in text:
         where = f"inside NVTX ranges matching {nvtx_include}" if nvtx_include else "at all"
         extra = (
             f"ncu profiled no kernels: none ran {where}; wrap the GEMMs in tracekit ranges "

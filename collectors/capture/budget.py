@@ -224,7 +224,7 @@ def describe_bound(ncu_opts: dict[str, Any], ranges: str | None) -> str:
         how = (
             f"the first {count} kernel(s) in all (--launch-count)"
             if per_config is None
-            else f"at most {per_config} launch(es) of each launch configuration (grid, block, shared memory: "
+            else f"at most {per_config} launch(es) of each kernel's launch configuration (grid, block, shared memory: "
             "Nsight Compute's --filter-mode per-launch-config)"
         )
     budget = ncu_opts.get("budget_s")

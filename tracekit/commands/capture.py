@@ -65,10 +65,10 @@ layer3/attn.
 The ncu pass is bounded: it profiles at most N launches (--max-per-range N, default 2) of each launch
 configuration inside the selected ranges. Inside tracekit's ranges that is the first N launches of each range
 name (a range is one GEMM call: the same kernel in two shapes is profiled in both). With --ranges or
---all-kernels, Nsight Compute counts launches per grid, block and shared memory (--filter-mode
-per-launch-config --launch-count N): a serving step's pass went from unfinished after 200 s (every launch in
-its ranges) to 12 kernels in 32 s on an H200. Nsight Compute keys that count on the configuration: two
-kernels with the same grid, block and shared memory may share the N (checked on the GPU: docs/NOTES.md).
+--all-kernels, Nsight Compute counts launches per kernel and grid, block and shared memory (--filter-mode
+per-launch-config --launch-count N; two kernels sharing a configuration each get N, measured): a serving
+step's pass went from unfinished after 200 s (every launch in its ranges) to 65 s for 76 kernels (2 of each
+of 38 kernel configurations, every GEMM kernel among them) on an H100 (docs/NOTES.md).
 --launch-count N instead profiles the first N kernels in all. --ncu-budget SECONDS ends the profiling after
 that long and lets the program finish unprofiled (a Python program calls cuProfilerStop itself; any other
 program is stopped); run.json (capture.passes[].ncu) and `tracekit show` say how many kernels were profiled

@@ -17,7 +17,8 @@ Kinds (the ``failures.kind`` column):
 ``wrong``
     the GEMM ran but its output is all zeros, not finite, or off the reference beyond the dtype's tolerance.
 ``timeout``
-    the worker exceeded ``--timeout`` seconds on one shape and was killed.
+    a benchmark worker gave no sign of progress for ``--stall-timeout`` seconds on one shape and was killed;
+    a captured program ran past ``capture --timeout`` (its wall-time limit) and was stopped.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -m tracekit bench gemm \
   --backends all \
   --shapes 16x768x6144,1024x2048x6144,4096x2048x6144 \
-  --repeats 25 --warmup 10 --timeout 300 \
+  --repeats 25 --warmup 10 --stall-timeout 300 \
   -o "$OUT" --json > "$OUT.json.tmp" || rc=$?
 rc=${rc:-0}
 mv "$OUT.json.tmp" "$OUT/bench.json" 2>/dev/null || true

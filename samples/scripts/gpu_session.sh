@@ -77,7 +77,7 @@ for p in "$@"; do
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)
-      tk bench gemm --backends all --shapes glm5 --repeats 25 --warmup 10 --timeout 300 -o "$OUT/h200-bench-gemm" > "$OUT/bench.log" 2>&1; echo "rc=$?"; tail -30 "$OUT/bench.log" ;;
+      tk bench gemm --backends all --shapes glm5 --repeats 25 --warmup 10 --stall-timeout 300 -o "$OUT/h200-bench-gemm" > "$OUT/bench.log" 2>&1; echo "rc=$?"; tail -30 "$OUT/bench.log" ;;
     capture)
       tk capture --nsys --ncu --max-per-range 1 -o "$OUT/h200-capture-gemm" --no-import -- python3 -m tracekit bench gemm \
         --backends torch-bf16,torch-fp8-tensorwise,torch-fp8-blockwise,torch-nvfp4,flashinfer-fp4-cutlass,sgl-fp4 \

@@ -25,7 +25,7 @@ for p in $phases; do
       # gives the grouped kernels' names (their tile) and the moe ranges; the benchmark's rows give the timings.
       timeout 260 bash -c "cd /tmp && python3 -m tracekit capture --nsys -o '$OUT/h200-moe' --no-import -- \
         python3 -m tracekit bench moe --backends torch-bf16-grouped,torch-fp8-grouped,torch-bf16-loop \
-        --tokens 16,64,256,1024,4096 --routing uniform,zipf:1.2 --repeats 10 --warmup 3 --timeout 120" \
+        --tokens 16,64,256,1024,4096 --routing uniform,zipf:1.2 --repeats 10 --warmup 3 --stall-timeout 120" \
         > "$OUT/moe-capture.log" 2>&1; echo "rc=$?"; tail -25 "$OUT/moe-capture.log"; du -sh "$OUT/h200-moe" ;;
   esac
 done

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from tracekit.commands._options import out_option
+from tracekit.commands._options import gpu_option, out_option, stall_timeout_option
 from tracekit.errors import BadInputError, IncompleteError, MissingToolError
 
 _KINDS_HELP = """\b
@@ -26,7 +26,7 @@ Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
                signal (SIGSEGV ...); the backend's other shapes still run
   wrong        it ran, but the output is all zeros, NaN, or off the fp32 reference
                beyond the dtype's tolerance
-  timeout      no progress for --timeout seconds on one shape: the worker was killed"""
+  timeout      no progress for --stall-timeout seconds on one shape: the worker was killed"""
 
 
 def _backends_epilog(names: list[str], registry: dict[str, Any]) -> str:
@@ -75,12 +75,7 @@ def bench() -> None:
 @out_option("Run folder to create [runs/<time>-bench-gemm-<id>].", type=click.Path(path_type=Path))
 @click.option("--repeats", default=25, show_default=True, help="Timed samples per shape (median, p10, p90).")
 @click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
-@click.option(
-    "--timeout",
-    default=300.0,
-    show_default=True,
-    help="Seconds without progress on one shape before its worker is killed.",
-)
+@stall_timeout_option("Seconds without progress on one shape before its worker is killed.", 300.0)
 @click.option(
     "--timing",
     type=click.Choice(["auto", "graph", "events"]),
@@ -88,7 +83,7 @@ def bench() -> None:
     show_default=True,
     help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
 )
-@click.option("--device", default=0, show_default=True, help="CUDA device ordinal.")
+@gpu_option
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object {run, status, gemms, failures} on stdout."
 )
@@ -98,9 +93,9 @@ def gemm(
     out: Path | None,
     repeats: int,
     warmup: int,
-    timeout: float,
+    stall_timeout: float,
     timing: str,
-    device: int,
+    gpu: int,
     as_json: bool,
 ) -> None:
     """Time each GEMM backend over the shapes into a new run (one worker process per backend).
@@ -122,18 +117,18 @@ def gemm(
     known = all_backends()
     names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
-    _check_timing(repeats, warmup, timeout)
+    _check_timing(repeats, warmup, stall_timeout)
     settings = SweepSettings(
         backends=names,
         shapes=shape_list,
         warmup=warmup,
         repeats=repeats,
-        timeout=timeout,
+        timeout=stall_timeout,
         timing=timing,
-        device=device,
+        device=gpu,
     )
     cuda = any(known[n].timer == "cuda" for n in names)
-    environment = _require_gpu(settings.python, device) if cuda else None
+    environment = _require_gpu(settings.python, gpu) if cuda else None
     run_dir, inside = _sweep_dir(out, "gemm")
     result = _sweep(run_dir, settings, len(names) * len(shape_list), "gemm", environment)
     if inside is not None:
@@ -196,9 +191,9 @@ def _pick_backends(text: str, known: Mapping[str, object], what: str) -> list[st
     return names
 
 
-def _check_timing(repeats: int, warmup: int, timeout: float) -> None:
-    if repeats < 1 or warmup < 0 or timeout <= 0:
-        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --timeout > 0")
+def _check_timing(repeats: int, warmup: int, stall_timeout: float) -> None:
+    if repeats < 1 or warmup < 0 or stall_timeout <= 0:
+        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --stall-timeout > 0")
 
 
 def _require_gpu(python: str, device: int) -> dict[str, Any]:
@@ -231,9 +226,7 @@ def _require_gpu(python: str, device: int) -> dict[str, Any]:
             "run on a machine with an NVIDIA GPU and a CUDA build of torch (check nvidia-smi)",
         )
     if device >= count:
-        raise MissingToolError(
-            f"CUDA device {device} does not exist ({count} visible)", "pick --device 0..N-1"
-        )
+        raise MissingToolError(f"CUDA device {device} does not exist ({count} visible)", "pick --gpu 0..N-1")
     return env
 
 
@@ -363,9 +356,7 @@ class _MoeCommand(_BenchCommand):
 @out_option("Run folder to create [runs/<time>-bench-moe-<id>].", type=click.Path(path_type=Path))
 @click.option("--repeats", default=25, show_default=True, help="Timed samples per case (median, p10, p90).")
 @click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
-@click.option(
-    "--timeout", default=300.0, show_default=True, help="Seconds without progress before a worker is killed."
-)
+@stall_timeout_option("Seconds without progress on one case before its worker is killed.", 300.0)
 @click.option(
     "--timing",
     type=click.Choice(["auto", "graph", "events"]),
@@ -373,7 +364,7 @@ class _MoeCommand(_BenchCommand):
     show_default=True,
     help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
 )
-@click.option("--device", default=0, show_default=True, help="CUDA device ordinal.")
+@gpu_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the routing draws and the inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print {run, status, moe, curve, failures} on stdout.")
 def moe(
@@ -388,9 +379,9 @@ def moe(
     out: Path | None,
     repeats: int,
     warmup: int,
-    timeout: float,
+    stall_timeout: float,
     timing: str,
-    device: int,
+    gpu: int,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -415,7 +406,7 @@ def moe(
     names = _pick_backends(backends, known, "MoE backend")
     if min(hidden, inter, experts, topk) < 1 or topk > experts:
         raise BadInputError("--hidden, --inter, --experts, --topk must be >= 1 and --topk <= --experts")
-    _check_timing(repeats, warmup, timeout)
+    _check_timing(repeats, warmup, stall_timeout)
     config = MoeConfig(hidden=hidden, inter=inter, experts=experts, topk=topk, proj=proj)
     settings = MoeSettings(
         backends=names,
@@ -424,13 +415,13 @@ def moe(
         routing=parse_routing(routing),
         warmup=warmup,
         repeats=repeats,
-        timeout=timeout,
+        timeout=stall_timeout,
         timing=timing,
-        device=device,
+        device=gpu,
         seed=seed,
     )
     cuda = any(known[n].timer == "cuda" for n in names)
-    environment = _require_gpu(settings.python, device) if cuda else None
+    environment = _require_gpu(settings.python, gpu) if cuda else None
     run_dir, inside = _sweep_dir(out, "moe")
     result = _sweep(run_dir, settings, len(names) * len(settings.cases), "moe", environment)
     if inside is not None:

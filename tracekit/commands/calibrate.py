@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.commands._options import out_option
+from tracekit.commands._options import gpu_option, out_option
 
 
 @click.command()
@@ -17,10 +17,10 @@ from tracekit.commands._options import out_option
               help="GEMM input types to measure (default: all; fp4 is recorded as a failure where unsupported).")  # fmt: skip
 @click.option("--size", default=8192, show_default=True, help="M = N = K of the GEMM.")
 @click.option("--seconds", default=3.0, show_default=True, help="Sustained-loop length per dtype.")
-@click.option("--device", "device_index", default=0, show_default=True, help="CUDA device ordinal.")
+@gpu_option
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON on stdout.")
 def calibrate(
-    out: Path | None, dtypes: tuple[str, ...], size: int, seconds: float, device_index: int, as_json: bool
+    out: Path | None, dtypes: tuple[str, ...], size: int, seconds: float, gpu: int, as_json: bool
 ) -> None:
     """Measure what this GPU sustains: a large GEMM per dtype (first launches vs the sustained rate, SM clock,
     power and throttle reasons from NVML), and device-to-device copy bandwidth.
@@ -41,7 +41,7 @@ def calibrate(
         dtypes=dtypes or DTYPES,
         size=size,
         seconds=seconds,
-        device_index=device_index,
+        device_index=gpu,
         on_event=lambda m: click.echo(f"tracekit: {m}", err=True),
     )
     path = save_profile(profile, out)

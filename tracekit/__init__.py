@@ -8,7 +8,7 @@ heavy (polars, torch, textual) is imported until it is used.
 In Python (README, "Python")::
 
     import tracekit
-    run = tracekit.load("runs/h200-probe")        # a run folder, a bundle .zip, or a raw profiler file
+    run = tracekit.load("samples/h200-gemm-probe")  # a run folder, a bundle .zip, or a raw profiler file
     run.frames["kernels"]                          # polars DataFrames of the documented schemas
     analysis = run.analyze()                       # the typed Analysis every view renders
     analysis.cases_frame()                         # one row per GEMM case, largest GPU time first

@@ -35,8 +35,8 @@ def bundle(run: Path, out: Path, raw: bool) -> None:
 
     \b
     Examples:
-      tracekit bundle runs/h200-probe -o h200-probe.zip
-      tracekit bundle runs/h200-probe -o h200-probe-full.zip --raw
+      tracekit bundle samples/h200-gemm-probe -o h200-probe.zip
+      tracekit bundle samples/h200-gemm-probe -o h200-probe-full.zip --raw
       tracekit show h200-probe.zip
     """
     from tracekit.analyzers.importer import open_run

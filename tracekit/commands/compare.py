@@ -111,9 +111,9 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
 
     \b
     Examples:
-      tracekit compare runs/flashinfer-0.2 runs/flashinfer-0.3
-      tracekit compare base.zip new.zip --threshold 3 --gate     # exit 5 on a regression
-      tracekit compare A B --json | jq '.gemms[] | select(.status=="regression")'
+      tracekit compare samples/h200-capture-seed samples/h200-capture-gemm
+      tracekit compare samples/h200-capture-seed samples/h200-capture-gemm --threshold 3 --gate  # exit 5: one GEMM regressed
+      tracekit compare samples/h200-capture-seed samples/h200-capture-gemm --json | jq '.gemms[] | select(.status=="regression")'
     """
     from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.compare import compare_runs

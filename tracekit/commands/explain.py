@@ -108,10 +108,10 @@ def explain(
 
     \b
     Examples:
-      tracekit explain runs/h200-probe
-      tracekit explain runs/h200-probe --top 3
-      tracekit explain runs/h200-probe --gemm M=8192 --json | jq '.cases[0].verdict'
-      tracekit import kernel_*_ncu.details.csv -o runs/rtx && tracekit explain runs/rtx --device rtx-pro-6000
+      tracekit explain samples/h200-gemm-probe
+      tracekit explain samples/h200-gemm-probe --top 3
+      tracekit explain samples/h200-gemm-probe --gemm M=4096 --json | jq '.cases[0].verdict'
+      tracekit import samples/h200-counter-probe/raw/ncu_details.csv -o runs/csv && tracekit explain runs/csv --device h200
     """
     count = top_count(top, show_all, default=None if as_json else 10)
     analysis = analysis_of(run, device_name, calibration)

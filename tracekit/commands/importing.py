@@ -69,9 +69,9 @@ def import_(
 
     \b
     Examples:
-      tracekit import profile.ncu-rep -o runs/cutlass-fp4
+      tracekit import samples/h200-gemm-probe/raw/probe.sqlite.xz -o runs/probe   # compressed files are fine
       tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
-      tracekit import --rebuild runs/old-run        # after upgrading tracekit
+      tracekit import --rebuild samples/h200-bench-gemm        # after upgrading tracekit
       tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
       tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """

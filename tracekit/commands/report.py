@@ -64,11 +64,11 @@ def report(
 
     \b
     Examples:
-      tracekit report runs/h200-probe -o ticket.md
-      tracekit report runs/h200-probe --gemm M=8192 -o ticket.md
-      tracekit report bundle.zip --format html -o report.html
-      tracekit report runs/h200-probe --format json | jq '.cases[0].verdict'
-      tracekit report runs/rtx-csv --device rtx-pro-6000 -o ticket.md   # CSV exports name no GPU
+      tracekit report samples/h200-gemm-probe -o ticket.md
+      tracekit report samples/h200-gemm-probe --gemm M=4096 -o ticket.md
+      tracekit report samples/h200-capture-gemm --format html -o report.html
+      tracekit report samples/h200-gemm-probe --format json | jq '.cases[0].verdict'
+      tracekit report samples/h200-counter-probe --device h200 -o ticket.md   # CSV exports name no GPU
     """
     from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.importer import load_frames, open_run

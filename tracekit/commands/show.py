@@ -46,9 +46,9 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
 
     \b
     Examples:
-      tracekit show samples/h200-gemm
-      tracekit show samples/h200-gemm --all
-      tracekit show samples/h200-gemm --json | jq '.gemms[] | {backend, m, achieved_tflops}'
+      tracekit show samples/h200-bench-gemm
+      tracekit show samples/h200-bench-gemm --all
+      tracekit show samples/h200-bench-gemm --json | jq '.gemms[] | {backend, m, achieved_tflops}'
     """
     from tracekit.analyzers import summary as S
     from tracekit.analyzers.analysis import analyze_run

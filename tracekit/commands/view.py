@@ -39,9 +39,9 @@ TRACEKIT_THEME=light) for light terminals; t toggles.
 \b
 Examples:
   tracekit view                                   # the picker, or the bundled sample
-  tracekit view runs/h200-gemm
-  tracekit view runs/new --compare runs/old
-  tracekit view runs/rtx-csv --device rtx-pro-6000    # a run whose files name no GPU
+  tracekit view samples/h200-gemm-probe
+  tracekit view samples/h200-capture-seed --compare samples/h200-capture-gemm
+  tracekit view samples/h200-counter-probe --device h200    # a run whose files name no GPU
 """
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.collectors import tools
-from tracekit.collectors.capture import capture, ranges_filter
+from tracekit.collectors.capture import NcuSettings, capture, ranges_filter
 from tracekit.collectors.capture.budget import ProfiledKernels, describe_bound
 from tracekit.errors import BadInputError
 from tracekit.naming import NCU_FILTER
@@ -138,21 +138,15 @@ def test_launch_count_replaces_the_per_configuration_count_and_bad_budgets_are_r
 
 
 def test_the_bound_said_before_the_pass():
-    opts = {
-        "nvtx_include": ranges_filter("serve"),
-        "per_range": 2,
-        "per_config": 2,
-        "mode": "ranges",
-        "budget_s": 60.0,
-    }
+    opts = NcuSettings(nvtx_include=ranges_filter("serve"), max_per_range=2, budget_s=60.0)
+    assert (opts.mode, opts.per_config) == ("ranges", 2)
     said = describe_bound(opts, "serve")
     assert "matching 'serve'" in said and "at most 2 launch(es) of each launch configuration" in said
     assert "after 60 s (--ncu-budget)" in said and "the program runs on" in said
-    own = describe_bound({"nvtx_include": NCU_FILTER, "per_range": 3, "mode": "tracekit-ranges"}, None)
+    own = describe_bound(NcuSettings(nvtx_include=NCU_FILTER, max_per_range=3), None)
     assert "first 3 launch(es) of each range name" in own and "no time limit" in own
-    everything = describe_bound(
-        {"nvtx_include": None, "per_config": None, "launch_count": 9, "mode": "all-kernels"}, None
-    )
+    everything = describe_bound(NcuSettings(nvtx_include=None, max_per_range=2, launch_count=9), None)
+    assert NcuSettings(nvtx_include=None, launch_count=9).mode == "all-kernels"
     assert "anywhere in the program" in everything and "first 9 kernel(s) in all" in everything
 
 

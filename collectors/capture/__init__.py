@@ -20,9 +20,9 @@ orphaned) and the run's reason names the signal (``terminated by SIGTERM during 
 
 Imports only the standard library and tracekit core: captures run on GPU machines without polars or rich.
 
-The package by concern: ``common`` (names, events, results, helpers), ``plan`` (options checked, passes
-planned), ``child`` (one process, its output and timeout), ``passes`` (one tool pass and what finishes it),
-``driver`` (:func:`capture` as its phases). Every public name is importable from here.
+The package by concern: ``settings`` (what the capture was asked to do, typed and frozen), ``common`` (names,
+events, results, helpers), ``plan`` (settings checked, passes planned), ``child`` (one process, its output and
+timeout), ``passes`` (one tool pass and what finishes it), ``driver`` (:func:`capture` as its phases). Every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from .common import (
 )
 from .driver import capture
 from .passes import nsys_kernel_count
+from .settings import CaptureSettings, NcuSettings, NsysSettings, TorchSettings
 
 __all__ = [
     "BREADCRUMB_DIR",
@@ -69,7 +70,11 @@ __all__ = [
     "TORCH_TRACE",
     "CaptureEvent",
     "CaptureInterrupted",
+    "CaptureSettings",
+    "NcuSettings",
+    "NsysSettings",
     "PassResult",
+    "TorchSettings",
     "capture",
     "interrupt_reason",
     "is_python_command",

@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .settings import NcuSettings
 
 ENV_STOP_AT = "TRACEKIT_NCU_STOP_AT"
 """Unix time at which the site folder's thread stops Nsight Compute's profiling in the program."""
@@ -201,12 +204,12 @@ class NcuBudget:
         )
 
 
-def describe_bound(ncu_opts: dict[str, Any], ranges: str | None) -> str:
+def describe_bound(ncu: NcuSettings, ranges: str | None) -> str:
     """One line, printed before the ncu pass: which kernels it profiles, at most how many launches of each,
-    and the time budget."""
-    nvtx, per_range = ncu_opts.get("nvtx_include"), ncu_opts.get("per_range")
-    per_config, count = ncu_opts.get("per_config"), ncu_opts.get("launch_count")
-    if ncu_opts.get("mode") == "tracekit-ranges":
+    and the time budget (``ncu`` as the check resolved it)."""
+    nvtx, per_range = ncu.nvtx_include, ncu.max_per_range
+    per_config, count = ncu.per_config, ncu.launch_count
+    if ncu.mode == "tracekit-ranges":
         where = "inside tracekit's GEMM ranges"
         how = (
             f"the first {per_range} launch(es) of each range name (one GEMM call and its helper kernels each)"
@@ -227,7 +230,7 @@ def describe_bound(ncu_opts: dict[str, Any], ranges: str | None) -> str:
             else f"at most {per_config} launch(es) of each kernel's launch configuration (grid, block, shared memory: "
             "Nsight Compute's --filter-mode per-launch-config)"
         )
-    budget = ncu_opts.get("budget_s")
+    budget = ncu.budget_s
     tail = (
         f"; after {budget:g} s (--ncu-budget) it profiles nothing more and the program runs on"
         if budget

@@ -4,24 +4,17 @@ run the passes, finish (mark the run complete or incomplete)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tracekit.errors import IncompleteError, StorageError
-from tracekit.naming import NCU_FILTER
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
 
 from .. import tools
-from ..ranks import RankLaunch
-from ..torchprof import (
-    DEFAULT_TRACE_REPEATS,
-)
 from .common import (
     BREADCRUMB_DIR,
-    CRASH_FLUSH_DEFAULT,
     CaptureEvent,
     CaptureInterrupted,
     PassResult,
@@ -35,52 +28,54 @@ from .common import (
 )
 from .passes import _one_pass
 from .plan import _check_instrument, _check_options, _Options, _Plan, _plan
+from .settings import CaptureSettings
 
 
 def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
     """Phase 3, record: the capture settings run.json keeps (tools, their versions and options)."""
-    ncu_opts = opts.ncu_opts
+    s = opts.settings
+    ncu, nsys = s.ncu, s.nsys
     settings: dict[str, Any] = {
         "tools": plan.passes,
-        "instrument": opts.instrument,
+        "instrument": s.instrument,
         "python_faulthandler": python_cmd and not opts.env.get("PYTHONFAULTHANDLER"),
         "breadcrumbs": f"raw/{BREADCRUMB_DIR}/<pass>",
-        "timeout_s": opts.timeout,
+        "timeout_s": s.timeout,
         "cwd": str(opts.cwd or Path.cwd()),
     }
     if plan.ncu:
         settings["ncu"] = {
             **plan.ncu.as_dict(),
-            "clock_control": ncu_opts["clock_control"],
-            "sections": ncu_opts["sections"],
-            "metrics": ncu_opts["metrics"],
-            "nvtx_include": ncu_opts["nvtx_include"],
-            "ranges": opts.ranges,
-            "max_per_range": ncu_opts["per_range"],
-            "per_launch_config": ncu_opts["per_config"],
-            "bound_mode": ncu_opts["mode"],
-            "launch_count": ncu_opts["launch_count"],
-            "budget_s": ncu_opts["budget_s"],
-            "extra": list(ncu_opts["extra"]),
+            "clock_control": ncu.clock_control,
+            "sections": list(ncu.sections),
+            "metrics": list(ncu.metrics),
+            "nvtx_include": ncu.nvtx_include,
+            "ranges": s.ranges,
+            "max_per_range": ncu.max_per_range,
+            "per_launch_config": ncu.per_config,
+            "bound_mode": ncu.mode,
+            "launch_count": ncu.launch_count,
+            "budget_s": ncu.budget_s,
+            "extra": list(ncu.extra),
         }
     if plan.nsys:
         settings["nsys"] = {
             **plan.nsys.as_dict(),
             "trace": tools.NSYS_TRACE,
-            "cuda_graph_trace": tools.nsys_graph_trace(opts.nsys_extra),
+            "cuda_graph_trace": tools.nsys_graph_trace(list(nsys.extra)),
             "libs": opts.env.get(tools.ENV_NSYS_LIBS),
-            "extra": list(opts.nsys_extra),
-            "crash_flush": opts.crash_flush if python_cmd else "none",
+            "extra": list(nsys.extra),
+            "crash_flush": nsys.crash_flush if python_cmd else "none",
         }
     if "torch" in plan.passes and plan.python:
         settings["torch_profiler"] = {
             "python": plan.python[0][0],
             "activities": ["cpu", "cuda"],
-            "cpu_events": opts.torch_ops,
-            "trace_repeats": "all" if opts.trace_repeats is None else opts.trace_repeats,
+            "cpu_events": s.torch.ops,
+            "trace_repeats": "all" if s.torch.trace_repeats is None else s.torch.trace_repeats,
         }
-    if opts.ranks is not None:
-        settings["ranks"] = opts.ranks.as_dict()
+    if s.ranks is not None:
+        settings["ranks"] = s.ranks.as_dict()
     return settings
 
 
@@ -108,26 +103,14 @@ def _run_passes(
         for tool in plan.passes:
             result = _one_pass(
                 tool,
-                opts.cmd,
+                opts,
                 plan,
                 raw,
                 run_dir,
-                opts.env,
-                instrument=opts.instrument,
-                timeout=opts.timeout,
-                grace_s=opts.grace_s,
                 output=output,
                 log=log,
-                cwd=opts.cwd,
-                ranks=opts.ranks,
-                torch_ops=opts.torch_ops,
-                trace_repeats=opts.trace_repeats,
-                nsys_extra=list(opts.nsys_extra),
                 python_cmd=python_cmd,
-                crash_flush=opts.crash_flush,
                 program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
-                ncu_opts=dict(opts.ncu_opts),
-                ranges_regex=opts.ranges,
             )
             results.append(result)
             run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
@@ -179,93 +162,49 @@ def _finish(run: Run, results: list[PassResult], log: Callable[..., None]) -> No
 
 def capture(
     cmd: Sequence[str],
+    settings: CaptureSettings | None = None,
     *,
-    ncu: bool = False,
-    nsys: bool = False,
-    torch_profiler: bool = False,
-    torch_ops: str = "shapes",
-    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
-    instrument: bool = False,
-    out: Path | str | None = None,
-    runs_dir: Path | str = "runs",
-    timeout: float | None = None,
     on_event: Callable[[CaptureEvent], None] | None = None,
     on_output: Callable[[str, bytes], None] | None = None,
-    ncu_path: str | os.PathLike[str] | None = None,
-    nsys_path: str | os.PathLike[str] | None = None,
-    clock_control: str = "none",
-    sections: Iterable[str] = tools.DEFAULT_SECTIONS,
-    metrics: Iterable[str] = tools.DEFAULT_METRICS,
-    nvtx_include: str | None = NCU_FILTER,
-    max_per_range: int | None = None,
-    launch_count: int | None = None,
-    ncu_budget: float | None = None,
-    ncu_extra: Sequence[str] = (),
-    nsys_extra: Sequence[str] = (),
-    grace_s: float = 20.0,
-    env: dict[str, str] | None = None,
-    cwd: Path | str | None = None,
-    ranks: RankLaunch | None = None,
-    ranges: str | None = None,
-    crash_flush: str = CRASH_FLUSH_DEFAULT,
+    **keywords: Any,
 ) -> Run:
     """Run ``cmd`` under each chosen tool into a new run folder and return it, ``complete`` or ``incomplete``.
+
+    ``settings`` (:class:`CaptureSettings`, with :class:`NcuSettings`, :class:`NsysSettings` and
+    :class:`TorchSettings`) say what to do and are carried unchanged to every pass; instead of them, a caller may
+    give the flat keywords of :meth:`CaptureSettings.from_keywords` (``ncu=True, timeout=60, max_per_range=3``).
 
     With ``ranks`` (:func:`tracekit.collectors.ranks.plan_ranks` of ``cmd``), every pass runs the launcher once
     and one profiler per rank inside it, each writing files named with its rank (collectors/ranks.py).
 
     With no tool chosen: nsys if it is usable here, else the PyTorch profiler for a Python command, else a plain
-    run (with a warning). ``torch_ops`` is what the PyTorch profiler records on the CPU side: ``shapes``
+    run (with a warning). ``torch.ops`` is what the PyTorch profiler records on the CPU side: ``shapes``
     (``record_function`` ranges and every ATen operator with its input shapes, so GEMM operators get M, N, K and
     FLOPs; the cost is in docs/NOTES.md), ``ranges`` (``record_function`` ranges only: enough for tracekit's own
-    ranges, which name their shapes) or ``all`` (every operator, no shapes). ``trace_repeats`` bounds what the PyTorch profiler records of each measurement of a tracekit
-    benchmark inside: a traced pass of that many repeats after its warm-up, a segment file each
-    (``tracekit.collectors.worker.TraceWindow``); None records every launch of every worker, and the profiler's
-    cost then grows with the benchmark's repeats. The ncu pass profiles at most ``max_per_range`` (default
-    $TRACEKIT_NCU_MAX_PER_RANGE or 2) launches of each launch configuration inside the selected ranges: per range
-    name inside tracekit's ranges, per grid / block / shared memory (Nsight Compute's per-launch-config filter)
-    inside ``ranges`` or everywhere (``nvtx_include=None``); ``launch_count`` caps the kernels in all instead.
-    ``ncu_budget`` (seconds) ends its profiling when spent and lets the program run on (collectors/capture/
-    budget.py). ``ncu_extra`` / ``nsys_extra`` go on that tool's command line
-    after tracekit's own options (and into run.json). ``timeout`` applies to each pass; ``grace_s`` is how long
-    a stopped pass may take to finish writing its report. ``on_output(stream, bytes)`` receives the child's
-    output (default: our own stdout/stderr). Raises MissingToolError / BadInputError before creating anything,
-    and CaptureInterrupted on Ctrl-C after marking the run."""
-    opts = _check_options(
-        cmd,
-        env=env,
-        cwd=cwd,
-        ranks=ranks,
-        ranges=ranges,
-        nvtx_include=nvtx_include,
-        crash_flush=crash_flush,
-        clock_control=clock_control,
-        torch_ops=torch_ops,
-        trace_repeats=trace_repeats,
-        max_per_range=max_per_range,
-        sections=sections,
-        metrics=metrics,
-        launch_count=launch_count,
-        ncu_budget=ncu_budget,
-        ncu_extra=ncu_extra,
-        nsys_extra=nsys_extra,
-        instrument=instrument,
-        timeout=timeout,
-        grace_s=grace_s,
-    )
+    ranges, which name their shapes) or ``all`` (every operator, no shapes). ``torch.trace_repeats`` bounds what
+    the PyTorch profiler records of each measurement of a tracekit benchmark inside: a traced pass of that many
+    repeats after its warm-up, a segment file each (``tracekit.collectors.worker.TraceWindow``); None records
+    every launch of every worker, and the profiler's cost then grows with the benchmark's repeats. The ncu pass
+    profiles at most ``ncu.max_per_range`` (default $TRACEKIT_NCU_MAX_PER_RANGE or 2) launches of each launch
+    configuration inside the selected ranges: per range name inside tracekit's ranges, per grid / block / shared
+    memory (Nsight Compute's per-launch-config filter) inside ``ranges`` or everywhere
+    (``ncu.nvtx_include=None``); ``ncu.launch_count`` caps the kernels in all instead. ``ncu.budget_s`` (seconds)
+    ends its profiling when spent and lets the program run on (collectors/capture/budget.py). ``ncu.extra`` /
+    ``nsys.extra`` go on that tool's command line after tracekit's own options (and into run.json). ``timeout``
+    applies to each pass; ``grace_s`` is how long a stopped pass may take to finish writing its report.
+    ``on_output(stream, bytes)`` receives the child's output (default: our own stdout/stderr). Raises
+    MissingToolError / BadInputError before creating anything, and CaptureInterrupted on Ctrl-C after marking the
+    run."""
+    if settings is not None and keywords:
+        raise TypeError(f"capture() takes settings or keywords, not both (got {', '.join(sorted(keywords))})")
+    if settings is None:
+        settings = CaptureSettings.from_keywords(**keywords)
+    opts = _check_options(cmd, settings)
     # phase 2, plan: which passes, with the tools found (raises MissingToolError before anything is created)
-    plan = _plan(
-        opts.program,
-        ncu=ncu,
-        nsys=nsys,
-        torch_profiler=torch_profiler,
-        ncu_path=ncu_path,
-        nsys_path=nsys_path,
-        env=opts.env,
-    )
-    _check_instrument(instrument)
+    plan = _plan(opts.program, opts.settings, opts.env)
+    _check_instrument(opts.settings.instrument)
     # phase 3, record: the run folder with its settings
-    path = _reserve_run_dir(out, runs_dir, _label(opts.program))
+    path = _reserve_run_dir(settings.out, settings.runs_dir, _label(opts.program))
     python_cmd = is_python_command(opts.program, opts.cwd)
     run = Run.create(
         path,

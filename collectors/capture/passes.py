@@ -9,9 +9,8 @@ import os
 import platform
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from .. import tools
 from ..crash import (
@@ -22,7 +21,6 @@ from ..crash import (
 )
 from ..ranks import RANK_TOKEN, RankLaunch, rank_files
 from ..torchprof import (
-    DEFAULT_TRACE_REPEATS,
     ENV_TORCH_OPS,
     ENV_TRACE_REPEATS,
     append_jsonl,
@@ -31,7 +29,6 @@ from .budget import BUDGET_LOG, ENV_BUDGET_LOG, ENV_STOP_AT, NcuBudget, Profiled
 from .child import _run_pass
 from .common import (
     BREADCRUMB_DIR,
-    CRASH_FLUSH_DEFAULT,
     ENV_CAPTURE_TOOL,
     ENV_CRASH_FLUSH,
     ENV_HANG_DUMP,
@@ -45,7 +42,7 @@ from .common import (
     _describe_exit,
     interrupt_reason,
 )
-from .plan import _Plan
+from .plan import _Options, _Plan
 
 
 def _ncu_problem(log_path: Path) -> str | None:
@@ -65,29 +62,24 @@ def _ncu_problem(log_path: Path) -> str | None:
 
 def _one_pass(
     tool: str,
-    cmd: list[str],
+    opts: _Options,
     plan: _Plan,
     raw: Path,
     run_dir: Path,
-    base_env: dict[str, str],
     *,
-    instrument: bool,
-    timeout: float | None,
-    grace_s: float,
     output: Callable[[str, bytes], None],
     log: Callable[..., None],
-    cwd: Path | None,
-    ncu_opts: dict[str, Any],
-    torch_ops: str = "shapes",
-    trace_repeats: int | None = DEFAULT_TRACE_REPEATS,
-    nsys_extra: Sequence[str] = (),
-    ranks: RankLaunch | None = None,
     python_cmd: bool = False,
-    crash_flush: str = CRASH_FLUSH_DEFAULT,
     program_stem: str = "program",
-    ranges_regex: str | None = None,
 ) -> PassResult:
-    env = dict(base_env)
+    """Run one pass of ``tool`` with the checked command and settings ``opts`` into ``raw`` and return its
+    result: files, exit, reason, and for ncu what it profiled."""
+    s = opts.settings
+    cmd, cwd, ranks, ncu = opts.cmd, opts.cwd, s.ranks, s.ncu
+    instrument, timeout, grace_s, ranges_regex = s.instrument, s.timeout, s.grace_s, s.ranges
+    torch_ops, trace_repeats = s.torch.ops, s.torch.trace_repeats
+    nsys_extra, crash_flush = list(s.nsys.extra), s.nsys.crash_flush
+    env = dict(opts.env)
     # with ranks, each tool wraps one rank's command and names its files raw/<tool>.rank<R>.* (rankwrap.py)
     inner = list(ranks.command) if ranks is not None else cmd
     tag = f".rank{RANK_TOKEN}" if ranks is not None else ""
@@ -113,7 +105,7 @@ def _one_pass(
     for name in (ENV_STOP_AT, ENV_BUDGET_LOG):
         env.pop(name, None)
     # --ncu-budget: in a Python program the site folder's thread stops ncu's profiling (collectors/site)
-    budget_in_program = tool == "ncu" and bool(ncu_opts.get("budget_s")) and python_cmd
+    budget_in_program = tool == "ncu" and bool(ncu.budget_s) and python_cmd
     if instrument or flush or hang_dump or budget_in_program:
         old = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
@@ -121,20 +113,20 @@ def _one_pass(
             env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
     if tool == "ncu":
         assert plan.ncu is not None
-        env[tools.ENV_MAX_PER_RANGE] = str(ncu_opts["per_range"])
+        env[tools.ENV_MAX_PER_RANGE] = str(ncu.max_per_range)
         argv = tools.ncu_command(
             plan.ncu.path,
             raw / f"ncu{tag}",
             inner,
-            sections=ncu_opts["sections"],
-            metrics=ncu_opts["metrics"],
-            nvtx_include=ncu_opts["nvtx_include"],
-            clock_control=ncu_opts["clock_control"],
-            launch_count=ncu_opts["launch_count"],
-            per_config=ncu_opts.get("per_config"),
-            extra=ncu_opts["extra"],
+            sections=list(ncu.sections),
+            metrics=list(ncu.metrics),
+            nvtx_include=ncu.nvtx_include,
+            clock_control=ncu.clock_control,
+            launch_count=ncu.launch_count,
+            per_config=ncu.per_config,
+            extra=list(ncu.extra),
         )
-        log("info", "ncu", describe_bound(ncu_opts, ranges_regex))
+        log("info", "ncu", describe_bound(ncu, ranges_regex))
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
@@ -168,9 +160,9 @@ def _one_pass(
     log("start", tool, f"{tool} pass: {' '.join(argv)}", log=f"raw/{log_path.name}")
     profiled = ProfiledKernels() if tool == "ncu" else None
     budget = None
-    if profiled is not None and ncu_opts.get("budget_s"):  # the clock starts with the pass
+    if profiled is not None and ncu.budget_s:  # the clock starts with the pass
         (raw / BUDGET_LOG).unlink(missing_ok=True)
-        budget = NcuBudget(ncu_opts["budget_s"], profiled, raw / BUDGET_LOG, in_program=budget_in_program)
+        budget = NcuBudget(ncu.budget_s, profiled, raw / BUDGET_LOG, in_program=budget_in_program)
         if budget_in_program:
             env.update(budget.env())
     _run_pass(
@@ -186,7 +178,7 @@ def _one_pass(
     )
     if profiled is not None:
         result.ncu = {
-            "bound": describe_bound(ncu_opts, ranges_regex),
+            "bound": describe_bound(ncu, ranges_regex),
             "profiled": profiled.count,
             "kernels": dict(sorted(profiled.names.items(), key=lambda kv: -kv[1])[:200]),
         }
@@ -211,7 +203,7 @@ def _one_pass(
                 if problem:
                     result.reason += f" ({problem})"
     if ranks is not None:
-        _finish_ranks(result, tool, ranks, plan, raw, log_path, log, grace_s, ncu_opts["nvtx_include"])
+        _finish_ranks(result, tool, ranks, plan, raw, log_path, log, grace_s, ncu.nvtx_include)
     elif tool == "nsys":
         try:
             _finish_nsys(result, plan.nsys if not result.interrupted else None, raw, log_path, log, grace_s)
@@ -233,7 +225,7 @@ def _one_pass(
             )
             result.reason = f"{result.reason}; {extra}" if result.reason else extra
     elif tool == "ncu":
-        _finish_ncu(result, raw, log_path, ncu_opts["nvtx_include"])
+        _finish_ncu(result, raw, log_path, ncu.nvtx_include)
     elif tool == "torch" and not (raw / TORCH_TRACE).is_file() and result.reason is None:
         result.reason = f"the PyTorch profiler wrote no {TORCH_TRACE} (see raw/{log_path.name})"
     # a crash that left no crash record of its own gets one, naming the GEMM in flight, so the failures frame

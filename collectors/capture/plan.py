@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from tracekit.errors import BadInputError, MissingToolError
-from tracekit.naming import NCU_FILTER
 
 from .. import tools
-from ..ranks import RankLaunch
 from ..torchprof import (
     OPS_CHOICES,
 )
 from .common import CRASH_FLUSH_CHOICES, PASS_ORDER, SITE_DIR, python_target, ranges_filter
+from .settings import CaptureSettings
 
 
 # --- the capture ------------------------------------------------------------------------------------------------
@@ -31,17 +29,10 @@ class _Plan:
     warnings: list[str] = field(default_factory=list)
 
 
-def _plan(
-    cmd: Sequence[str],
-    *,
-    ncu: bool,
-    nsys: bool,
-    torch_profiler: bool,
-    ncu_path: str | os.PathLike[str] | None,
-    nsys_path: str | os.PathLike[str] | None,
-    env: dict[str, str],
-) -> _Plan:
+def _plan(cmd: Sequence[str], settings: CaptureSettings, env: dict[str, str]) -> _Plan:
     """Which passes to run, with the tools found; raises MissingToolError / BadInputError before anything runs."""
+    ncu, nsys, torch_profiler = ("ncu" in settings.tools, "nsys" in settings.tools, "torch" in settings.tools)
+    ncu_path, nsys_path = settings.ncu.path, settings.nsys.path
     target = python_target(cmd)
     plan = _Plan([], python=target)
     if not (ncu or nsys or torch_profiler):
@@ -95,62 +86,35 @@ def _check_command(cmd: Sequence[str], env: dict[str, str], cwd: Path | None) ->
         raise BadInputError(f"{first}: command not found on PATH", "check the command after --")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Options:
-    """capture()'s options once checked, as the phases after the check read them."""
+    """capture()'s command and settings once checked, as the phases after the check read them: the environment
+    and working folder resolved, ``settings.ncu`` with its filter and per-range count filled in."""
 
     cmd: list[str]
     env: dict[str, str]
     cwd: Path | None
-    instrument: bool
-    timeout: float | None
-    grace_s: float
-    torch_ops: str
-    trace_repeats: int | None
-    nsys_extra: list[str]
-    crash_flush: str
-    ranks: RankLaunch | None
-    ranges: str | None
-    ncu_opts: dict[str, Any]
-    """sections, metrics, nvtx_include, clock_control, launch_count, per_range, per_config (ncu's per-launch-config
-    count, or None), mode (tracekit-ranges / ranges / all-kernels), budget_s, extra: the ncu pass's options."""
+    settings: CaptureSettings
 
     @property
     def program(self) -> list[str]:
         """The program itself: the command, or with ranks each rank's command inside the launcher."""
-        return list(self.ranks.command) if self.ranks is not None else self.cmd
+        ranks = self.settings.ranks
+        return list(ranks.command) if ranks is not None else self.cmd
 
 
-def _check_options(
-    cmd: Sequence[str],
-    *,
-    env: dict[str, str] | None,
-    cwd: Path | str | None,
-    ranks: RankLaunch | None,
-    ranges: str | None,
-    nvtx_include: str | None,
-    crash_flush: str,
-    clock_control: str,
-    torch_ops: str,
-    trace_repeats: int | None,
-    max_per_range: int | None,
-    sections: Iterable[str],
-    metrics: Iterable[str],
-    launch_count: int | None,
-    ncu_extra: Sequence[str],
-    nsys_extra: Sequence[str],
-    instrument: bool,
-    timeout: float | None,
-    grace_s: float,
-    ncu_budget: float | None = None,
-) -> _Options:
-    """Phase 1, check: the command and every option, raising BadInputError before anything is created."""
+def _check_options(cmd: Sequence[str], settings: CaptureSettings) -> _Options:
+    """Phase 1, check: the command and every setting, raising BadInputError before anything is created."""
     cmd = [str(c) for c in cmd]
-    base_env = dict(os.environ if env is None else env)
-    work = Path(cwd).absolute() if cwd is not None else None
+    base_env = dict(os.environ if settings.env is None else settings.env)
+    work = Path(settings.cwd).absolute() if settings.cwd is not None else None
     _check_command(cmd, base_env, work)
+    ncu, ranks, ranges = settings.ncu, settings.ranks, settings.ranges
+    crash_flush, clock_control = settings.nsys.crash_flush, ncu.clock_control
+    torch_ops, trace_repeats = settings.torch.ops, settings.torch.trace_repeats
+    max_per_range, ncu_budget = ncu.max_per_range, ncu.budget_s
     if ranges is not None:
-        nvtx_include = ranges_filter(ranges)
+        ncu = replace(ncu, nvtx_include=ranges_filter(ranges))
     if crash_flush not in CRASH_FLUSH_CHOICES:
         raise BadInputError(
             f"crash flush {crash_flush!r} is not one of {', '.join(CRASH_FLUSH_CHOICES)}",
@@ -183,38 +147,9 @@ def _check_options(
     # the same kernel in two shapes is profiled in both); elsewhere Nsight Compute counts them per grid, block and
     # shared memory (--filter-mode per-launch-config), where --launch-count (kernels in all) replaces it: ncu
     # applies one count (tracekit ranges inside the program still let it see N launches of each range name).
-    if nvtx_include == NCU_FILTER:
-        mode = "tracekit-ranges"
-    else:
-        mode = "all-kernels" if nvtx_include is None else "ranges"
-    per_config = per_range if mode != "tracekit-ranges" and launch_count is None else None
-    ncu_opts = {
-        "sections": list(sections),
-        "metrics": list(metrics),
-        "nvtx_include": nvtx_include,
-        "clock_control": clock_control,
-        "launch_count": launch_count,
-        "per_range": per_range,
-        "per_config": per_config,
-        "mode": mode,
-        "budget_s": ncu_budget,
-        "extra": list(ncu_extra),
-    }
-    return _Options(
-        cmd=cmd,
-        env=base_env,
-        cwd=work,
-        instrument=instrument,
-        timeout=timeout,
-        grace_s=grace_s,
-        torch_ops=torch_ops,
-        trace_repeats=trace_repeats,
-        nsys_extra=list(nsys_extra),
-        crash_flush=crash_flush,
-        ranks=ranks,
-        ranges=ranges,
-        ncu_opts=ncu_opts,
-    )
+    # NcuSettings.mode and .per_config say which.
+    ncu = replace(ncu, max_per_range=per_range)
+    return _Options(cmd=cmd, env=base_env, cwd=work, settings=replace(settings, ncu=ncu))
 
 
 def _check_instrument(instrument: bool) -> None:

@@ -397,7 +397,15 @@ def capture(
     cmd: tuple[str, ...],
 ) -> None:
     from tracekit.collectors import tools
-    from tracekit.collectors.capture import CaptureInterrupted, interrupt_reason, signals_as_interrupts
+    from tracekit.collectors.capture import (
+        CaptureInterrupted,
+        CaptureSettings,
+        NcuSettings,
+        NsysSettings,
+        TorchSettings,
+        interrupt_reason,
+        signals_as_interrupts,
+    )
     from tracekit.collectors.capture import capture as run_capture
     from tracekit.errors import EXIT_INCOMPLETE, interrupt_exit_code
     from tracekit.naming import NCU_FILTER
@@ -414,43 +422,39 @@ def capture(
 
         ranks = plan_ranks(argv, launcher=launcher, rank_env=rank_env)
 
-    def split(text: str | None, default: tuple[str, ...]) -> list[str]:
+    def split(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
         if text is None:
-            return list(default)
-        return [t.strip() for t in text.split(",") if t.strip()]
+            return tuple(default)
+        return tuple(t.strip() for t in text.split(",") if t.strip())
 
+    asked = (("nsys", use_nsys), ("torch", use_torch), ("ncu", use_ncu))
+    settings = CaptureSettings(
+        tools=tuple(tool for tool, on in asked if on),
+        ncu=NcuSettings(
+            path=ncu_path,
+            sections=split(sections, tools.DEFAULT_SECTIONS),
+            metrics=split(metrics, tools.DEFAULT_METRICS),
+            nvtx_include=None if all_kernels else NCU_FILTER,
+            clock_control=clock_control,
+            max_per_range=max_per_range,
+            launch_count=launch_count,
+            budget_s=ncu_budget,
+            extra=ncu_args,
+        ),
+        nsys=NsysSettings(path=nsys_path, extra=nsys_args, crash_flush=crash_flush),
+        torch=TorchSettings(ops=torch_ops, trace_repeats=trace_repeats),
+        instrument=instrument,
+        timeout=timeout,
+        ranks=ranks,
+        ranges=ranges_regex,
+        out=out,
+        runs_dir=runs_dir,
+    )
     progress = _Progress(as_json, quiet=False)
     interrupted: BaseException | None = None
     try:
         try:
-            run = run_capture(
-                argv,
-                ncu=use_ncu,
-                nsys=use_nsys,
-                torch_profiler=use_torch,
-                torch_ops=torch_ops,
-                trace_repeats=trace_repeats,
-                instrument=instrument,
-                out=out,
-                runs_dir=runs_dir,
-                timeout=timeout,
-                on_event=progress.event,
-                on_output=progress.output,
-                ncu_path=ncu_path,
-                nsys_path=nsys_path,
-                clock_control=clock_control,
-                sections=split(sections, tools.DEFAULT_SECTIONS),
-                metrics=split(metrics, tools.DEFAULT_METRICS),
-                nvtx_include=None if all_kernels else NCU_FILTER,
-                max_per_range=max_per_range,
-                launch_count=launch_count,
-                ncu_budget=ncu_budget,
-                ncu_extra=list(ncu_args),
-                nsys_extra=list(nsys_args),
-                ranks=ranks,
-                ranges=ranges_regex,
-                crash_flush=crash_flush,
-            )
+            run = run_capture(argv, settings, on_event=progress.event, on_output=progress.output)
         except CaptureInterrupted as exc:
             run, interrupted = exc.run, exc
         summary, import_problem = (None, None)

@@ -116,7 +116,7 @@ def test_cli_builds_the_exact_ncu_command_of_each_mode(tmp_path, args, nvtx, bou
     said = " ".join(done.stderr.split())
     assert "ncu profiles the kernels" in said
     if "per-launch-config" in bound:
-        assert f"at most {bound[-1]} launch(es) of each launch configuration" in said
+        assert f"at most {bound[-1]} launch(es) of each kernel's launch configuration" in said
     (p,) = run.manifest["capture"]["passes"]
     assert p["ncu"]["profiled"] == 0 and p["ncu"]["bound"].startswith("ncu profiles the kernels")
 
@@ -141,7 +141,7 @@ def test_the_bound_said_before_the_pass():
     opts = NcuSettings(nvtx_include=ranges_filter("serve"), max_per_range=2, budget_s=60.0)
     assert (opts.mode, opts.per_config) == ("ranges", 2)
     said = describe_bound(opts, "serve")
-    assert "matching 'serve'" in said and "at most 2 launch(es) of each launch configuration" in said
+    assert "matching 'serve'" in said and "at most 2 launch(es) of each kernel's launch configuration" in said
     assert "after 60 s (--ncu-budget)" in said and "the program runs on" in said
     own = describe_bound(NcuSettings(nvtx_include=NCU_FILTER, max_per_range=3), None)
     assert "first 3 launch(es) of each range name" in own and "no time limit" in own

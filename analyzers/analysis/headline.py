@@ -81,7 +81,17 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
         for c in cases
         if c.peak is not None and c.sm_clock_hz is None and not any(f.name == "clock" for f in c.factors)
     ]
-    if no_clock:
+    blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
+    if no_clock and blind:  # both are learnt from one Nsight Compute capture: said once
+        n = len({c.id for c in (*no_clock, *blind)})
+        out.append(
+            Unknown(
+                what=f"SM clock and in-kernel causes (stalls, occupancy, tensor pipe) not measured for {n} case(s)",
+                how=f"{NCU_HOW} records both",
+                cases=n,
+            )
+        )
+    elif no_clock:
         out.append(
             Unknown(
                 what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides in in-kernel",
@@ -89,8 +99,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=len(no_clock),
             )
         )
-    blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
-    if blind:
+    elif blind:
         out.append(
             Unknown(
                 what=f"in-kernel loss of {len(blind)} case(s) unexplained (no stalls, occupancy, tensor pipe)",

@@ -39,13 +39,20 @@ _WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
 breadcrumb folder set by hand (no pass folder) is read too: ``breadcrumbs/failures.*.jsonl``."""
 ID_COLUMNS = {
     "kernels": ["kernel_id", "range_id"],
+    "memops": ["memop_id", "range_id"],
     "ranges": ["range_id", "parent_id"],
     "ncu": ["ncu_id"],
     "ncu_metrics": ["ncu_id"],
     "ncu_rules": ["ncu_id"],
 }
-ID_OWNER = {"kernels": "kernel_id", "ranges": "range_id", "ncu": "ncu_id"}
-ID_FAMILY = {"kernel_id": "kernels", "range_id": "ranges", "parent_id": "ranges", "ncu_id": "ncu"}
+ID_OWNER = {"kernels": "kernel_id", "memops": "memop_id", "ranges": "range_id", "ncu": "ncu_id"}
+ID_FAMILY = {
+    "kernel_id": "kernels",
+    "memop_id": "memops",
+    "range_id": "ranges",
+    "parent_id": "ranges",
+    "ncu_id": "ncu",
+}
 
 
 # --- kinds ------------------------------------------------------------------------------------------------------
@@ -465,6 +472,7 @@ def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     ranges = parse_range_names(nest_ranges(frames["ranges"]))
     frames["ranges"] = ranges
     frames["kernels"] = assign_ranges(frames["kernels"], ranges)
+    frames["memops"] = assign_ranges(frames["memops"], ranges)
     frames = classify_frames(frames)  # every kernel's class (docs/KERNELS.md)
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 

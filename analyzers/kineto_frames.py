@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.analyzers.base import fit_rows
-from tracekit.frames import DEVICES, KERNELS, RANGES
+from tracekit.frames import DEVICES, KERNELS, MEMOPS, RANGES
 
 from .join import assign_innermost
 from .kineto_part import Part, as_int
@@ -56,7 +56,7 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 def build(
     parts: list[Part], base_ns: int, source: str, rank: int | None, warnings: list[str]
 ) -> dict[str, pl.DataFrame]:
-    """The kernels and ranges frames of ``parts`` (in file order; the list is emptied as they are joined, so
+    """The kernels, memops and ranges frames of ``parts`` (in file order; the list is emptied as they are joined, so
     the parts and the frames are not both held); warnings are appended to ``warnings``."""
     kernels = _concat([p.kernels for p in parts])
     launches = _concat([p.launches for p in parts])
@@ -64,6 +64,7 @@ def build(
     gpu = _concat([p.gpu for p in parts])
     ops = _concat([p.ops for p in parts])
     cpu_ops = _concat([p.cpu_ops for p in parts])
+    memops = _concat([p.memops for p in parts])
     parts.clear()
     chosen, ambiguous = _launch_of_each_id(launches)
     chosen = _with_launch_op(chosen, cpu_ops)
@@ -78,6 +79,7 @@ def build(
     del launches
     return {
         "kernels": _kernels(kernels, chosen, base_ns, single_pid, source, rank),
+        "memops": _memops(memops, chosen, base_ns, single_pid, source, rank),
         "ranges": _ranges(cpu, gpu, ops, base_ns, single_pid, source, rank),
     }
 
@@ -167,6 +169,38 @@ def _kernels(
         .with_columns(pl.col("kernel_id").cast(pl.Int64))
     )
     return KERNELS.conform(df)
+
+
+def _memops(
+    m: pl.DataFrame, chosen: pl.DataFrame, base_ns: int, single_pid: int | None, source: str, rank: int | None
+) -> pl.DataFrame:
+    """memcpy / memset rows, linked to their API call (``cudaMemcpyAsync``, ``cudaMemsetAsync``) as kernels are."""
+    m = m.join(chosen, left_on="correlation_id", right_on="corr", how="left", maintain_order="left")
+    start = pl.col("start_rel") + base_ns
+    df = m.select(
+        pl.lit(source, pl.String).alias("source"),
+        pl.lit(rank, pl.Int32).alias("rank"),
+        pl.when(pl.col("linked")).then(pl.col("l_pid")).otherwise(pl.lit(single_pid, pl.Int64)).alias("pid"),
+        "device",
+        "context",
+        "stream",
+        "correlation_id",
+        "kind",
+        "name",
+        "copy_kind",
+        "bytes",
+        start.alias("start_ns"),
+        pl.col("dur").alias("duration_ns"),
+        (start + pl.col("dur")).alias("end_ns"),
+        pl.col("l_tid").alias("launch_tid"),
+        (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+    )
+    df = (
+        df.sort("start_ns", "stream", nulls_last=True, maintain_order=True)
+        .with_row_index("memop_id")
+        .with_columns(pl.col("memop_id").cast(pl.Int64))
+    )
+    return MEMOPS.conform(df)
 
 
 def _ranges(

@@ -176,7 +176,8 @@ def case_row(case: Any) -> dict[str, Any]:
 def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> dict[str, Any]:
     """The JSON object of ``tracekit show --json``: the run's counts, frames-level facts and a projection of its
     Analysis (``gemms``: :func:`case_row` per case, largest GPU time first; ``summary``; ``failures``; ``moe``;
-    ``ranks``). ``analysis`` is the run's Analysis, built here when not given."""
+    ``ranks``; ``breakdown``: the step breakdown, the range names with the longest GPU windows unless the Analysis
+    was built with ``breakdown="all"``). ``analysis`` is the run's Analysis, built here when not given."""
     import msgspec
 
     if analysis is None:
@@ -217,6 +218,8 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
             for s in run.manifest.get("sources", [])
         ],
     }
+    if analysis.breakdown is not None:
+        out["breakdown"] = {k: v for k, v in analysis.breakdown.items() if k != "headline"}
     if analysis.moe is not None:
         out["moe"] = {"launches": analysis.moe.launches, "whatif": analysis.moe.whatif}
     if len(devs) > 1:

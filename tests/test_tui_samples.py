@@ -46,11 +46,13 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         await wait_loaded(pilot)
         screen = app.screen
         assert isinstance(screen, OverviewScreen)
-        # the header: run, status, failures (line 1); device and counts (line 2); the summary: the largest
-        # losses in GPU time (line 3) and what is unknown (line 4, when anything is); each within 78 cells
+        # the header: run, status, failures (line 1); device and counts (line 2); the GPU's time by kernel class
+        # (line 3: analyzers/breakdown); the summary: the largest losses in GPU time (line 4) and what is unknown
+        # (line 5, when anything is); each within 78 cells
         lines = _info_lines(screen)
-        assert 3 <= len(lines) <= 4 and all(len(line) <= 78 for line in lines), lines
-        assert lines[2].startswith("largest losses: ") and "(#1)" in lines[2]
+        assert 4 <= len(lines) <= 5 and all(len(line) <= 78 for line in lines), lines
+        assert lines[2].startswith("time GPU 0, 6,324.4 ms: idle 99.5%, gemm 0.2%")
+        assert lines[3].startswith("largest losses: ") and "(#1)" in lines[3]
         assert lines[0].startswith("h200-capture-gemm") and "no failures" in lines[0]
         assert "H200" in lines[1] and "1,982 kernels" in lines[1] and "30 ncu" in lines[1]
         assert "4 measured" in lines[1]

@@ -9,9 +9,11 @@ flops and shape_source (PyTorch GEMM ops with their shapes, range_kind gemm-op).
 (dtypes, range, caller, signal, python_stack, stderr_tail); gemms gain flops_source, dtype_source, counted_flops.
 5: nested values are polars List / Struct columns instead of JSON text (failures.versions, ncu.nvtx_stack,
 ranges.fields, gemms.aux_kernels, moe.counts, moe.expert_time_us, moe_routing.counts). 6: kernels gain launch_op,
-kernels and ncu gain kernel_class, kernel_family, class_source (the kernel taxonomy, docs/KERNELS.md)."""
+kernels and ncu gain kernel_class, kernel_family, class_source (the kernel taxonomy, docs/KERNELS.md); the memops
+frame (memcpy / memset operations on the timeline, for the step breakdown)."""
 
 MIGRATES_FROM = (4, 5)
 """Frame versions read without a rebuild: their JSON text columns are decoded into this version's nested columns
 in memory on read (tracekit/frames.py ``migrate``), columns added since are null, and the kernel classes are
-computed on load (analyzers/importer.py ``load_frames``); older frames are rebuilt from raw/."""
+computed on load (analyzers/importer.py ``load_frames``); frames added since (memops) read as empty, and the runs'
+manifest says so (``frames.rows`` does not name them); older frames are rebuilt from raw/."""

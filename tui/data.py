@@ -154,7 +154,16 @@ def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
         device=device,
         calibration=cal,
         calibration_source=cal_source,
+        breakdown="none",  # the overview computes its own after the first paint (step_breakdown)
     )
+
+
+def step_breakdown(data: RunData, *, with_ranges: bool = True) -> Any:
+    """The run's GPU time by kernel class and idle per GPU, and with ``with_ranges`` per range name
+    (analyzers/breakdown ``Breakdown``)."""
+    from tracekit.analyzers.breakdown import breakdown, memops_recorded
+
+    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.manifest))
 
 
 _RANK_COLUMNS = {

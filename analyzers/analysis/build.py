@@ -232,21 +232,38 @@ def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame]
     )
 
 
-def _breakdown(frames: dict[str, pl.DataFrame]) -> dict[str, Any] | None:
-    """The step breakdown (analyzers/breakdown.py, issue 25) where the analyzers have one, else None."""
-    try:
-        from .. import breakdown  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    build = getattr(breakdown, "step_breakdown", None)
-    if build is None:
-        return None
-    result = build(frames)
-    if result is None:
-        return None
-    import msgspec
+BREAKDOWN_SCOPES = ("none", "devices", "top", "all")
+"""How much of the step breakdown an Analysis holds: none; per device only; per device and the ``RANGE_LIMIT``
+range names with the longest GPU windows (the default); per device and every range name. Per range name costs the
+most at scale (7.7 s against 1.8 s at 945k kernels: docs/BENCHMARKS.md), so explain holds the devices, the TUI
+computes its own after the first paint, and show / report hold the top range names (every one with ``--all``)."""
 
-    return msgspec.to_builtins(result) if not isinstance(result, dict) else result
+
+def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> dict[str, Any] | None:
+    """The step breakdown (analyzers/breakdown: GPU time by kernel class, idle and communication overlap per device
+    and per range name, as ``scope`` says: :data:`BREAKDOWN_SCOPES`), with a one-line ``headline`` per device for
+    the summary; None for a run with no timeline or ``scope`` none."""
+    if scope not in BREAKDOWN_SCOPES:
+        raise ValueError(f"breakdown scope {scope!r} is not one of {', '.join(BREAKDOWN_SCOPES)}")
+    if scope == "none":
+        return None
+    from ..breakdown import RANGE_LIMIT, breakdown, memops_recorded
+    from ..breakdown.table import headline
+
+    kernels, memops = frames.get("kernels"), frames.get("memops")
+    if (kernels is None or kernels.height == 0) and (memops is None or memops.height == 0):
+        return None
+    result = breakdown(
+        frames,
+        range_limit=None if scope == "all" else RANGE_LIMIT,
+        with_ranges=scope in ("top", "all"),
+        memops=memops_recorded(run.manifest if run is not None else None),
+    )
+    if not result.devices:
+        return None
+    out = result.to_dict()
+    out["headline"] = "; ".join(headline(s) for s in result.devices)
+    return out
 
 
 # --- all together ------------------------------------------------------------------------------------------------------
@@ -258,8 +275,10 @@ def analyze_frames(
     device: DeviceSpec | None = None,
     calibration: dict[str, Any] | None = None,
     calibration_source: str | None = None,
+    breakdown: str = "top",
 ) -> Analysis:
-    """The Analysis of a run's frames (``run`` gives the manifest: status, command, environment, sources)."""
+    """The Analysis of a run's frames (``run`` gives the manifest: status, command, environment, sources);
+    ``breakdown`` says how much of the step breakdown it holds (:data:`BREAKDOWN_SCOPES`)."""
     environment = run.manifest.get("environment") if run is not None else None
     cases = case_list(frames, environment=environment, device=device, calibration=calibration)
     notes = device_notes(frames, environment, device)
@@ -273,13 +292,13 @@ def analyze_frames(
     )
     kernels = frames.get("kernels")
     gpu_ns = float(kernels["duration_ns"].sum()) if kernels is not None and kernels.height else None
-    breakdown = _breakdown(frames)
+    steps = _breakdown(frames, run, breakdown)
     devices = _devices(frames, run, device)
     return Analysis(
         run=info,
         devices=devices,
-        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=breakdown, devices=devices),
-        breakdown=breakdown,
+        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=steps, devices=devices),
+        breakdown=steps,
         cases=cases,
         failures=_failures(frames),
         ranks=_ranks(frames, environment, calibration),
@@ -293,6 +312,7 @@ def analyze_run(
     *,
     device: DeviceSpec | None = None,
     calibration: Path | str | dict[str, Any] | None = None,
+    breakdown: str = "top",
 ) -> Analysis:
     """The Analysis of a run on disk: its frames (read when not given), the calibration profile
     (:func:`tracekit.devices.find_calibration`: ``calibration`` a path or a loaded profile, else the one the run
@@ -305,4 +325,6 @@ def analyze_run(
         cal, source = calibration, "given"
     else:
         cal, source = find_calibration(run, frames, calibration)
-    return analyze_frames(frames, run=run, device=device, calibration=cal, calibration_source=source)
+    return analyze_frames(
+        frames, run=run, device=device, calibration=cal, calibration_source=source, breakdown=breakdown
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .breakdown_section import breakdown_blocks
 from .cases import case_blocks, cases_table, summary_blocks
 from .model import _CUT_MARK, LEVELS, Bullets, Code, Detail, Details, Heading, Image, Para
 from .sections import _environment_blocks, _failure_blocks, _findings_table, _moe_blocks, _rank_blocks
@@ -29,6 +30,7 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     numbers = {c["id"]: i for i, c in enumerate(rep["cases"], 1)}
     blocks += summary_blocks(rep, numbers, d)
     blocks += _environment_blocks(rep, d)
+    blocks += breakdown_blocks(rep.get("breakdown"), d, notes)
 
     chosen = set(r["selected"])
     selected = [(numbers[c["id"]], c) for c in rep["cases"] if c["id"] in chosen]

@@ -301,6 +301,8 @@ def render_summary(
         )
         for reason in (data.get("straggler") or {}).get("reasons") or []:
             console.print(Text(f"  {safe(reason, 300)}"))
+    if data.get("breakdown"):
+        _render_breakdown(console, data["breakdown"], limit, path)
     for src in data["sources"]:
         if src.get("status") == "failed":
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
@@ -370,6 +372,48 @@ def render_summary(
         shown = cut(kt)
         table = frame_table(shown, "Top kernels (by total time)", {"name": 70}, width=w)
         _print_cut(console, table, kt.height, shown.height, "kernel names", path)
+
+
+def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run: str) -> None:
+    """The step breakdown (analyzers/breakdown): % of each GPU's span by kernel class and idle, for the whole run
+    and per range name, then what the numbers leave out."""
+    from rich.text import Text
+
+    from tracekit.analyzers.breakdown import Breakdown
+    from tracekit.analyzers.breakdown.table import breakdown_frame
+
+    b = Breakdown.from_dict(data)
+    if b.empty:
+        return
+    names = len({s.range for s in b.ranges})
+    import polars as pl
+
+    df = breakdown_frame(b, limit)
+    classes = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms", "idle", "comm_hidden")]
+    df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(2))
+    title = (
+        "Step breakdown (% of each GPU's span by kernel class; comm_hidden: % of communication under compute)"
+    )
+    priority = ["scope", "gpu", "span_ms", "idle"]
+    for c in sorted(classes, key=lambda c: -(df[c].max() or 0)):  # the larger classes stay on a narrow screen
+        priority += [c, "comm_hidden"] if c == "communication" else [c]
+    table = frame_table(
+        df, title, {"scope": 50}, width=console.width, priority=priority, min_widths={"scope": 24}
+    )
+    console.print(table)
+    shown = min(names, limit) if limit is not None else names
+    if b.ranges_total > shown:
+        import shlex
+
+        console.print(
+            Text(
+                f"… {b.ranges_total - shown} more range names: `tracekit show {shlex.quote(run)} --all` "
+                "(with --json: every range name's breakdown)",
+                style="dim",
+            )
+        )
+    for note in b.notes:
+        console.print(Text(f"  {safe(note, 300)}", style="yellow"))
 
 
 def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:

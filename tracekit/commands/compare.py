@@ -127,8 +127,8 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
         threshold_pct=threshold,
         base_environment=rb.manifest.get("environment"),
         new_environment=rn.manifest.get("environment"),
-        base_analysis=analyze_run(rb, fb),
-        new_analysis=analyze_run(rn, fn),
+        base_analysis=analyze_run(rb, fb, breakdown="none"),
+        new_analysis=analyze_run(rn, fn, breakdown="none"),
     )
     result["base"], result["new"] = str(base), str(new)
     if as_json:

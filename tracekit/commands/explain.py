@@ -57,7 +57,7 @@ def analysis_of(run: Path, device_name: str | None, calibration: Path | None) ->
     from tracekit.analyzers.importer import open_run
 
     device = resolve_device(device_name)  # a bad name fails before the run is read
-    analysis = analyze_run(open_run(run), device=device, calibration=calibration)
+    analysis = analyze_run(open_run(run), device=device, calibration=calibration, breakdown="devices")
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     return analysis

@@ -38,7 +38,9 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     --json keys: schema_version, analysis_schema_version, run, device {name, compute_capability, sm_count}
     (or devices: [...] when the run holds several GPUs), kernel_count, range_count, ncu_kernel_count, summary,
     gemms [{id, name, m, n, k, calls, time_us, achieved_tflops, kernel_tflops, pct_of_peak, verdict, ...}],
-    failures [...], sources [...] (docs/ANALYSIS.md: the gemms are the Analysis' cases, projected);
+    failures [...], sources [...] (docs/ANALYSIS.md: the gemms are the Analysis' cases, projected),
+    breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
+    and per range name: the 20 longest, every one with --all; docs/BREAKDOWN.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
 
@@ -56,7 +58,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     device = resolve_device(device_name)
     r = open_run(run)
     frames = load_frames(r)
-    analysis = analyze_run(r, frames, device=device)
+    analysis = analyze_run(r, frames, device=device, breakdown="all" if show_all else "top")
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     data = S.summary(r, frames, analysis)

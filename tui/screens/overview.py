@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count, step_breakdown
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
@@ -70,11 +70,12 @@ def _short_device(label: str) -> str:
     return label.replace("NVIDIA ", "")
 
 
-def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
+def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = None) -> Content:
     """The overview's header in lines that fit ``width`` cells: the run, its status and failure count (and when it
-    was made, where room is left); then the device and the counts; then the analysis' summary: the three largest
-    losses in GPU time (with the case's number in the table) and what is unknown (``tracekit explain`` says how to
-    learn it); the calibration, when there is one. Parts are shortened before anything wraps: the date goes
+    was made, where room is left); then the device and the counts; then the step breakdown, a line per GPU once
+    ``steps`` (the run's breakdown, computed after the table) is known; then the analysis' summary: the three
+    largest losses in GPU time (with the case's number in the table) and what is unknown (``tracekit explain`` says
+    how to learn it); the calibration, when there is one. Parts are shortened before anything wraps: the date goes
     first, then ``NVIDIA``; the failure count always stays."""
     f = d.frames
     fails = d.failure_count
@@ -106,6 +107,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
+    parts += breakdown_lines(steps, width)
     if analysis is not None:
         parts += summary_lines(analysis, width)
     if analysis is not None and analysis.run.calibration:
@@ -135,6 +137,25 @@ def summary_lines(analysis: Analysis, width: int) -> list[Any]:
     return out
 
 
+BREAKDOWN_LINES = 2
+"""GPUs whose breakdown line the header shows; more are behind ``b``."""
+
+
+def breakdown_lines(b: Any, width: int) -> list[Any]:
+    """One line per GPU (at most :data:`BREAKDOWN_LINES`) of the breakdown ``b`` with its idle and largest kernel
+    classes as % of its span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the table."""
+    if b is None or b.empty:
+        return []
+    from tracekit.analyzers.breakdown.table import headline
+
+    out: list[Any] = []
+    for s in b.devices[:BREAKDOWN_LINES]:
+        out += ["\n", ("time ", "$text-muted"), fit(clean(headline(s)), max(8, width - 5))]
+    if len(b.devices) > BREAKDOWN_LINES:
+        out += ["\n", (f"+{len(b.devices) - BREAKDOWN_LINES} GPUs: b", "$text-muted")]
+    return out
+
+
 class OverviewScreen(FrameScreen):
     """One run: its GEMMs and the way to every other screen."""
 
@@ -146,6 +167,7 @@ class OverviewScreen(FrameScreen):
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
         Binding("d", "ranks", "Ranks", show=False),
+        Binding("b", "breakdown", "Breakdown", show=False),
     ]
 
     class RunLoaded(Message):
@@ -163,6 +185,14 @@ class OverviewScreen(FrameScreen):
             super().__init__()
             self.analysis = analysis
             """The run's Analysis (tracekit.analyzers.analysis)."""
+
+    class StepsComputed(Message):
+        """The run's step breakdown per GPU (analyzers/breakdown) is known: the header shows it."""
+
+        def __init__(self, steps: Any) -> None:
+            super().__init__()
+            self.steps = steps
+            """The ``Breakdown`` of the whole run, per GPU."""
 
     class RunLoadFailed(Message):
         """Reading or analysing the run failed."""
@@ -185,6 +215,7 @@ class OverviewScreen(FrameScreen):
         self.compare_with = compare_with
         self.data: RunData | None = None
         self.analysis: Analysis | None = None
+        self.steps: Any = None
         self.info = Static(Content(f"reading {clean(path)} …"), id="run-info")
 
     def compose(self) -> ComposeResult:
@@ -200,12 +231,15 @@ class OverviewScreen(FrameScreen):
     def load(self) -> None:
         try:
             if self.prefetch is not None:  # started by the CLI before Textual was imported
-                self.post_message(self.RunLoaded(self.prefetch.data.result()))
+                data = self.prefetch.data.result()
+                self.post_message(self.RunLoaded(data))
                 self.post_message(self.RunAnalyzed(self.prefetch.analysis.result()))
-                return
-            data = load_run(self.path)
-            self.post_message(self.RunLoaded(data))
-            self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            else:
+                data = load_run(self.path)
+                self.post_message(self.RunLoaded(data))
+                self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            # after the GEMM table: the breakdown's line waits on it, the table does not
+            self.post_message(self.StepsComputed(step_breakdown(data, with_ranges=False)))
         except TracekitError as exc:
             self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
         except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive
@@ -232,6 +266,10 @@ class OverviewScreen(FrameScreen):
             other, self.compare_with = self.compare_with, None
             self.compare(other)
 
+    def on_overview_screen_steps_computed(self, message: OverviewScreen.StepsComputed) -> None:
+        self.steps = message.steps
+        self._paint_info()
+
     def on_overview_screen_run_load_failed(self, message: OverviewScreen.RunLoadFailed) -> None:
         from tracekit.tui.screens.dialogs import ErrorScreen
 
@@ -246,7 +284,7 @@ class OverviewScreen(FrameScreen):
         if self.data is None:
             return
         width = (self.info.size.width or self.app.size.width or 80) - 2  # the header's padding
-        self.info.update(run_header(self.data, self.analysis, width))
+        self.info.update(run_header(self.data, self.analysis, width, self.steps))
 
     def on_resize(self) -> None:
         self._paint_info()
@@ -315,6 +353,12 @@ class OverviewScreen(FrameScreen):
             from tracekit.tui.screens.ranks import RanksScreen
 
             self.app.push_screen(RanksScreen(self.data, self.analysis))  # type: ignore[arg-type]
+
+    def action_breakdown(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.breakdown import BreakdownScreen
+
+            self.app.push_screen(BreakdownScreen(self.data))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

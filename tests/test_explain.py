@@ -166,7 +166,13 @@ def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
     assert big["origin"] == "timeline"  # timed on the nsys timeline, profiled by ncu
     assert big["ncu"]["kernels"] >= 1
     assert big["peak"]["tflops"] == pytest.approx(989.4)
-    assert {f["name"] for f in big["factors"]} == {"clock", "waves", "in-kernel"}
+    losing = {f["name"] for f in big["factors"] if f["value"] < 0.995}
+    assert losing == {"clock", "waves", "in-kernel"}
+    # cuBLAS's 0.8 µs memset in the range, before the 1.4 ms kernel: the call's aux time and the idle time after it
+    # inside the call, each costing nothing worth a remedy
+    for f in big["factors"]:
+        if f["name"] not in losing:
+            assert f["name"] in ("aux kernels", "launch gaps") and f["remedy"] is None, f
     for f in big["factors"]:
         assert set(f) >= {"name", "value", "sentence", "evidence", "lost_ns_total"}
     assert big["verdict"]["factor"] == "clock" and big["verdict"]["kind"] == "explained"

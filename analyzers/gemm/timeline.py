@@ -10,6 +10,9 @@
   named by kernel (only in a foreign capture without Nsight Compute rows: :func:`timeline_cases` returns them
   apart).
 
+Memsets and memcpys (the ``memops`` frame) join the kernels as rows of class ``memory``, so a call owns the
+memory operations under it and they are never idle time.
+
 Calls whose GEMM kernel is missing (a shaped operator or a tracekit range that launched no GEMM kernel: sampled
 out, or failed) are counted on the case of the same range and shape, never entered as zero.
 """
@@ -128,6 +131,24 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
     )
 
 
+def _with_memops(kernels: pl.DataFrame, memops: pl.DataFrame | None) -> pl.DataFrame:
+    """The kernels and the timed memsets and memcpys (class ``memory``) in one frame: a memset or a copy inside a
+    GEMM's call (cuBLAS zeroing a split-K / stream-K workspace under the operator, a bias copy) is GPU time of the
+    call (auxiliary), not idle time, and it starts the call when it runs first. A memory operation gets a kernel
+    id after every kernel's (``kernel_id`` orders rows that start together)."""
+    if memops is None or memops.height == 0 or "start_ns" not in memops.columns:
+        return kernels
+    top = kernels["kernel_id"].max() if "kernel_id" in kernels.columns else None
+    base = int(top) + 1 if top is not None else 0  # type: ignore[arg-type]
+    cols = [c for c in ("device", "stream", "name", "start_ns", "end_ns", "duration_ns", "range_id", "pid", "source", "launch_start_ns", "correlation_id") if c in memops.columns]  # fmt: skip
+    rows = memops.select(
+        (pl.int_range(pl.len(), dtype=pl.Int64) + base).alias("kernel_id"),
+        *cols,
+        pl.lit("memory").alias("kernel_class"),
+    )
+    return pl.concat([kernels, rows], how="diagonal_relaxed")
+
+
 def _gemm_named_holders(user: pl.DataFrame, names: _Names) -> pl.DataFrame:
     """A user range named like a GEMM (``sgemm_smem``) whose instances hold no GEMM kernel but kernels the table
     does not know: its kernel with the most time is the GEMM (``simt_kernel``)."""
@@ -195,7 +216,7 @@ def timeline_cases(
     ranges = ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64))
     if "range_kind" not in ranges.columns:
         ranges = ranges.with_columns(pl.lit(None, pl.String).alias("range_kind"))
-    ks = _prepared(kernels, ranges, gemm_names or set())
+    ks = _prepared(_with_memops(kernels, frames.get("memops")), ranges, gemm_names or set())
     if ks.height == 0:
         return out
     names = _Names(ranges)

@@ -54,7 +54,7 @@ LOCKED_REMEDY = (
 
 def locked(case: GemmCase) -> str | None:
     """Why the case's clock counts as locked (its report ran every kernel at one fixed clock well below boost,
-    or says ``--clock-control base``), else None."""
+    or says ``--clock-control base``), else None; never for a report taken with ``--clock-control none``."""
     if (
         case.ncu is not None
         and case.ncu.clock_locked
@@ -68,6 +68,7 @@ def locked(case: GemmCase) -> str | None:
         return "the report was taken with --clock-control base"
     if (
         src.startswith("ncu")
+        and "clock control none" not in src
         and dev is not None
         and dev.base_clock_hz
         and case.clock.sm_clock_hz

@@ -59,8 +59,9 @@ _REMEDY = {
     "TN/NT kernel) instead of materialising it, or store the weight in the layout the GEMM wants.",
     "elementwise": "Fuse the elementwise step into the GEMM's epilogue (bias, scale, residual add) or into its "
     "neighbour (torch.compile fuses chains of pointwise ops).",
-    "memory": "A fill or memset on every call: reuse the output buffer, or let the GEMM overwrite it (beta = 0) "
-    "instead of zeroing it first.",
+    "memory": "A memset or fill on every call: where the GEMM library issues it (cuBLAS zeroes a workspace for its "
+    "split-K / segment-K kernels), a kernel without split-K avoids it; where the program does, reuse the output "
+    "buffer or let the GEMM overwrite it (beta = 0) instead of zeroing it first.",
     "normalization": "A normalization in the range: fuse it with its neighbours (a fused residual-add + RMSNorm, "
     "or RMSNorm + quantize kernel) rather than into the GEMM.",
 }

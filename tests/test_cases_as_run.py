@@ -105,6 +105,23 @@ def test_a_loop_of_64_steps_through_8_layer_ranges_is_8_cases_not_512(shared_dat
         assert t.gap_ns_total == pytest.approx(STEPS * 600)
 
 
+def test_the_layer_loop_capture_is_8_cases_not_512() -> None:
+    """The same on the H200 capture of benchmarks/foreign/layer_loop.py (64 steps x 8 layers, bf16 256x4096x4096
+    and a GELU per layer; its 3 warm-up steps run outside any range):
+
+        tracekit capture --nsys -o samples/h200-foreign-layer_loop -- python3 benchmarks/foreign/layer_loop.py
+
+    skipped until that sample is committed."""
+    a = _analysis(SAMPLES / "h200-foreign-layer_loop")
+    ranged = [c for c in a.cases if c.range is not None]
+    assert sorted(c.name for c in ranged) == [f"layer{i}" for i in range(LAYERS)]
+    for c in ranged:
+        assert c.timing.calls == STEPS and c.parents == ["step"] and c.shape is None
+        assert [x.role for x in c.aux] == ["activation"]
+    # the warm-up's launches in no range: one case per launch configuration, named by kernel
+    assert all(c.origin == "kernel" for c in a.cases if c.range is None)
+
+
 # --- item 4: one formula -------------------------------------------------------------------------------------------
 def _calls_of(f: dict[str, pl.DataFrame], m: int, n: int, k: int) -> list[dict[str, Any]]:
     """Each innermost GEMM operator call of shape (m, n, k) in the frames, in time order: its GEMM kernels' time,

@@ -1,23 +1,29 @@
-"""The plateau explainer: a waterfall of multiplicative factors from the datasheet peak to the achieved TFLOP/s.
+"""The plateau explainer: a waterfall of multiplicative factors from the datasheet peak to the achieved TFLOP/s,
+and a verdict that says only what the evidence supports.
 
 For a compute-bound GEMM::
 
-    achieved = peak x clock x waves x memory x in-kernel x aux x gaps
+    achieved = peak x clock x waves x memory x in-kernel x split-K x aux x gaps
 
 ``clock`` (SM clock / the clock the peak is quoted at), ``waves`` (last-wave fill and tile padding) and
 ``memory`` (roofline: ``intensity x bandwidth`` over what the first two leave) are computed from evidence;
-``in-kernel`` is the residual ``kernel TFLOP/s / ceiling``, broken down with tensor-pipe, stall, occupancy and
-shared-memory evidence; ``aux`` (``main / (main + aux)``) and ``gaps`` (``busy / (busy + idle)``) take the
-kernel's own rate down to the range's. The product therefore equals the achieved figure exactly, except where a
-measured clock or wave estimate is pessimistic enough that the residual would exceed 1: then the clock factor,
-then the wave factor, is raised just enough (and says so in its evidence).
+``in-kernel`` is the residual (the GEMM kernel's own rate over the ceiling), broken down with tensor-pipe, stall,
+occupancy and shared-memory evidence; ``split-K`` (the reduce kernels' share of the GEMM time), ``aux`` (GEMM
+time over GEMM + auxiliary time) and ``gaps`` (busy over busy + idle) take it down to the calls' rate. Every
+time is a sum over the case's calls, so the product is sum of FLOPs / sum of call spans (achieved) exactly, and
+the kernel rate (sum of FLOPs / sum of GEMM time) sits between in-kernel and aux. Where a measured clock or wave
+estimate is pessimistic enough that the residual would exceed 1, the clock factor, then the wave factor, is raised
+just enough (and says so in its evidence).
 
 A GEMM that is memory-bound at its clock (``intensity x bandwidth`` below ``peak x clock``) gets no clock or wave
-factor (neither sets its ceiling): ``achieved = peak x memory x in-kernel x aux x gaps``, and ``in-kernel`` is then
-its fraction of the bandwidth roofline.
+factor (neither sets its ceiling): ``achieved = peak x memory x in-kernel x ...``, and ``in-kernel`` is then its
+fraction of the bandwidth roofline.
 
-The factor with the largest loss is the verdict. Nsight Compute's own findings (``ncu_rules``) ride along
-beside the waterfall, never instead of it.
+The verdict (:func:`verdict_of`) is the factor with the largest loss, where the evidence holds it: a report of
+launch statistics only cannot explain anything (it says what to capture); a kernel whose SMs and DRAM are both
+nearly idle is *stalled*; a report whose kernels all ran at one clock well below boost has *clocks locked*; a
+case without a FLOP count or a peak says what is missing. Nsight Compute's own findings ride along beside the
+waterfall, never instead of it.
 """
 
 from __future__ import annotations
@@ -30,16 +36,33 @@ import polars as pl
 from tracekit.devices import DeviceSpec, peak_note
 
 from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
-from .rules import Factor
-from .rules.aux import aux
-from .rules.clock import clock
+from .rules import NO_LOSS, Factor
+from .rules.aux import aux, splitk
+from .rules.clock import LOCKED, LOCKED_REMEDY, clock, locked
 from .rules.gaps import gaps
-from .rules.kernel import kernel
+from .rules.kernel import STALL_MEANING, kernel, stalled, top_stalls
 from .rules.memory import memory, memory_by_throughput
 from .rules.tiles import parse_tile
 from .rules.waves import waves
 
-__all__ = ["Waterfall", "explain", "explain_case", "gemm_summary"]
+__all__ = ["Verdict", "Waterfall", "explain", "explain_case", "gemm_summary", "verdict_of"]
+
+NCU_HINT = "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch profiler's record_shapes=True, or tracekit's own ranges)"
+LAUNCH_STATS_ONLY = "the report has only launch statistics"
+LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
+
+
+@dataclass
+class Verdict:
+    """What a case comes down to: ``kind`` explained | no-loss | cannot-explain | stalled | clocks-locked; the
+    blamed ``factor`` where there is one; ``sentence``; ``remedy``; ``capture_hint`` (what to capture to know
+    more)."""
+
+    kind: str
+    sentence: str
+    factor: Factor | None = None
+    remedy: str | None = None
+    capture_hint: str | None = None
 
 
 @dataclass
@@ -70,71 +93,13 @@ class Waterfall:
     @property
     def verdict(self) -> Factor | None:
         """The factor with the largest loss (None when nothing is lost or nothing is known)."""
-        losing = [f for f in self.factors if f.value < 0.995 and f.evidence.get("blamed") is not False]
+        losing = [f for f in self.factors if f.value < NO_LOSS and f.evidence.get("blamed") is not False]
         return min(losing, key=lambda f: f.value) if losing else None
 
     @property
     def ncu_rules(self) -> list[dict[str, Any]]:
-        return [
-            {k: r.get(k) for k in ("rule", "kind", "title", "speedup_pct", "message")}
-            for r in self.case.ncu_rules
-        ]
-
-    def to_dict(self) -> dict[str, Any]:
-        c = self.case
-        v = self.verdict
-        peak = self.peak_tflops
-        ach = self.achieved_tflops
-        return {
-            "range": c.name,
-            "context": c.context,
-            "origin": c.origin,
-            "backend": c.backend,
-            "m": c.m,
-            "n": c.n,
-            "k": c.k,
-            "dtype_class": c.dtype_class,
-            "dtype_source": c.dtype_source,
-            "flops": c.flops,
-            "flops_source": c.flops_source,
-            "counted_flops": c.counted.flops if c.counted else None,
-            "counters": c.counted.counter_names if c.counted else [],
-            "counted_dtype_note": c.counted.dtype_note if c.counted else None,
-            "device": c.device.name if c.device else c.device_name,
-            "main_kernel": c.main_kernel,
-            "aux_kernels": c.aux_kernels,
-            "launches": c.launches,
-            "time_source": c.time_source,
-            "main_time_ns": c.main_ns,
-            "aux_time_ns": c.aux_ns,
-            "gap_time_ns": c.gap_ns,
-            "achieved_tflops": ach,
-            "achieved_estimate": c.achieved_estimate,
-            "kernel_tflops": c.kernel_tflops,
-            "peak_tflops": peak,
-            "peak_source": c.device.peak_source(c.dtype_class) if c.device and peak else None,
-            "calibrated_tflops": c.calibrated_tflops,
-            "pct_of_peak": 100.0 * ach / peak if ach and peak else None,
-            "pct_of_calibrated": 100.0 * ach / c.calibrated_tflops if ach and c.calibrated_tflops else None,
-            "roofline_bound": c.bound,
-            "factors": [f.to_dict() for f in self.factors],
-            "product_tflops": self.product_tflops,
-            "complete": self.complete,
-            "verdict": (
-                {
-                    "factor": v.name,
-                    "cause": v.cause,
-                    "value": v.value,
-                    "sentence": v.sentence,
-                    "remedy": v.remedy,
-                    "gain_pct": v.gain_pct,
-                }
-                if v
-                else None
-            ),
-            "ncu_rules": self.ncu_rules,
-            "notes": self.notes,
-        }
+        rules = self.case.ncu.rules if self.case.ncu else []
+        return [{k: r.get(k) for k in ("rule", "kind", "title", "speedup_pct", "message")} for r in rules]
 
 
 def _absorb(residual: float, factors: list[Factor | None]) -> float:
@@ -154,26 +119,44 @@ def _absorb(residual: float, factors: list[Factor | None]) -> float:
             + f" the factor is raised to {new:.3f}."
         )
         f.value = new
+        if new >= NO_LOSS:
+            f.remedy = None
     return residual
+
+
+def _kernel_only_rate(case: GemmCase) -> float | None:
+    """FLOPs over the GEMM kernel's own time (without its split-K reduce): what the in-kernel factor rates."""
+    t = case.timing
+    kernel_ns = t.gemm_ns_total - t.splitk_ns_total
+    if case.flops and t.calls and kernel_ns > 0:
+        return case.flops * t.calls / kernel_ns / 1e3
+    return case.estimated_tflops
 
 
 def explain_case(case: GemmCase) -> Waterfall:
     """The waterfall of one GEMM (see the module docstring for the arithmetic)."""
     settle_rate(case)
     peak = case.peak_tflops
-    kernel_rate = case.kernel_tflops
+    kernel_rate = _kernel_only_rate(case)
     wf = Waterfall(case, peak, case.achieved_tflops)
     wf.notes.extend(n for n in (case.rate()[2], case.peak_note) if n)
+    wf.notes.extend(case.notes)
     if case.achieved_estimate:
         wf.notes.append(
             f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"
         )
-    if case.ncu_borrowed_from:
+    if case.ncu is not None and case.ncu.borrowed_from:
         wf.notes.append(
-            f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu_borrowed_from!r}: "
+            f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu.borrowed_from!r}: "
             "this range's own launches were not profiled"
         )
-    f_aux, f_gaps = aux(case), gaps(case)
+    if case.timing.pauses:
+        wf.notes.append(
+            f"{case.timing.pauses} pause(s) of 1 ms or more inside calls ({case.timing.paused_ns_total / 1e6:.3g} ms: "
+            "a first call's module load, a synchronisation) are left out of the gap"
+        )
+    f_split, f_aux, f_gaps = splitk(case), aux(case), gaps(case)
+    tail = [f for f in (f_split, f_aux, f_gaps) if f is not None]
     if peak is None or kernel_rate is None:
         if case.peak_unknown:
             wf.notes.append(case.peak_unknown)
@@ -188,10 +171,10 @@ def explain_case(case: GemmCase) -> Waterfall:
         f_sol = memory_by_throughput(case)
         if f_sol is not None:
             wf.notes.append("memory-bound by Nsight Compute's throughputs: waves do not set its ceiling")
-            wf.factors = [f for f in (f_sol, f_aux, f_gaps) if f is not None]
+            wf.factors = [f_sol, *tail]
             return wf
         f_wave = waves(case)
-        wf.factors = [f for f in (f_clock, f_wave, f_aux, f_gaps) if f is not None]
+        wf.factors = [f for f in (f_clock, f_wave, *tail) if f is not None]
         return wf
 
     f_clock = clock(case)
@@ -206,14 +189,12 @@ def explain_case(case: GemmCase) -> Waterfall:
         residual = kernel_rate / ceiling
         residual = _absorb(residual, [f_mem])
         parts: list[Factor | None] = [f_mem]
-        skipped = []
-        if f_clock is not None:
-            skipped.append(f"SM clock {case.sm_clock_hz / 1e6:.0f} MHz")  # type: ignore[operator]
         f_wave = waves(case)
-        if f_wave is not None:
-            skipped.append(f"waves {f_wave.evidence.get('waves')}")
-        if skipped:
-            wf.notes.append("memory-bound: " + ", ".join(skipped) + " do not set its ceiling")
+        if f_mem is not None:  # memory-bound: neither the clock nor the waves set its ceiling (evidence only)
+            if f_clock is not None:
+                f_mem.evidence["sm_clock_hz_not_the_ceiling"] = case.clock.sm_clock_hz
+            if f_wave is not None:
+                f_mem.evidence["waves_not_the_ceiling"] = f_wave.evidence.get("waves")
     else:
         f_wave = waves(case)
         ceiling = peak * clock_v * (f_wave.value if f_wave else 1.0)
@@ -223,14 +204,91 @@ def explain_case(case: GemmCase) -> Waterfall:
         ceiling *= f_mem.value if f_mem else 1.0
         residual = _absorb(kernel_rate / ceiling, [f_clock, f_wave, f_mem])
         parts = [f_clock, f_wave, f_mem]
-        if f_clock is None:
-            wf.notes.append("SM clock not measured: any clock loss is inside the in-kernel factor")
     if residual > 1.0:
         wf.notes.append(f"achieved exceeds the {peak:.0f} TFLOP/s peak by {100 * (residual - 1):.0f}%")
-    f_kernel = kernel(case, residual, memory_bound=memory_bound)
-    wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
+    f_kernel = kernel(case, min(residual, 1.0), memory_bound=memory_bound)
+    wf.factors = [f for f in (*parts, f_kernel, *tail) if f is not None]
     _padding_evidence(wf, f_wave)
     return wf
+
+
+def verdict_of(wf: Waterfall) -> Verdict:
+    """The case's verdict from its waterfall and the evidence behind it (see the module docstring)."""
+    case, blamed = wf.case, wf.verdict
+    if (
+        case.ncu is not None
+        and case.ncu.launch_stats_only
+        and case.timing.source == "ncu-replay"
+        and not case.flops
+    ):
+        return Verdict(
+            "cannot-explain", f"cannot explain: {LAUNCH_STATS_ONLY}", capture_hint=LAUNCH_STATS_HINT
+        )
+    if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+        stalls = top_stalls(case)
+        why = ", ".join(f"{n} ({STALL_MEANING.get(n, n)})" for n, _, _ in stalls)
+        row = case.ncu.row if case.ncu else {}
+        sentence = (
+            f"stalled: SM throughput {row.get('compute_throughput_pct'):.2g}% and DRAM throughput "
+            f"{row.get('dram_throughput_pct'):.2g}% of peak, so no unit and no occupancy limit sets its time: its "
+            "warps wait" + (f" ({why})" if why else "")
+        )
+        hint = (
+            None
+            if stalls
+            else "capture the WarpStateStats section (tracekit capture --ncu does) to see on what"
+        )
+        return Verdict("stalled", sentence, blamed, blamed.remedy if blamed and stalls else None, hint)
+    why_locked = locked(case)
+    f_clock = next((f for f in wf.factors if f.name == "clock"), None)
+    if (
+        why_locked
+        and f_clock is not None
+        and f_clock.value < NO_LOSS
+        and (blamed is None or blamed is f_clock)
+    ):
+        sentence = f"{LOCKED}: {why_locked}"
+        hint = None
+        if not case.flops and not case.estimated_tflops:
+            sentence += "; without a FLOP count the rest cannot be rated"
+            hint = NCU_HINT
+        return Verdict("clocks-locked", sentence, f_clock, LOCKED_REMEDY, hint)
+    lack = missing(case, wf.peak_tflops)
+    if lack is not None and (blamed is None or blamed.name in ("waves", "clock")):
+        # without a rate, a wave estimate or a clock says too little to be the verdict
+        return Verdict("cannot-explain", lack[0], capture_hint=lack[1])
+    if blamed is not None:
+        return Verdict("explained", blamed.sentence, blamed, blamed.remedy)
+    if lack is not None or not wf.factors:
+        return Verdict(
+            "cannot-explain",
+            lack[0] if lack else "no factor could be measured",
+            capture_hint=lack[1] if lack else None,
+        )
+    pct = wf.achieved_tflops / wf.peak_tflops * 100 if wf.achieved_tflops and wf.peak_tflops else None
+    at = f"at {min(pct, 100.0):.0f}% of peak: " if pct is not None else ""
+    return Verdict("no-loss", f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
+
+
+def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:
+    """What the case lacks to be explained and how to learn it (reason, what to capture or pass); None when it
+    lacks nothing."""
+    if not case.flops and not case.estimated_tflops:
+        if case.flops_note:
+            what, _, how = case.flops_note.partition(": ")
+            return what, how or "capture with `tracekit capture --ncu`"
+        return "no GEMM shape or FLOP count", NCU_HINT
+    if peak is None:
+        return (
+            f"no {case.dtype_class or 'tensor'} peak known for this GPU",
+            "name the GPU with --device NAME (tracekit explain --help lists the catalog)",
+        )
+    if not case.timing.gemm_ns_total:
+        return (
+            "no kernel time",
+            "capture a timeline (`tracekit capture --nsys`) or profile with `tracekit capture --ncu`",
+        )
+    return None
 
 
 def _sol_memory(f_sol: Factor, kernel_rate: float, peak: float) -> Factor:
@@ -256,10 +314,13 @@ def _occupancy_note(case: GemmCase) -> str | None:
     if theo is None or not limiter or theo > LOW_OCCUPANCY_PCT or _warp_specialised(case):
         return None
     first = limiter.split(" and ")[0]
+    k = case.kernel
     what = {
-        "shared_mem": f"shared memory: {(case.smem_per_block_bytes or 0) / 1024:.0f} KB per block",
-        "registers": f"registers: {case.registers_per_thread} per thread",
-    }.get(first, f"{first}: {case.block_size} threads per block")
+        "shared_mem": f"shared memory: {k.smem_bytes / 1024:.0f} KB per block"
+        if k.smem_bytes
+        else "shared memory (per block: unknown)",
+        "registers": f"registers: {k.registers} per thread",
+    }.get(first, f"{first}: {k.block} threads per block")
     return (
         f"occupancy capped at {theo:.1f}% ({per_sm} CTA/SM), limited by {what}; with no FLOP count its cost is "
         "not measured (profile with `tracekit capture --ncu`)"
@@ -278,7 +339,7 @@ def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
     if ratio is None or ratio < PADDING_NOTE_RATIO:
         return
     tile = f_wave.evidence.get("tile") if f_wave is not None else None
-    if tile is None and (parsed := parse_tile(case.main_kernel)) is not None:
+    if tile is None and (parsed := parse_tile(case.kernel.name)) is not None:
         tile = f"{parsed.tm}x{parsed.tn}"
     text = f"executed {ratio:.1f}x the useful FLOPs (counted {case.counted.flops:.3g} vs 2*M*N*K {case.flops:.3g})"  # type: ignore[union-attr]
     if tile:
@@ -296,7 +357,9 @@ def _matches(case: GemmCase, pattern: str | None) -> bool:
     if not pattern:
         return True
     p = pattern.lower()
-    return any(p in (s or "").lower() for s in (case.name, case.context, case.main_kernel, case.backend))
+    return any(
+        p in (s or "").lower() for s in (case.name, case.range, case.context, case.kernel.name, case.backend)
+    )
 
 
 def explain(
@@ -307,8 +370,8 @@ def explain(
     environment: dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
 ) -> list[Waterfall]:
-    """Waterfalls for every GEMM of a run (those whose range, context, kernel or backend contain
-    ``gemm_filter``); ``device`` overrides the GPU the files name (``--device``)."""
+    """Waterfalls for every GEMM of a run (those whose name, range, kernel or backend contain ``gemm_filter``);
+    ``device`` overrides the GPU the files name (``--device``)."""
     cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
 

@@ -99,3 +99,51 @@ def timeline(
     rng = SPECS["ranges"].conform(pl.DataFrame(ranges, infer_schema_length=None))
     rng = parse_range_names(rng.with_columns(pl.lit("push_pop").alias("kind")))
     return frames(ranges=rng, kernels=kernels, devices=[H200])
+
+
+def make_case(origin: str = "range", name: str = "g", **kw: Any) -> Any:
+    """A GemmCase from flat fields, for the rules' unit tests: ``m``, ``n``, ``k``, ``dtype_a``, ``dtype_b``
+    (a shape), ``main_kernel``, ``grid``, ``block``, ``registers``, ``smem`` (the kernel), ``main_ns``,
+    ``aux_ns``, ``gap_ns``, ``splitk_ns``, ``calls`` (that many calls of those parts), ``aux_kernels`` (names),
+    ``sm_clock_hz``, ``clock_source``, ``power_w``, ``power_limit_w``, ``throttle_reasons`` (the clock),
+    ``ncu`` (a row), ``device``; anything else is set on the case."""
+    from tracekit.analyzers.gemm import AuxUse, Call, Clock, GemmCase, KernelInfo, NcuPart, Shape, Timing
+    from tracekit.analyzers.taxonomy import classify_name
+
+    case = GemmCase(origin, name)
+    if kw.get("m"):
+        case.shape = Shape(
+            kw.pop("m"), kw.pop("n"), kw.pop("k"), None, kw.pop("dtype_a", None), kw.pop("dtype_b", None)
+        )
+    case.kernel = KernelInfo(
+        name=kw.pop("main_kernel", None),
+        grid=kw.pop("grid", None),
+        block=kw.pop("block", None),
+        registers=kw.pop("registers", None),
+        smem_bytes=kw.pop("smem", None),
+    )
+    main = kw.pop("main_ns", None)
+    calls = kw.pop("calls", 1)
+    splitk = kw.pop("splitk_ns", 0.0)
+    aux_ns, gap_ns = kw.pop("aux_ns", 0.0), kw.pop("gap_ns", 0.0)
+    names = kw.pop("aux_kernels", [])
+    if main:
+        case.timing = Timing.from_calls([Call(main + splitk, aux_ns, gap_ns, splitk)] * calls)
+        for n in names:
+            cls = classify_name(n).kernel_class
+            role = "splitk-reduce" if cls == "splitk-reduce" else "quantize" if cls == "quantize" else "other"
+            share = (splitk if role == "splitk-reduce" else aux_ns) * calls / max(len(names), 1)
+            case.timing.aux_kernels.append(AuxUse(n, cls, role, share, calls))
+    case.clock = Clock(
+        kw.pop("sm_clock_hz", None),
+        kw.pop("clock_source", None),
+        kw.pop("power_w", None),
+        kw.pop("power_limit_w", None),
+        kw.pop("throttle_reasons", None),
+    )
+    row = kw.pop("ncu", None)
+    if row is not None:
+        case.ncu = NcuPart(row=row, metrics=kw.pop("metrics", {}))
+    for key, value in kw.items():
+        setattr(case, key, value)
+    return case

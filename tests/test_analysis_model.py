@@ -1,5 +1,5 @@
-"""The typed analysis model (analyzers/analysis): today's GemmCase + Waterfall converted to a Case, its JSON
-round trip and its flat frame, on the committed H200 samples."""
+"""The typed analysis model (analyzers/analysis): the case model's GemmCase + Waterfall converted to a Case, its
+JSON round trip and its flat frame, on the committed H200 samples."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.analysis import Analysis, Case, RunInfo, Summary, case_from_gemm
-from tracekit.analyzers.explain import explain_case
+from tracekit.analyzers.explain import explain_case, verdict_of
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.importer import load_frames, open_run
 
@@ -32,17 +32,22 @@ def test_converted_case_keeps_the_waterfall_numbers(samples_dir: Path) -> None:
         assert case.timing.achieved_tflops == pytest.approx(gc.achieved_tflops)  # type: ignore[attr-defined]
         assert case.timing.kernel_tflops == pytest.approx(gc.kernel_tflops)  # type: ignore[attr-defined]
         assert [f.name for f in case.factors] == [f.name for f in wf.factors]  # type: ignore[attr-defined]
-        assert case.timing.span_ns_total == pytest.approx(
-            case.timing.span_ns.median * case.timing.calls  # type: ignore[operator]
-        )
+        t = case.timing
+        # one formula: the span is GEMM + aux + gap, summed over the calls (not a median times the calls)
+        assert t.span_ns_total == pytest.approx(t.gemm_ns_total + t.aux_ns_total + t.gap_ns_total)
+        assert t.span_ns_total == pytest.approx(gc.timing.span_ns_total)  # type: ignore[attr-defined]
+        assert t.achieved_tflops == pytest.approx(case.flops.total / t.span_ns_total / 1e3)  # type: ignore[operator]
+        assert t.kernel_tflops == pytest.approx(case.flops.total / t.gemm_ns_total / 1e3)  # type: ignore[operator]
+        mid = t.median_call
+        assert mid is not None and mid.span_ns == pytest.approx(mid.gemm_ns + mid.aux_ns + mid.gap_ns)
+        if t.calls > 1:  # one real call, between the 10th and 90th percentile of the spans
+            assert t.span_ns.p10 <= mid.span_ns <= t.span_ns.p90  # type: ignore[operator]
         if case.peak is not None and case.timing.achieved_tflops:
             assert case.pct_of_peak == pytest.approx(
                 min(100.0, 100 * case.timing.achieved_tflops / case.peak.tflops)
             )
-        v = wf.verdict  # type: ignore[attr-defined]
-        assert (case.verdict.factor, case.verdict.kind) == (
-            (v.name, "explained") if v else (None, case.verdict.kind)
-        )
+        v = verdict_of(wf)  # type: ignore[arg-type]
+        assert (case.verdict.factor, case.verdict.kind) == (v.factor.name if v.factor else None, v.kind)
 
 
 def test_no_remedy_for_a_factor_that_costs_nothing(samples_dir: Path) -> None:

@@ -42,7 +42,8 @@ def test_probe_verdicts(shared_data: Path) -> None:
     wfs = by_name(explain(probe_frames(shared_data)))
     assert wfs[SMALL_M].verdict.name == "memory"
     assert wfs[SMALL_M].factors[-1].cause == "memory bandwidth not saturated"
-    assert any("memory-bound" in n for n in wfs[SMALL_M].notes)
+    # memory-bound: neither the clock nor the waves set its ceiling (said in the memory factor's evidence)
+    assert {"sm_clock_hz_not_the_ceiling", "waves_not_the_ceiling"} <= set(wfs[SMALL_M].verdict.evidence)
     # The minimum-bytes model agrees with what ncu measured: the fraction of the bandwidth roofline reached is
     # the DRAM throughput ncu reports (gpu__dram_throughput: 71.0% vs 68.9% of the roofline), within 3 points.
     inner = wfs[SMALL_M].factors[-1]
@@ -91,7 +92,8 @@ def _kernel(
 def test_launch_gaps_of_eager_small_gemms() -> None:
     """probe.sqlite: the 1024x2048x6144 bf16 kernel took 35,007 ns; an eager loop leaves ~60 us of host time
     between launches (DEVICE.md: 23-58 us per eager call). The first launch, cold, waits 13 ms inside its range
-    (a lazily loaded module, as seen on the H200 capture sample): the median launch's numbers are reported."""
+    (a lazily loaded module, as seen on the H200 capture sample): a pause of 1 ms or more is no launch gap, it is
+    counted apart; every other call's idle time since the call before it is, summed over the calls."""
     dur, gap = 35_007, 60_000
     name = "gemm backend=torch-bf16 op=mm M=1024 N=2048 K=6144 a=bf16 b=bf16 out=bf16"
     cold = 13_000_000
@@ -99,11 +101,13 @@ def test_launch_gaps_of_eager_small_gemms() -> None:
     t0 = cold + dur + gap
     inst += [[_kernel(t0 + i * (dur + gap), dur)] for i in range(19)]
     (wf,) = explain(timeline(inst, name))
-    assert wf.case.launches == 20
-    assert wf.case.gap_ns == pytest.approx(gap)
-    assert wf.case.main_ns == pytest.approx(dur)
+    t = wf.case.timing
+    assert (t.calls, t.launches, t.pauses) == (20, 20, 1) and t.paused_ns_total == cold - dur
+    assert t.gap_ns_total == pytest.approx(19 * gap) and t.gap.median == pytest.approx(gap)
+    busy = 21 * dur  # 20 GEMM kernels and the cold call's split-K reduce (GEMM time)
+    assert t.gemm_ns_total == pytest.approx(busy) and t.gemm.median == pytest.approx(dur)
     assert wf.verdict.name == "launch gaps"
-    assert wf.verdict.value == pytest.approx(dur / (dur + gap))
+    assert wf.verdict.value == pytest.approx(busy / (busy + 19 * gap))
     assert wf.complete
     # A gap in which another kernel ran (outside any GEMM range: another stream's work) is not a launch gap.
     fr = timeline(inst, name)
@@ -118,7 +122,7 @@ def test_launch_gaps_of_eager_small_gemms() -> None:
     )
     fr["kernels"] = pl.concat([k, SPECS["kernels"].conform(others)], how="diagonal_relaxed")
     (wf2,) = explain(fr)
-    assert wf2.case.gap_ns == 0 and not any(f.name == "launch gaps" for f in wf2.factors)
+    assert wf2.case.timing.gap_ns_total == 0 and not any(f.name == "launch gaps" for f in wf2.factors)
 
 
 def test_aux_quantize_kernel_in_the_range() -> None:
@@ -132,12 +136,16 @@ def test_aux_quantize_kernel_in_the_range() -> None:
         inst.append([q, g])
     (wf,) = explain(timeline(inst, name, parent="step name=prefill", aux_child=True))
     assert wf.case.context == "step name=prefill"
-    assert wf.case.aux_ns == pytest.approx(40_000)
+    t = wf.case.timing
+    assert (
+        t.calls == 3 and t.aux_ns_total == pytest.approx(3 * 40_000) and t.aux.median == pytest.approx(40_000)
+    )
     f = next(f for f in wf.factors if f.name == "aux kernels")
     assert f.value == pytest.approx(21_247 / 61_247)
     assert wf.verdict.name == "aux kernels"
-    assert wf.case.gap_ns == pytest.approx(753)  # the median launch: 753 ns after the one before it
-    assert wf.achieved_tflops == pytest.approx(2 * 1024 * 2048 * 6144 / (61_247 + 753) / 1e3)
+    # two calls follow the one before them 753 ns later (the first follows none): the totals say so
+    assert t.gap_ns_total == pytest.approx(2 * 753) and t.gap.median == pytest.approx(753)
+    assert wf.achieved_tflops == pytest.approx(3 * 2 * 1024 * 2048 * 6144 / (3 * 61_247 + 2 * 753) / 1e3)
     assert wf.complete
 
 
@@ -158,7 +166,13 @@ def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
     assert big["origin"] == "timeline"  # timed on the nsys timeline, profiled by ncu
     assert big["ncu"]["kernels"] >= 1
     assert big["peak"]["tflops"] == pytest.approx(989.4)
-    assert {f["name"] for f in big["factors"]} == {"clock", "waves", "in-kernel"}
+    losing = {f["name"] for f in big["factors"] if f["value"] < 0.995}
+    assert losing == {"clock", "waves", "in-kernel"}
+    # cuBLAS's 0.8 µs memset in the range, before the 1.4 ms kernel: the call's aux time and the idle time after it
+    # inside the call, each costing nothing worth a remedy
+    for f in big["factors"]:
+        if f["name"] not in losing:
+            assert f["name"] in ("aux kernels", "launch gaps") and f["remedy"] is None, f
     for f in big["factors"]:
         assert set(f) >= {"name", "value", "sentence", "evidence", "lost_ns_total"}
     assert big["verdict"]["factor"] == "clock" and big["verdict"]["kind"] == "explained"
@@ -207,7 +221,7 @@ def test_third_party_reports_without_shapes(shared_data: Path) -> None:
     cases = build_cases(fr)
     warp = next(c for c in cases if c.name.startswith("void warptiling"))
     ffma = warp.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
-    assert warp.kernel_tflops == pytest.approx(2 * ffma * warp.sm_clock_hz / 1e12)
+    assert warp.kernel_tflops == pytest.approx(2 * ffma * warp.clock.sm_clock_hz / 1e12)
     assert explain_case(warp).peak_tflops == pytest.approx(35.0)
 
 
@@ -261,7 +275,7 @@ def _explain_cli(run: Path, columns: int, *extra: str) -> str:
 
 
 def test_explain_reads_at_80_columns_and_json_ignores_the_width(samples_dir: Path) -> None:
-    """At 80 columns the sentence of each factor that loses something sits on whole lines under its row (not one
+    """At 80 columns the sentence of each factor that loses 5% or more sits on whole lines under its row (not one
     or two words per line in a squeezed column); from 180 columns every sentence sits in the 'why' column;
     --json is the same at any width."""
     import re
@@ -271,7 +285,7 @@ def test_explain_reads_at_80_columns_and_json_ignores_the_width(samples_dir: Pat
         f["sentence"]
         for c in json.loads(_explain_cli(run, 200, "--json"))["cases"]
         for f in c["factors"]
-        if len(f["sentence"]) > 60 and f["value"] < 0.995
+        if len(f["sentence"]) > 60 and f["value"] < 0.95
     ]
     assert sentences
     narrow = _explain_cli(run, 80)

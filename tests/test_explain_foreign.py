@@ -13,7 +13,7 @@ import pytest
 from _explain_data import frames
 
 from tracekit.analyzers.explain import explain
-from tracekit.analyzers.gemm import build_cases
+from tracekit.analyzers.gemm import Shape, build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.ncu_csv import read_ncu_csv
 from tracekit.devices import match_device
@@ -39,13 +39,19 @@ def test_counter_probe_ranges_are_the_cases_with_counted_flops() -> None:
         assert wf.peak_tflops == pytest.approx(H200.peak_tflops(shape["dtype"]))  # type: ignore[union-attr]
         if m >= 1024:  # shapes that fit the tiles: counted == 2MNK
             assert c.flops == pytest.approx(2 * m * n * k, rel=0.02), c.name
-        assert wf.achieved_tflops == pytest.approx(c.flops / (c.main_ns + c.aux_ns) / 1e3)
+        t = c.timing
+        assert wf.achieved_tflops == pytest.approx(c.flops * t.calls / t.span_ns_total / 1e3)
+        assert t.source == "ncu-replay" and t.gap_ns_total == 0
         assert wf.verdict is not None
     reduce_cases = [w for w in wfs if "splitKreduce" in (w.case.main_kernel or "")]
     assert not reduce_cases
+    # the split-K reduce is the GEMM's time (the kernel rate includes it), said by its own factor
     bf16_16 = next(w for w in wfs if w.case.name == "probe_bf16_M16_N2048_K6144")
-    aux = next(f for f in bf16_16.factors if f.name == "aux kernels")
-    assert aux.evidence["aux_class"] == "splitk-reduce" and "Split-K" in (aux.remedy or "")
+    t = bf16_16.case.timing
+    assert t.splitk_ns_total > 0 and t.aux_ns_total == 0
+    assert bf16_16.case.kernel_tflops == pytest.approx(bf16_16.case.flops * t.calls / t.gemm_ns_total / 1e3)
+    split = next(f for f in bf16_16.factors if f.name == "split-K reduce")
+    assert split.evidence["aux_class"] == "splitk-reduce" and "Split-K" in (split.remedy or "")
 
 
 def test_sm120_cutlass_exports_get_achieved_tflops_from_counters_with_a_device(shared_data: Path) -> None:
@@ -64,7 +70,7 @@ def test_sm120_cutlass_exports_get_achieved_tflops_from_counters_with_a_device(s
         counter = fr["ncu_metrics"].filter(pl.col("metric") == "sm__ops_path_tensor_src_bf16_dst_fp32.sum")
         assert c.flops == counter["value"][0] and c.flops_source == "ncu-counters"
         assert c.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(dev.peak_tflops("bf16"))
-        assert wf.achieved_tflops == pytest.approx(c.flops / c.main_ns / 1e3)
+        assert wf.achieved_tflops == pytest.approx(c.flops / c.timing.gemm_ns / 1e3)
         assert 0 < wf.achieved_tflops < wf.peak_tflops
         assert wf.verdict is not None and wf.complete
 
@@ -139,7 +145,7 @@ def test_timeline_and_ncu_join_on_the_user_range(shared_data: Path) -> None:
     assert set(wfs) == set(_FOREIGN.values())
     for w in wfs.values():
         assert w.case.origin == "range" and w.case.ncu is not None  # timeline times, ncu evidence
-        assert w.case.ncu["nvtx_range"] == w.case.name
+        assert w.case.ncu.row["nvtx_range"] == w.case.name
     assert wfs["decode_step_linear"].verdict.name == "memory"  # type: ignore[union-attr]
 
 
@@ -188,11 +194,11 @@ def test_eager_loop_with_host_work_in_one_user_range_is_launch_bound() -> None:
     # 200 eager GEMMs of 20 us with 60 us of host work between them, all inside one range "eager_loop"
     loop = [(GEMM, i * 80_000, i * 80_000 + 20_000) for i in range(200)]
     (c,) = build_cases(_user_timeline([loop], "eager_loop"))
-    assert (
-        c.launches == 200
-        and c.main_ns == pytest.approx(20_000)
-        and c.gap_ns == pytest.approx(60_000 * 199 / 200)
-    )
+    t = c.timing
+    assert t.calls == c.launches == 200 and t.gemm_ns_total == pytest.approx(200 * 20_000)
+    assert t.gap_ns_total == pytest.approx(
+        60_000 * 199
+    )  # every call but the first, 60 us after the one before
     (wf,) = explain(_user_timeline([loop], "eager_loop"))
     assert wf.verdict is not None and wf.verdict.name == "launch gaps"
     assert "host does not launch fast enough" in wf.verdict.sentence
@@ -230,7 +236,7 @@ def test_quantizer_kernels_are_auxiliary_with_a_quantize_remedy_and_outer_ranges
     cases = build_cases(fr)
     assert [c.name for c in cases] == ["fp8_linear"]  # the outer range is context, the quantizers no cases
     (c,) = cases
-    assert c.context == "model_forward" and c.main_kernel == _FP8 and len(c.aux_kernels) == 3
+    assert c.context == "model_forward" and c.main_kernel == _FP8 and len(c.timing.aux_kernels) == 3
     (wf,) = explain(fr)
     aux = next(f for f in wf.factors if f.name == "aux kernels")
     assert aux.evidence["aux_class"] == "quantize" and set(aux.evidence["aux_classes"].values()) == {
@@ -274,7 +280,8 @@ def _nested(shape: dict | None = None) -> dict[str, pl.DataFrame]:
 def test_profiler_op_ranges_without_shapes_are_transparent_and_with_shapes_are_cases() -> None:
     (c,) = build_cases(_nested())
     assert c.name == "fp8_linear" and c.user_range and c.launches == 3
-    assert c.main_kernel == _FP8 and c.aux_kernels == [_CAST] and c.aux_ns == pytest.approx(6_000)
+    assert c.main_kernel == _FP8 and [u.name for u in c.timing.aux_kernels] == [_CAST]
+    assert c.timing.aux_ns_total == pytest.approx(3 * 6_000) and c.timing.aux.median == pytest.approx(6_000)
     shaped = build_cases(_nested({"m": 16, "n": 2048, "k": 6144, "dtype_a": "e4m3", "dtype_b": "e4m3"}))
     (s,) = shaped  # every call of the op is one case (the per-call seq / op_id counters dropped)
     assert s.name == "aten::_scaled_mm M=16 N=2048 K=6144" and s.context == "fp8_linear" and s.launches == 3
@@ -305,7 +312,7 @@ def test_counted_flops_over_measured_dram_bytes_place_a_gemm_on_the_roofline(sha
         c = cases[name]
         c.counted = CountedFlops(2.0 * m * n * k, cls, ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"])
         assert c.flops_source == "ncu-counters" and c.dram_bytes and c.bytes_source.startswith("ncu dram")
-        assert c.dram_bytes == pytest.approx(c.ncu["dram_bytes_per_s"] * c.ncu["duration_ns"] * 1e-9)
+        assert c.dram_bytes == pytest.approx(c.ncu.row["dram_bytes_per_s"] * c.ncu.row["duration_ns"] * 1e-9)
     small, big = explain_case(cases["decode_step_linear"]), explain_case(cases["big_one"])
     assert small.verdict is not None and small.verdict.name == "memory" and small.complete
     assert "moved (DRAM, measured)" in small.verdict.sentence
@@ -318,7 +325,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
 
     cases = {c.name: c for c in build_cases(combine([read_ncu_csv(PROBE_CSV)]), device=H200)}
     c = cases["probe_tf32_M16_N2048_K6144"]
-    c.m, c.n, c.k, c.dtype_a, c.dtype_b = 16, 2048, 6144, "tf32", "tf32"
+    c.shape = Shape(16, 2048, 6144, None, "tf32", "tf32")
     assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144
     assert c.padding_ratio == pytest.approx(4.0, rel=0.01)
     wf = explain_case(c)
@@ -326,7 +333,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
     assert wf.verdict is not None and wf.verdict.name == "memory"
     assert any("executed 4.0x the useful FLOPs" in n and "128x64" in n for n in wf.notes), wf.notes
     fits = cases["probe_bf16_M1024_N2048_K6144"]
-    fits.m, fits.n, fits.k, fits.dtype_a, fits.dtype_b = 1024, 2048, 6144, "bf16", "bf16"
+    fits.shape = Shape(1024, 2048, 6144, None, "bf16", "bf16")
     fit_wf = explain_case(fits)
     assert fits.padding_ratio == pytest.approx(1.0)
     assert all("useful FLOPs" not in t for t in [*fit_wf.notes, *(f.sentence for f in fit_wf.factors)])

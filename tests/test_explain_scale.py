@@ -3,8 +3,10 @@
 A million launches hold a few hundred distinct kernel and range names, so the name patterns run once per distinct
 name, never once per launch (they cost tens of µs on a long CUTLASS name: 66 s of the first 1M measurement). The
 timeline here is Kineto-shaped: the user's ``record_function`` ranges inside a profiler step, each holding a
-profiler op range per kernel, and GEMM kernels in no range. The cases it gives are checked against the
-per-launch definitions, computed here in plain Python from the rows the test made.
+profiler op range per kernel (a GEMM, then its activation), and GEMM kernels in no range, launched with three
+grids. The cases it gives are checked against the per-call definitions (issue 26: every call summed, the
+activation after a GEMM its auxiliary kernel, one case per kernel signature), computed here in plain Python from
+the rows the test made.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ LOOSE = 2001  # GEMM launches in no range
 def _timeline(tag: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
     """The frames, and what the per-launch definitions say the cases are."""
     gemm = {"attn_proj": f"nvjet_tst_128x256_{tag}", "mlp_up": f"sm90_xmma_gemm_bf16_{tag}"}
-    elementwise = f"vectorized_elementwise_kernel_{tag}"
+    elementwise = f"gelu_kernel_{tag}"  # an activation after the GEMM: the call's epilogue candidate
     loose = f"ampere_sgemm_128x64_{tag}"
     end = INSTANCES * 10_000
     ranges: list[dict[str, Any]] = [
@@ -43,7 +45,7 @@ def _timeline(tag: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
         ranges += [
             {"range_id": uid, "parent_id": 0, "name": user, "start_ns": t, "end_ns": t + 5_000},
             {"range_id": uid + 1, "parent_id": uid, "name": f"aten::mm, seq = {i}", "start_ns": t + 10},
-            {"range_id": uid + 2, "parent_id": uid, "name": f"aten::add, seq = {i}", "start_ns": t + 2_000},
+            {"range_id": uid + 2, "parent_id": uid, "name": f"aten::gelu, seq = {i}", "start_ns": t + 2_000},
         ]
         for rid, name, start, ns in (
             (uid + 1, gemm[user], t + 100, main_ns),
@@ -60,7 +62,7 @@ def _timeline(tag: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
             "range_id": None,
             "start_ns": start,
             "duration_ns": 500 + j % 7,
-            "grid_x": j + 1,
+            "grid_x": j % 3 + 1,
         }
         if j == 5:  # a damaged launch without an end: counted, not timed
             row["duration_ns"] = None
@@ -74,23 +76,28 @@ def _timeline(tag: str) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
         k.update(grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1)
     for r in ranges:
         r.setdefault("end_ns", r["start_ns"] + 3_000)
-    timed = [r["duration_ns"] for r in loose_rows if r["duration_ns"] is not None]
-    want = {
+    want: dict[str, Any] = {
         user: {
             "main_kernel": gemm[user],
-            "launches": len(e["main"]),
-            "main_ns": statistics.median(e["main"]),
-            "aux_ns": statistics.median(e["aux"]),
+            "calls": len(e["main"]),
+            "gemm_ns_total": sum(e["main"]),
+            "gemm_median": statistics.median(e["main"]),
+            "aux_ns_total": sum(e["aux"]),
+            "aux_median": statistics.median(e["aux"]),
             "aux_kernels": [elementwise],
         }
         for user, e in expected.items()
     }
-    want[loose] = {
-        "main_kernel": loose,
-        "launches": LOOSE,
-        "main_ns": sum(timed) / len(timed),
-        "grid_size": 1,
-    }
+    for g in (1, 2, 3):  # one case per grid of the loose kernel; a launch without an end is no call
+        timed = [r["duration_ns"] for r in loose_rows if r["grid_x"] == g and r["duration_ns"] is not None]
+        want[f"{loose} (grid {g}, block 256)"] = {
+            "main_kernel": loose,
+            "calls": len(timed),
+            "gemm_ns_total": sum(timed),
+            "gemm_median": statistics.median(timed),
+            "aux_ns_total": 0,
+            "grid": g,
+        }
     return frames(kernels=kernels, ranges=ranges), want
 
 
@@ -106,15 +113,28 @@ class _Counted:
         return self.fn(*args)
 
 
-def test_cases_of_a_kineto_shaped_timeline_follow_the_per_launch_definitions() -> None:
+def test_cases_of_a_kineto_shaped_timeline_follow_the_per_call_definitions() -> None:
     f, want = _timeline(uuid.uuid4().hex)
     cases = build_cases(f)
-    got = {c.range_name or c.name: c for c in cases}
+    got = {c.name: c for c in cases}
     assert set(got) == set(want), sorted(got)
     for name, fields in want.items():
+        c, t = got[name], got[name].timing
+        values = {
+            "main_kernel": c.kernel.name,
+            "calls": t.calls,
+            "gemm_ns_total": t.gemm_ns_total,
+            "gemm_median": t.gemm.median,
+            "aux_ns_total": t.aux_ns_total,
+            "aux_median": t.aux.median,
+            "aux_kernels": [u.name for u in t.aux_kernels],
+            "grid": c.kernel.grid,
+        }
         for field, value in fields.items():
-            assert getattr(got[name], field) == value, (name, field)
-    assert got["attn_proj"].user_range and got["attn_proj"].origin == "range"
+            assert values[field] == value, (name, field)
+    attn = got["attn_proj"]
+    assert attn.user_range and attn.origin == "range" and attn.range == "attn_proj"
+    assert attn.parents == ["ProfilerStep"]  # the step around it, its counter folded: listed, not the key
 
 
 def test_kernel_name_patterns_run_per_distinct_name_not_per_launch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,43 +144,39 @@ def test_kernel_name_patterns_run_per_distinct_name_not_per_launch(monkeypatch: 
     launches = f["kernels"].height
     distinct = f["kernels"]["name"].n_unique()
     cases = build_cases(f)
-    assert len(cases) == 3
+    assert len(cases) == 5
     # each distinct name is split for the kernel table once (then cached), never once per launch
     assert 0 < counted.calls <= distinct, (counted.calls, distinct, launches)
 
 
-def test_busy_time_per_instance_matches_the_interval_union_also_for_damaged_kernels() -> None:
-    """The busy time of each GEMM range instance, summed in polars, equals the sequential union
-    (``_union_busy``) on random intervals: overlapping, nested, touching, and kernels that end before they
-    start (a damaged file)."""
+def test_gap_inside_calls_matches_the_interval_union_also_for_damaged_kernels() -> None:
+    """The idle time inside each call, summed in polars (cumulative maxima of the ends), equals a sequential walk
+    over the union of its kernels' intervals on random intervals: overlapping, nested, touching, and kernels
+    that end before they start (a damaged file); stretches of the launch-gap limit or more are pauses."""
     import random
 
-    from tracekit.analyzers.gemm.timeline import _per_instance, _union_busy
+    from tracekit.analyzers.gemm import LAUNCH_GAP_MAX_NS
+    from tracekit.analyzers.gemm.calls import _with_gaps
 
     rnd = random.Random(19)
     rows: list[dict[str, Any]] = []
-    for gid in range(300):
+    for call in range(300):
         for _ in range(rnd.randint(1, 8)):
-            start = rnd.randint(0, 2_000)
+            start = rnd.randint(0, 2_000) + rnd.choice([0, 0, 0, 2 * LAUNCH_GAP_MAX_NS])
             end = start + rnd.choice([rnd.randint(0, 900), -rnd.randint(1, 300)])
-            rows.append({"gid": gid, "start_ns": start, "end_ns": end})
-    ks = (
-        pl.DataFrame(rows)
-        .sort("start_ns")
-        .with_row_index("_row")
-        .with_columns(
-            duration_ns=pl.col("end_ns") - pl.col("start_ns"),
-            main=pl.lit(True),
-            device=pl.lit(0),
-            name=pl.lit("gemm"),
-        )
-    )
-    instances, _, _ = _per_instance(ks, {("gemm", None, ()): list(range(300))})
-    for gid in range(300):
-        intervals = [(r["start_ns"], r["end_ns"]) for r in rows if r["gid"] == gid]
-        first, last, busy = instances[gid][:3]
-        assert (first, last, busy) == (
-            min(s for s, _ in intervals),
-            max(e for _, e in intervals),
-            _union_busy(intervals),
-        ), gid
+            rows.append({"owner": call, "start_ns": start, "end_ns": end, "kernel_id": len(rows)})
+    frame = pl.DataFrame(rows)
+    calls = _with_gaps(frame.select("owner").unique(), frame, ["owner"])
+    got = {r["owner"]: (r["gap"], r["paused"]) for r in calls.iter_rows(named=True)}
+    for call in range(300):
+        intervals = sorted((r["start_ns"], r["end_ns"], r["kernel_id"]) for r in rows if r["owner"] == call)
+        gap = paused = 0
+        end = None
+        for s, e, _ in intervals:
+            if end is not None and s > end:
+                if s - end < LAUNCH_GAP_MAX_NS:
+                    gap += s - end
+                else:
+                    paused += s - end
+            end = e if end is None else max(end, e)
+        assert got[call] == (gap, paused), call

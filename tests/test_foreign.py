@@ -78,7 +78,7 @@ def test_smem_capped_simt_kernel_is_occupancy_and_its_control_is_not() -> None:
     assert capped.evidence["ctas_per_sm"] == 1 and capped.evidence["theoretical_occupancy_pct"] == 12.5
     assert control is not None and "occupancy" not in (control.cause or "")
     # the capped kernel is the slower one, by the factor the program measures (about 3x here, 4.8x unprofiled)
-    assert wfs["sgemm_smem_capped"].case.main_ns > 2 * wfs["sgemm_smem_control"].case.main_ns
+    assert wfs["sgemm_smem_capped"].case.timing.gemm_ns > 2 * wfs["sgemm_smem_control"].case.timing.gemm_ns
 
 
 def test_quantizer_kernels_are_auxiliary_with_the_quantize_remedy() -> None:
@@ -89,7 +89,7 @@ def test_quantizer_kernels_are_auxiliary_with_the_quantize_remedy() -> None:
     assert aux is not None and aux.evidence["aux_class"] == "quantize"
     assert set(aux.evidence["aux_classes"].values()) == {"quantize"}  # amax, abs, divide, scale, cast
     assert "split-K" not in (aux.remedy or "") and "quantiz" in (aux.remedy or "")
-    assert len(wf.case.aux_kernels) >= 3  # amax, divide, cast: none is a case of its own
+    assert len(wf.case.timing.aux_kernels) >= 3  # amax, divide, cast: none is a case of its own
 
 
 def test_launch_gap_sentence_only_where_the_host_is_slow() -> None:

@@ -50,7 +50,7 @@ def test_first_wave_plant_shows_why_it_failed() -> None:
     launch-bound. tracekit says so."""
     (wf,) = _waterfalls("b_waves_cublas", "N=2176")
     waves = next(f for f in wf.factors if f.name == "waves")
-    assert wf.case.grid_size == 132 and waves.value > 0.9
+    assert wf.case.kernel.grid == 132 and waves.value > 0.9
     assert wf.verdict.name == "launch gaps"
 
 
@@ -61,7 +61,7 @@ def test_wave_plant_and_its_control() -> None:
     (whole,) = _waterfalls("b_waves", "N=2816")
     w_tail = next(f for f in tail.factors if f.name == "waves")
     w_whole = next(f for f in whole.factors if f.name == "waves")
-    assert tail.case.grid_size == 136 and whole.case.grid_size == 132
+    assert tail.case.kernel.grid == 136 and whole.case.kernel.grid == 132
     assert 0.45 < w_tail.value < 0.6 and w_whole.value == pytest.approx(1.0)
     assert 1.5 < whole.achieved_tflops / tail.achieved_tflops < 2.0
     assert whole.verdict is not None and whole.verdict.name != "waves"
@@ -74,7 +74,7 @@ def test_h200_plateau_is_the_power_capped_clock() -> None:
     assert 600 < wf.achieved_tflops < 720
     clock = next(f for f in wf.factors if f.name == "clock")
     assert clock.value < 0.85 and "power cap" in clock.sentence
-    assert 1.35e9 < wf.case.sm_clock_hz < 1.6e9
+    assert 1.35e9 < wf.case.clock.sm_clock_hz < 1.6e9
 
 
 def test_h200_calibration_profile_matches_the_plateau() -> None:

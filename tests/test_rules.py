@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _explain_data import ncu_row, probe_frames
+from _explain_data import make_case, ncu_row, probe_frames
 
 from tracekit.analyzers.gemm import GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
-from tracekit.analyzers.rules.aux import aux
+from tracekit.analyzers.rules.aux import aux, splitk
 from tracekit.analyzers.rules.clock import clock, throttle_names
 from tracekit.analyzers.rules.gaps import gaps
 from tracekit.analyzers.rules.kernel import kernel, stages_fit, top_stalls
@@ -63,24 +63,30 @@ def test_clock_from_ncu_against_the_quoted_peak_clock(shared_data: Path) -> None
 
 def test_clock_names_the_power_cap() -> None:
     # DEVICE.md: sustained 8192^3 bf16 settles near 1470 MHz at 691 W of a 700 W cap, throttle reason 0x4.
-    case = GemmCase("measurement", "gemm", m=8192, n=8192, k=8192, dtype_a="bf16", dtype_b="bf16")
-    case.device, case.sm_clock_hz, case.power_w, case.power_limit_w, case.throttle_reasons = (
-        H200, 1.47e9, 691.0, 700.0, 0x4
+    case = make_case(
+        "measurement", "gemm", m=8192, n=8192, k=8192, dtype_a="bf16", dtype_b="bf16", device=H200,
+        sm_clock_hz=1.47e9, power_w=691.0, power_limit_w=700.0, throttle_reasons=0x4,
     )  # fmt: skip
     f = clock(case)
     assert f.value == pytest.approx(1470 / 1830)
     assert "software power cap" in f.sentence and "691 W" in f.sentence
     assert throttle_names(0x5) == ["software power cap"]  # idle is not a cause
-    case.throttle_reasons = None  # no NVML reasons, power alone at the limit
+    case.clock.throttle_reasons = None  # no NVML reasons, power alone at the limit
     assert "power cap" in clock(case).sentence
 
 
 def test_clock_at_base_points_at_ncu_clock_control() -> None:
     a100 = match_device("NVIDIA A100 80GB PCIe", "8.0", 108)
-    case = GemmCase("ncu-kernel", "k")
-    case.device, case.sm_clock_hz, case.clock_source = a100, 1.05e9, "ncu gpc__cycles_elapsed.avg.per_second"
-    assert "--clock-control none" in clock(case).remedy
-    case.sm_clock_hz = None
+    case = make_case(
+        "ncu-kernel",
+        "k",
+        device=a100,
+        sm_clock_hz=1.05e9,
+        clock_source="ncu gpc__cycles_elapsed.avg.per_second",
+    )
+    f = clock(case)
+    assert "--clock-control none" in f.remedy and "clocks locked" in f.sentence and "power" not in f.remedy
+    case.clock.sm_clock_hz = None
     assert clock(case) is None
 
 
@@ -99,15 +105,16 @@ def test_waves_persistent_kernel_counts_tiles(shared_data: Path) -> None:
 
 
 def test_waves_just_over_a_whole_number() -> None:
-    case = GemmCase("range", "g", m=4096, n=4096, k=4096, dtype_a="bf16")
-    case.device, case.grid_size, case.block_size = H200, 133, 384
-    case.registers_per_thread, case.smem_per_block_bytes = 168, 213_220  # the probe kernels' launch
+    case = make_case(
+        m=4096, n=4096, k=4096, dtype_a="bf16", device=H200, grid=133, block=384, registers=168, smem=213_220
+    )  # the probe kernels' launch
     assert ctas_per_sm(case) == (1, "registers and shared_mem")
     f = waves(case)
     assert f.value == pytest.approx(133 / 264)
-    assert "+98%" in f.remedy
-    case.grid_size = 264
-    assert waves(case).value == 1.0
+    assert "264 work units for 2 waves" in f.remedy and "%" not in f.remedy  # no percentage: GPU time ranks
+    case.kernel.grid = 264
+    full = waves(case)
+    assert full.value == 1.0 and full.remedy is None  # a factor of x1.000 gets no remedy
 
 
 # --- memory ------------------------------------------------------------------------------------------------------
@@ -151,44 +158,66 @@ def test_in_kernel_near_tensor_limit(shared_data: Path) -> None:
 
 def test_in_kernel_shared_memory_limits_occupancy() -> None:
     # A Triton-style GEMM: 4 warps per CTA and 200 KiB of shared memory, on the H200: one CTA, 4 of 64 warps.
-    case = GemmCase("range", "g", m=4096, n=4096, k=4096, dtype_a="bf16", main_kernel="matmul_kernel")
-    case.device, case.grid_size, case.block_size = H200, 1024, 128
-    case.registers_per_thread, case.smem_per_block_bytes = 128, 200 * 1024
+    latency_bound = {"compute_throughput_pct": 30.0, "dram_throughput_pct": 20.0}
+    case = make_case(
+        m=4096, n=4096, k=4096, dtype_a="bf16", main_kernel="matmul_kernel", device=H200, grid=1024, block=128,
+        registers=128, smem=200 * 1024, ncu=latency_bound,
+    )  # fmt: skip
     assert ctas_per_sm(case) == (1, "shared_mem")
     assert theoretical_occupancy_pct(case) == pytest.approx(100 * 4 / 64)
     f = kernel(case, 0.5)
     assert f.cause == "occupancy limited by shared memory"
     assert "200 KiB" in f.remedy
+    # the same launch with DRAM near its peak is not latency-bound: occupancy is not what limits it
+    case.ncu.row = {"compute_throughput_pct": 30.0, "dram_throughput_pct": 91.0}
+    assert kernel(case, 0.5).cause != "occupancy limited by shared memory"
 
 
 def test_in_kernel_register_limit_and_no_profile() -> None:
-    case = GemmCase("range", "g", m=4096, n=4096, k=4096, dtype_a="bf16", main_kernel="my_gemm")
-    case.device, case.grid_size, case.block_size, case.registers_per_thread = H200, 1024, 256, 255
+    case = make_case(
+        m=4096, n=4096, k=4096, dtype_a="bf16", main_kernel="my_gemm", device=H200, grid=1024, block=256,
+        registers=255, ncu={"compute_throughput_pct": 40.0, "dram_throughput_pct": 10.0},
+    )  # fmt: skip
     assert ctas_per_sm(case) == (1, "registers")
     assert kernel(case, 0.5).cause == "occupancy limited by registers"
-    case.block_size, case.registers_per_thread = 256, 64
+    # SMs almost idle (0.25%) and DRAM idle: the kernel waits, whatever its occupancy (issue 26 item 5)
+    case.ncu.row = {"compute_throughput_pct": 0.25, "dram_throughput_pct": 0.0, "tensor_pipe_pct": 0.0}
+    f = kernel(case, 0.5)
+    assert f.cause == "stalled" and "__launch_bounds__" not in (f.remedy or "")
+    # without a profile the launch configuration alone cannot say occupancy costs time
+    case.ncu = None
+    assert kernel(case, 0.5).cause == "unexplained without a profile"
+    case.kernel.block, case.kernel.registers = 256, 64
     assert kernel(case, 0.5).cause == "unexplained without a profile"
 
 
 # --- aux / gaps --------------------------------------------------------------------------------------------------
 def test_aux_split_k_and_quantize() -> None:
-    case = GemmCase("range", "g", main_ns=8_000.0, aux_ns=4_000.0)
-    case.aux_kernels = [
-        "void cublasLt::splitKreduce_kernel<32, 16, int, float>(cublasLt::cublasSplitKParams<float>)"
-    ]
-    f = aux(case)
+    reduce = "void cublasLt::splitKreduce_kernel<32, 16, int, float>(cublasLt::cublasSplitKParams<float>)"
+    # a split-K reduce is GEMM time (the kernel rate includes it): its own factor, not an auxiliary one
+    case = make_case(main_ns=8_000.0, splitk_ns=4_000.0, aux_kernels=[reduce])
+    f = splitk(case)
     assert f.value == pytest.approx(2 / 3) and "split-K" in f.remedy and "splitKreduce_kernel" in f.sentence
-    case.aux_kernels = ["triton_poi_fused__to_copy_quantize_0"]
-    assert "Fuse the activation quantize" in aux(case).remedy
-    assert aux(GemmCase("range", "g", main_ns=1.0)) is None
+    assert aux(case) is None
+    q = make_case(main_ns=8_000.0, aux_ns=4_000.0, aux_kernels=["triton_poi_fused__to_copy_quantize_0"])
+    assert aux(q).value == pytest.approx(2 / 3) and "Fuse the activation quantize" in aux(q).remedy
+    assert aux(make_case(main_ns=1.0)) is None
     assert classify_kernel("void cublasLt::splitKreduce_kernel<32, 16>") == "aux"
     assert classify_kernel("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_splitK_TNT") == "main"
 
 
 def test_gaps() -> None:
     # DEVICE.md: an eager small-M _scaled_mm costs 23-58 us of host time against 8-13 us of kernel time.
-    case = GemmCase("range", "g", main_ns=8_000.0, gap_ns=23_000.0)
+    case = make_case(main_ns=8_000.0, gap_ns=23_000.0)
     f = gaps(case)
     assert f.value == pytest.approx(8 / 31)
     assert "CUDA graph" in f.remedy
-    assert gaps(GemmCase("range", "g", main_ns=8_000.0)) is None
+    assert gaps(make_case(main_ns=8_000.0)) is None
+    # two calls with gaps of 0 and 33 us: the totals say 33 us lost, no "16.5 us" median of parts
+    from tracekit.analyzers.gemm import Call, Timing
+
+    two = make_case(main_ns=10_000.0)
+    two.timing = Timing.from_calls([Call(10_000.0, 0.0, 0.0), Call(10_000.0, 0.0, 33_000.0)])
+    f = gaps(two)
+    assert f.evidence["idle_ns_total"] == 33_000.0 and f.value == pytest.approx(20 / 53)
+    assert "33.0 us over 2 calls" in f.sentence and "16.5" not in f.sentence

@@ -309,22 +309,26 @@ def test_name_rate_classes_agree_with_the_shapes_of_the_shared_traces(shared_dat
                 continue
             assert named == shape, (rel, c.name, c.main_kernel)
             seen[named] += 1
-    assert seen == {"tf32 on fp32": 280, "bf16": 57, "fp32": 49, "fp8": 8}, seen
+    # cases are keyed by range, kernel signature and shape: one shape and kernel under two parent operators is one
+    # case (trace_filter: 4 fewer than when the parent operator was part of the key; trace_diff: 3 more, one
+    # shape run by both an _nn and an _nt kernel)
+    assert seen == {"tf32 on fp32": 279, "bf16": 57, "fp32": 49, "fp8": 8}, seen
 
 
 def _check(frames: dict[str, pl.DataFrame]) -> None:
     for wf in explain(frames):
-        d = wf.to_dict()
-        assert d["pct_of_peak"] is None or d["pct_of_peak"] <= 100.0, (d["range"], d["pct_of_peak"])
+        ach, peak = wf.achieved_tflops, wf.peak_tflops
+        pct = 100 * ach / peak if ach and peak else None
+        assert pct is None or pct <= 100.0, (wf.case.name, pct)
         for f in wf.factors:
-            assert f.value <= 1.0, (d["range"], f.name, f.value)
+            assert f.value <= 1.0, (wf.case.name, f.name, f.value)
             if f.name == "aux kernels":
                 assert "(," not in f.sentence and ", ," not in f.sentence and ": ." not in f.sentence, (
                     f.sentence
                 )
         main = classify_name(wf.case.main_kernel) if wf.case.main_kernel else None
         assert main is None or not main.known or main.kernel_class == "gemm", (
-            d["range"],
+            wf.case.name,
             wf.case.main_kernel,
         )
 

@@ -56,17 +56,10 @@ def case_list(
     from ..explain import explain_case
     from ..gemm import build_cases
 
-    meas = frames.get("measurements")
-    by_mid: dict[int, dict[str, Any]] = (
-        {r["measurement_id"]: r for r in meas.iter_rows(named=True)}
-        if meas is not None and meas.height
-        else {}
-    )
     out = []
     for gc in build_cases(frames, calibration=calibration, environment=environment, device=device):
         wf = explain_case(gc)
-        m = by_mid.get(gc.measurement_id) if gc.measurement_id is not None else None
-        out.append(case_from_gemm(gc, wf, measurement=m, device_source="--device" if device else None))
+        out.append(case_from_gemm(gc, wf, device_source="--device" if device else None))
     return order_cases(_unique_ids(out))
 
 

@@ -3,7 +3,7 @@ not tell with how to learn it (:func:`summarize`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .convert import NO_LOSS
@@ -81,7 +81,17 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
         for c in cases
         if c.peak is not None and c.sm_clock_hz is None and not any(f.name == "clock" for f in c.factors)
     ]
-    if no_clock:
+    blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
+    if no_clock and blind:  # both are learnt from one Nsight Compute capture: said once
+        n = len({c.id for c in (*no_clock, *blind)})
+        out.append(
+            Unknown(
+                what=f"SM clock and in-kernel causes (stalls, occupancy, tensor pipe) not measured for {n} case(s)",
+                how=f"{NCU_HOW} records both",
+                cases=n,
+            )
+        )
+    elif no_clock:
         out.append(
             Unknown(
                 what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides in in-kernel",
@@ -89,8 +99,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=len(no_clock),
             )
         )
-    blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
-    if blind:
+    elif blind:
         out.append(
             Unknown(
                 what=f"in-kernel loss of {len(blind)} case(s) unexplained (no stalls, occupancy, tensor pipe)",
@@ -141,7 +150,29 @@ def summarize(
         cases=len(cases),
         gpu_ns_total=gpu_ns,
         case_ns_total=sum(c.timing.span_ns_total for c in cases),
+        gemm_ns_total=sum(c.timing.gemm_ns_total for c in cases),
         breakdown=_breakdown_line(breakdown),
         top_losses=top_losses(cases),
         unknowns=unknowns(cases, info, devices),
     )
+
+
+def time_headline(
+    cases: int, gemm_ns: float, span_ns: float, gpu_ns: float | None, ns_text: Callable[[float], str]
+) -> str:
+    """The summary's first line: how many GEMM cases, their GEMM kernels' time against every kernel's, and what
+    their calls span. The span adds auxiliary kernels and the idle gaps inside the calls, so it is never called
+    GPU time nor set against the kernel time (a launch-bound loop's calls span more than its kernels ran).
+    ``ns_text`` formats a duration as the view does."""
+    line = f"{cases:,} GEMM case{'s' if cases != 1 else ''}"
+    if gemm_ns:
+        line += f": GEMM kernels {ns_text(gemm_ns)}"
+        if gpu_ns and gemm_ns <= gpu_ns * 1.0001:
+            line += f", {100 * gemm_ns / gpu_ns:.0f}% of {ns_text(gpu_ns)} in all kernels"
+        elif gpu_ns:
+            line += f" (Nsight Compute replay times; all kernels on the timeline: {ns_text(gpu_ns)})"
+        if span_ns > gemm_ns * 1.005:
+            line += f"; their calls span {ns_text(span_ns)} with auxiliary kernels and idle gaps"
+    elif gpu_ns:
+        line += f"; all kernels: {ns_text(gpu_ns)}"
+    return line

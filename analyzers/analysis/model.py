@@ -26,6 +26,7 @@ __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
     "Analysis",
     "AuxKernel",
+    "CallParts",
     "Case",
     "DeviceInfo",
     "Dist",
@@ -122,6 +123,15 @@ class RateClass(_S):
     note: str | None = None
 
 
+class CallParts(_S):
+    """The parts of one call: GEMM time, auxiliary time, gap and their sum, the span (ns)."""
+
+    gemm_ns: float
+    aux_ns: float = 0.0
+    gap_ns: float = 0.0
+    span_ns: float = 0.0
+
+
 class Timing(_S):
     """One formula, labelled everywhere (issue 26 item 4).
 
@@ -129,7 +139,10 @@ class Timing(_S):
     call; ``span = gemm + aux + gap``. ``achieved_tflops`` = sum of FLOPs / sum of call spans; ``kernel_tflops``
     = sum of FLOPs / sum of GEMM time. Calls whose GEMM kernel is missing (sampled out) are left out of every
     number and counted in ``calls_without_kernel``. ``source``: timeline | measurement:cuda-graph |
-    measurement:events | ncu-replay; ``source_detail`` says it in words."""
+    measurement:events | ncu-replay; ``source_detail`` says it in words. ``median_call`` is the call whose span is
+    the median one, with its own parts (a "per call" line shows one real call, not medians of separate parts);
+    ``splitk_ns_total`` the split-K reduce time inside ``gemm_ns_total``; ``pauses`` / ``paused_ns_total`` idle
+    stretches of 1 ms or more inside calls (a module load, a synchronisation), left out of the gap."""
 
     calls: int = 0
     calls_without_kernel: int = 0
@@ -147,17 +160,22 @@ class Timing(_S):
     achieved_estimate: str | None = None
     source: str = "timeline"
     source_detail: str | None = None
+    median_call: CallParts | None = None
+    splitk_ns_total: float = 0.0
+    pauses: int = 0
+    paused_ns_total: float = 0.0
 
 
 class AuxKernel(_S):
     """An auxiliary kernel of the case's calls; ``role``: quantize | splitk-reduce | activation | layout |
-    other. Time over all calls, and per call (total / calls)."""
+    other. Time over all calls, per call (total / calls), and how many times it ran."""
 
     name: str
     kernel_class: str | None = None
     role: str = "other"
     time_ns_total: float | None = None
     per_call_ns: float | None = None
+    count: int | None = None
 
 
 class NcuRule(_S):
@@ -289,9 +307,10 @@ class Case(_S):
 
     @property
     def label(self) -> str:
-        """The name with its enclosing range, as the views title a case."""
-        parent = self.parents[-1] if self.parents else None
-        return f"{self.name} [{parent}]" if parent and parent not in self.name else self.name
+        """The name with the range it ran in (or the range around that), as the views title a case."""
+        where = self.range if self.range and self.range not in self.name else None
+        where = where or (self.parents[-1] if self.parents else None)
+        return f"{self.name} [{where}]" if where and where not in self.name else self.name
 
     @property
     def shape_text(self) -> str | None:
@@ -383,11 +402,15 @@ class Unknown(_S):
 
 class Summary(_S):
     """The short opening of every view: GPU time (all kernels, GEMM cases), the step breakdown's headline, the
-    three largest losses in GPU time and what is unknown with how to learn it."""
+    three largest losses in GPU time and what is unknown with how to learn it. ``gpu_ns_total``: every kernel's
+    time; ``gemm_ns_total``: the cases' GEMM kernels (split-K reduce included), a part of it; ``case_ns_total``:
+    the cases' call spans, which add their auxiliary kernels and the idle gaps inside the calls (so it can exceed
+    the kernel time)."""
 
     cases: int = 0
     gpu_ns_total: float | None = None
     case_ns_total: float = 0.0
+    gemm_ns_total: float = 0.0
     breakdown: str | None = None
     top_losses: list[Loss] = msgspec.field(default_factory=list)
     unknowns: list[Unknown] = msgspec.field(default_factory=list)

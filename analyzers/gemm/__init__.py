@@ -1,48 +1,44 @@
-"""Per-GEMM metrics: FLOPs, minimum bytes, time of the GEMM's own kernels, TFLOP/s, % of peak, roofline bound.
+"""GEMM cases: one GEMM as the user ran it, with its evidence (issue 26).
 
-A GEMM comes from one of three places, in this order of preference for a given range name:
+A case is keyed by where it ran and what ran: the innermost user range (index suffixes such as emit_nvtx's
+``seq`` / ``op_id``, ``ProfilerStep#12`` or ``step i=7`` folded), the GEMM kernel's signature (name, grid, block)
+and the shape where known; the ranges around it are listed, not part of the key. Its calls are aggregated:
+count, totals, per-call median and p10 / p90. Cases come from
 
-1. a ``measurements`` row (``tracekit bench gemm``: CUDA-graph timing with the NVML sample beside it);
-2. a tracekit ``gemm`` range on a timeline (``ranges`` joined to its ``kernels``): instances of the same name
-   under the same parent range are one GEMM; kernels of its descendant ``aux`` ranges, and kernels whose names
-   say quantize / split-K reduce / swizzle, are auxiliary and timed apart; so are the kernels of ``aux`` ranges
-   outside any GEMM range that name the same M and K and the same backend or its family (a quantize step
-   launched before the GEMM, as ``tracekit bench gemm`` and instrumented quantize functions do), counted once per GEMM launch at their median
-   kernel time per instance; idle time between its kernels (and between consecutive instances, when no other
-   kernel ran there) is its launch gap. Times are those of the median instance, so one cold first launch does
-   not set them. When a measurement of the same range was timed with CUDA events (under
-   a profiler, where host overhead enters every launch's time), the timeline's kernel times replace it: the GPU's
-   own record of main, auxiliary and idle time is the better evidence; CUDA-graph measurements keep theirs;
-3. Nsight Compute rows (``ncu``): grouped by their NVTX range when it names a GEMM (tracekit's names or the
-   older ``gemm/<dtype>/M=..,N=..,K=..``), else every profiled kernel on its own.
+1. ``measurements`` rows (``tracekit bench gemm``: CUDA-graph or CUDA-event timing with the NVML sample beside it);
+2. a timeline (:mod:`.timeline`, :mod:`.calls`): tracekit ``gemm`` ranges (each instance one call; the calls of
+   one range name under one enclosing range are a case), and everything else: each GEMM kernel launch (or the
+   profiler's operator range around it, or a range carrying a recorded shape) is a call, keyed as above. A range
+   holding several GEMMs gives one case per distinct GEMM (``serve/decode #1``, ``#2`` in order of first launch);
+   each call owns its split-K reduce, the quantize before it and the activation after it (:mod:`.roles`: by
+   launch order within the range instance, on one stream). When a measurement of the same range was timed with
+   CUDA events (under a profiler, where host overhead enters every launch's time), the timeline's calls replace
+   it; CUDA-graph measurements keep theirs;
+3. Nsight Compute rows (:mod:`.ncu_evidence`): tracekit's range names, the user's ranges (one case per distinct
+   GEMM kernel signature in a range, profiled launches as calls), else every profiled kernel signature on its own.
+   Rows of a case also found on a timeline are attached to it as evidence (clock, occupancy, stalls, counted
+   FLOPs) rather than counted twice.
 
-The user's own ranges (no tracekit name: code tracekit never saw) are cases too, on a timeline, in Nsight
-Compute rows, or both (joined on the range name): the innermost user NVTX / record_function range that holds a
-GEMM-like kernel (tensor math > 0 by ncu's counters, a kernel named like a GEMM, or any kernel of a range named
-like one: ``sgemm_smem`` around ``simt_kernel``). Its main kernel is the GEMM-like one; every other kernel in it
-(and in user sub-ranges) is auxiliary. A range with only other kernels is no case; a range holding GEMM ranges,
-or more than ``MAX_GEMMS_PER_CASE`` distinct GEMM kernels, is context; a profiler's per-op range (``aten::addmm,
-seq = 7``) is a case only with the shape or FLOPs the profiler recorded, else transparent to the user's range
-around it. Instances of one range name are one case (median instance); a range holding a loop of GEMM launches
-is timed per launch. GEMM kernels of a foreign capture in no case are explained by kernel name.
+Per call: GEMM time (the GEMM kernel and its split-K reduce), auxiliary time, and the gap (idle GPU time inside
+the call, plus the idle time since the previous call of its case when nothing ran between). achieved = sum of
+FLOPs / sum of call spans; kernel rate = sum of FLOPs / sum of GEMM time. Calls without their GEMM kernel are left
+out of every number and counted (:class:`~.parts.Timing`).
 
-Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`.flops`; ``flops_source`` /
-``dtype_source`` say which), else from the profiler's own count (a ``flops`` column on the range); DRAM bytes the
-kernel moved stand in for the shape's minimum bytes on the roofline.
+Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`..flops`), else from the profiler's own
+count (a ``flops`` column on the range); DRAM bytes the kernel moved stand in for the shape's minimum bytes on the
+roofline. GEMM kernels of a foreign capture without Nsight Compute rows that sit in no range are cases named by
+kernel.
 
-Ncu rows for a range also found on a timeline (or in measurements) are attached as evidence (clock, grid,
-occupancy, stalls) rather than counted twice. Everything is kept in :class:`GemmCase` objects (a few hundred at
-most); :func:`gemm_frame` turns them into the ``gemms`` frame.
-
-The package by concern: ``case`` (the case model), ``names`` (range names, dtypes, bytes, kernel classes),
-``ncu_evidence`` (Nsight Compute rows and the device), ``user_ranges`` (the user's own ranges),
-``timeline`` (timeline cases), ``build`` (all together, and the frame). Every public name is importable from here.
+The package by concern: ``parts`` (shape, kernel, timing, ncu evidence, clock), ``case`` (the case and its derived
+numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (where each range sits), ``roles``
+(which call owns an auxiliary kernel), ``calls`` (calls and their aggregation), ``timeline`` (timeline cases),
+``ncu_evidence`` (Nsight Compute rows and the device), ``build`` (all together, and the frame).
 """
 
 from __future__ import annotations
 
 from .build import build_cases, calibrated_peak, gemm_frame
-from .case import LAUNCH_GAP_MAX_NS, GemmCase, context_key, settle_rate
+from .case import LAUNCH_GAP_MAX_NS, GemmCase, case_id, context_key, is_step, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
 from .names import (
@@ -55,22 +51,35 @@ from .names import (
     parse_gemm_name,
 )
 from .ncu_evidence import device_from_frames
-from .user_ranges import MAX_GEMMS_PER_CASE, is_op_range, range_key
+from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Shape, Spread, Timing
+from .timeline import fold_range, kernel_label
+from .user_ranges import is_op_range, range_key
 
 __all__ = [
     "LAUNCH_GAP_MAX_NS",
-    "MAX_GEMMS_PER_CASE",
+    "AuxUse",
+    "Call",
+    "Clock",
     "GemmCase",
+    "KernelInfo",
+    "NcuPart",
+    "Shape",
+    "Spread",
+    "Timing",
     "aux_key",
     "build_cases",
     "calibrated_peak",
+    "case_id",
     "classify_kernel",
     "context_key",
     "device_from_frames",
     "dtype_class",
+    "fold_range",
     "gemm_frame",
     "is_gemm_kernel",
     "is_op_range",
+    "is_step",
+    "kernel_label",
     "min_bytes",
     "name_rate_class",
     "parse_gemm_name",

@@ -11,104 +11,153 @@ from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
 
 from .case import GemmCase, _gemm_key, settle_rate
-from .graph_replay import GraphReplays, graph_replay_cases
-from .names import _serves, aux_key, classify_kernel, parse_gemm_name
+from .graph_replay import captured_ops, replay_kernel_shapes
+from .names import _serves, aux_key, parse_gemm_name
 from .ncu_evidence import (
-    _attach_ncu,
-    _borrow_ncu,
-    _device_for_ncu,
-    _ncu_cases,
-    _ncu_evidence,
-    _ncu_gemm_names,
-    _user_ncu_case,
+    Evidence,
+    attach_ncu,
+    borrow_ncu,
     device_from_frames,
+    gather_evidence,
+    ncu_cases,
+    ncu_gemm_names,
+    same_kernel,
+    tracekit_ncu_case,
 )
-from .timeline import _gemm_ancestor, _loose_timeline_cases, _range_cases
+from .parts import AuxUse, Clock, Shape, Timing
+from .timeline import timeline_cases
 
 
 # --- measurements -------------------------------------------------------------------------------------------------
 def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) -> list[GemmCase]:
+    """``tracekit bench`` measurements: one case per measured GEMM, one call: the median of its timed repeats
+    (each repeat the GEMM once per rotated input set), with the repeats' p10 / p90 where recorded; a measurement
+    keeps no single call, so its GPU time is that call's."""
     meas = frames.get("measurements")
     if meas is None or meas.height == 0:
         return []
     cases = []
     for r in meas.filter(pl.col("status").fill_null("ok") == "ok").iter_rows(named=True):
         parsed = parse_gemm_name(r.get("range")) or {}
+        name = r.get("range") or f"{r.get('backend')} M={r.get('m')} N={r.get('n')} K={r.get('k')}"
         case = GemmCase(
-            origin="measurement",
-            name=r.get("range") or f"{r.get('backend')} M={r.get('m')} N={r.get('n')} K={r.get('k')}",
-            backend=r.get("backend"),
-            op=r.get("op"),
-            m=r.get("m"),
-            n=r.get("n"),
-            k=r.get("k"),
-            dtype_a=r.get("dtype") or parsed.get("dtype_a"),
-            dtype_b=parsed.get("dtype_b") or r.get("dtype"),
-            dtype_out=r.get("dtype_out") or parsed.get("dtype_out"),
-            scale=r.get("scale") or parsed.get("scale"),
+            origin="measurement", name=name, range=r.get("range"), backend=r.get("backend"), op=r.get("op")
         )
+        if r.get("m") and r.get("n") and r.get("k"):
+            case.shape = Shape(
+                r["m"], r["n"], r["k"], None,
+                r.get("dtype") or parsed.get("dtype_a"),
+                parsed.get("dtype_b") or r.get("dtype"),
+                r.get("dtype_out") or parsed.get("dtype_out"),
+                r.get("scale") or parsed.get("scale"),
+                source="measurement",
+            )  # fmt: skip
         case.device = device
         case.measurement_id = r.get("measurement_id")
-        case.timing = r.get("timing")
-        case.time_source = (
-            f"measurement: {case.timing or 'timed'}, median of {r.get('repeats') or '?'} repeats"
+        method = r.get("timing") or "events"
+
+        def us(key: str, r: dict[str, Any] = r) -> float | None:
+            return r[key] * 1e3 if r.get(key) is not None else None
+
+        case.timing = Timing.repeated(
+            us("time_us"),
+            us("aux_time_us") or 0.0,
+            0.0,
+            1,
+            gemm_p10=us("time_us_p10"),
+            gemm_p90=us("time_us_p90"),
+            source=f"measurement:{method}",
+            detail=f"measurement: {method}, median of {r.get('repeats') or '?'} repeats",
         )
-        if r.get("time_us"):
-            case.main_ns = r["time_us"] * 1e3
-        if r.get("aux_time_us"):
-            case.aux_ns = r["aux_time_us"] * 1e3
-        case.sm_clock_hz = r.get("sm_clock_hz")
-        case.clock_source = "NVML mean SM clock during the timing" if case.sm_clock_hz else None
-        case.power_w = r.get("power_w")
-        case.power_limit_w = r.get("power_limit_w")
-        case.throttle_reasons = r.get("throttle_reasons")
+        case.clock = Clock(
+            sm_clock_hz=r.get("sm_clock_hz"),
+            source="NVML mean SM clock during the timing" if r.get("sm_clock_hz") else None,
+            power_w=r.get("power_w"),
+            power_limit_w=r.get("power_limit_w"),
+            throttle_reasons=r.get("throttle_reasons"),
+        )
+        case.key = ("measurement", name, r.get("measurement_id"))
         cases.append(case)
     return cases
-
-
-# --- all together ------------------------------------------------------------------------------------------------
-_LAUNCH_FIELDS = ("main_kernel", "grid_size", "block_size", "registers_per_thread", "smem_per_block_bytes")
 
 
 def _merge_timeline(mc: GemmCase, tc: GemmCase) -> None:
     """A measurement and the timeline of the same range. CUDA-graph timing keeps its times (the timeline, often
     taken under a profiler, lends kernel names and launch configuration); events timing under a profiler carries
-    host overhead in every launch, so the timeline's kernel, auxiliary and idle times replace it."""
-    if mc.timing != "cuda-graph":
-        mc.main_ns, mc.aux_ns, mc.gap_ns, mc.launches = tc.main_ns, tc.aux_ns, tc.gap_ns, tc.launches
-        mc.time_source = f"{tc.time_source} (the {mc.timing or 'untimed'} measurement of the same range is kept as evidence)"
-        mc.aux_kernels = tc.aux_kernels
-    elif not mc.aux_kernels:
-        mc.aux_kernels = tc.aux_kernels
+    host overhead in every launch, so the timeline's calls replace it."""
+    if not mc.timing.source.endswith("cuda-graph"):
+        detail = f"{tc.timing.detail} (the {mc.timing.source.split(':')[-1]} measurement of the same range is kept as evidence)"
+        mc.timing = tc.timing
+        mc.timing.detail = detail
+    elif not mc.timing.aux_kernels:
+        mc.timing.aux_kernels = tc.timing.aux_kernels
     mc.range_ids = tc.range_ids
-    for f in _LAUNCH_FIELDS:
-        if getattr(mc, f) is None:
-            setattr(mc, f, getattr(tc, f))
+    mc.parents = mc.parents or tc.parents
+    mc.kernel.fill(tc.kernel)
 
 
-def _attach_ncu_aux(cases: list[GemmCase], ncu_aux: dict[str, list[dict]]) -> None:
-    """Profiled kernels of ``aux`` ranges: named as the auxiliary kernels of the GEMMs with the same backend, M
-    and K; for GEMMs known only from ncu, their time too (per aux range name, the summed duration over the number
-    of instances, an instance being one launch of each distinct kernel the range holds)."""
-    by_key: dict[tuple[str, int, int], tuple[float, set[str]]] = {}
-    for name, rows in ncu_aux.items():
+def _attach_ncu_aux(cases: list[GemmCase], aux_rows: dict[str, list[dict]]) -> None:
+    """Profiled kernels of tracekit ``aux`` ranges: the auxiliary kernels of the GEMMs they feed (same backend or
+    its family, M and K); for GEMMs known only from ncu, their time too (per aux range name, the summed duration
+    over its instances, an instance being one launch of each distinct kernel the range holds)."""
+    by_key: dict[tuple[str, int, int], tuple[float, dict[str, tuple[str | None, float, int]]]] = {}
+    for name, rows in aux_rows.items():
         key = aux_key(name)
         if key is None:
             continue
-        kernel_names = [r.get("name") or "" for r in rows]
-        distinct = set(kernel_names)
-        instances = max(kernel_names.count(n) for n in distinct)
+        short = [r.get("name") or "" for r in rows]
+        instances = max(short.count(n) for n in set(short))
+        kernel_names = [r.get("demangled_name") or r.get("name") or "" for r in rows]
         ns = sum(r.get("duration_ns") or 0.0 for r in rows) / instances
-        total, names = by_key.get(key, (0.0, set()))
-        by_key[key] = (total + ns, names | distinct)
+        total, names = by_key.get(key, (0.0, {}))
+        for r, kn in zip(rows, kernel_names, strict=True):
+            cls, t, c = names.get(kn, (r.get("kernel_class"), 0.0, 0))
+            names[kn] = (cls, t + (r.get("duration_ns") or 0.0) / instances, c + 1)
+        by_key[key] = (total + ns, names)
     for case in cases:
         key = _gemm_key(case)
-        for akey, (ns, names) in by_key.items() if key is not None else ():
+        if key is None or case.origin != "ncu":
+            continue
+        for akey, (ns, names) in by_key.items():
             if not _serves(akey, key):
                 continue
-            if case.origin == "ncu":
-                case.aux_ns += ns
-            case.aux_kernels = sorted(set(case.aux_kernels) | names)
+            t = case.timing
+            t.aux_ns_total += ns * t.calls
+            if t.median_call is not None:
+                from dataclasses import replace
+
+                t.median_call = replace(t.median_call, aux_ns=t.median_call.aux_ns + ns)
+            for kn, (cls, per, count) in names.items():
+                t.aux_kernels.append(
+                    AuxUse(kn, cls, "quantize" if cls == "quantize" else "other", per * t.calls, count)
+                )
+
+
+def _join_user_ncu(
+    cases: list[GemmCase], ncu: list[GemmCase], rows: dict[tuple, list[dict]], ev: Evidence
+) -> list[GemmCase]:
+    """The user's ranges seen by both tools: a timeline case takes the profiled rows of the same range and kernel
+    (and grid, where both know it) as its evidence; ncu cases with no timeline counterpart stand alone."""
+    alone = []
+    for nc in ncu:
+        _, rng, kname, grid, _block = nc.key
+        match = [
+            c
+            for c in cases
+            if c.user_range
+            and c.origin == "range"
+            and (c.range == rng or c.name == rng)
+            and same_kernel(c.kernel.name, kname)
+            and (c.kernel.grid is None or grid is None or c.kernel.grid == grid)
+        ]
+        if not match:
+            alone.append(nc)
+            continue
+        for tc in match:
+            if tc.counted is None and tc.shape is None:
+                tc.counted = nc.counted
+            attach_ncu(tc, rows[(rng, kname, grid, _block)], ev)
+    return alone
 
 
 def build_cases(
@@ -117,8 +166,9 @@ def build_cases(
     calibration: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
+    kernel_shapes: dict[int, tuple[str, tuple] | None] | None = None,
 ) -> list[GemmCase]:
-    """Every GEMM of a run, with its evidence (see the module docstring for where GEMMs come from).
+    """Every GEMM of a run, with its evidence (see the package docstring for where GEMMs come from).
 
     ``device`` (``--device``: tracekit.devices.lookup_device) replaces the GPU the files name, for every GEMM:
     Nsight Compute CSV exports name only the compute capability, and a user may know better than a report."""
@@ -128,60 +178,36 @@ def build_cases(
     elif (ncu := frames.get("ncu")) is not None and ncu.height:
         # each profiled kernel's own GPU name would win in _device_for_ncu: the flag wins over it
         frames = {**frames, "ncu": ncu.with_columns(pl.lit(None, pl.String).alias("device_name"))}
-    metrics, rules = _ncu_evidence(frames)
-    ncu_by_range, ncu_aux, loose, ncu_user = _ncu_cases(frames, device, metrics, rules)
+    frames = _classified(frames)
+    ev = gather_evidence(frames, device)
+    profiled = ncu_cases(frames, device, ev)
     cases = _measurement_cases(frames, device)
     measured: dict[str, list[GemmCase]] = {}
     for mc in cases:
         measured.setdefault(mc.name, []).append(mc)
-    # GEMM kernels replayed from CUDA graphs outside tracekit's ranges are cases of their own (one per place in
-    # the graph, with the captured operator's shape): a range that replays a graph of two GEMMs is not one GEMM.
-    # With Nsight Compute rows, the user's ranges are explained from those instead.
-    replays, timeline = _graph_replays(frames, device)
-    for case in _range_cases(timeline, device, _ncu_gemm_names(frames, metrics)):
+    if kernel_shapes is None:  # GEMM kernels replayed from CUDA graphs, with the captured operators' shapes
+        kernel_shapes = replay_kernel_shapes(frames)
+    timeline = timeline_cases(frames, device, ncu_gemm_names(frames), kernel_shapes, captured_ops(frames))
+    for case in timeline.cases:
         for mc in measured.get(case.name, []):
             _merge_timeline(mc, case)
         if case.name not in measured:
             cases.append(case)
-    # the user's ranges: a timeline case takes the profiled kernels of the range with the same name as evidence
-    timeline_user = {c.range_name: c for c in cases if c.user_range and c.range_name}
-    for name, (mains, auxs) in ncu_user.items():
-        tc = timeline_user.get(name)
-        if tc is not None:
-            if tc.counted is None and not tc.shape_known:
-                tc.counted = _user_ncu_case(name, mains, auxs, device, metrics, rules).counted
-            _attach_ncu(tc, mains, metrics, rules)
-            tc.ncu_rules = [x for r in mains + auxs for x in rules.get(r["ncu_id"], [])]
-        else:
-            cases.append(_user_ncu_case(name, mains, auxs, device, metrics, rules))
-    _borrow_ncu(cases, frames, metrics, rules)
+    cases.extend(_join_user_ncu(cases, profiled.user, profiled.user_rows, ev))
+    borrow_ncu(cases, frames, ev)
     names = {c.name for c in cases}
-    for name, rows in ncu_by_range.items():
+    for name, rows in profiled.by_range.items():
         if name in names:
             for c in cases:
                 if c.name == name:
-                    _attach_ncu(c, rows, metrics, rules)
+                    attach_ncu(c, rows, ev)
             continue
-        parsed = parse_gemm_name(name) or {}
-        case = GemmCase(origin="ncu", name=name, **parsed)
-        case.device = _device_for_ncu(rows[0], device)
-        case.device_name = rows[0].get("device_name")
-        mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
-        auxs = [r for r in rows if r not in mains]
-        case.launches = len(mains)
-        case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / len(mains)
-        case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / len(mains)
-        case.aux_kernels = sorted({r.get("name") for r in auxs if r.get("name")})
-        case.time_source = "Nsight Compute: duration of each profiled launch (kernel replay)"
-        _attach_ncu(case, rows, metrics, rules)
-        cases.append(case)
-    _attach_ncu_aux(cases, ncu_aux)
-    cases.extend(loose)
+        cases.append(tracekit_ncu_case(name, rows, device, ev))
+    _attach_ncu_aux(cases, profiled.aux_rows)
+    cases.extend(profiled.loose)
     foreign = not any(c.origin == "measurement" or (c.origin == "range" and not c.user_range) for c in cases)
-    cases.extend(replays.cases)
     if foreign and (frames.get("ncu") is None or frames["ncu"].height == 0):
-        owned = {rid for c in cases if c.user_range and not c.graph_replay for rid in c.range_ids}
-        cases.extend(_loose_timeline_cases(frames, device, owned, skip=replays.kernel_ids))
+        cases.extend(timeline.loose)
     for case in cases:
         if case.device is None or given is not None:
             case.device = device
@@ -193,22 +219,22 @@ def build_cases(
     return cases
 
 
-def _graph_replays(
-    frames: dict[str, pl.DataFrame], device: DeviceSpec | None
-) -> tuple[GraphReplays, dict[str, pl.DataFrame]]:
-    """The cases of GEMM kernels replayed from CUDA graphs outside tracekit's GEMM ranges (none when the run has
-    Nsight Compute rows), and the frames the range cases read: without those kernels."""
-    ncu, ranges, kernels = frames.get("ncu"), frames.get("ranges"), frames.get("kernels")
-    if (ncu is not None and ncu.height) or kernels is None or kernels.height == 0:
-        return GraphReplays(), frames
-    owned: set[int] = set()
-    if ranges is not None and ranges.height:
-        owned = set(_gemm_ancestor(ranges))  # tracekit's GEMM ranges and what is under them
-    replays = graph_replay_cases(frames, device, owned)
-    if not replays.kernel_ids:
-        return replays, frames
-    rest = kernels.filter(~pl.col("kernel_id").is_in(list(replays.kernel_ids)))
-    return replays, {**frames, "kernels": rest}
+def _classified(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """The frames with every kernel's class: a run imported by this version has them; frames made otherwise
+    (older runs read without migration, tests) are classified here."""
+    kernels = frames.get("kernels")
+    ncu = frames.get("ncu")
+    need = any(
+        df is not None
+        and df.height
+        and ("kernel_class" not in df.columns or df["kernel_class"].null_count() == df.height)
+        for df in (kernels, ncu)
+    )
+    if not need:
+        return frames
+    from ..taxonomy.frames import classify_frames
+
+    return {**frames, **{k: v for k, v in classify_frames(frames).items() if k in ("kernels", "ncu")}}
 
 
 def calibrated_peak(calibration: dict[str, Any], cls: str | None) -> float | None:
@@ -226,11 +252,13 @@ def calibrated_peak(calibration: dict[str, Any], cls: str | None) -> float | Non
 def gemm_frame(
     cases: list[GemmCase], verdicts: dict[int, tuple[str | None, float | None]] | None = None
 ) -> pl.DataFrame:
-    """The ``gemms`` frame: one row per case (``verdicts`` maps case index -> (verdict, gain %))."""
+    """The ``gemms`` frame: one row per case (``verdicts`` maps case index -> (verdict, gain %)). Times are per
+    call: the mean over the case's calls (total / calls), so FLOPs / time is the rate."""
     rows = []
     for i, c in enumerate(cases):
         peak = c.peak_tflops
         ach = c.achieved_tflops
+        t = c.timing
         verdict, gain = (verdicts or {}).get(i, (None, None))
         rows.append(
             {
@@ -245,13 +273,13 @@ def gemm_frame(
                 "k": c.k,
                 "dtype_a": c.dtype_a,
                 "dtype_b": c.dtype_b,
-                "dtype_out": c.dtype_out,
-                "scale": c.scale,
+                "dtype_out": c.shape.dtype_out if c.shape else None,
+                "scale": c.shape.scale if c.shape else None,
                 "dtype_class": c.dtype_class,
                 "launches": c.launches,
-                "time_source": c.time_source,
-                "main_kernel": c.main_kernel,
-                "aux_kernels": list(c.aux_kernels) or None,
+                "time_source": t.detail,
+                "main_kernel": c.kernel.name,
+                "aux_kernels": [u.name for u in t.aux_kernels] or None,
                 "device_name": c.device_name,
                 "device_key": c.device.key if c.device else None,
                 "flops": c.flops,
@@ -260,31 +288,31 @@ def gemm_frame(
                 "counted_flops": c.counted.flops if c.counted else None,
                 "min_bytes": c.bytes_min,
                 "intensity_flops_per_byte": c.intensity,
-                "main_time_ns": c.main_ns,
-                "aux_time_ns": c.aux_ns,
-                "gap_time_ns": c.gap_ns,
+                "main_time_ns": t.gemm_ns,
+                "aux_time_ns": t.aux_ns,
+                "gap_time_ns": t.gap_ns,
                 "kernel_tflops": c.kernel_tflops,
                 "achieved_tflops": ach,
                 "achieved_estimate": c.achieved_estimate,
                 "peak_tflops": peak,
                 "peak_source": c.device.peak_source(c.dtype_class) if c.device and peak else None,
                 "calibrated_tflops": c.calibrated_tflops,
-                "pct_of_peak": 100.0 * ach / peak if ach and peak else None,
+                "pct_of_peak": min(100.0, 100.0 * ach / peak) if ach and peak else None,
                 "pct_of_calibrated": 100.0 * ach / c.calibrated_tflops
                 if ach and c.calibrated_tflops
                 else None,
                 "roofline_bound": c.bound,
                 "memory_roof_tflops": c.memory_roof_tflops,
-                "sm_clock_hz": c.sm_clock_hz,
-                "clock_source": c.clock_source,
-                "power_w": c.power_w,
-                "power_limit_w": c.power_limit_w,
-                "throttle_reasons": c.throttle_reasons,
-                "grid_size": c.grid_size,
-                "block_size": c.block_size,
-                "registers_per_thread": c.registers_per_thread,
-                "smem_per_block_bytes": c.smem_per_block_bytes,
-                "ncu_id": c.ncu_id,
+                "sm_clock_hz": c.clock.sm_clock_hz,
+                "clock_source": c.clock.source,
+                "power_w": c.clock.power_w,
+                "power_limit_w": c.clock.power_limit_w,
+                "throttle_reasons": c.clock.throttle_reasons,
+                "grid_size": c.kernel.grid,
+                "block_size": c.kernel.block,
+                "registers_per_thread": c.kernel.registers,
+                "smem_per_block_bytes": c.kernel.smem_bytes,
+                "ncu_id": c.ncu.ncu_id if c.ncu else None,
                 "measurement_id": c.measurement_id,
                 "verdict": verdict,
                 "verdict_gain_pct": gain,

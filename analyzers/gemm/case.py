@@ -1,8 +1,16 @@
-"""The GEMM case model: :class:`GemmCase` (one GEMM and all evidence about it) and how a range's context
-is keyed (:func:`context_key`)."""
+"""The GEMM case model: :class:`GemmCase`, one GEMM as the user ran it, made of separate parts (shape, kernel,
+timing, Nsight Compute evidence, clock, device: :mod:`.parts`), and how range names are keyed
+(:func:`context_key`, :func:`fold_range`).
+
+A case's key is its origin, the innermost user range it ran in (index suffixes folded), the GEMM kernel's
+signature (name, grid, block) and its shape where known; the ranges around it are listed (``parents``), not part
+of the key. Everything numeric about a case derives from its parts: FLOPs from the shape (else Nsight Compute's
+counters, else the profiler's own count), the rates from the timing, the peak from the device and the rate class.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,106 +18,158 @@ from typing import Any
 from tracekit.devices import DeviceSpec
 
 from ..flops import CountedFlops
-from .names import dtype_class, min_bytes, name_rate_class
+from .names import dtype_class, name_rate_class
+from .parts import Clock, KernelInfo, NcuPart, Shape, Timing
 
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
 
 def context_key(parent_name: str | None) -> str | None:
-    """The enclosing range's name, without the counter when it is a training or serving step (``step i=7`` ->
-    ``step``, ``ProfilerStep#12`` -> ``ProfilerStep``): one GEMM called in every step of a loop is one case, not
-    one per step. Other names stay whole (a GEMM in ``layer i=3`` is its own case)."""
+    """A range name without the counter when it is a training or serving step (``step i=7`` -> ``step``,
+    ``ProfilerStep#12`` -> ``ProfilerStep``): one GEMM called in every step of a loop is one case, not one per
+    step. Other names stay whole (a GEMM in ``layer i=3`` is its own case)."""
     if parent_name is None:
         return None
     m = _STEP.fullmatch(parent_name.strip())
     return (m.group(1) or m.group(2)) if m else parent_name
 
 
+def is_step(name: str | None) -> bool:
+    """Whether a range is a training or serving step of a loop (``ProfilerStep#3``, ``step i=7``)."""
+    return bool(name) and bool(_STEP.fullmatch(name.strip()))  # type: ignore[union-attr]
+
+
 LAUNCH_GAP_MAX_NS = 1_000_000
-"""Idle time between two consecutive launches of a GEMM counts as a launch gap only below this (1 ms): longer
-pauses are deliberate (host work, sleeps, synchronisation), not launch overhead."""
+"""Idle GPU time counts as a launch gap only in stretches below this (1 ms), inside a call and between two
+consecutive calls of a case: longer pauses are deliberate (host work, sleeps, synchronisation, a module loaded on
+the first call), not launch overhead."""
+
+
+def case_id(*key: Any) -> str:
+    """A short stable id of a case's key: the first 12 hex digits of the SHA-1 of its text."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
 @dataclass
 class GemmCase:
-    """One GEMM (a range name in its context, a measurement, or a profiled kernel) and all evidence about it.
+    """One GEMM as the user ran it, and all evidence about it.
 
-    Times are per launch, in nanoseconds: ``main_ns`` the GEMM's own kernels, ``aux_ns`` auxiliary kernels in
-    its range, ``gap_ns`` idle time between them and between consecutive launches.
-    """
+    ``origin``: measurement | range (a timeline) | ncu (Nsight Compute rows) | ncu-kernel | kernel (a GEMM kernel
+    in no case range, named by kernel). ``range`` is the innermost user range (folded), ``parents`` the ranges
+    around it outermost first, ``position`` the 1-based order of first launch among the range's GEMMs (None when
+    it is the range's only one). ``user_range``: the range is the user's own (not one tracekit named)."""
 
-    origin: str  # measurement | range | ncu | ncu-kernel
+    origin: str
     name: str
-    context: str | None = None
+    range: str | None = None
+    parents: list[str] = field(default_factory=list)
+    position: int | None = None
+    user_range: bool = False
+    graph_replay: bool = False
     backend: str | None = None
     op: str | None = None
-    m: int | None = None
-    n: int | None = None
-    k: int | None = None
-    dtype_a: str | None = None
-    dtype_b: str | None = None
-    dtype_out: str | None = None
-    batch: int | None = (
-        None  # batched GEMMs (bmm, baddbmm, _grouped_mm): FLOPs and bytes are per batch x this
-    )
-    scale: str | None = None
-    launches: int = 1
-    time_source: str | None = None  # where main / aux / gap times came from (shown as evidence)
-    timing: str | None = None  # a measurement's timing method: cuda-graph | events
-    main_ns: float | None = None
-    aux_ns: float = 0.0
-    gap_ns: float = 0.0
-    main_kernel: str | None = None
-    aux_kernels: list[str] = field(default_factory=list)
+    shape: Shape | None = None
+    kernel: KernelInfo = field(default_factory=KernelInfo)
+    timing: Timing = field(default_factory=Timing)
+    ncu: NcuPart | None = None
+    counted: CountedFlops | None = None  # Nsight Compute's count of the kernel's math, per call
+    dram_bytes: float | None = None  # DRAM bytes the kernel moved (ncu), per call
+    profiler_flops: float | None = None  # the profiler's own FLOP count per call (Kineto ``flops``)
+    clock: Clock = field(default_factory=Clock)
     device: DeviceSpec | None = None
     device_name: str | None = None
-    # launch configuration of the main kernel (timeline or ncu)
-    grid_size: int | None = None
-    block_size: int | None = None
-    registers_per_thread: int | None = None
-    smem_per_block_bytes: int | None = None
-    # clock / power (NVML for measurements; ncu gpc clock for profiled kernels)
-    sm_clock_hz: float | None = None
-    clock_source: str | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    throttle_reasons: int | None = None
-    # evidence rows
-    ncu: dict[str, Any] | None = None
-    ncu_metrics: dict[str, float] = field(default_factory=dict)
-    ncu_rules: list[dict[str, Any]] = field(default_factory=list)
-    ncu_id: int | None = None
     measurement_id: int | None = None
     range_ids: list[int] = field(default_factory=list)
-    achieved_estimate: str | None = None  # set when TFLOP/s had to be estimated (no shape)
-    estimated_tflops: float | None = None
+    key: tuple[Any, ...] = ()
+    flops_note: str | None = None  # why FLOPs are unknown and what to capture, where the case can tell
+    estimated_tflops: float | None = None  # the kernel's rate estimated from pipe activity (no FLOP count)
+    achieved_estimate: str | None = None  # how it was estimated
     calibrated_tflops: float | None = None
-    # without a shape: what Nsight Compute counted (per launch of the main kernel), the profiler's own FLOP
-    # count (Kineto ``flops``), and DRAM bytes the main kernel moved (ncu)
-    counted: CountedFlops | None = None
-    profiler_flops: float | None = None
-    dram_bytes: float | None = None
-    user_range: bool = False  # the case is the user's own NVTX / record_function range
-    range_name: str | None = None  # the range's own name when ``name`` adds the shape to it
-    ncu_borrowed_from: str | None = None  # range whose profiled launch of the same kernel is the evidence
+    notes: list[str] = field(default_factory=list)
     rate_override: tuple[str | None, str, str | None] | None = (
         None  # set by settle_rate: (class, source, note)
     )
     peak_unknown: str | None = None  # why no peak is used (set by settle_rate)
     peak_scale: float = 1.0  # the datasheet peak scaled to the GPU's maximum clock (set by settle_rate)
     peak_note: str | None = None  # why the peak is scaled
-    graph_replay: bool = False  # its launches were replayed from a CUDA graph (graph_replay.py)
-    flops_note: str | None = None  # why FLOPs are unknown and what to capture, where the case can tell
 
-    # -- derived quantities --------------------------------------------------------------------------------
+    # -- the parts' most used fields -------------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return case_id(*(self.key or (self.origin, self.name, self.range, self.kernel.name)))
+
+    @property
+    def m(self) -> int | None:
+        return self.shape.m if self.shape else None
+
+    @property
+    def n(self) -> int | None:
+        return self.shape.n if self.shape else None
+
+    @property
+    def k(self) -> int | None:
+        return self.shape.k if self.shape else None
+
+    @property
+    def batch(self) -> int | None:
+        return self.shape.batch if self.shape else None
+
+    @property
+    def dtype_a(self) -> str | None:
+        return self.shape.dtype_a if self.shape else None
+
+    @property
+    def dtype_b(self) -> str | None:
+        return self.shape.dtype_b if self.shape else None
+
+    @property
+    def main_kernel(self) -> str | None:
+        return self.kernel.name
+
+    @property
+    def launches(self) -> int:
+        """GEMM kernel launches over all calls."""
+        return self.timing.launches
+
+    @property
+    def calls(self) -> int:
+        return self.timing.calls
+
+    @property
+    def context(self) -> str | None:
+        """The range the case sits in when its name does not say it (``aten::mm M=.. [serve/decode]``), else
+        the innermost range around that."""
+        if self.range and self.range not in self.name:
+            return self.range
+        return self.parents[-1] if self.parents else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.context}]" if self.context else self.name
+
+    def metric(self, name: str) -> float | None:
+        """A numeric Nsight Compute metric of the case's kernel (None without a profile)."""
+        return self.ncu.metric(name) if self.ncu is not None else None
+
+    # -- derived quantities --------------------------------------------------------------------------------------
     @property
     def shape_known(self) -> bool:
-        return bool(self.m and self.n and self.k)
+        return self.shape is not None
+
+    @property
+    def flops(self) -> float | None:
+        """FLOPs per call: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile padding
+        included), else the profiler's own count."""
+        if self.shape is not None:
+            return self.shape.flops
+        if self.counted is not None:
+            return self.counted.flops
+        return self.profiler_flops or None
 
     @property
     def flops_source(self) -> str:
         """Where :attr:`flops` came from: shape | ncu-counters | profiler-flops | none."""
-        if self.shape_known:
+        if self.shape is not None:
             return "shape"
         if self.counted is not None:
             return "ncu-counters"
@@ -118,25 +178,26 @@ class GemmCase:
         return "none"
 
     @property
-    def dtype_source(self) -> str:
-        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | achieved-rate | none."""
-        return self.rate()[1]
+    def flops_total(self) -> float | None:
+        f = self.flops
+        return f * self.timing.calls if f and self.timing.calls else None
 
     @property
     def padding_ratio(self) -> float | None:
         """Counted (executed) FLOPs over the shape's useful 2*M*N*K, when both are known (> 1: tile padding)."""
-        if self.shape_known and self.counted is not None and self.counted.flops:
-            return self.counted.flops / (2.0 * self.m * self.n * self.k)  # type: ignore[operator]
+        if self.shape is not None and self.counted is not None and self.counted.flops:
+            return self.counted.flops / self.shape.flops
         return None
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} [{self.context}]" if self.context else self.name
 
     @property
     def dtype_class(self) -> str | None:
         """The rate class the GEMM is rated against (:meth:`rate`)."""
         return self.rate()[0]
+
+    @property
+    def dtype_source(self) -> str:
+        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | achieved-rate | none."""
+        return self.rate()[1]
 
     def rate(self) -> tuple[str | None, str, str | None]:
         """(rate class, where it came from, a note when it is not what the shape says). The shape's input types
@@ -148,7 +209,7 @@ class GemmCase:
         shape = dtype_class(self.dtype_a, self.dtype_b)
         counted = self.counted.dtype_class if self.counted is not None else None
         if shape is not None:
-            if shape == "fp32" and (counted == "tf32" or name_rate_class(self.main_kernel) == "tf32"):
+            if shape == "fp32" and (counted == "tf32" or name_rate_class(self.kernel.name) == "tf32"):
                 by = "ncu-counters" if counted == "tf32" else "kernel-name"
                 what = (
                     "Nsight Compute's tensor counters show"
@@ -166,25 +227,12 @@ class GemmCase:
             return shape, "shape", None
         if counted:
             return counted, "ncu-counters", None
-        named = name_rate_class(self.main_kernel)
+        named = name_rate_class(self.kernel.name)
         return (named, "kernel-name", None) if named else (None, "none", None)
 
     @property
-    def flops(self) -> float | None:
-        """FLOPs per launch: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile
-        padding included), else the profiler's own count."""
-        if self.m and self.n and self.k:
-            return 2.0 * self.m * self.n * self.k * (self.batch or 1)
-        if self.counted is not None:
-            return self.counted.flops
-        return self.profiler_flops or None
-
-    @property
     def bytes_min(self) -> float | None:
-        if not (self.m and self.n and self.k):
-            return None
-        one = min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
-        return one * (self.batch or 1)
+        return self.shape.bytes_min if self.shape is not None else None
 
     @property
     def bytes_moved(self) -> float | None:
@@ -203,23 +251,21 @@ class GemmCase:
         return f / b if f and b else None
 
     @property
-    def total_ns(self) -> float | None:
-        return self.main_ns + self.aux_ns + self.gap_ns if self.main_ns else None
-
-    @property
     def kernel_tflops(self) -> float | None:
-        """FLOPs over the GEMM's own kernel time."""
-        if self.flops and self.main_ns:
-            return self.flops / self.main_ns / 1e3
+        """The kernel rate: sum of FLOPs / sum of GEMM time (the GEMM kernel and its split-K reduce)."""
+        f, g = self.flops, self.timing.gemm_ns_total
+        if f and g and self.timing.calls:
+            return f * self.timing.calls / g / 1e3
         return self.estimated_tflops
 
     @property
     def achieved_tflops(self) -> float | None:
-        """FLOPs over the whole range: own kernels, auxiliary kernels and launch gaps."""
-        if self.flops and self.total_ns:
-            return self.flops / self.total_ns / 1e3
-        if self.estimated_tflops is not None and self.main_ns:
-            return self.estimated_tflops * self.main_ns / (self.main_ns + self.aux_ns + self.gap_ns)
+        """achieved: sum of FLOPs / sum of call spans (GEMM + auxiliary kernels + gaps)."""
+        t = self.timing
+        if self.flops and t.calls and t.span_ns_total:
+            return self.flops * t.calls / t.span_ns_total / 1e3
+        if self.estimated_tflops is not None and t.gemm_ns_total:
+            return self.estimated_tflops * t.gemm_ns_total / t.span_ns_total
         return None
 
     @property
@@ -242,18 +288,11 @@ class GemmCase:
             return None
         return "memory" if roof < peak else "compute"
 
-    def metric(self, name: str) -> float | None:
-        """A numeric ncu metric of the main kernel (named column of ``ncu`` first, then ``ncu_metrics``)."""
-        if self.ncu and self.ncu.get(name) is not None:
-            value = self.ncu[name]
-            return float(value) if isinstance(value, int | float) else None
-        return self.ncu_metrics.get(name)
-
 
 def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
-    return (
-        (case.backend, case.m, case.k) if case.backend and case.m is not None and case.k is not None else None
-    )
+    """(backend, M, K) of a tracekit GEMM: the aux ranges (quantize) that feed it name the same three."""
+    m, k = case.m, case.k
+    return (case.backend, m, k) if case.backend and m is not None and k is not None else None
 
 
 def settle_rate(case: GemmCase) -> None:

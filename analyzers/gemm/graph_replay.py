@@ -1,5 +1,6 @@
-"""GEMM kernels replayed from CUDA graphs, as cases of the range that replays them, with the shapes of the
-operators the graph recorded when it was captured.
+"""GEMM kernels replayed from CUDA graphs: which kernels they are, and the shapes of the operators the graph
+recorded when it was captured. The timeline's cases (timeline.py) make each one a call of the range that replays
+it, with the captured shape where one matches, else ``FLOPs unknown (CUDA graph replay)``.
 
 A replay (``cudaGraphLaunch``) is one launch call whose kernels all carry its correlation id: CUPTI's runtime
 record links every kernel of the graph to the call, so the join already puts them in the innermost range open on
@@ -23,29 +24,17 @@ Compute profiles replayed kernels one by one and counts their math.
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
-
 import polars as pl
 
-from tracekit.devices import DeviceSpec
-
-from .case import GemmCase, context_key
+from .case import context_key
 from .names import is_gemm_kernel
 from .user_ranges import range_key
 
 NO_SHAPE_NOTE = "FLOPs unknown (CUDA graph replay): capture with --ncu"
 """What a replayed GEMM without a captured shape says (the explainer's note, ``flops_note``)."""
 
-_SHAPE = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch")
-
-
-@dataclass
-class GraphReplays:
-    """The cases of replayed GEMM kernels and the kernels they took (kept out of the by-name cases)."""
-
-    cases: list[GemmCase] = field(default_factory=list)
-    kernel_ids: set[int] = field(default_factory=set)
+_SHAPE = ("m", "n", "k", "batch", "dtype_a", "dtype_b", "dtype_out")
+"""A captured operator's dims, in the order the timeline's shaped ranges give them."""
 
 
 def _replayed_gemms(kernels: pl.DataFrame, owned: set[int]) -> pl.DataFrame:
@@ -99,7 +88,12 @@ def _captures(ranges: pl.DataFrame, kernels: pl.DataFrame) -> list[dict]:
             dims = tuple(row[c] for c in _SHAPE)
             shapes.append((range_key(row["name"]), dims) if row["m"] and row["n"] and row["k"] else None)
         out.append(
-            {"where": (part["source"][0], part["pid"][0]), "end": part["end_ns"].max(), "shapes": shapes}
+            {
+                "where": (part["source"][0], part["pid"][0]),
+                "end": part["end_ns"].max(),
+                "shapes": shapes,
+                "ids": part["range_id"].to_list(),
+            }
         )
     return out
 
@@ -121,20 +115,16 @@ def _shapes_for(sig_rows: pl.DataFrame, captures: list[dict]) -> list | None:
     return fits[0]
 
 
-def graph_replay_cases(
-    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, owned: set[int] | None = None
-) -> GraphReplays:
-    """One case per GEMM kernel of a replayed graph in the range that replays it (its place in the graph and
-    the range's name, context-keyed, make the case; every replay is one launch of it), named by the captured
-    operator's shape where one matches, else by kernel with :data:`NO_SHAPE_NOTE`. ``owned``: range ids that
-    belong to other cases (their kernels are left alone)."""
-    out = GraphReplays()
+def replay_kernel_shapes(frames: dict[str, pl.DataFrame]) -> dict[int, tuple[str, tuple] | None]:
+    """Every GEMM kernel replayed from a CUDA graph (a launch call that ran two or more kernels), by kernel id:
+    the captured operator's name and dims (:data:`_SHAPE`) where the capture matches unambiguously (module
+    docstring), else None (replayed, shape unknown). Kernels of no replay are absent."""
     kernels, ranges = frames.get("kernels"), frames.get("ranges")
     if kernels is None or kernels.height == 0 or "correlation_id" not in kernels.columns:
-        return out
-    ks = _replayed_gemms(kernels, owned or set())
+        return {}
+    ks = _replayed_gemms(kernels, set())
     if ks.height == 0:
-        return out
+        return {}
     names: dict[int, str] = {}
     captures: list[dict] = []
     if ranges is not None and ranges.height:
@@ -147,77 +137,27 @@ def graph_replay_cases(
         schema={"range_id": ks.schema["range_id"], "_where": pl.String},
     )
     ks = ks.join(sig, on="_g").join(holder_names, on="range_id", how="left")
-    # every replay of one graph in ranges of one name (a step counter folded: ``step i=7``) is one case per place
+    # every replay of one graph in ranges of one name (a step counter folded: ``step i=7``) shares its shapes
     ks = ks.with_columns(pl.col("_where").map_elements(context_key, return_dtype=pl.String).alias("_ctx"))
-    for (_, ctx), part in ks.group_by(["_sigkey", "_ctx"], maintain_order=True):
+    out: dict[int, tuple[str, tuple] | None] = {}
+    for _, part in ks.group_by(["_sigkey", "_ctx"], maintain_order=True):
         shapes = _shapes_for(part, captures)
         if shapes is None and part["name"].n_unique() == 1:
-            continue  # one GEMM kernel looped in a graph: the range around it is that GEMM's case (user_ranges)
-        holders = part["range_id"].drop_nulls().unique().sort().to_list()
-        where = part["_where"].drop_nulls().first() if holders else None
-        # one case per GEMM: its captured shape and kernel where matched, else its kernel and grid
-        grids = ["grid_x", "grid_y", "grid_z"]
-        ordered = part.sort("_pos", "start_ns")
-        shape_keys = [repr(shapes[i]) if shapes else "" for i in ordered["_pos"].to_list()]
-        keyed = ordered.with_columns(
-            pl.Series("_shape", shape_keys, dtype=pl.String),
-            *[pl.col(c) if c in part.columns else pl.lit(None).alias(c) for c in grids],
-        )
-        for _, rows in keyed.group_by(["_shape", "name", *grids], maintain_order=True):
-            first = rows.row(0, named=True)
-            shape = shapes[first["_pos"]] if shapes else None
-            out.cases.append(_case(rows, first, shape, ctx, where, holders, device))
-            out.kernel_ids.update(rows["kernel_id"].to_list())
+            # one GEMM kernel per launch call: a graph looping one GEMM, or a library launching a GEMM and its
+            # helpers under one call; the range around it says what it is, as for any launch
+            continue
+        for kid, pos in part.select("kernel_id", "_pos").iter_rows():
+            out[kid] = shapes[pos] if shapes else None
     return out
 
 
-def _case(
-    rows: pl.DataFrame,
-    first: dict,
-    shape: tuple | None,
-    ctx: str | None,
-    where: str | None,
-    holders: list[int],
-    device: DeviceSpec | None,
-) -> GemmCase:
-    """The case of one replayed GEMM: every launch of it in every replay (``rows``), named by the captured
-    operator's shape, else by its kernel with :data:`NO_SHAPE_NOTE`."""
-    if shape is not None:
-        op, (m, n, k, da, db, do, batch) = shape
-        label = f"{op} M={m} N={n} K={k}" + (f" batch={batch}" if batch and batch > 1 else "")
-        case = GemmCase(
-            origin="range", name=label, context=ctx, m=m, n=n, k=k, dtype_a=da, dtype_b=db, dtype_out=do,
-            batch=batch,
-        )  # fmt: skip
-        case.op = op.split("::")[-1]
-    else:
-        case = GemmCase(origin="range", name=first["name"], context=ctx)
-        case.flops_note = NO_SHAPE_NOTE
-    case.user_range = True
-    case.range_name = ctx  # the user's range that replays the graph: the GEMM's innermost range
-    case.graph_replay = True
-    case.device = device
-    case.main_kernel = first["name"]
-    case.launches = rows.height
-    durations = [d for d in rows["duration_ns"].to_list() if d is not None]
-    case.main_ns = statistics.median(durations) if durations else None
-    case.range_ids = holders
-    _launch_config(case, first)
-    case.time_source = (
-        "timeline: kernel durations of the GEMM's launches replayed from a CUDA graph (cudaGraphLaunch)"
-        + (f" inside {where!r}" if where else "")
-        + ("; shape of the operator recorded when the graph was captured" if shape is not None else "")
-    )
-    return case
-
-
-def _launch_config(case: GemmCase, row: dict) -> None:
-    grid = [row.get(c) for c in ("grid_x", "grid_y", "grid_z")]
-    block = [row.get(c) for c in ("block_x", "block_y", "block_z")]
-    if all(g is not None for g in grid):
-        case.grid_size = int(grid[0] * grid[1] * grid[2])
-    if all(b is not None for b in block):
-        case.block_size = int(block[0] * block[1] * block[2])
-    case.registers_per_thread = row.get("registers_per_thread")
-    smem = (row.get("static_smem_bytes") or 0) + (row.get("dynamic_smem_bytes") or 0) or row.get("smem_bytes")
-    case.smem_per_block_bytes = smem or None
+def captured_ops(frames: dict[str, pl.DataFrame]) -> set[int]:
+    """Range ids of the GEMM operators recorded while a CUDA graph was captured (kernel-less by nature: stream
+    capture records the launches), where the run replays a graph; empty otherwise. They are not calls whose
+    kernel was sampled out."""
+    kernels, ranges = frames.get("kernels"), frames.get("ranges")
+    if kernels is None or ranges is None or ranges.height == 0 or "correlation_id" not in kernels.columns:
+        return set()
+    if _replayed_gemms(kernels, set()).height == 0:
+        return set()
+    return {rid for c in _captures(ranges, kernels) for rid in c["ids"]}

@@ -1,9 +1,18 @@
-"""Nsight Compute evidence for GEMM cases: the device a row ran on, the metrics and ncu rules attached to a
-case, cases from ncu rows alone (tracekit's ranges, the user's ranges, or one kernel each), and borrowing ncu
-rows for cases found on a timeline."""
+"""Nsight Compute evidence for GEMM cases: the device a row ran on, the evidence attached to a case
+(:func:`attach_ncu`), cases from ncu rows alone (:func:`ncu_cases`: tracekit's ranges, the user's ranges, kernels in
+no range), whether a report ran at locked clocks, and borrowing the rows of the same kernel and grid for a
+timeline case whose own launches were not profiled.
+
+Profiled rows are calls too: in a user range, the profiled launches in profiling order form the range's sequence;
+each GEMM launch is a call and owns its split-K reduce, the quantize before it and the activation after it by
+the same rules as a timeline's kernels (:mod:`.roles`); a call's times are the kernels' replay durations (no gaps:
+kernel replay serialises them).
+"""
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -15,9 +24,14 @@ from tracekit.records import gpu_of
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
 from ..taxonomy.frames import ncu_evidence
-from .case import GemmCase
+from .calls import ROLE
+from .case import GemmCase, context_key
 from .names import aux_key, classify_kernel, parse_gemm_name
-from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range
+from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Shape, Timing
+from .roles import assign
+from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range, range_key
+
+NCU_DETAIL = "Nsight Compute: duration of each profiled launch (kernel replay)"
 
 
 # --- devices ------------------------------------------------------------------------------------------------------
@@ -54,7 +68,7 @@ def _device_for_ncu(row: dict[str, Any], fallback: DeviceSpec | None) -> DeviceS
     return fallback
 
 
-# --- ncu evidence -------------------------------------------------------------------------------------------------
+# --- the evidence ---------------------------------------------------------------------------------------------------
 _EXTRA_METRIC_PREFIXES = (
     "smsp__average_warps_issue_stalled_",
     "smsp__pcsamp_warps_issue_stalled_",
@@ -64,6 +78,7 @@ _EXTRA_METRIC_PREFIXES = (
     "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed",
     "launch__occupancy_limit_",
     "launch__cluster_size",
+    "launch__cluster_max_active",
     "sm__maximum_warps_per_active_cycle_pct",
     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     "dram__bytes.sum.per_second",
@@ -73,30 +88,83 @@ _EXTRA_METRIC_PREFIXES = (
 )
 
 
-def _ncu_evidence(
-    frames: dict[str, pl.DataFrame],
-) -> tuple[dict[int, dict[str, float]], dict[int, list[dict]]]:
-    metrics: dict[int, dict[str, float]] = {}
+@dataclass
+class Evidence:
+    """A run's Nsight Compute numbers by profiled kernel: the metrics the rules read, the report's rules, and the
+    reports whose kernels all ran at one locked clock (source -> why)."""
+
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    rules: dict[int, list[dict]] = field(default_factory=dict)
+    locked: dict[str, str] = field(default_factory=dict)
+
+
+LOCKED_SPREAD = 0.03
+"""A report's kernels whose SM clocks all sit within this of their median ran at one fixed clock."""
+LOCKED_BELOW_BOOST = 0.9
+"""A fixed clock below this fraction of the GPU's boost clock is a locked one (Nsight Compute's base clock, or an
+application clock), not what the application sees."""
+
+
+def _locked_reports(ncu: pl.DataFrame | None, device: DeviceSpec | None) -> dict[str, str]:
+    """Per report (``source``): why its clocks count as locked, when they do: the report says ``--clock-control
+    base``, or two or more kernels ran at one clock well below the GPU's boost and the report does not say
+    ``--clock-control none`` (unlocked clocks that sit at one value under a sustained load are a power or thermal
+    limit: an 8192^3 bf16 GEMM on the H200 holds 1551 MHz of 1980 at 700 W)."""
+    out: dict[str, str] = {}
+    if ncu is None or ncu.height == 0 or "sm_clock_hz" not in ncu.columns:
+        return out
+    for (source,), part in ncu.group_by(["source"]):
+        clocks = [c for c in part["sm_clock_hz"].to_list() if c]
+        control = (
+            {c for c in part["clock_control"].drop_nulls().to_list()}
+            if "clock_control" in part.columns
+            else set()
+        )
+        boost = part["boost_clock_hz"].drop_nulls().max() if "boost_clock_hz" in part.columns else None
+        boost = boost or (device.boost_clock_hz if device else None)
+        if not clocks:
+            continue
+        mid = statistics.median(clocks)
+        if control == {"base"}:
+            out[str(source)] = f"the report was taken with --clock-control base ({mid / 1e6:.0f} MHz)"
+        elif (
+            "none" not in control
+            and len(clocks) >= 2
+            and boost
+            and mid < LOCKED_BELOW_BOOST * boost  # type: ignore[operator]
+            and max(abs(c / mid - 1) for c in clocks) <= LOCKED_SPREAD
+        ):
+            out[str(source)] = (
+                f"all {len(clocks)} profiled kernels ran at {mid / 1e6:.0f} MHz, {100 * mid / boost:.0f}% of the "  # type: ignore[operator]
+                f"{boost / 1e6:.0f} MHz boost"  # type: ignore[operator]
+            )
+    return out
+
+
+def gather_evidence(frames: dict[str, pl.DataFrame], device: DeviceSpec | None = None) -> Evidence:
+    ev = Evidence()
     m = frames.get("ncu_metrics")
     if m is not None and m.height:
         expr = pl.lit(False)
         for p in _EXTRA_METRIC_PREFIXES:
             expr = expr | pl.col("metric").str.starts_with(p)
-        for r in m.filter(expr & pl.col("value").is_not_null()).iter_rows(named=True):
-            metrics.setdefault(r["ncu_id"], {})[r["metric"]] = r["value"]
-    rules: dict[int, list[dict]] = {}
+        for ncu_id, metric, value in (
+            m.filter(expr & pl.col("value").is_not_null()).select("ncu_id", "metric", "value").iter_rows()
+        ):
+            ev.metrics.setdefault(ncu_id, {})[metric] = value
     nr = frames.get("ncu_rules")
     if nr is not None and nr.height:
         for r in nr.filter(pl.col("kind") != "OK").iter_rows(named=True):
-            rules.setdefault(r["ncu_id"], []).append(r)
-    return metrics, rules
+            ev.rules.setdefault(r["ncu_id"], []).append(r)
+    ev.locked = _locked_reports(frames.get("ncu"), device)
+    return ev
 
 
-def _kernel_counts(row: dict[str, Any], metrics: dict) -> CountedFlops | None:
-    return counted_flops(metrics.get(row["ncu_id"], {}), row.get("demangled_name") or row.get("name"))
+def _kernel_counts(row: dict[str, Any], ev: Evidence) -> CountedFlops | None:
+    return counted_flops(ev.metrics.get(row["ncu_id"], {}), row.get("demangled_name") or row.get("name"))
 
 
-def _same_kernel(a: str | None, b: str | None) -> bool:
+def same_kernel(a: str | None, b: str | None) -> bool:
     """Whether two spellings of a kernel name (timeline vs ncu; demangled vs function name) are one kernel."""
     if not a or not b:
         return False
@@ -106,50 +174,51 @@ def _same_kernel(a: str | None, b: str | None) -> bool:
     return short_a.removeprefix("void ").strip() == short_b.removeprefix("void ").strip()
 
 
-def _pick_main(case: GemmCase, rows: list[dict[str, Any]], metrics: dict) -> dict[str, Any]:
-    """The profiled row of the case's main kernel: the timeline's main kernel by name when known, else the row
-    with the most counted math, else the longest kernel classified ``main``."""
-    if case.main_kernel:
-        named = [r for r in rows if _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))]
-        named = named or [r for r in rows if _same_kernel(case.main_kernel, r.get("name"))]
-        if named:
-            return max(named, key=lambda r: r.get("duration_ns") or 0.0)
-    counted = [(c.flops, r) for r in rows if (c := _kernel_counts(r, metrics)) is not None and not c.simt]
+def _pick_main(case: GemmCase, rows: list[dict[str, Any]], ev: Evidence) -> dict[str, Any]:
+    """The profiled row of the case's GEMM kernel: the case's kernel by name when known (its grid first), else
+    the row with the most counted math, else the longest kernel the table calls a GEMM or does not know."""
+    if case.kernel.name:
+        named = [r for r in rows if same_kernel(case.kernel.name, r.get("demangled_name") or r.get("name"))]
+        named = named or [r for r in rows if same_kernel(case.kernel.name, r.get("name"))]
+        gridded = [r for r in named if case.kernel.grid and r.get("grid_size") == case.kernel.grid]
+        if gridded or named:
+            return max(gridded or named, key=lambda r: r.get("duration_ns") or 0.0)
+    counted = [(c.flops, r) for r in rows if (c := _kernel_counts(r, ev)) is not None and not c.simt]
     if counted:
         return max(counted, key=lambda fr: fr[0])[1]
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
     return max(mains, key=lambda r: r.get("duration_ns") or 0.0)
 
 
-def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules: dict) -> None:
-    """Use the main kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence, with its counted
-    FLOPs and DRAM bytes."""
-    main = _pick_main(case, rows, metrics)
-    case.counted = case.counted or _kernel_counts(main, metrics)
+def attach_ncu(
+    case: GemmCase, rows: list[dict[str, Any]], ev: Evidence, borrowed_from: str | None = None
+) -> None:
+    """Use the GEMM kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence: its row, metrics,
+    the rules of every row, its counted FLOPs and DRAM bytes, launch configuration and clock."""
+    main = _pick_main(case, rows, ev)
+    case.counted = case.counted or _kernel_counts(main, ev)
     if case.dram_bytes is None and main.get("dram_bytes"):
         case.dram_bytes = float(main["dram_bytes"])
     elif case.dram_bytes is None and main.get("dram_bytes_per_s") and main.get("duration_ns"):
         case.dram_bytes = float(main["dram_bytes_per_s"]) * float(main["duration_ns"]) * 1e-9  # rate x time
-    case.ncu = main
-    case.ncu_id = main["ncu_id"]
-    case.ncu_metrics = metrics.get(main["ncu_id"], {})
-    case.ncu_rules = [x for r in rows for x in rules.get(r["ncu_id"], [])]
-    case.main_kernel = case.main_kernel or main.get("demangled_name") or main.get("name")
-    case.grid_size = case.grid_size or main.get("grid_size")
-    case.block_size = case.block_size or main.get("block_size")
-    case.registers_per_thread = case.registers_per_thread or main.get("registers_per_thread")
-    if case.smem_per_block_bytes is None:
-        smem = (main.get("static_smem_bytes") or 0) + (main.get("dynamic_smem_bytes") or 0)
-        case.smem_per_block_bytes = smem or None
-    if case.sm_clock_hz is None and main.get("sm_clock_hz"):
-        case.sm_clock_hz = main["sm_clock_hz"]
+    case.ncu = NcuPart(
+        row=main,
+        metrics=ev.metrics.get(main["ncu_id"], {}),
+        rules=[x for r in rows for x in ev.rules.get(r["ncu_id"], [])],
+        kernels=len(rows),
+        borrowed_from=borrowed_from,
+        clock_locked=ev.locked.get(str(main.get("source"))),
+    )
+    case.kernel.fill(KernelInfo.from_row(main))
+    if case.clock.sm_clock_hz is None and main.get("sm_clock_hz"):
         control = main.get("clock_control")
-        case.clock_source = "ncu gpc__cycles_elapsed.avg.per_second" + (
+        case.clock.sm_clock_hz = main["sm_clock_hz"]
+        case.clock.source = "ncu gpc__cycles_elapsed.avg.per_second" + (
             f" (clock control {control})" if control else ""
         )
 
 
-def _ncu_gemm_names(frames: dict[str, pl.DataFrame], metrics: dict) -> set[str]:
+def ncu_gemm_names(frames: dict[str, pl.DataFrame]) -> set[str]:
     """Names (function and demangled) of profiled kernels the kernel table does not know that Nsight Compute
     shows doing tensor math (tensor-op counters > 0, or a busy tensor pipe: analyzers/taxonomy/frames.py): a
     Triton GEMM named ``_mm`` is GEMM-like; a known attention or convolution kernel is not, whatever its
@@ -179,48 +248,129 @@ def _user_range_of(row: dict[str, Any]) -> str | None:
     return None
 
 
-def _user_split(
-    name: str, rows: list[dict[str, Any]], metrics: dict, gemm_names: set[str]
-) -> tuple[list[dict], list[dict]] | None:
-    """Main and auxiliary rows of a user range's profiled kernels; None when the range is not a GEMM case (no
-    GEMM-like kernel and a name that does not say GEMM)."""
-    mains = [
-        r
-        for r in rows
-        if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
-    ]
-    if not mains:
-        unknown = [r for r in rows if not _known_other(r)]
-        if not _GEMM_RANGE.search(name) or not unknown:
-            return None
-        # a SIMT kernel the user's range names: the kernel with the most time (or counted math) is the GEMM
-        totals: dict[str, float] = {}
-        for r in unknown:
-            totals[r.get("name") or ""] = totals.get(r.get("name") or "", 0.0) + (r.get("duration_ns") or 0.0)
-        top = max(totals, key=lambda n: totals[n])
-        mains = [r for r in rows if (r.get("name") or "") == top]
-    return mains, [r for r in rows if r not in mains]
+def _parents_of(row: dict[str, Any], rng: str) -> list[str]:
+    """The user ranges around ``rng`` on a profiled kernel's NVTX stack, outermost first (folded)."""
+    out = []
+    for entry in row.get("nvtx_stack") or []:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not name or name == rng:
+            break
+        if not is_op_range(name) and naming.decode(name) is None:
+            out.append(context_key(range_key(name)) or name)
+    return out
 
 
-def _ncu_cases(
-    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, metrics: dict, rules: dict
-) -> tuple[dict[str, list[dict]], dict[str, list[dict]], list[GemmCase], dict[str, tuple[list, list]]]:
-    """ncu rows grouped by GEMM range name, rows of tracekit ``aux`` ranges grouped by range name (auxiliary
-    kernels of a GEMM, never GEMMs themselves), cases for kernels in no range (one per kernel), and the user's
-    own GEMM ranges (innermost NVTX range of a GEMM-like kernel: name -> (main rows, auxiliary rows)). Kernels of
-    a user range that holds no GEMM-like kernel are not GEMM cases, and a kernel in no range is a case only when
-    the kernel table does not know it as something else (attention, rng, a norm: they are no GEMMs)."""
+# --- calls from profiled rows ----------------------------------------------------------------------------------------
+def _ncu_calls(
+    rows: list[dict[str, Any]], mains: set[int], by_role: bool
+) -> tuple[dict[int, list[dict]], dict[int, list[dict]]]:
+    """Per GEMM row (a call, by ncu_id): the rows of its GEMM time (itself, its split-K reduce) and its auxiliary
+    rows. ``by_role``: free rows by role (:mod:`.roles`); else each free row to the call before it (or after,
+    before the first): a tracekit range holds one GEMM's kernels only."""
+    ordered = sorted(rows, key=lambda r: r["ncu_id"])
+    if by_role:
+        frame = pl.DataFrame(
+            {
+                "ncu_id": [r["ncu_id"] for r in ordered],
+                "name": [r.get("demangled_name") or r.get("name") for r in ordered],
+                "cls": [
+                    r.get("kernel_class")
+                    or classify_name(r.get("demangled_name") or r.get("name")).kernel_class
+                    for r in ordered
+                ],
+                "call_of": [r["ncu_id"] if r["ncu_id"] in mains else None for r in ordered],
+                "_g": [0] * len(ordered),
+            },
+            schema={
+                "ncu_id": pl.Int64,
+                "name": pl.String,
+                "cls": pl.String,
+                "call_of": pl.Int64,
+                "_g": pl.Int64,
+            },
+        )
+        owner = dict(assign(frame, ["_g"], ["ncu_id"]).select("ncu_id", "owner").iter_rows())
+    else:
+        owner, prev = {}, None
+        for r in ordered:
+            if r["ncu_id"] in mains:
+                prev = r["ncu_id"]
+            owner[r["ncu_id"]] = prev
+        first = next((r["ncu_id"] for r in ordered if r["ncu_id"] in mains), None)
+        owner = {k: (v if v is not None else first) for k, v in owner.items()}
+    gemm: dict[int, list[dict]] = {m: [] for m in mains}
+    aux: dict[int, list[dict]] = {m: [] for m in mains}
+    for r in ordered:
+        o = owner.get(r["ncu_id"])
+        if o is None:
+            continue
+        cls = r.get("kernel_class") or classify_name(r.get("demangled_name") or r.get("name")).kernel_class
+        (gemm if r["ncu_id"] == o or cls == "splitk-reduce" else aux)[o].append(r)
+    return gemm, aux
+
+
+def _timing(gemm: dict[int, list[dict]], aux: dict[int, list[dict]]) -> Timing:
+    def ns(rows: list[dict]) -> float:
+        return sum(r.get("duration_ns") or 0.0 for r in rows)
+
+    calls = []
+    uses: dict[str, AuxUse] = {}
+    for call, grows in gemm.items():
+        main = ns([r for r in grows if r["ncu_id"] == call])
+        if not main:
+            continue
+        splitk = ns([r for r in grows if r["ncu_id"] != call])
+        calls.append(Call(main + splitk, ns(aux[call]), 0.0, splitk))
+        for r in [*[x for x in grows if x["ncu_id"] != call], *aux[call]]:
+            name = r.get("demangled_name") or r.get("name") or "(unnamed kernel)"
+            cls = r.get("kernel_class") or classify_name(name).kernel_class
+            use = uses.setdefault(name, AuxUse(name, cls, ROLE.get(cls or "", "other")))
+            use.total_ns += r.get("duration_ns") or 0.0
+            use.count += 1
+    return Timing.from_calls(
+        calls,
+        source="ncu-replay",
+        detail=NCU_DETAIL,
+        aux_kernels=sorted(uses.values(), key=lambda u: -u.total_ns),
+    )
+
+
+def _counted_per_call(rows: list[dict], ev: Evidence) -> CountedFlops | None:
+    counts = [c for r in rows if (c := _kernel_counts(r, ev)) is not None]
+    if not counts:
+        return None
+    top = max(counts, key=lambda c: c.flops)
+    same = [c.flops for c in counts if c.simt == top.simt]
+    return CountedFlops(sum(same) / len(same), top.dtype_class, top.counter_names, top.simt, top.dtype_note)
+
+
+@dataclass
+class NcuCases:
+    """Cases from Nsight Compute rows: tracekit's GEMM ranges by name (rows), the rows of tracekit ``aux`` ranges by
+    name, the user's ranges (cases keyed by range and kernel signature), and kernels in no range."""
+
+    by_range: dict[str, list[dict]] = field(default_factory=dict)
+    aux_rows: dict[str, list[dict]] = field(default_factory=dict)
+    user: list[GemmCase] = field(default_factory=list)
+    user_rows: dict[tuple, list[dict]] = field(default_factory=dict)
+    loose: list[GemmCase] = field(default_factory=list)
+
+
+def ncu_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None, ev: Evidence) -> NcuCases:
+    """Sort a run's profiled rows into tracekit ranges, tracekit aux ranges, the user's ranges (made cases here:
+    one per distinct GEMM kernel signature in a range) and kernels in no range (one case per signature). Kernels
+    of a user range holding no GEMM-like kernel are no case, and a kernel in no range is one only when the kernel
+    table does not know it as something else (attention, rng, a norm: no GEMMs)."""
+    out = NcuCases()
     ncu = frames.get("ncu")
-    by_range: dict[str, list[dict]] = {}
-    aux_rows: dict[str, list[dict]] = {}
-    loose: list[GemmCase] = []
-    user: dict[str, list[dict]] = {}
     if ncu is None or ncu.height == 0:
-        return by_range, aux_rows, loose, {}
-    gemm_names = _ncu_gemm_names(frames, metrics)
+        return out
+    gemm_names = ncu_gemm_names(frames)
+    user: dict[str, list[dict]] = {}
+    loose: dict[tuple, list[dict]] = {}
     for row in ncu.sort("ncu_id").iter_rows(named=True):
         if aux_key(row.get("nvtx_range")) is not None:
-            aux_rows.setdefault(row["nvtx_range"], []).append(row)
+            out.aux_rows.setdefault(row["nvtx_range"], []).append(row)
             continue
         parsed = parse_gemm_name(row.get("nvtx_range"))
         if parsed is None and row.get("nvtx_stack"):
@@ -230,91 +380,146 @@ def _ncu_cases(
                     parsed = parse_gemm_name(entry["name"])
                     break
         if parsed is not None:
-            by_range.setdefault(row["nvtx_range"], []).append(row)
+            out.by_range.setdefault(row["nvtx_range"], []).append(row)
             continue
         rng = _user_range_of(row)
         if rng:
             user.setdefault(rng, []).append(row)
             continue
         if not _known_other(row):
-            loose.append(_kernel_case(row, device, metrics, rules))
-    user_cases: dict[str, tuple[list, list]] = {}
-    for name, rows in user.items():
-        split = _user_split(name, rows, metrics, gemm_names)
-        if split is not None:
-            user_cases[name] = split
-    return by_range, aux_rows, loose, user_cases
+            sig = (row.get("demangled_name") or row.get("name"), row.get("grid_size"), row.get("block_size"))
+            loose.setdefault(sig, []).append(row)
+    for rng, rows in user.items():
+        _user_range_cases(out, rng, rows, device, ev, gemm_names)
+    for rows in loose.values():
+        out.loose.append(_kernel_case(rows, device, ev))
+    return out
 
 
-def _kernel_case(row: dict[str, Any], device: DeviceSpec | None, metrics: dict, rules: dict) -> GemmCase:
-    """A profiled kernel in no GEMM range, explained on its own and named by kernel."""
+def _user_range_cases(
+    out: NcuCases, rng: str, rows: list[dict], device: DeviceSpec | None, ev: Evidence, gemm_names: set[str]
+) -> None:
+    """The cases of one user range known from ncu rows: its GEMM-like launches (or, in a range named like a GEMM,
+    its kernel with the most time the table does not know), one case per kernel signature, in order of first
+    profiled launch."""
+
+    def name_of(r: dict) -> str | None:
+        return r.get("demangled_name") or r.get("name")
+
+    mains = [
+        r
+        for r in rows
+        if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
+    ]
+    if not mains:
+        unknown = [r for r in rows if not _known_other(r)]
+        if not _GEMM_RANGE.search(rng) or not unknown:
+            return
+        totals: dict[str, float] = {}
+        for r in unknown:
+            totals[r.get("name") or ""] = totals.get(r.get("name") or "", 0.0) + (r.get("duration_ns") or 0.0)
+        top = max(totals, key=lambda n: totals[n])
+        mains = [r for r in rows if (r.get("name") or "") == top]
+    gemm, aux = _ncu_calls(rows, {r["ncu_id"] for r in mains}, by_role=True)
+    by_sig: dict[tuple, list[int]] = {}
+    for r in sorted(mains, key=lambda r: r["ncu_id"]):
+        by_sig.setdefault((name_of(r), r.get("grid_size"), r.get("block_size")), []).append(r["ncu_id"])
+    folded = context_key(range_key(rng)) or rng
+    several = len(by_sig) > 1
+    for pos, (sig, ids) in enumerate(by_sig.items(), 1):
+        mine = [r for r in mains if r["ncu_id"] in ids]
+        label = folded if not several else f"{folded} #{pos} ({_short(sig[0])})"
+        case = GemmCase(
+            origin="ncu", name=label, range=folded, user_range=True, position=pos if several else None
+        )
+        case.parents = _parents_of(mine[0], rng)
+        case.device = _device_for_ncu(mine[0], device)
+        case.device_name = mine[0].get("device_name")
+        case.timing = _timing({i: gemm[i] for i in ids}, {i: aux[i] for i in ids})
+        case.counted = _counted_per_call(mine, ev)
+        case.kernel = KernelInfo.from_row(mine[0], name=sig[0])
+        case.key = ("ncu", folded, *sig)
+        attach_ncu(case, mine + [x for i in ids for x in gemm[i] + aux[i] if x not in mine], ev)
+        _estimate_achieved(case)
+        out.user.append(case)
+        out.user_rows[(folded, *sig)] = [*mine, *[x for i in ids for x in aux[i] + gemm[i] if x not in mine]]
+
+
+def _short(name: str | None) -> str:
+    from .timeline import kernel_label
+
+    return kernel_label(name)
+
+
+def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> GemmCase:
+    """A tracekit GEMM range known only from ncu rows: every GEMM launch a call with its range's other kernels."""
+    parsed = parse_gemm_name(name) or {}
+    case = GemmCase(origin="ncu", name=name, range=name, backend=parsed.get("backend"), op=parsed.get("op"))
+    if parsed.get("m") and parsed.get("n") and parsed.get("k"):
+        case.shape = Shape(
+            parsed["m"], parsed["n"], parsed["k"], None, parsed.get("dtype_a"), parsed.get("dtype_b"),
+            parsed.get("dtype_out"), parsed.get("scale"), source="range name",
+        )  # fmt: skip
+    case.device = _device_for_ncu(rows[0], device)
+    case.device_name = rows[0].get("device_name")
+    mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
+    gemm, aux = _ncu_calls(rows, {r["ncu_id"] for r in mains}, by_role=False)
+    case.timing = _timing(gemm, aux)
+    case.key = ("ncu", name)
+    attach_ncu(case, rows, ev)
+    return case
+
+
+def _kernel_case(rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> GemmCase:
+    """Profiled launches of one kernel signature in no GEMM range, explained together and named by kernel."""
+    row = rows[0]
     name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
-    case = GemmCase(origin="ncu-kernel", name=name, context=row.get("nvtx_range") or None)
+    case = GemmCase(origin="ncu-kernel", name=name)
+    ctx = row.get("nvtx_range")
+    case.parents = [ctx] if ctx else []
     case.device = _device_for_ncu(row, device)
     case.device_name = row.get("device_name")
-    case.main_ns = row.get("duration_ns")
-    _attach_ncu(case, [row], metrics, rules)
+    case.timing = Timing.from_calls(
+        [Call(float(r["duration_ns"])) for r in rows if r.get("duration_ns")],
+        source="ncu-replay",
+        detail=NCU_DETAIL,
+    )
+    case.kernel = KernelInfo.from_row(row, name=name)
+    case.counted = _counted_per_call(rows, ev)
+    case.key = ("ncu-kernel", name, row.get("grid_size"), row.get("block_size"))
+    attach_ncu(case, rows, ev)
     _estimate_achieved(case)
     return case
 
 
-def _borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], metrics: dict, rules: dict) -> None:
-    """A user range on the timeline whose own launches were not profiled (ncu limits launches per range, a CUDA
-    graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the run:
-    same kernel and launch configuration, same math. ``ncu_borrowed_from`` names where it came from."""
+def borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], ev: Evidence) -> None:
+    """A user-range case on the timeline whose own launches were not profiled (ncu limits launches per range, a
+    CUDA graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the
+    run: same kernel and launch configuration, same math. ``ncu.borrowed_from`` names where it came from."""
     ncu = frames.get("ncu")
     if ncu is None or ncu.height == 0:
         return
     rows = ncu.sort("ncu_id").to_dicts()
     for case in cases:
-        if not case.user_range or case.ncu is not None or not case.main_kernel or not case.grid_size:
+        if not case.user_range or case.ncu is not None or not case.kernel.name or not case.kernel.grid:
             continue
         same = [
             r
             for r in rows
-            if r.get("grid_size") == case.grid_size
-            and _same_kernel(case.main_kernel, r.get("demangled_name") or r.get("name"))
+            if r.get("grid_size") == case.kernel.grid
+            and same_kernel(case.kernel.name, r.get("demangled_name") or r.get("name"))
         ]
         if not same:
             continue
-        if case.counted is None and not case.shape_known:
-            case.counted = _kernel_counts(same[0], metrics)
-        _attach_ncu(case, same[:1], metrics, rules)
-        case.ncu_borrowed_from = same[0].get("nvtx_range") or "(no range)"
-
-
-def _user_ncu_case(
-    name: str, mains: list[dict], auxs: list[dict], device: DeviceSpec | None, metrics: dict, rules: dict
-) -> GemmCase:
-    """A user range known only from Nsight Compute: per launch of its main kernel, the main kernels' time and
-    counted FLOPs, and the auxiliary kernels' time."""
-    case = GemmCase(origin="ncu", name=name)
-    case.user_range = True
-    case.range_name = name
-    case.device = _device_for_ncu(mains[0], device)
-    case.device_name = mains[0].get("device_name")
-    per_name: dict[str, int] = {}
-    for r in mains:
-        per_name[r.get("name") or ""] = per_name.get(r.get("name") or "", 0) + 1
-    case.launches = max(per_name.values())
-    case.main_ns = sum(r.get("duration_ns") or 0.0 for r in mains) / case.launches
-    case.aux_ns = sum(r.get("duration_ns") or 0.0 for r in auxs) / case.launches
-    case.aux_kernels = sorted({r.get("demangled_name") or r.get("name") for r in auxs if r.get("name")})
-    counts = [c for r in mains if (c := _kernel_counts(r, metrics)) is not None]
-    if counts:
-        top = max(counts, key=lambda c: c.flops)
-        total = sum(c.flops for c in counts if c.simt == top.simt) / case.launches
-        case.counted = CountedFlops(total, top.dtype_class, top.counter_names, top.simt, top.dtype_note)
-    case.time_source = "Nsight Compute: duration of each profiled launch (kernel replay)"
-    _attach_ncu(case, mains + auxs, metrics, rules)
-    _estimate_achieved(case)
-    return case
+        if case.counted is None and case.shape is None:
+            case.counted = _kernel_counts(same[0], ev)
+        attach_ncu(case, same[:1], ev, borrowed_from=same[0].get("nvtx_range") or "(no range)")
 
 
 def _estimate_achieved(case: GemmCase) -> None:
-    """Without a shape, estimate TFLOP/s from the tensor pipe's (or FP32 FMA pipe's) activity."""
+    """Without a FLOP count, estimate the kernel's TFLOP/s from the tensor pipe's (or FP32 FMA pipe's) activity."""
     dev = case.device
-    if dev is None or not case.sm_clock_hz or not dev.sm_count:
+    if dev is None or not case.clock.sm_clock_hz or not dev.sm_count or case.flops:
         return
     cls = case.dtype_class
     ffma = case.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
@@ -324,8 +529,23 @@ def _estimate_achieved(case: GemmCase) -> None:
     if tensor is not None and tensor > 1.0 and cls and cls != "fp32":
         peak = dev.peak_tflops(cls)
         if peak and dev.peak_clock_hz:
-            case.estimated_tflops = peak * case.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0
+            case.estimated_tflops = peak * case.clock.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0
             case.achieved_estimate = "peak at the kernel's clock x tensor pipe active (elapsed)"
     elif ffma is not None and ffma > 0 and cls in (None, "fp32"):
-        case.estimated_tflops = 2.0 * ffma * case.sm_clock_hz / 1e12
+        case.estimated_tflops = 2.0 * ffma * case.clock.sm_clock_hz / 1e12
         case.achieved_estimate = "2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock"
+
+
+__all__ = [
+    "Clock",
+    "Evidence",
+    "NcuCases",
+    "attach_ncu",
+    "borrow_ncu",
+    "device_from_frames",
+    "gather_evidence",
+    "ncu_cases",
+    "ncu_gemm_names",
+    "same_kernel",
+    "tracekit_ncu_case",
+]

@@ -1,529 +1,537 @@
-"""GEMM cases from a timeline: tracekit's and the user's ranges joined to their kernels, auxiliary kernels
-and launch gaps timed apart, median instance per case; GEMM kernels in no case explained by kernel name."""
+"""GEMM cases from a timeline (Nsight Systems, the PyTorch profiler): calls (:mod:`.calls`) keyed into cases.
+
+- **tracekit's ranges**: the calls of one ``gemm`` range name under one enclosing range (its step counter
+  folded) are one case, named by the range.
+- **everything else**: a case is one GEMM as the user ran it, keyed by the innermost user range (index suffixes
+  folded: :func:`fold_range`), the GEMM kernel's signature (name, grid, block) and the shape where the profiler
+  recorded one. A range holding several GEMMs gives one case per distinct GEMM, named in order of first launch
+  (``serve/decode #2 (nvjet_...)``; by the operator and shape where known: ``aten::mm M=16 N=6144 K=6144``); the
+  ranges around are the case's ``parents``, not part of its key. GEMM kernels in no range are cases of their own,
+  named by kernel (only in a foreign capture without Nsight Compute rows: :func:`timeline_cases` returns them
+  apart).
+
+Memsets and memcpys (the ``memops`` frame) join the kernels as rows of class ``memory``, so a call owns the
+memory operations under it and they are never idle time.
+
+Calls whose GEMM kernel is missing (a shaped operator or a tracekit range that launched no GEMM kernel: sampled
+out, or failed) are counted on the case of the same range and shape, never entered as zero.
+"""
 
 from __future__ import annotations
 
-import statistics
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from tracekit.devices import DeviceSpec
 
-from .case import LAUNCH_GAP_MAX_NS, GemmCase, _gemm_key, context_key
-from .names import _serves, aux_key, classify_kernel, is_gemm_kernel, parse_gemm_name
-from .user_ranges import _gemm_like, _user_gemm_ranges, range_key
+from ..taxonomy import classify_name, split_name
+from .calls import aggregate, tracekit_calls, user_calls
+from .case import GemmCase, case_id, context_key, is_step
+from .graph_replay import NO_SHAPE_NOTE
+from .names import parse_gemm_name
+from .parts import KernelInfo, Shape
+from .ranges import resolve_ranges
+from .user_ranges import _GEMM_RANGE, range_key
+
+KERNEL_COLUMNS = (
+    "kernel_id", "device", "stream", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x",
+    "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
+    "dynamic_smem_bytes", "smem_bytes", "kernel_class", "kernel_family", "correlation_id", "pid", "source",
+    "launch_start_ns",
+)  # fmt: skip
+_SHAPE = ("m", "n", "k", "batch", "dtype_a", "dtype_b", "dtype_out")
+TIMELINE_DETAIL = "timeline: kernel durations and idle time of each call"
 
 
-# --- timeline ------------------------------------------------------------------------------------------------------
-def _gemm_ancestor(ranges: pl.DataFrame) -> dict[int, tuple[int, bool]]:
-    """range_id -> (gemm range it belongs to, whether it is an aux range) for gemm ranges and descendants."""
-    out: dict[int, tuple[int, bool]] = {}
-    if not (ranges["range_kind"] == "gemm").any():  # a foreign trace: no range to walk up to
-        return out
-    ids = ranges["range_id"].to_list()
-    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
-    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
-    for rid in kind:
-        cur, aux, depth = rid, False, 0
+def fold_range(name: str | None) -> str | None:
+    """A range name as a case's key: a profiler's per-call counters dropped (``aten::addmm, seq = 7`` ->
+    ``aten::addmm``) and a step's counter folded (``ProfilerStep#12`` -> ``ProfilerStep``)."""
+    if name is None:
+        return None
+    return context_key(range_key(name))
+
+
+@dataclass
+class TimelineCases:
+    """The timeline's cases: ``cases`` (tracekit's ranges, the user's ranges, shaped operators) and ``loose``
+    (GEMM kernels in no range, named by kernel); ``calls`` every call with its case (for tests and ranks)."""
+
+    cases: list[GemmCase] = field(default_factory=list)
+    loose: list[GemmCase] = field(default_factory=list)
+
+
+class _Names:
+    """Range names by id, looked up lazily (a run may hold a million ranges; the cases need a few hundred)."""
+
+    def __init__(self, ranges: pl.DataFrame) -> None:
+        self.ranges = ranges
+        self._name: dict[int, str | None] | None = None
+        self._parent: dict[int, int | None] | None = None
+
+    def _load(self) -> None:
+        if self._name is None:
+            ids = self.ranges["range_id"].to_list()
+            self._name = dict(zip(ids, self.ranges["name"].to_list(), strict=True))
+            self._parent = dict(zip(ids, self.ranges["parent_id"].to_list(), strict=True))
+
+    def name(self, rid: int | None) -> str | None:
+        self._load()
+        return self._name.get(rid) if rid is not None else None  # type: ignore[union-attr]
+
+    def parents(self, rid: int | None) -> list[str]:
+        """Folded names of the user ranges around ``rid``, outermost first (profiler op ranges skipped)."""
+        self._load()
+        out: list[str] = []
+        cur, depth = self._parent.get(rid) if rid is not None else None, 0  # type: ignore[union-attr]
         while cur is not None and depth < 64:
-            if kind.get(cur) == "gemm":
-                out[rid] = (cur, aux)
-                break
-            if kind.get(cur) == "aux":
-                aux = True
-            cur, depth = parent.get(cur), depth + 1
-    return out
+            name = self._name.get(cur)  # type: ignore[union-attr]
+            if name and not _op_like(name):
+                out.append(fold_range(name))  # type: ignore[arg-type]
+            cur, depth = self._parent.get(cur), depth + 1  # type: ignore[union-attr]
+        return out[::-1]
 
 
-def _free_aux(ranges: pl.DataFrame, owner: dict[int, tuple[int, bool]]) -> dict[int, int]:
-    """range_id -> the outermost ``aux`` range enclosing it, for ranges under no GEMM range."""
-    out: dict[int, int] = {}
-    if not (ranges["range_kind"] == "aux").any():
-        return out
-    ids = ranges["range_id"].to_list()
-    kind = dict(zip(ids, ranges["range_kind"].to_list(), strict=True))
-    parent = dict(zip(ids, ranges["parent_id"].to_list(), strict=True))
-    for rid in kind:
-        if rid in owner:
-            continue
-        cur, top, depth = rid, None, 0
-        while cur is not None and depth < 64:
-            if kind.get(cur) == "aux":
-                top = cur
-            cur, depth = parent.get(cur), depth + 1
-        if top is not None:
-            out[rid] = top
-    return out
+def _op_like(name: str) -> bool:
+    from .user_ranges import is_op_range
+
+    return is_op_range(name)
 
 
-def _free_aux_time(
-    ranges: pl.DataFrame, kernels: pl.DataFrame, owner: dict[int, tuple[int, bool]]
-) -> dict[tuple[str, int, int], tuple[float, dict[str, int]]]:
-    """Per (backend, M, K): the auxiliary kernel time one GEMM launch carries from ``aux`` ranges outside GEMM
-    ranges (per aux range name, the median kernel time of its instances that launched kernels, summed over names:
-    a quantize and a swizzle step both count), and the aux kernels' names with their launch counts."""
-    free = _free_aux(ranges, owner)
-    if not free:
-        return {}
-    names = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
-    ks = kernels.select("range_id", "name", "duration_ns").filter(pl.col("range_id").is_in(list(free)))
-    per_instance: dict[int, float] = {}
-    kernel_names: dict[str, dict[str, int]] = {}
-    for r in ks.iter_rows(named=True):
-        top = free[r["range_id"]]
-        per_instance[top] = per_instance.get(top, 0.0) + (r["duration_ns"] or 0)
-        counts = kernel_names.setdefault(names[top], {})
-        counts[r["name"]] = counts.get(r["name"], 0) + 1
-    by_name: dict[str, list[float]] = {}
-    for top, ns in per_instance.items():
-        by_name.setdefault(names[top], []).append(ns)
-    out: dict[tuple[str, int, int], tuple[float, dict[str, int]]] = {}
-    for name, times in by_name.items():
-        key = aux_key(name)
-        if key is None:
-            continue
-        total, counts = out.get(key, (0.0, {}))
-        for kname, c in kernel_names.get(name, {}).items():
-            counts[kname] = counts.get(kname, 0) + c
-        out[key] = (total + statistics.median(times), counts)
-    return out
-
-
-def _union_busy(intervals: list[tuple[int, int]]) -> int:
-    busy, end = 0, None
-    for s, e in sorted(intervals):
-        if end is None or s >= end:
-            busy += e - s
-            end = e
-        elif e > end:
-            busy += e - end
-            end = e
-    return busy
-
-
-_SHAPE_COLUMNS = ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops")
-"""A GEMM range's shape as a profiler recorded it (its own row), and the FLOPs it counted."""
-
-
-class _Memo:
-    """A function of a name, computed once per distinct name."""
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-        self.seen: dict[Any, Any] = {}
-
-    def __call__(self, name: Any) -> Any:
-        if name in self.seen:
-            return self.seen[name]
-        out = self.seen[name] = self.fn(name)
-        return out
-
-
-def _instance_kernels(
-    kernels: pl.DataFrame,
-    owner: dict[int, tuple[int, bool]],
-    user_cases: set[int],
-    gemm_names: set[str],
-) -> pl.DataFrame:
-    """The kernels of GEMM ranges in time order (``_row``), each with the GEMM range instance it belongs to
-    (``gid``) and whether it is one of that GEMM's own kernels (``main``): in the user's case ranges a GEMM-like
-    kernel outside a sub-range, in tracekit's ranges a kernel :func:`classify_kernel` calls ``main`` outside an
-    ``aux`` range. Names are classified once per distinct name."""
-    id_type = kernels.schema["range_id"]
-    own = pl.DataFrame(
-        {
-            "range_id": list(owner),
-            "gid": [g for g, _ in owner.values()],
-            "_aux": [a for _, a in owner.values()],
-        },
-        schema={"range_id": id_type, "gid": id_type, "_aux": pl.Boolean},
+def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: set[str]) -> pl.DataFrame:
+    """The timed kernels with their class (``cls``: the kernels frame's, else the kernel table's), whether each is
+    a GEMM (``_gemm``) and where its range sits (:func:`~.ranges.resolve_ranges`)."""
+    cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
+    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+    ks = kernels.select(cols).filter(timed)
+    for c in KERNEL_COLUMNS:
+        if c not in ks.columns:
+            ks = ks.with_columns(pl.lit(None).alias(c))
+    names = ks["name"].drop_nulls().unique().to_list()
+    by_name = pl.DataFrame(
+        {"name": names, "_cls": [classify_name(n).kernel_class for n in names]},
+        schema={"name": pl.String, "_cls": pl.String},
     )
-    ks = (
-        kernels.filter(pl.col("range_id").is_in(own["range_id"].implode()))
-        .sort("start_ns")
-        .with_row_index("_row")
-        .join(own, on="range_id", how="left")
-        .sort("_row")
+    ks = ks.join(by_name, on="name", how="left").with_columns(
+        pl.coalesce(pl.col("kernel_class").cast(pl.String), "_cls").alias("cls"),
+        pl.col("kernel_id").cast(pl.Int64),
+        pl.col("range_id").cast(pl.Int64),
+        pl.col("duration_ns").fill_null(pl.col("end_ns") - pl.col("start_ns")),
     )
-    distinct = [n for n in ks["name"].unique().to_list() if n is not None]
-    user_main = [n for n in distinct if _gemm_like(n, gemm_names)]
-    own_main = [n for n in distinct if classify_kernel(n) == "main"]
-    in_user = pl.col("gid").is_in(list(user_cases))
+    counted = [n for n in names if n in gemm_names]
+    ks = ks.with_columns(
+        ((pl.col("cls") == "gemm").fill_null(False) | pl.col("name").is_in(counted)).alias("_gemm")
+    )
+    res = resolve_ranges(ranges) if ranges is not None else resolve_ranges(None)  # type: ignore[arg-type]
+    ks = ks.join(res, on="range_id", how="left")
     return ks.with_columns(
-        (
-            ~pl.col("_aux")
-            & pl.when(in_user)
-            .then(pl.col("name").is_in(user_main).fill_null(False))
-            .otherwise(pl.col("name").is_null() | pl.col("name").is_in(own_main))
-        ).alias("main")
-    ).drop("_aux")
-
-
-def _per_instance(
-    ks: pl.DataFrame,
-    groups: dict[tuple[str, str | None, tuple], list[int]],
-    kernel_starts: pl.DataFrame | None = None,
-) -> tuple[dict[int, tuple], dict[int, list[str]], list[dict]]:
-    """What the cases need from their kernels, in polars: per GEMM range instance (first start, last end, busy
-    time, own and auxiliary kernel time, the device of its first kernel, the most launches of one own kernel
-    name); per case
-    (index into ``groups``) its auxiliary kernel names and its longest own kernel (the first of equals, in
-    instance then time order). A case whose kernels all look auxiliary takes the longest one's name as its GEMM."""
-    place = [(rid, ci, pos) for ci, rids in enumerate(groups.values()) for pos, rid in enumerate(rids)]
-    id_type = ks.schema["gid"]
-    where = pl.DataFrame(
-        {"gid": [p[0] for p in place], "_case": [p[1] for p in place], "_pos": [p[2] for p in place]},
-        schema={"gid": id_type, "_case": pl.Int64, "_pos": pl.Int64},
+        pl.col("aux_in_gemm").fill_null(False),
+        pl.col("blocked").fill_null(False),
     )
-    ks = ks.join(where, on="gid", how="inner").sort("_case", "_pos", "_row")
-    # only aux-looking kernels: the longest is the GEMM (every kernel of the case with its name)
-    no_main = ks.group_by("_case").agg(pl.col("main").any().alias("_any")).filter(~pl.col("_any"))["_case"]
-    if no_main.len():
-        longest = (
-            ks.filter(pl.col("_case").is_in(no_main.implode()))
-            .group_by("_case", maintain_order=True)
-            .agg(
-                pl.col("name")
-                .filter(pl.col("duration_ns") == pl.col("duration_ns").max())
-                .first()
-                .alias("_n")
-            )
+
+
+def _with_memops(kernels: pl.DataFrame, memops: pl.DataFrame | None) -> pl.DataFrame:
+    """The kernels and the timed memsets and memcpys (class ``memory``) in one frame: a memset or a copy inside a
+    GEMM's call (cuBLAS zeroing a split-K / stream-K workspace under the operator, a bias copy) is GPU time of the
+    call (auxiliary), not idle time, and it starts the call when it runs first. A memory operation gets a kernel
+    id after every kernel's (``kernel_id`` orders rows that start together)."""
+    if memops is None or memops.height == 0 or "start_ns" not in memops.columns:
+        return kernels
+    top = kernels["kernel_id"].max() if "kernel_id" in kernels.columns else None
+    base = int(top) + 1 if top is not None else 0  # type: ignore[arg-type]
+    cols = [c for c in ("device", "stream", "name", "start_ns", "end_ns", "duration_ns", "range_id", "pid", "source", "launch_start_ns", "correlation_id") if c in memops.columns]  # fmt: skip
+    rows = memops.select(
+        (pl.int_range(pl.len(), dtype=pl.Int64) + base).alias("kernel_id"),
+        *cols,
+        pl.lit("memory").alias("kernel_class"),
+    )
+    return pl.concat([kernels, rows], how="diagonal_relaxed")
+
+
+def _gemm_named_holders(user: pl.DataFrame, names: _Names) -> pl.DataFrame:
+    """A user range named like a GEMM (``sgemm_smem``) whose instances hold no GEMM kernel but kernels the table
+    does not know: its kernel with the most time is the GEMM (``simt_kernel``)."""
+    holders = user.filter(pl.col("holder").is_not_null())
+    if holders.height == 0:
+        return user
+    with_names = holders.with_columns(
+        pl.col("holder")
+        .replace_strict(
+            {h: fold_range(names.name(h)) or "" for h in holders["holder"].unique().to_list()},
+            return_dtype=pl.String,
         )
-        ks = (
-            ks.join(longest, on="_case", how="left")
-            .with_columns((pl.col("main") | (pl.col("name") == pl.col("_n")).fill_null(False)).alias("main"))
-            .drop("_n")
-            .sort("_case", "_pos", "_row")
-        )
-    dur = pl.col("duration_ns")
-    start, end, prev = pl.col("start_ns"), pl.col("end_ns"), pl.col("_prev")
-    # the time some kernel of an instance ran (the union of its intervals, as _union_busy sums it): sorted by
-    # start then end, each kernel adds what it runs past the latest end before it. The same sum also where a
-    # damaged kernel ends before it starts: every later kernel starts after both the running end and the latest.
-    busy = (
-        ks.select("gid", "start_ns", "end_ns")
-        .sort("gid", "start_ns", "end_ns")
-        .with_columns(end.cum_max().shift(1).over("gid").alias("_prev"))
-        .group_by("gid")
-        .agg(
-            pl.when(prev.is_null() | (start >= prev))
-            .then(end - start)
-            .when(end > prev)
-            .then(end - prev)
-            .otherwise(0)
-            .sum()
-            .alias("_busy")
-        )
+        .alias("_hn")
     )
-    per = ks.group_by("gid", maintain_order=True).agg(
-        start.min().alias("_first"),
-        end.max().alias("_last"),
-        dur.filter(pl.col("main")).sum().alias("_main"),
-        dur.filter(~pl.col("main")).sum().alias("_aux"),
-        pl.col("device").first().alias("_dev"),
-    )
-    most = (
-        ks.filter(pl.col("main"))
-        .group_by("gid", "name")
-        .len()
-        .group_by("gid")
-        .agg(pl.col("len").max().alias("_most"))
-    )
-    per = per.join(most, on="gid", how="left").join(busy.select("gid", "_busy"), on="gid", how="left")
-    per = per.join(where, on="gid").sort("_case", "_pos")
-    per = per.join(_idle_before(per, kernel_starts), on="gid", how="left")
-    instances = {
-        row[0]: row[1:]
-        for row in per.select(
-            "gid",
-            "_first",
-            "_last",
-            "_busy",
-            "_main",
-            "_aux",
-            "_dev",
-            "_most",
-            pl.col("_before").fill_null(0),
-        ).iter_rows()
-    }
-    aux_names = (
-        ks.filter(~pl.col("main")).group_by("_case").agg(pl.col("name").unique().sort().alias("_names"))
-    )
-    aux_kernels = {ci: [n for n in names if n is not None] for ci, names in aux_names.iter_rows()}
-    tops_frame = (
-        ks.filter(pl.col("main"))
-        .group_by("_case", maintain_order=True)
-        .agg(pl.all().filter(dur == dur.max()).first())
-        .sort("_case")
-    )
-    tops = [{} for _ in groups]
-    for row in tops_frame.iter_rows(named=True):
-        tops[row["_case"]] = row
-    return instances, aux_kernels, tops
-
-
-_NO_DEVICE = -(2**31)
-"""Stands in for a kernel's missing device when instances and kernel starts are matched by device."""
-
-
-def _idle_before(per: pl.DataFrame, kernel_starts: pl.DataFrame | None) -> pl.DataFrame:
-    """Per GEMM range instance (``per``: gid, _case, _pos, _first, _last, _dev in case then instance order), the
-    idle time since the previous instance of its case that counts as a launch gap (``_before``): on the same device,
-    shorter than LAUNCH_GAP_MAX_NS, and no kernel (of ``kernel_starts``: device, start_ns) started in between.
-    Only instances with such a gap get a row."""
-    schema = {"gid": per.schema["gid"], "_before": pl.Int64}
-    if kernel_starts is None:
-        return pl.DataFrame(schema=schema)
-    dev = pl.col("_dev").fill_null(_NO_DEVICE)
-    candidates = (
-        per.with_columns(
-            pl.col("_last").shift(1).over("_case").alias("_prev_end"),
-            dev.shift(1).over("_case").alias("_prev_dev"),
-            dev.alias("_devkey"),
-        )
-        .filter(
-            pl.col("_prev_end").is_not_null()
-            & (pl.col("_devkey") == pl.col("_prev_dev"))
-            & (pl.col("_first") - pl.col("_prev_end") > 0)
-            & (pl.col("_first") - pl.col("_prev_end") < LAUNCH_GAP_MAX_NS)
-        )
-        .select("gid", "_first", "_prev_end", "_devkey", (pl.col("_prev_end") + 1).alias("_after"))
-        .sort("_after")
-    )
-    if candidates.height == 0:
-        return pl.DataFrame(schema=schema)
-    starts = kernel_starts.select(
-        pl.col("device").fill_null(_NO_DEVICE).cast(pl.Int64).alias("_devkey"), "start_ns"
-    ).sort("start_ns")
-    # the first kernel start on the device after the previous instance ended (bisect_right of its end)
-    nearest = candidates.with_columns(pl.col("_devkey").cast(pl.Int64)).join_asof(
-        starts,
-        left_on="_after",
-        right_on="start_ns",
-        by="_devkey",
-        strategy="forward",
-        check_sortedness=False,  # both sorted by their key above
-    )
-    quiet = pl.col("start_ns").is_null() | (pl.col("start_ns") >= pl.col("_first"))
-    return nearest.filter(quiet).select(
-        "gid", (pl.col("_first") - pl.col("_prev_end")).cast(pl.Int64).alias("_before")
-    )
-
-
-def _range_cases(
-    frames: dict[str, pl.DataFrame], device: DeviceSpec | None, gemm_names: set[str] | None = None
-) -> list[GemmCase]:
-    """Timeline cases: tracekit ``gemm`` ranges and the user's own GEMM ranges (:func:`_user_gemm_ranges`).
-    ``gemm_names`` are kernel names Nsight Compute counted tensor math for."""
-    ranges = frames.get("ranges")
-    kernels = frames.get("kernels")
-    if ranges is None or kernels is None or ranges.height == 0 or kernels.height == 0:
-        return []
-    gemm_names = gemm_names or set()
-    # a profiler's per-operator GEMM range (Kineto cpu_op, emit_nvtx: range_kind gemm-op) is the user's side of
-    # the run, not tracekit's: a case when it carries a shape or FLOP count, else transparent to the range around it
-    ranges = ranges.with_columns(
-        pl.when(pl.col("range_kind") == "gemm-op")
-        .then(None)
-        .otherwise(pl.col("range_kind"))
-        .alias("range_kind")
-    )
-    owner = _gemm_ancestor(ranges)
-    user = _user_gemm_ranges(ranges, kernels, owner, gemm_names)
-    user_cases = {rid for rid, (gid, _) in user.items() if gid == rid}
-    owner.update(user)
-    gemm_ranges = ranges.filter((pl.col("range_kind") == "gemm") | pl.col("range_id").is_in(list(user_cases)))
-    if gemm_ranges.height == 0:
-        return []
-    shape_cols = [
-        c for c in ("m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "batch", "flops") if c in ranges.columns
+    has_gemm = set(with_names.filter(pl.col("_gemm"))["_hn"].unique().to_list())
+    candidates = [
+        h
+        for h in with_names["_hn"].unique().to_list()
+        if h and h not in has_gemm and _GEMM_RANGE.search(h) and not is_step(h)
     ]
-    kcols = [
-        "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
-        "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
-        "dynamic_smem_bytes",
-    ]  # fmt: skip
-    timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
-    ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
-    has_kernels = set(ks["gid"].unique().to_list())
-    # every kernel start per device, to tell a launch gap from time spent in other kernels
-    kernel_starts = kernels.select("device", "start_ns", "end_ns").filter(timed).select("device", "start_ns")
-
-    # instances of one range name under one context (and, for the user's ranges, one recorded shape) are one
-    # case; names are turned into keys once per distinct name
-    ordered = (
-        gemm_ranges.filter(pl.col("range_id").is_in(list(has_kernels)))
-        .sort("start_ns")
-        .with_row_index("_order")
-        .join(
-            ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_parent_name")),
-            on="parent_id",
-            how="left",
-        )
-        .sort("_order")
+    if not candidates:
+        return user
+    kn = with_names["name"].drop_nulls().unique().to_list()
+    unknown = [n for n in kn if not classify_name(n).known]
+    top = (
+        with_names.filter(pl.col("_hn").is_in(candidates) & pl.col("name").is_in(unknown))
+        .group_by("_hn", "name")
+        .agg(pl.col("duration_ns").sum().alias("_t"))
+        .sort("_t", descending=True)
+        .group_by("_hn", maintain_order=True)
+        .first()
     )
-    extra: dict[int, tuple] = {}  # range_id -> its values of _SHAPE_COLUMNS
-    ctx_of = _Memo(context_key)
-    key_of = _Memo(range_key)
-    own_name = _Memo(lambda n: parse_gemm_name(n) is not None)
-    groups: dict[tuple[str, str | None, tuple], list[int]] = {}
-    shape_exprs = [pl.col(c) if c in shape_cols else pl.lit(None).alias(c) for c in _SHAPE_COLUMNS]
-    for rid, name, has_parent, parent_name, *values in ordered.select(
-        "range_id", "name", pl.col("parent_id").is_not_null(), "_parent_name", *shape_exprs
-    ).iter_rows():
-        extra[rid] = tuple(values)
-        ctx = ctx_of(parent_name) if has_parent else None
-        shape: tuple = ()
-        if rid in user_cases:  # a shape the profiler recorded (Kineto Input Dims) splits the case
-            shape = extra[rid][:7]
-            name = key_of(name)
-            ctx = key_of(ctx) if ctx else ctx
-        elif not own_name(name):  # a gemm range another reader marked: per-call counters dropped
-            name = key_of(name)
-        groups.setdefault((name, ctx, shape), []).append(rid)
-
-    instances, aux_kernels, tops = _per_instance(ks, groups, kernel_starts)
-    cases: list[GemmCase] = []
-    for ci, ((name, ctx, shape), rids) in enumerate(groups.items()):
-        is_user = rids[0] in user_cases
-        if is_user:
-            m, n, k, da, db, do, batch = shape or (None,) * 7
-            parsed = {"m": m, "n": n, "k": k, "dtype_a": da, "dtype_b": db, "dtype_out": do, "batch": batch}
-            label = f"{name} M={m} N={n} K={k}" if m and n and k else name
-            if label != name and batch and batch > 1:
-                label = f"{label} batch={batch}"
-            case = GemmCase(origin="range", name=label, context=ctx, **parsed)
-            case.user_range = True
-            case.range_name = name
-            pf = [f for rid in rids if (f := extra[rid][7])]
-            if pf:
-                case.profiler_flops = statistics.median(pf)
-        else:
-            parsed = parse_gemm_name(name)
-            if parsed is None:  # a gemm range whose name tracekit did not write: the shape its row carries
-                e = dict(zip(_SHAPE_COLUMNS, extra[rids[0]], strict=True))
-                parsed = {c: e[c] for c in ("m", "n", "k", "dtype_a", "dtype_b") if e[c] is not None}
-            case = GemmCase(origin="range", name=name, context=ctx, **parsed)
-            pf = [f for rid in rids if (f := extra[rid][7])]
-            if pf:
-                case.profiler_flops = statistics.median(pf)
-        case.device = device
-        case.range_ids = rids
-        # Per instance: own kernel time, auxiliary kernel time, idle time (inside the range, and since the
-        # previous instance when nothing else ran in between). The median instance is reported: one cold
-        # first launch (module load, a lazily created handle) must not set the typical launch's numbers.
-        mains: list[float] = []
-        auxs: list[float] = []
-        gaps: list[float] = []
-        n_launches = 0
-        for rid in rids:
-            first, last, busy, main_i, aux_i, _, most, before = instances[rid]
-            gap = max(last - first - busy, 0) + before  # idle inside, and since the previous instance
-            # a user range may hold a loop of GEMM launches: its times are per launch of the main kernel
-            n_i = 1
-            if is_user:
-                n_i = most or 1
-                n_launches += n_i
-            mains.append(main_i / n_i)
-            auxs.append(aux_i / n_i)
-            gaps.append(gap / n_i)
-        case.launches = n_launches if is_user else len(rids)
-        case.main_ns = statistics.median(mains)
-        case.aux_ns = statistics.median(auxs)
-        case.gap_ns = statistics.median(gaps)
-        case.aux_kernels = aux_kernels.get(ci, [])
-        top = tops[ci]
-        case.main_kernel = top["name"]
-        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
-        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
-        if all(g is not None for g in grid):
-            case.grid_size = int(grid[0] * grid[1] * grid[2])
-        if all(b is not None for b in block):
-            case.block_size = int(block[0] * block[1] * block[2])
-        case.registers_per_thread = top.get("registers_per_thread")
-        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
-        case.smem_per_block_bytes = smem or None
-        case.time_source = "timeline: kernel durations and idle time inside the GEMM's ranges"
-        cases.append(case)
-    free_aux = _free_aux_time(ranges, kernels, owner)
-    for case in cases:
-        key = _gemm_key(case)
-        for akey, (ns, counts) in free_aux.items() if key is not None else ():
-            if _serves(akey, key):
-                case.aux_ns += ns
-                case.aux_kernels = sorted(set(case.aux_kernels) | set(counts))
-    return cases
+    picks = {(h, n) for h, n in top.select("_hn", "name").iter_rows()}
+    if not picks:
+        return user
+    hn = {h: fold_range(names.name(h)) or "" for h in holders["holder"].unique().to_list()}
+    ids = [h for h, n in hn.items() if n in {p[0] for p in picks}]
+    pick_names = {p[1] for p in picks}
+    return user.with_columns(
+        (pl.col("_gemm") | (pl.col("holder").is_in(ids) & pl.col("name").is_in(list(pick_names)))).alias(
+            "_gemm"
+        )
+    )
 
 
-_LOOSE_COLUMNS = [
-    "name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes",
-]  # fmt: skip
-"""The kernels' columns a case named by its kernel reads: its time and its first launch's configuration."""
+def _kernel_rows(ks: pl.DataFrame, ids: list[int]) -> dict[int, dict[str, Any]]:
+    return {r["kernel_id"]: r for r in ks.filter(pl.col("kernel_id").is_in(ids)).iter_rows(named=True)}
 
 
-def _loose_timeline_cases(
+def timeline_cases(
     frames: dict[str, pl.DataFrame],
     device: DeviceSpec | None,
-    owned: set[int] | None = None,
-    skip: set[int] | None = None,
-) -> list[GemmCase]:
-    """A timeline with no GEMM range at all (someone else's capture, no NVTX, or only a profiler's per-op ranges
-    without shapes): each GEMM kernel name is a case, named by kernel, its time the mean over its launches. No
-    launch gap: with no range there is nothing to attribute idle time to. ``skip``: kernel ids another case
-    took (GEMM kernels replayed from CUDA graphs)."""
-    kernels = frames.get("kernels")
+    gemm_names: set[str] | None = None,
+    kernel_shapes: dict[int, tuple[str, tuple] | None] | None = None,
+    graph_ops: set[int] | None = None,
+) -> TimelineCases:
+    """The timeline's cases (see the module docstring). ``gemm_names``: kernel names Nsight Compute counted
+    tensor math for; ``kernel_shapes``: GEMM kernels replayed from a CUDA graph (graph_replay.py), by kernel id:
+    the operator and shape recorded while the graph was captured, or None where no capture matches (the case then
+    says ``FLOPs unknown (CUDA graph replay)``); ``graph_ops``: operator ranges recorded while a graph was
+    captured (no call lacks its kernel there)."""
+    out = TimelineCases()
+    kernels, ranges = frames.get("kernels"), frames.get("ranges")
     if kernels is None or kernels.height == 0:
+        return out
+    if ranges is None:
+        ranges = pl.DataFrame(schema={"range_id": pl.Int64, "parent_id": pl.Int64, "name": pl.String})
+    ranges = ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64))
+    if "range_kind" not in ranges.columns:
+        ranges = ranges.with_columns(pl.lit(None, pl.String).alias("range_kind"))
+    ks = _prepared(_with_memops(kernels, frames.get("memops")), ranges, gemm_names or set())
+    if ks.height == 0:
+        return out
+    names = _Names(ranges)
+    starts = ks.select("device", "start_ns")
+    out.cases.extend(_tracekit_cases(ks, ranges, names, starts, device))
+    held, loose = _user_cases(ks, ranges, names, starts, device, kernel_shapes or {}, graph_ops or set())
+    out.cases.extend(held)
+    out.loose.extend(loose)
+    return out
+
+
+# --- tracekit's ranges ----------------------------------------------------------------------------------------------
+def _tracekit_cases(
+    ks: pl.DataFrame, ranges: pl.DataFrame, names: _Names, starts: pl.DataFrame, device: DeviceSpec | None
+) -> list[GemmCase]:
+    if not ks["tk_gemm"].is_not_null().any():
         return []
-    if skip:
-        kernels = kernels.filter(~pl.col("kernel_id").is_in(list(skip)))
-    ranges = frames.get("ranges")
-    if owned and ranges is not None and ranges.height:
-        parent = dict(zip(ranges["range_id"].to_list(), ranges["parent_id"].to_list(), strict=True))
-        inside: set[int] = set()
-        for rid in parent:  # every range at or under a case's range
-            cur, depth = rid, 0
-            while cur is not None and depth < 64:
-                if cur in owned:
-                    inside.add(rid)
-                    break
-                cur, depth = parent.get(cur), depth + 1
-        kernels = kernels.filter(pl.col("range_id").is_null() | ~pl.col("range_id").is_in(list(inside)))
-    out: list[GemmCase] = []
-    # per GEMM kernel name (the name test runs once per distinct name), in order of first launch: launches, the
-    # mean time of the launches with both ends, and the first launch (its launch configuration is shown)
-    gemm_names = [n for n in kernels["name"].unique().to_list() if is_gemm_kernel(n)]
-    ordered = (
-        kernels.select(_LOOSE_COLUMNS)
-        .filter(pl.col("name").is_in(gemm_names))
-        .sort("start_ns", maintain_order=True)
+    calls, aux_rows = tracekit_calls(ks, ranges)
+    if calls.height == 0:
+        return []
+    cols = [
+        c for c in (*_SHAPE, "flops", "name", "parent_id", "backend", "op", "scale") if c in ranges.columns
+    ]
+    info = ranges.filter(pl.col("range_kind") == "gemm").select("range_id", *cols)
+    parent_names = ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_pname"))
+    info = info.join(parent_names, on="parent_id", how="left")
+    own = {n: parse_gemm_name(n) is not None for n in info["name"].drop_nulls().unique().to_list()}
+    ctx = {n: context_key(n) for n in info["_pname"].drop_nulls().unique().to_list()}
+    keys: dict[int, tuple] = {}
+    rows: dict[int, dict[str, Any]] = {}
+    for r in info.iter_rows(named=True):
+        name = r["name"] or ""
+        shape = () if own.get(name) else tuple(r.get(c) for c in _SHAPE)
+        keys[r["range_id"]] = (name if own.get(name) else range_key(name), ctx.get(r["_pname"]), shape)
+        rows[r["range_id"]] = r
+    order = calls.sort("first")["owner"].to_list()
+    case_of: dict[tuple, int] = {}
+    for rid in order:
+        case_of.setdefault(keys[rid], len(case_of))
+    calls = calls.with_columns(
+        pl.col("owner")
+        .replace_strict({rid: case_of[keys[rid]] for rid in order}, return_dtype=pl.Int64)
+        .alias("case")
     )
-    groups = (
-        ordered.with_row_index("_row")
-        .group_by("name", maintain_order=True)
+    timings = aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
+    firsts = (
+        calls.sort("first")
+        .group_by("case", maintain_order=True)
         .agg(
-            pl.len().alias("launches"),
-            pl.col("_row").first().alias("first"),
-            (pl.col("end_ns") - pl.col("start_ns")).mean().alias("mean_ns"),
+            pl.col("owner").first().alias("rid"),
+            pl.col("_top").drop_nulls().first().alias("top"),
+            pl.col("owner"),
         )
     )
-    for name, launches, first, mean_ns in groups.iter_rows():
-        case = GemmCase(origin="kernel", name=name)
-        case.device = device
-        case.main_kernel = name
-        case.launches = launches
-        case.main_ns = mean_ns  # None for a damaged file's kernel with no time
-        top = ordered.row(first, named=True)
-        grid = [top.get(c) for c in ("grid_x", "grid_y", "grid_z")]
-        if all(g is not None for g in grid):
-            case.grid_size = int(grid[0] * grid[1] * grid[2])
-        block = [top.get(c) for c in ("block_x", "block_y", "block_z")]
-        if all(b is not None for b in block):
-            case.block_size = int(block[0] * block[1] * block[2])
-        case.registers_per_thread = top.get("registers_per_thread")
-        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
-        case.smem_per_block_bytes = smem or None
-        case.time_source = "timeline: kernel durations (the kernel is in no range)"
+    tops = _kernel_rows(ks, [t for t in firsts["top"].to_list() if t is not None])
+    # calls without a GEMM kernel: instances of the case's range that launched none
+    have = set(calls["owner"].to_list())
+    empty_counts: dict[int, int] = {}
+    for rid, key in ((rid, _tk_key(r, own, ctx)) for rid, r in _gemm_ranges(ranges, ctx, own).items()):
+        if rid not in have and key in case_of:
+            empty_counts[case_of[key]] = empty_counts.get(case_of[key], 0) + 1
+    out = []
+    for ci, rid, top, owners in firsts.iter_rows():
+        key = keys[rid]
+        r = rows[rid]
+        parsed = parse_gemm_name(key[0])
+        case = GemmCase(origin="range", name=key[0], range=key[0], device=device)
+        if parsed is not None:
+            case.backend, case.op = parsed["backend"], parsed["op"]
+            if parsed["m"] and parsed["n"] and parsed["k"]:
+                case.shape = Shape(
+                    parsed["m"], parsed["n"], parsed["k"], None, parsed["dtype_a"], parsed["dtype_b"],
+                    parsed["dtype_out"], parsed["scale"], source="range name",
+                )  # fmt: skip
+        elif r.get("m") and r.get("n") and r.get("k"):  # a gemm range another reader marked: its row's shape
+            case.shape = Shape(
+                r["m"],
+                r["n"],
+                r["k"],
+                r.get("batch"),
+                r.get("dtype_a"),
+                r.get("dtype_b"),
+                r.get("dtype_out"),
+                source="range",
+            )
+        if r.get("flops"):
+            case.profiler_flops = r["flops"]
+        case.parents = [p for p in [key[1]] if p]
+        case.kernel = KernelInfo.from_row(tops[top]) if top is not None else KernelInfo()
+        case.timing = timings[ci]
+        case.timing.calls_without_kernel = empty_counts.get(ci, 0)
+        case.range_ids = list(owners)
+        case.key = ("range", *key)
         out.append(case)
     return out
+
+
+def _tk_key(r: dict[str, Any], own: dict[str, bool], ctx: dict[str, str | None]) -> tuple:
+    name = r["name"] or ""
+    shape = () if own.get(name) else tuple(r.get(c) for c in _SHAPE)
+    return (name if own.get(name) else range_key(name), ctx.get(r["_pname"]), shape)
+
+
+def _gemm_ranges(ranges: pl.DataFrame, ctx: dict[str, str | None], own: dict[str, bool]) -> dict[int, dict]:
+    cols = [c for c in (*_SHAPE, "name", "parent_id") if c in ranges.columns]
+    info = ranges.filter(pl.col("range_kind") == "gemm").select("range_id", *cols)
+    parent_names = ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_pname"))
+    info = info.join(parent_names, on="parent_id", how="left")
+    return {r["range_id"]: r for r in info.iter_rows(named=True)}
+
+
+# --- everything else ------------------------------------------------------------------------------------------------
+def _user_cases(
+    ks: pl.DataFrame,
+    ranges: pl.DataFrame,
+    names: _Names,
+    starts: pl.DataFrame,
+    device: DeviceSpec | None,
+    kernel_shapes: dict[int, tuple[str, tuple] | None],
+    graph_ops: set[int],
+) -> tuple[list[GemmCase], list[GemmCase]]:
+    user = ks.filter(pl.col("tk_gemm").is_null() & pl.col("free_aux").is_null() & ~pl.col("blocked"))
+    if user.height == 0:
+        return [], []
+    user = _gemm_named_holders(user, names)
+    if not user["_gemm"].any():
+        return [], []
+    calls, aux_rows = user_calls(user)
+    if calls.height == 0:
+        return [], []
+    # what each call's range says: the shaped range's shape, operator and FLOP count
+    shape_cols = [c for c in (*_SHAPE, "flops", "name") if c in ranges.columns]
+    shaped = ranges.filter(pl.col("range_id").is_in(calls["owner"].implode())).select("range_id", *shape_cols)
+    shaped_rows = {r["range_id"]: r for r in shaped.iter_rows(named=True)}
+    tops = _kernel_rows(ks, [t for t in calls["_top"].to_list() if t is not None])
+    keys: dict[int, tuple] = {}
+    extra: dict[int, dict[str, Any]] = {}
+    for owner, top, holder in calls.select("owner", "_top", "holder").iter_rows():
+        krow = tops.get(top, {})
+        sig = KernelInfo.from_row(krow) if krow else KernelInfo()
+        r = shaped_rows.get(owner, {})
+        op = fold_range(r.get("name")) if r else None
+        dims = tuple(r.get(c) for c in _SHAPE) if r else ()
+        if not (dims and dims[0] and dims[1] and dims[2]):
+            dims = ()
+        replayed = top is not None and top in kernel_shapes  # its GEMM kernel was replayed from a CUDA graph
+        replay = kernel_shapes.get(top) if replayed else None
+        if replay is not None and not dims:
+            op, dims = replay
+        flops = r.get("flops") if r else None
+        hname = fold_range(names.name(holder))
+        keys[owner] = (hname, sig.name, sig.grid, sig.block, op if (dims or flops) else None, dims)
+        extra[owner] = {
+            "holder": holder,
+            "sig": sig,
+            "op": op,
+            "dims": dims,
+            "flops": flops,
+            "replay": replay is not None,
+            "replayed": replayed,
+        }
+    order = calls.sort("first")["owner"].to_list()
+    case_of: dict[tuple, int] = {}
+    for owner in order:
+        case_of.setdefault(keys[owner], len(case_of))
+    calls = calls.with_columns(
+        pl.col("owner")
+        .replace_strict({o: case_of[keys[o]] for o in order}, return_dtype=pl.Int64)
+        .alias("case")
+    )
+    timings = aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
+    firsts = (
+        calls.sort("first")
+        .group_by("case", maintain_order=True)
+        .agg(pl.col("owner").first(), pl.col("owner").alias("owners"))
+    )
+    missing = _calls_without_kernel(ranges, ks, names, set(calls["owner"].to_list()) | graph_ops)
+    held: list[GemmCase] = []
+    loose: list[GemmCase] = []
+    for ci, first, owners in firsts.iter_rows():
+        key, e = keys[first], extra[first]
+        hname, _kname, _grid, _block, op, dims = key
+        case = GemmCase(origin="range", name="", range=hname, device=device, user_range=True)
+        case.kernel = e["sig"]
+        case.parents = names.parents(e["holder"]) if e["holder"] is not None else []
+        if dims:
+            m, n, k, batch, da, db, do = dims
+            case.shape = Shape(
+                m, n, k, batch, da, db, do, source="captured operator" if e["replay"] else "profiler"
+            )
+            case.op = (op or "").split("::")[-1] or None
+        if e["flops"] and not dims:
+            case.profiler_flops = e["flops"]
+        case.graph_replay = e["replayed"]
+        if e["replayed"] and not dims and not e["flops"]:
+            case.flops_note = NO_SHAPE_NOTE
+        case.timing = timings[ci]
+        case.range_ids = [o for o in owners if o >= 0]
+        case.key = ("range", *key)
+        if dims or e["flops"]:
+            case.timing.calls_without_kernel = missing.pop((hname, op, dims), 0)
+        if hname is None and not dims and not e["flops"]:
+            case.origin, case.user_range, case.range = "kernel", False, None
+            loose.append(case)
+        else:
+            held.append(case)
+    _name_cases(held)
+    _name_loose(loose)
+    return held, loose
+
+
+def _calls_without_kernel(
+    ranges: pl.DataFrame, ks: pl.DataFrame, names: _Names, called: set[int]
+) -> dict[tuple, int]:
+    """Innermost shaped ranges that are no call (their GEMM kernel is missing), counted per (user range,
+    operator, shape)."""
+    dims = [c for c in ("m", "n", "k") if c in ranges.columns]
+    if len(dims) < 3:
+        return {}
+    res = resolve_ranges(ranges)
+    shaped = ranges.filter(
+        (pl.col("m").fill_null(0) > 0) & (pl.col("n").fill_null(0) > 0) & (pl.col("k").fill_null(0) > 0)
+    ).filter(~pl.col("range_kind").is_in(["gemm", "aux", "moe"]).fill_null(False))
+    if shaped.height == 0:
+        return {}
+    # innermost: no shaped range below it (a shaped range's parent resolves its nearest shaped range above)
+    up = res.select(pl.col("range_id").alias("parent_id"), pl.col("call").alias("_above"))
+    inner = shaped.join(up, on="parent_id", how="left")
+    outer = set(inner["_above"].drop_nulls().to_list())
+    missing = inner.filter(~pl.col("range_id").is_in(list(outer | called)))
+    if missing.height == 0:
+        return {}
+    holder = res.select("range_id", "holder")
+    missing = missing.join(holder, on="range_id", how="left")
+    out: dict[tuple, int] = {}
+    for r in missing.iter_rows(named=True):
+        key = (fold_range(names.name(r["holder"])), fold_range(r["name"]), tuple(r.get(c) for c in _SHAPE))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+_SHORT = re.compile(r"^(?:void\s+)?")
+
+
+def kernel_label(name: str | None, width: int = 60) -> str:
+    """A kernel's function name, short enough for a case's name (``nvjet_sm90_tst_128x64_...``,
+    ``cutlass::Kernel2<cutlass_80_tensorop_...>`` -> its template's first word)."""
+    if not name:
+        return "(unnamed kernel)"
+    fn, args = split_name(name)
+    fn = _SHORT.sub("", fn).strip()
+    last = fn.rsplit("::", 1)[-1] or fn
+    if last in ("Kernel", "Kernel2", "device_kernel") and args:
+        inner = re.split(r"[<>,(\s]", args.strip("<> "))[0]
+        if inner:
+            last = inner.rsplit("::", 1)[-1]
+    return last[:width]
+
+
+def _name_cases(cases: list[GemmCase]) -> None:
+    """Names and positions of the user-range cases: per range, in order of first launch. A range's only GEMM is
+    named by the range; several are ``range #i (kernel)``; a GEMM with the profiler's shape is named by its
+    operator and shape; in a step range (``ProfilerStep``) or no range, by kernel."""
+    by_range: dict[str | None, list[GemmCase]] = {}
+    for c in cases:  # cases come in order of first launch
+        by_range.setdefault(c.range, []).append(c)
+    for rng, members in by_range.items():
+        several = len(members) > 1
+        for i, c in enumerate(members, 1):
+            c.position = i if several and rng is not None else None
+            shaped = c.shape is not None or c.profiler_flops
+            if shaped:
+                opname = c.key[5] or rng or "GEMM"
+                c.name = f"{opname} {c.shape.text}" if c.shape is not None else str(opname)
+            elif rng is None or is_step(rng) or _is_step_name(rng):
+                c.name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
+            elif several:
+                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)})"
+            else:
+                c.name = rng
+        _tell_apart(members)
+
+
+def _tell_apart(members: list[GemmCase]) -> None:
+    """Two GEMMs of one name in a range (one shape run by two kernels, dgrad and wgrad): their kernels tell them
+    apart, and their grids where the kernels are the same."""
+    seen: dict[str, list[GemmCase]] = {}
+    for c in members:
+        seen.setdefault(c.name, []).append(c)
+    for same in seen.values():
+        if len(same) < 2:
+            continue
+        labels = [kernel_label(c.kernel.name) for c in same]
+        for c, label in zip(same, labels, strict=True):
+            grid = f", grid {c.kernel.grid}" if labels.count(label) > 1 and c.kernel.grid else ""
+            c.name = f"{c.name} ({label}{grid})"
+
+
+def _is_step_name(name: str) -> bool:
+    return name in ("ProfilerStep", "step")
+
+
+def _name_loose(cases: list[GemmCase]) -> None:
+    """GEMM kernels in no range: named by kernel; a kernel launched with several grids, one case per grid."""
+    count: dict[str | None, int] = {}
+    for c in cases:
+        count[c.kernel.name] = count.get(c.kernel.name, 0) + 1
+    for c in cases:
+        c.name = c.kernel.name or "GEMM"
+        if count[c.kernel.name] > 1:
+            c.name += f" (grid {c.kernel.grid}, block {c.kernel.block})"
+
+
+__all__ = ["TimelineCases", "case_id", "fold_range", "kernel_label", "timeline_cases"]

@@ -14,9 +14,11 @@ from .labels import rank_frames
 # --- GEMMs per rank ------------------------------------------------------------------------------------------------------
 def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: Any, calibration: Any):
     """Each rank's GEMM cases, explained (:func:`tracekit.analyzers.analysis.case_list` on the rank's frames: the
-    one place cases are built); ``(rows, cases by (label, rank))``. Profiled kernels outside GEMM ranges count
-    only when named like a GEMM; several cases of one label on a rank (the same kernel profiled in several
-    launches) are one row, its time the call-weighted mean and its waterfall the most-called case's."""
+    one place cases are built); ``(rows, cases by (label, rank))``. A row's ``time_ns`` is the GEMM time per launch
+    (GEMM kernel and split-K reduce: sum over the calls / launches), the same on every rank whatever the host
+    did between launches. Profiled kernels outside GEMM ranges count only when named like a GEMM; several cases
+    of one label on a rank (the same kernel profiled in several launches) are one row, its time the
+    launch-weighted mean and its waterfall the most-launched case's."""
     from ..analysis import case_list
 
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -31,11 +33,12 @@ def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: A
                 continue
             key = (case.label, r)
             t = case.timing
-            launches = max(t.calls, 1)
+            launches = max(t.launches, 1)
+            per_launch = t.gemm_ns_total / t.launches if t.launches and t.gemm_ns_total else None
             row = rows.get(key)
             if row is not None:
                 total = row["launches"] + launches
-                for col, new in (("time_ns", t.span_ns.median), ("tflops", t.achieved_tflops)):
+                for col, new in (("time_ns", per_launch), ("tflops", t.achieved_tflops)):
                     if row[col] is not None and new is not None:
                         row[col] = (row[col] * row["launches"] + new * launches) / total
                 row["launches"] = total
@@ -49,7 +52,7 @@ def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: A
                 "rank": r,
                 "launches": launches,
                 "main_kernel": case.kernel.name,
-                "time_ns": t.span_ns.median,
+                "time_ns": per_launch,
                 "tflops": t.achieved_tflops,
                 "pct_of_peak": case.pct_of_peak,
                 "sm_clock_hz": case.sm_clock_hz,

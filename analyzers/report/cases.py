@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..analysis.headline import time_headline
 from .model import Bullets, Detail, Heading, Image, Inline, Para, Table, _fmt
 from .text import _f, _one_line, md_text
 
@@ -55,13 +56,13 @@ def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> l
     s = rep["summary"]
     cc = d.cell_chars
     blocks: list[Any] = [Heading(3, [("t", "Summary")])]
-    line = f"{s['cases']} GEMM case{'s' if s['cases'] != 1 else ''}"
-    if s.get("case_ns_total"):
-        line += f", {ns_text(s['case_ns_total'])} of GPU time"
-        if s.get("gpu_ns_total") and s["case_ns_total"] <= s["gpu_ns_total"]:
-            line += f" ({100 * s['case_ns_total'] / s['gpu_ns_total']:.0f}% of {ns_text(s['gpu_ns_total'])} in all kernels)"
-        elif s.get("gpu_ns_total"):
-            line += f" (all kernels on the timeline: {ns_text(s['gpu_ns_total'])})"
+    line = time_headline(
+        s["cases"],
+        s.get("gemm_ns_total") or 0.0,
+        s.get("case_ns_total") or 0.0,
+        s.get("gpu_ns_total"),
+        ns_text,
+    )
     blocks.append(Para([("t", md_text(line + "."))]))
     if s.get("breakdown"):
         blocks.append(Para([("b", "Step: "), ("t", md_text(s["breakdown"], cc))]))

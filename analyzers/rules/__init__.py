@@ -1,6 +1,6 @@
 """Rules: one small function per cause of a GEMM's gap to peak, each returning a :class:`Factor` (or None when it
-has nothing to say). Rules read a :class:`tracekit.analyzers.gemm.GemmCase` (rows of the run's frames gathered per
-GEMM) and never print or plot; :mod:`tracekit.analyzers.explain` multiplies their factors into the waterfall.
+has nothing to say). Rules read the parts of a :class:`tracekit.analyzers.gemm.GemmCase` (its shape, kernel, timing, Nsight Compute
+evidence, clock and device) and never print or plot; :mod:`tracekit.analyzers.explain` multiplies their factors into the waterfall.
 
 =================  ===========================================================================================
 rule               cause
@@ -9,8 +9,9 @@ rule               cause
 ``waves``          wave quantization: tiles (or CTAs) do not fill a whole number of waves over the SMs
 ``memory``         roofline: bytes / bandwidth exceed FLOPs / compute peak
 ``kernel``         in-kernel efficiency: the rest, with tensor-pipe, stall, occupancy and shared-memory evidence
-``aux``            auxiliary kernels (quantize, split-K reduce, scale swizzle) in the GEMM's range
-``gaps``           idle GPU time between the range's kernels and launches (launch overhead)
+``splitk``         the split-K reduce kernels a call adds to its GEMM time
+``aux``            auxiliary kernels a call owns (quantize before it, activation after it, layout copies)
+``gaps``           idle GPU time inside a call and between back-to-back calls (launch overhead)
 =================  ===========================================================================================
 """
 
@@ -19,7 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Factor"]
+__all__ = ["NO_LOSS", "Factor", "duration"]
+
+
+def duration(ns: float) -> str:
+    """A duration for a sentence: ``812 ns``, ``14.6 us``, ``2.93 ms``, ``1.20 s``."""
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+NO_LOSS = 0.995
+"""A factor at or above this value costs nothing worth naming: it gets no remedy and is never the verdict."""
 
 
 @dataclass
@@ -37,6 +53,10 @@ class Factor:
     evidence: dict[str, Any] = field(default_factory=dict)
     remedy: str | None = None
     cause: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.value >= NO_LOSS:
+            self.remedy = None  # a factor of x1.000 has nothing to remedy
 
     @property
     def loss(self) -> float:

@@ -1,5 +1,5 @@
-"""Auxiliary kernels: the other kernels in the GEMM's range, timed apart from the GEMM, each by its class in the
-kernel table (analyzers/taxonomy) with the remedy that fits it: an activation (SiLU, GELU, the SwiGLU multiply)
+"""Auxiliary kernels: the kernels a GEMM's calls own besides the GEMM kernel (:mod:`tracekit.analyzers.gemm.roles`),
+timed apart from it, each by its class in the kernel table (analyzers/taxonomy) with the remedy that fits it: an activation (SiLU, GELU, the SwiGLU multiply)
 goes into the GEMM's epilogue or a fused gated-activation kernel; a quantize (a real cast to a float8 / FP4 type,
 its amax and scale) into the producer; a split-K reduce away with another split; a layout copy into the GEMM's
 operand layout. Kernels that are their own operation (attention, a norm, rotary) are said to be in the range, not
@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ..taxonomy import classify_name, split_name
-from . import Factor
+from . import Factor, duration
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -51,16 +51,17 @@ _REMEDY = {
     "quantize": "Fuse the activation quantize (amax, scale, cast) into the producer kernel (the previous op, or "
     "the GEMM prologue), or keep activations in FP8 between layers: quantize once and reuse across the GEMMs "
     "sharing the activation; delayed scaling drops the amax pass.",
-    "activation": "Fuse the activation into the GEMM's epilogue (cuBLASLt / CUTLASS epilogues apply GELU, SiLU "
-    "and bias), or compute a SwiGLU / GeGLU in one fused gated-activation kernel (silu(gate) * up: vLLM's, "
-    "FlashInfer's or sgl-kernel's silu_and_mul, or torch.compile) instead of an activation and a multiply.",
+    "activation": "Fuse the activation into the GEMM's epilogue (cuBLASLt / CUTLASS apply GELU, SiLU and bias "
+    "there), or run a SwiGLU / GeGLU as one fused kernel (silu_and_mul of vLLM, FlashInfer or sgl-kernel, or "
+    "torch.compile).",
     "splitk-reduce": "Split-K adds a reduce pass: a larger M, stream-K, or a kernel without split-K removes it.",
     "layout": "The operand is copied into another layout before the GEMM: pass the transpose to the GEMM (a "
     "TN/NT kernel) instead of materialising it, or store the weight in the layout the GEMM wants.",
     "elementwise": "Fuse the elementwise step into the GEMM's epilogue (bias, scale, residual add) or into its "
     "neighbour (torch.compile fuses chains of pointwise ops).",
-    "memory": "A fill or memset on every call: reuse the output buffer, or let the GEMM overwrite it (beta = 0) "
-    "instead of zeroing it first.",
+    "memory": "A memset or fill on every call: where the GEMM library issues it (cuBLAS zeroes a workspace for its "
+    "split-K / segment-K kernels), a kernel without split-K avoids it; where the program does, reuse the output "
+    "buffer or let the GEMM overwrite it (beta = 0) instead of zeroing it first.",
     "normalization": "A normalization in the range: fuse it with its neighbours (a fused residual-add + RMSNorm, "
     "or RMSNorm + quantize kernel) rather than into the GEMM.",
 }
@@ -150,20 +151,28 @@ def _join(words: list[str]) -> str:
 
 
 def aux(case: GemmCase) -> Factor | None:
-    """``main / (main + aux)``; None when the range held no auxiliary kernel."""
-    if not case.main_ns or not case.aux_ns:
+    """``GEMM time / (GEMM time + aux time)`` over the case's calls; None when the calls own no auxiliary kernel
+    outside their GEMM time (split-K reduces are GEMM time: :func:`splitk`)."""
+    t = case.timing
+    gemm, aux_total = t.gemm_ns_total, t.aux_ns_total
+    if not gemm or not aux_total:
         return None
-    value = case.main_ns / (case.main_ns + case.aux_ns)
-    names = case.aux_kernels or []
+    value = gemm / (gemm + aux_total)
+    uses = [u for u in t.aux_kernels if u.role != "splitk-reduce"]
+    names = [u.name for u in uses]
     share = 100.0 * (1.0 - value)
     classes = _classes(names)
     found = [c for c in AUX_CLASSES if c in classes.values()]
     short = _names(names, classes)
+    per_call = aux_total / t.calls if t.calls else aux_total
     ev = {
-        "main_time_ns": case.main_ns,
-        "aux_time_ns": case.aux_ns,
+        "gemm_time_ns_total": gemm,
+        "aux_time_ns_total": aux_total,
+        "aux_time_ns_per_call": per_call,
+        "calls": t.calls,
         "aux_kernels": names or ["(auxiliary step)"],
         "aux_classes": classes,
+        "aux_kernel_time_ns": {u.name: u.total_ns for u in uses},
     }
     fusable = [_LABEL[c] for c in found if c in _REMEDY]
     own = [_LABEL[c] for c in found if c not in _REMEDY]
@@ -172,12 +181,36 @@ def aux(case: GemmCase) -> Factor | None:
         parts.append(f"other operations in the range ({_join(own)})")
     what = " and ".join(parts) or "Auxiliary steps"
     sentence = (
-        f"{what[0].upper() + what[1:]} take {case.aux_ns / 1e3:.1f} us per launch, {share:.0f}% of the GEMM's "
-        f"GPU time: {short}."
+        f"{what[0].upper() + what[1:]} take {duration(per_call)} per call ({duration(aux_total)} over "
+        f"{t.calls} call{'s' if t.calls != 1 else ''}), {share:.0f}% of the GEMM's GPU time: {short}."
     )
     fitting = [_REMEDY[c] for c in found if c in _REMEDY][:2]
     if any(c not in _REMEDY for c in found):
         fitting.append(_SEPARATE)
     remedy = " ".join(fitting) or "Fuse the auxiliary step into the GEMM's prologue or epilogue."
     ev["aux_class"] = found[0] if found else "other"
-    return Factor("aux kernels", value, sentence, ev, remedy + f" (+{(1 / value - 1) * 100:.0f}%)")
+    return Factor("aux kernels", value, sentence, ev, remedy)
+
+
+def splitk(case: GemmCase) -> Factor | None:
+    """``GEMM kernel time / (GEMM kernel + split-K reduce time)``: the part of the GEMM time its split-K reduce
+    kernels take (they are GEMM time: the kernel rate includes them). None without a reduce."""
+    t = case.timing
+    reduce_ns = t.splitk_ns_total
+    if not reduce_ns or not t.gemm_ns_total:
+        return None
+    kernel_ns = t.gemm_ns_total - reduce_ns
+    value = kernel_ns / t.gemm_ns_total
+    names = [u.name for u in t.aux_kernels if u.role == "splitk-reduce"] or ["(split-K reduce)"]
+    ev = {
+        "gemm_kernel_ns_total": kernel_ns,
+        "splitk_reduce_ns_total": reduce_ns,
+        "calls": t.calls,
+        "aux_kernels": names,
+        "aux_class": "splitk-reduce",
+    }
+    sentence = (
+        f"The split-K reduce ({_names(names, {n: 'splitk-reduce' for n in names}, 2)}) takes "
+        f"{duration(reduce_ns / max(t.calls, 1))} per call, {100 * (1 - value):.0f}% of the GEMM time."
+    )
+    return Factor("split-K reduce", value, sentence, ev, _REMEDY["splitk-reduce"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import Factor
+from . import NO_LOSS, Factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -34,64 +34,98 @@ def throttle_names(mask: int | None) -> list[str]:
 
 def clock_cap(case: GemmCase) -> str | None:
     """What held the clock down, when NVML or the power reading says so."""
-    names = throttle_names(case.throttle_reasons)
+    c = case.clock
+    names = throttle_names(c.throttle_reasons)
     caps = [n for n in names if "power" in n or "thermal" in n or "slowdown" in n]
     if caps:
         return " and ".join(caps)
-    if case.power_w and case.power_limit_w and case.power_w >= POWER_NEAR_LIMIT * case.power_limit_w:
+    if c.power_w and c.power_limit_w and c.power_w >= POWER_NEAR_LIMIT * c.power_limit_w:
         return "power cap"
+    return None
+
+
+LOCKED = "clocks locked (Nsight Compute's default --clock-control base, or an application clock)"
+"""What a report's fixed clock well below boost is called: not a power or thermal limit."""
+LOCKED_REMEDY = (
+    "Capture with `--clock-control none` (`tracekit capture --ncu --clock-control none`, or ncu's own flag) to "
+    "see the clocks the application sees; the numbers of this report are at the locked clock."
+)
+
+
+def locked(case: GemmCase) -> str | None:
+    """Why the case's clock counts as locked (its report ran every kernel at one fixed clock well below boost,
+    or says ``--clock-control base``), else None; never for a report taken with ``--clock-control none``."""
+    if (
+        case.ncu is not None
+        and case.ncu.clock_locked
+        and case.clock.source
+        and case.clock.source.startswith("ncu")
+    ):
+        return case.ncu.clock_locked
+    dev = case.device
+    src = case.clock.source or ""
+    if "clock control base" in src:
+        return "the report was taken with --clock-control base"
+    if (
+        src.startswith("ncu")
+        and "clock control none" not in src
+        and dev is not None
+        and dev.base_clock_hz
+        and case.clock.sm_clock_hz
+        and abs(case.clock.sm_clock_hz / dev.base_clock_hz - 1) < 0.05
+    ):
+        return f"{case.clock.sm_clock_hz / 1e6:.0f} MHz is the GPU's base clock"
     return None
 
 
 def clock(case: GemmCase) -> Factor | None:
     """``achieved clock / peak clock`` (at most 1); None when the clock was not measured."""
     dev = case.device
-    if dev is None or not dev.peak_clock_hz or not case.sm_clock_hz:
+    c = case.clock
+    if dev is None or not dev.peak_clock_hz or not c.sm_clock_hz:
         return None
-    ratio = case.sm_clock_hz / dev.peak_clock_hz
+    ratio = c.sm_clock_hz / dev.peak_clock_hz
     value = min(1.0, ratio)
-    mhz, peak_mhz = case.sm_clock_hz / 1e6, dev.peak_clock_hz / 1e6
+    mhz, peak_mhz = c.sm_clock_hz / 1e6, dev.peak_clock_hz / 1e6
     evidence: dict[str, object] = {
-        "sm_clock_hz": case.sm_clock_hz,
-        "clock_source": case.clock_source,
+        "sm_clock_hz": c.sm_clock_hz,
+        "clock_source": c.source,
         "peak_clock_hz": dev.peak_clock_hz,
         "boost_clock_hz": dev.boost_clock_hz,
     }
-    if case.power_w is not None:
-        evidence["power_w"] = case.power_w
-        evidence["power_limit_w"] = case.power_limit_w
-    if case.throttle_reasons is not None:
-        evidence["throttle_reasons"] = hex(case.throttle_reasons)
-        evidence["throttle_reason_names"] = throttle_names(case.throttle_reasons)
+    if c.power_w is not None:
+        evidence["power_w"] = c.power_w
+        evidence["power_limit_w"] = c.power_limit_w
+    if c.throttle_reasons is not None:
+        evidence["throttle_reasons"] = hex(c.throttle_reasons)
+        evidence["throttle_reason_names"] = throttle_names(c.throttle_reasons)
     peak_note = ""
     if dev.boost_clock_hz and abs(dev.boost_clock_hz - dev.peak_clock_hz) > 1e6:
         peak_note = f" (the GPU's maximum is {dev.boost_clock_hz / 1e6:.0f} MHz)"
     cap = clock_cap(case)
+    why_locked = locked(case) if value < 1.0 else None
     sentence = (
         f"The SM clock averaged {mhz:.0f} MHz, {100 * ratio:.0f}% of the {peak_mhz:.0f} MHz the datasheet peak "
         f"is quoted at{peak_note}"
     )
+    remedy: str | None
+    cause = None
     if cap:
         power = ""
-        if case.power_w and case.power_limit_w:
-            power = f" at {case.power_w:.0f} W of a {case.power_limit_w:.0f} W limit"
+        if c.power_w and c.power_limit_w:
+            power = f" at {c.power_w:.0f} W of a {c.power_limit_w:.0f} W limit"
         sentence += f"; NVML names the {cap}{power}."
         remedy = (
             "The clock is power/thermal-capped under sustained load: compare against the calibrated sustained "
             "peak (tracekit calibrate), raise the power limit or improve cooling if allowed, or cut energy per "
             "FLOP (FP8 instead of BF16, fewer bytes moved)."
         )
-    elif case.clock_source and (
-        "clock control base" in case.clock_source
-        or (
-            case.clock_source.startswith("ncu")
-            and dev.base_clock_hz
-            and abs(case.sm_clock_hz / dev.base_clock_hz - 1) < 0.05
-        )
-    ):
-        sentence += "; that is the base clock: Nsight Compute locks clocks to base unless told otherwise."
-        remedy = "Profile again with `ncu --clock-control none` to see the clocks the application sees."
+    elif why_locked:
+        sentence += f"; {LOCKED}: {why_locked}."
+        evidence["clocks_locked"] = why_locked
+        cause = "clocks locked"
+        remedy = LOCKED_REMEDY
     else:
         sentence += "."
         remedy = "Check power draw and throttle reasons (nvidia-smi -q -d PERFORMANCE) during the run."
-    return Factor("clock", value, sentence, evidence, remedy)
+    return Factor("clock", value, sentence, evidence, remedy if value < NO_LOSS else None, cause)

@@ -52,7 +52,7 @@ def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
     """The ``n`` largest warp-stall reasons (name, warps per issue or samples, metric)."""
     found: dict[str, tuple[float, str]] = {}
     for prefix in _STALL_PREFIXES:
-        for metric, value in case.ncu_metrics.items():
+        for metric, value in (case.ncu.metrics if case.ncu else {}).items():
             if not metric.startswith(prefix) or value is None:
                 continue
             reason = metric.removeprefix(prefix).split("_per_")[0].split(".")[0]
@@ -68,13 +68,13 @@ def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
 
 def _stage_fit(case: GemmCase) -> dict[str, Any]:
     dev = case.device
-    tile = parse_tile(case.main_kernel)
+    tile = parse_tile(case.kernel.name)
     out: dict[str, Any] = {}
-    limit = (case.ncu or {}).get("smem_per_block_limit_bytes") or (
+    limit = (case.ncu.row if case.ncu else {}).get("smem_per_block_limit_bytes") or (
         dev.smem_per_block_optin_bytes if dev else None
     )
-    if case.smem_per_block_bytes:
-        out["smem_per_block_bytes"] = case.smem_per_block_bytes
+    if case.kernel.smem_bytes:
+        out["smem_per_block_bytes"] = case.kernel.smem_bytes
     if limit:
         out["smem_per_block_limit_bytes"] = limit
     if tile is None:
@@ -92,14 +92,14 @@ def _stage_fit(case: GemmCase) -> dict[str, Any]:
 
 
 def _warp_specialised(case: GemmCase) -> bool:
-    name = (case.main_kernel or "").lower()
+    name = (case.kernel.name or "").lower()
     return name.startswith("nvjet") or "warpspecialized" in name or "sm90_xmma" in name or "tma" in name
 
 
 def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Factor:
     """The in-kernel factor with its breakdown (``value`` is the residual the explainer computed)."""
     ev: dict[str, Any] = {}
-    row = case.ncu or {}
+    row = case.ncu.row if case.ncu else {}
     simt = case.counted is not None and case.counted.simt  # FP32 SIMT math: the tensor pipe is not its limit
     tensor_active = None if simt else row.get("tensor_pipe_pct")
     tensor_elapsed = (
@@ -130,24 +130,30 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         if lim:
             ev["occupancy_limits"] = lim
         first = limiter.split(" and ")[0]
-        if first == "shared_mem" and case.smem_per_block_bytes:
-            ev["occupancy_limited_by"] = f"shared memory: {case.smem_per_block_bytes / 1024:.0f} KB per block"
-        elif first == "registers" and case.registers_per_thread:
-            ev["occupancy_limited_by"] = f"registers: {case.registers_per_thread} per thread"
-        elif first in ("warps", "blocks") and case.block_size:
-            ev["occupancy_limited_by"] = f"block size: {case.block_size} threads per block"
-    if case.registers_per_thread:
-        ev["registers_per_thread"] = case.registers_per_thread
+        if first == "shared_mem" and case.kernel.smem_bytes:
+            ev["occupancy_limited_by"] = f"shared memory: {case.kernel.smem_bytes / 1024:.0f} KB per block"
+        elif first == "registers" and case.kernel.registers:
+            ev["occupancy_limited_by"] = f"registers: {case.kernel.registers} per thread"
+        elif first in ("warps", "blocks") and case.kernel.block:
+            ev["occupancy_limited_by"] = f"block size: {case.kernel.block} threads per block"
+    if case.kernel.registers:
+        ev["registers_per_thread"] = case.kernel.registers
     ev.update(_stage_fit(case))
-    if memory_bound:
-        dram = row.get("dram_throughput_pct") or case.metric(
-            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
-        )
-        if dram is not None:
-            ev["dram_throughput_pct"] = round(float(dram), 1)
+    dram = row.get("dram_throughput_pct")
+    if dram is None:
+        dram = case.metric("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
+    sm = row.get("compute_throughput_pct")
+    if dram is not None:
+        ev["dram_throughput_pct"] = round(float(dram), 2)
+    if sm is not None:
+        ev["sm_throughput_pct"] = round(float(sm), 2)
 
     parts: list[str] = []
-    if "dram_throughput_pct" in ev:
+    if stalled(case):
+        parts.append(
+            f"SM throughput was {float(sm):.2g}% and DRAM throughput {float(dram):.2g}% of peak: the kernel waits"  # type: ignore[arg-type]
+        )
+    elif "dram_throughput_pct" in ev and memory_bound:
         parts.append(f"DRAM throughput was {ev['dram_throughput_pct']:.0f}% of its peak")
     if tensor_active is not None:
         parts.append(f"the tensor pipe was busy {float(tensor_active):.0f}% of active cycles")
@@ -163,7 +169,8 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         if limiter:
             occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
         parts.append(occ)
-    if "stages_that_fit" in ev:
+    if "stages_that_fit" in ev and not memory_bound and "shared_mem" in (limiter or ""):
+        # how many pipeline stages the shared memory holds matters where it limits occupancy (evidence always)
         parts.append(
             f"{ev.get('smem_per_block_bytes', 0) / 1024:.0f} KiB of {ev['smem_per_block_limit_bytes'] / 1024:.0f} "
             f"KiB shared memory per CTA; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
@@ -191,30 +198,37 @@ def _cause(
     stalls: list[tuple[str, float, str]],
     memory_bound: bool,
 ) -> tuple[str, str]:
+    if stalled(case):
+        names = ", ".join(f"{n} ({STALL_MEANING.get(n, n)})" for n, _, _ in stalls)
+        return (
+            "stalled",
+            f"Its warps wait: the top stall reasons are {names}."
+            if stalls
+            else "Capture the WarpStateStats section (`tracekit capture --ncu` does) to see what its warps wait on.",
+        )
+    low_occupancy = theo is not None and limiter and theo <= LOW_OCCUPANCY_PCT and not _warp_specialised(case)
+    if low_occupancy and latency_bound(case):
+        return _occupancy_cause(ev, limiter)  # type: ignore[arg-type]
     if memory_bound:
+        units, slots = _grid_fill(case)
+        if units is not None and slots and units < slots:
+            return (
+                "memory bandwidth not saturated",
+                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue: use more CTAs (split-K, "
+                "smaller N tiles), or a GEMV-style kernel for tiny M.",
+            )
         return (
             "memory bandwidth not saturated",
-            "The kernel moves data below the DRAM peak: use more CTAs (split-K, smaller N tiles) so every SM "
-            "issues loads, or a GEMV-style kernel for tiny M.",
+            "Its CTAs fill the GPU, yet DRAM runs below its peak: keep more bytes in flight per SM (wider or "
+            "asynchronous loads, TMA, more stages); check coalescing and the L2 hit rate.",
         )
-    if theo is not None and limiter and theo <= LOW_OCCUPANCY_PCT and not _warp_specialised(case):
-        res = limiter.split(" and ")[0]
-        if res == "shared_mem":
-            fit = ev.get("smem_per_block_bytes")
-            return (
-                "occupancy limited by shared memory",
-                f"Each CTA takes {fit / 1024:.0f} KiB of shared memory, so only {ev.get('ctas_per_sm')} CTA fits per "
-                "SM and too few warps hide latency: fewer pipeline stages, a smaller K tile, or more warps per CTA."
-                if fit
-                else "Shared memory per CTA limits CTAs per SM: fewer stages or a smaller tile.",
-            )
-        if res == "registers":
-            return (
-                "occupancy limited by registers",
-                "Registers per thread limit CTAs per SM: cap them (__launch_bounds__, maxrregcount) or use a "
-                "smaller per-thread tile.",
-            )
-        return ("low occupancy", f"Occupancy is limited by {limiter}: launch more warps per CTA.")
+    if low_occupancy and case.ncu is None:
+        return (
+            "unexplained without a profile",
+            f"Occupancy is capped by {limiter.replace('shared_mem', 'shared memory')} (from the launch "  # type: ignore[union-attr]
+            "configuration), but without Nsight Compute's throughputs it cannot be told whether that costs time: "
+            "profile the GEMM with `tracekit capture --ncu`.",
+        )
     if tensor_active is not None and tensor_active >= TENSOR_BUSY:
         return (
             "near the tensor-pipe limit",
@@ -244,6 +258,57 @@ def _cause(
             "occupancy).",
         )
     return ("kernel inefficiency", "Compare against a better-tuned backend for this shape.")
+
+
+STALLED_PCT = 5.0
+"""SM and DRAM throughput both at or below this (% of peak): the kernel is stalled, waiting (on a dependency, a
+barrier, a lock, the host), not limited by any unit or by occupancy."""
+BUSY_PCT = 80.0
+"""A unit at or above this throughput (% of peak) bounds the kernel: Nsight Compute's own SOL threshold. Below it
+on both SM and DRAM the kernel is latency-bound."""
+
+
+def stalled(case: GemmCase) -> bool:
+    """SM and DRAM throughput both a few percent or less (Nsight Compute's Speed Of Light)."""
+    row = case.ncu.row if case.ncu else {}
+    sm, dram = row.get("compute_throughput_pct"), row.get("dram_throughput_pct")
+    return sm is not None and dram is not None and sm <= STALLED_PCT and dram <= STALLED_PCT
+
+
+def latency_bound(case: GemmCase) -> bool:
+    """Neither the SMs nor DRAM near their peak (both below :data:`BUSY_PCT`), by Nsight Compute's Speed Of
+    Light; False where the profile does not say."""
+    row = case.ncu.row if case.ncu else {}
+    sm, dram = row.get("compute_throughput_pct"), row.get("dram_throughput_pct")
+    return sm is not None and dram is not None and sm < BUSY_PCT and dram < BUSY_PCT
+
+
+def _grid_fill(case: GemmCase) -> tuple[int | None, int | None]:
+    """(CTAs launched, CTAs the GPU holds at once) where known."""
+    from .waves import slots
+
+    total, _ = slots(case)
+    return case.kernel.grid, total
+
+
+def _occupancy_cause(ev: dict[str, Any], limiter: str) -> tuple[str, str]:
+    res = limiter.split(" and ")[0]
+    if res == "shared_mem":
+        fit = ev.get("smem_per_block_bytes")
+        return (
+            "occupancy limited by shared memory",
+            f"Each CTA takes {fit / 1024:.0f} KiB of shared memory, so only {ev.get('ctas_per_sm')} CTA fits per "
+            "SM and too few warps hide latency: fewer pipeline stages, a smaller K tile, or more warps per CTA."
+            if fit
+            else "Shared memory per CTA limits CTAs per SM: fewer stages or a smaller tile.",
+        )
+    if res == "registers":
+        return (
+            "occupancy limited by registers",
+            "Registers per thread limit CTAs per SM and too few warps hide latency: cap them (__launch_bounds__, "
+            "maxrregcount) or use a smaller per-thread tile.",
+        )
+    return ("low occupancy", f"Occupancy is limited by {limiter}: launch more warps per CTA.")
 
 
 def stages_fit(smem_limit_bytes: int, tile: str, dtype_bits: float = 16) -> int:

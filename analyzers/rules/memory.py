@@ -42,12 +42,12 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
     moved = case.bytes_moved or 0.0
     verb = "must move" if case.bytes_min else "moved (DRAM, measured)"
     sentence = (
-        f"At {ai:.1f} FLOP/B (ridge {ridge:.0f}) the GEMM {verb} {moved / 1e6:.1f} MB; at "
-        f"{bw / 1e12:.2f} TB/s that caps it at {roof:.0f} TFLOP/s."
+        f"{ai:.1f} FLOP/B (ridge {ridge:.0f}): the {moved / 1e6:.1f} MB it {verb} at {bw / 1e12:.2f} TB/s cap it "
+        f"at {roof:.0f} TFLOP/s."
     )
     remedy = (
-        "Memory-bound by shape: batch more rows into M (or fuse GEMMs that share the weight), use a narrower "
-        "weight type (FP8 / FP4 halves or quarters the bytes), or keep the weight resident in L2."
+        "Memory-bound by shape: batch more rows into M, fuse GEMMs that share the weight, use a narrower weight "
+        "type (FP8 / FP4), or keep the weight resident in L2."
     )
     return Factor("memory", value, sentence, ev, remedy)
 
@@ -61,7 +61,7 @@ def memory_by_throughput(case: GemmCase) -> Factor | None:
     """With no FLOP count: memory-bound when Nsight Compute's Speed Of Light shows DRAM throughput high and above
     the SMs' (``dram_throughput_pct >= 50`` and ``> compute_throughput_pct``). The value is the SMs' throughput
     fraction: what the memory bound leaves of the compute peak. None when not memory-bound or not profiled."""
-    row = case.ncu or {}
+    row = case.ncu.row if case.ncu else {}
     dram, sm = row.get("dram_throughput_pct"), row.get("compute_throughput_pct")
     if dram is None or sm is None or dram < SOL_MEMORY_PCT or dram <= sm:
         return None

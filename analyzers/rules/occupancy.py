@@ -14,7 +14,7 @@ _SMEM_RESERVED = 1024  # the driver reserves 1 KiB of shared memory per CTA (sm_
 
 
 def limits_from_ncu(case: GemmCase) -> dict[str, int]:
-    row = case.ncu or {}
+    row = case.ncu.row if case.ncu else {}
     out = {}
     for name in LIMITS:
         value = row.get(f"occupancy_limit_{name}")
@@ -28,19 +28,20 @@ def limits_from_ncu(case: GemmCase) -> dict[str, int]:
 def limits_computed(case: GemmCase) -> dict[str, int]:
     """CTAs per SM each resource allows, from the launch configuration and the architecture's limits."""
     arch = case.device.arch if case.device else None
-    if arch is None or not case.block_size:
+    block, regs, smem = case.kernel.block, case.kernel.registers, case.kernel.smem_bytes
+    if arch is None or not block:
         return {}
-    warps = math.ceil(case.block_size / 32)
+    warps = math.ceil(block / 32)
     out: dict[str, int] = {}
     if arch.max_warps_per_sm:
         out["warps"] = arch.max_warps_per_sm // warps
     if arch.max_blocks_per_sm:
         out["blocks"] = arch.max_blocks_per_sm
-    if case.registers_per_thread and arch.regs_per_sm:
-        per_warp = math.ceil(case.registers_per_thread * 32 / _REG_ALLOC_UNIT) * _REG_ALLOC_UNIT
+    if regs and arch.regs_per_sm:
+        per_warp = math.ceil(regs * 32 / _REG_ALLOC_UNIT) * _REG_ALLOC_UNIT
         out["registers"] = arch.regs_per_sm // (per_warp * warps)
-    if case.smem_per_block_bytes and arch.smem_per_sm_bytes:
-        out["shared_mem"] = arch.smem_per_sm_bytes // (case.smem_per_block_bytes + _SMEM_RESERVED)
+    if smem and arch.smem_per_sm_bytes:
+        out["shared_mem"] = arch.smem_per_sm_bytes // (smem + _SMEM_RESERVED)
     return out
 
 
@@ -49,18 +50,18 @@ def ctas_per_sm(case: GemmCase) -> tuple[int | None, str | None]:
     nothing is known."""
     lim = limits_from_ncu(case) or limits_computed(case)
     if not lim:
-        return (1, None) if case.grid_size else (None, None)
+        return (1, None) if case.kernel.grid else (None, None)
     low = min(lim.values())
     names = [k for k in LIMITS if lim.get(k) == low]
     return max(low, 0), " and ".join(names)
 
 
 def theoretical_occupancy_pct(case: GemmCase) -> float | None:
-    row = case.ncu or {}
+    row = case.ncu.row if case.ncu else {}
     if row.get("theoretical_occupancy_pct") is not None:
         return float(row["theoretical_occupancy_pct"])
     arch = case.device.arch if case.device else None
     per_sm, _ = ctas_per_sm(case)
-    if arch is None or not arch.max_warps_per_sm or not case.block_size or per_sm is None:
+    if arch is None or not arch.max_warps_per_sm or not case.kernel.block or per_sm is None:
         return None
-    return 100.0 * per_sm * math.ceil(case.block_size / 32) / arch.max_warps_per_sm
+    return 100.0 * per_sm * math.ceil(case.kernel.block / 32) / arch.max_warps_per_sm

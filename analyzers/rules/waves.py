@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def slots(case: GemmCase) -> tuple[int | None, dict[str, Any]]:
     """CTAs the whole GPU runs at once: SMs x CTAs per SM (or active clusters x cluster size, from ncu)."""
     dev = case.device
-    sm = (case.ncu or {}).get("sm_count") or (dev.sm_count if dev else None)
+    sm = (case.ncu.row.get("sm_count") if case.ncu else None) or (dev.sm_count if dev else None)
     per_sm, limiter = ctas_per_sm(case)
     ev: dict[str, Any] = {"sm_count": sm, "ctas_per_sm": per_sm, "ctas_per_sm_limiter": limiter}
     cluster_active = case.metric("launch__cluster_max_active")
@@ -32,13 +32,13 @@ def slots(case: GemmCase) -> tuple[int | None, dict[str, Any]]:
 
 def waves(case: GemmCase) -> Factor | None:
     """Useful fraction of the last wave (and of padded tiles): ``units / (ceil(units / slots) * slots)``."""
-    if not case.grid_size:
+    if not case.kernel.grid:
         return None
     total, ev = slots(case)
     if not total:
         return None
-    grid = int(case.grid_size)
-    tile = parse_tile(case.main_kernel)
+    grid = int(case.kernel.grid)
+    tile = parse_tile(case.kernel.name)
     units, useful, persistent = grid, 1.0, False
     if tile and case.m and case.n:
         tiles, useful = tile_count(tile, case.m, case.n, grid)
@@ -68,4 +68,4 @@ def waves(case: GemmCase) -> Factor | None:
         if n_waves > 1
         else f"Fewer work units ({units}) than CTA slots ({per_wave}): split-K or a smaller tile fills the GPU"
     )
-    return Factor("waves", min(1.0, value), sentence, ev, remedy + f" (+{(1 / value - 1) * 100:.0f}%).")
+    return Factor("waves", min(1.0, value), sentence, ev, remedy + ".")

@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 NO_LOSS = 0.995
-"""A factor at or above this value loses nothing worth a sentence on a narrow terminal (analyzers/analysis)."""
+"""A factor at or above this value loses nothing worth naming (analyzers/analysis)."""
+SAID = 0.95
+"""On a narrow terminal a factor's sentence is written out when it loses at least 5% (or is the verdict): a card
+of a model-scale run stays a dozen lines; --json and ``tracekit view`` hold every sentence."""
 BAR = 30
 WIDE = 180
 """Terminal width from which every factor's sentence sits in a ``why`` column beside the bars."""
@@ -78,7 +81,7 @@ def _factor_table(case: Any) -> Any:
 
 def _factor_lines(case: Any, width: int) -> Any:
     """Narrow terminals: one line per factor (name and cause, ×, bar, TFLOP/s left); under a factor that loses
-    something, its sentence on whole lines, indented (a factor of ×1.000 says nothing worth the lines)."""
+    5% or more (or is the verdict), its sentence on whole lines, indented."""
     from rich.console import Group
     from rich.padding import Padding
     from rich.table import Table
@@ -111,7 +114,7 @@ def _factor_lines(case: Any, width: int) -> Any:
         row = grid()
         row.add_row(*cells)
         parts.append(row)
-        if f.value < NO_LOSS and f.sentence:
+        if f.sentence and (f.value < SAID or f.name == case.verdict.factor):
             parts.append(Padding(Text(safe(f.sentence)), (0, 0, 0, 2)))
     return Group(*parts)
 
@@ -141,23 +144,23 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
     if what:
         lines.append((what, ""))
     if t.calls:
-        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}% of all)" if gpu_ns else ""
-        unit, scale = ("ms", 1e6) if (t.span_ns.median or 0) >= 1e6 else ("µs", 1e3)
-        per = _join(
-            [
-                f"GEMM {t.gemm_ns.median / scale:,.1f}" if t.gemm_ns.median is not None else None,
-                f"aux {t.aux_ns.median / scale:,.1f}" if t.aux_ns.median else None,
-                f"gap {t.gap_ns.median / scale:,.1f}" if t.gap_ns.median else None,
-            ],
-            " + ",
-        )
-        call = f"per call {ns_text(t.span_ns.median)}" + (f": {per} {unit}" if "+" in per else "")
-        lines.append(
-            (
-                f"GPU time {ns_text(t.span_ns_total)}{share}, {t.calls:,} call{'s' if t.calls != 1 else ''}; {call}",
-                "",
+        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}%)" if gpu_ns else ""
+        mid = t.median_call  # one real call: the one whose span is the median
+        span = mid.span_ns if mid is not None else t.span_ns.median
+        unit, scale = ("ms", 1e6) if (span or 0) >= 1e6 else ("µs", 1e3)
+        per = ""
+        if mid is not None:
+            per = _join(
+                [
+                    f"GEMM {mid.gemm_ns / scale:,.1f}",
+                    f"aux {mid.aux_ns / scale:,.1f}" if mid.aux_ns else None,
+                    f"gap {mid.gap_ns / scale:,.1f}" if mid.gap_ns else None,
+                ],
+                " + ",
             )
-        )
+        call = f"per call {ns_text(span)}" + (f" = {per} {unit}" if "+" in per else "")
+        calls = f"{t.calls:,} call{'s' if t.calls != 1 else ''}"
+        lines.append((f"GPU time {ns_text(t.span_ns_total)}{share}, {calls}; {call}", ""))
     if t.calls_without_kernel:
         lines.append((f"{t.calls_without_kernel} call(s) without their GEMM kernel left out", "yellow"))
     rates = []
@@ -166,10 +169,16 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
     if t.kernel_tflops is not None:
         rates.append(f"kernel rate {t.kernel_tflops:,.1f} TFLOP/s")
     if case.peak is not None:
-        peak = f"peak {case.peak.tflops:,.1f} ({case.peak.source}"
-        peak += f", {case.peak.dtype_class})" if case.peak.dtype_class else ")"
+        what = [
+            x
+            for x in (case.peak.dtype_class, case.peak.source if case.peak.source != "datasheet" else None)
+            if x
+        ]
+        peak = (
+            f"peak {case.peak.tflops:,.1f} ({', '.join(what) or case.peak.source})"  # datasheet: the default
+        )
         if case.pct_of_peak is not None:
-            peak += f" → {case.pct_of_peak:.0f}% of peak"
+            peak += f" → {case.pct_of_peak:.0f}%"
         if case.peak.calibrated_tflops:
             peak += f"; calibrated {case.peak.calibrated_tflops:,.0f}"
             if case.peak.pct_of_calibrated is not None:
@@ -177,7 +186,7 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         rates.append(peak)
     if rates:
         lines.append((" · ".join(rates), "bold"))
-    if case.flops.per_call and not plain_flops:
+    if case.flops.per_call and case.flops.source != "shape":
         origin = f"{case.flops.per_call / 1e9:,.3g} GFLOP per call from {case.flops.source}"
         dtype = f"{case.rate.dtype_class} from {case.rate.source}" if case.rate.dtype_class else None
         lines.append((_join([origin, dtype], "; "), "dim"))
@@ -209,13 +218,8 @@ def render_case(
         verdict.append(f"verdict: {v.factor}", style="bold red")
         if v.cause:
             verdict.append(f" — {safe(v.cause)}")
-        costs = []
-        if v.lost_ns_total:
-            costs.append(f"costs {ns_text(v.lost_ns_total)} of GPU time")
-        if v.gain_pct is not None:
-            costs.append(f"removing it: +{v.gain_pct:.0f}%")
-        if costs:
-            verdict.append(f" ({'; '.join(costs)})")
+        if v.lost_ns_total:  # GPU time, not a percentage: +15,853% of a 36 KFLOP op is noise
+            verdict.append(f" (costs {ns_text(v.lost_ns_total)})")
     else:
         verdict.append(f"verdict: {v.kind}", style="bold yellow" if v.kind != "no-loss" else "bold green")
         verdict.append(f" — {safe(v.sentence)}")
@@ -244,6 +248,7 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
     from rich.padding import Padding
     from rich.text import Text
 
+    from tracekit.analyzers.analysis.headline import time_headline
     from tracekit.commands._render import safe
 
     s, run = analysis.summary, analysis.run
@@ -253,14 +258,7 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
         f" ({run.status}{', partial' if run.partial else ''})" if run.status not in (None, "complete") else ""
     )
     console.print(Text(f"{safe(run.name or run.path)}{status} · {devices}", style="bold"))
-    time_line = f"{s.cases:,} GEMM case{'s' if s.cases != 1 else ''}"
-    if s.case_ns_total:
-        time_line += f", {ns_text(s.case_ns_total)} of GPU time"
-        if s.gpu_ns_total and s.case_ns_total <= s.gpu_ns_total:
-            time_line += f" ({100 * s.case_ns_total / s.gpu_ns_total:.0f}% of {ns_text(s.gpu_ns_total)} in all kernels)"
-        elif s.gpu_ns_total:
-            time_line += f" (all kernels on the timeline: {ns_text(s.gpu_ns_total)})"
-    console.print(Text(time_line))
+    console.print(Text(time_headline(s.cases, s.gemm_ns_total, s.case_ns_total, s.gpu_ns_total, ns_text)))
     if s.breakdown:
         console.print(Text(f"step: {safe(s.breakdown)}"))
     if s.top_losses:

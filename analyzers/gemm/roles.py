@@ -1,0 +1,89 @@
+"""Which GEMM call owns each auxiliary kernel of a range (issue 26 item 3): by launch order within the range
+instance, on one stream.
+
+A range instance's kernels on one stream, in launch order (start time; the profiled order for Nsight Compute
+rows), form a sequence. Kernels that are part of a call (its GEMM kernel, or any kernel of the profiler's operator
+range around it) are the call's; every other kernel is *free* and belongs to a call only by its role:
+
+- **before** a call: the run of free kernels right before its first kernel, back to the previous call or to a
+  kernel of another role. Its quantize kernels are the call's, and, when the run holds one, the quantizer's
+  other steps in it (abs, amax, scale and divide: elementwise and reduction kernels; the cast's copy; a fill).
+  A layout copy or a fill alone before a GEMM (``torch.cat`` of its input) is an operation of its own.
+- **after** a call: the run of free kernels right after its last kernel, up to the next call or a kernel of
+  another role. Its split-K reduce kernels (GEMM time) and activations (an epilogue candidate) are the call's, and
+  the multiply of a gated activation (SwiGLU's ``silu(gate) * up``) when the run holds an activation.
+
+Everything else (attention, a norm, a residual add, communication) is its own operation: no GEMM's auxiliary, it
+is counted in the step breakdown. :func:`assign` works on any frame of ordered rows, so the timeline and Nsight
+Compute rows share it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+BEFORE = ("quantize", "layout", "memory", "elementwise", "reduction")
+"""Classes a before-run may hold (kernels of any other class end it)."""
+BEFORE_OWNED = ("quantize",)
+AFTER = ("splitk-reduce", "activation", "elementwise")
+"""Classes an after-run may hold."""
+AFTER_OWNED = ("splitk-reduce", "activation")
+_GATE_MUL = re.compile(r"MulFunctor|mul_kernel|(?<![a-z])mul(?![a-z])", re.IGNORECASE)
+"""The multiply of a gated activation (SwiGLU: silu(gate) * up), beside an activation kernel."""
+
+
+def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFrame:
+    """``rows`` with an ``owner`` column: the call a row belongs to. ``rows`` hold ``call_of`` (the call of a
+    row that is part of one, null for a free row), ``cls`` (kernel class) and ``name``; ``group`` are the
+    columns of one sequence (range instance, device, stream), ``order`` its launch order."""
+    cls, free = pl.col("cls"), pl.col("call_of").is_null()
+    names = rows["name"].drop_nulls().unique().to_list()
+    gate = [n for n in names if _GATE_MUL.search(n)]
+    df = rows.sort([*group, *order]).with_columns(pl.int_range(pl.len()).over(group).alias("_pos"))
+    pos = pl.col("_pos")
+    call_pos = pl.when(~free).then(pos)
+    breaks_before = pl.when(free & ~cls.is_in(BEFORE).fill_null(False)).then(pos)
+    breaks_after = pl.when(free & ~cls.is_in(AFTER).fill_null(False)).then(pos)
+    df = df.with_columns(
+        pl.col("call_of").backward_fill().over(group).alias("_next"),
+        call_pos.backward_fill().over(group).alias("_next_pos"),
+        pl.col("call_of").forward_fill().over(group).alias("_prev"),
+        call_pos.forward_fill().over(group).alias("_prev_pos"),
+        breaks_before.backward_fill().over(group).alias("_bb"),
+        breaks_after.forward_fill().over(group).alias("_ba"),
+    )
+    in_before = (
+        free
+        & pl.col("_next").is_not_null()
+        & (pl.col("_bb").is_null() | (pl.col("_bb") > pl.col("_next_pos")))
+    )
+    in_after = (
+        free
+        & pl.col("_prev").is_not_null()
+        & (pl.col("_ba").is_null() | (pl.col("_ba") < pl.col("_prev_pos")))
+    )
+    df = df.with_columns(in_before.alias("_in_b"), in_after.alias("_in_a"))
+    quant = (cls == "quantize").fill_null(False)
+    act = (cls == "activation").fill_null(False)
+    df = df.with_columns(
+        (quant & pl.col("_in_b")).any().over([*group, "_next"]).alias("_run_q"),
+        (act & pl.col("_in_a")).any().over([*group, "_prev"]).alias("_run_a"),
+    )
+    owned_before = pl.col("_in_b") & (
+        cls.is_in(BEFORE_OWNED).fill_null(False) | (cls.is_in(BEFORE).fill_null(False) & pl.col("_run_q"))
+    )
+    owned_after = pl.col("_in_a") & (
+        cls.is_in(AFTER_OWNED).fill_null(False)
+        | ((cls == "elementwise").fill_null(False) & pl.col("name").is_in(gate) & pl.col("_run_a"))
+    )
+    return df.with_columns(
+        pl.when(~free)
+        .then(pl.col("call_of"))
+        .when(owned_after)
+        .then(pl.col("_prev"))
+        .when(owned_before)
+        .then(pl.col("_next"))
+        .alias("owner")
+    ).drop("_next", "_next_pos", "_prev", "_prev_pos", "_bb", "_ba", "_in_b", "_in_a", "_run_q", "_run_a")

@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-tokens", type=int, default=4096, help="tokens in a prefill step (default 4096)")
     p.add_argument("--prefill-steps", type=int, default=30, help="eager prefill steps (default 30)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps of each phase first (default 3)")
+    p.add_argument(
+        "--mlp-only",
+        action="store_true",
+        help="each layer is its SwiGLU MLP alone (2 GEMMs, no norm or attention): the smallest serving step",
+    )
     args = p.parse_args(argv)
     if min(args.layers, args.decode_tokens, args.kv_len, args.prefill_tokens) < 1:
         p.error("--layers, --decode-tokens, --kv-len and --prefill-tokens must be at least 1")
@@ -109,7 +114,7 @@ class Fp8Linear:
 class Layer:
     """One decoder layer's weights and its forward pass."""
 
-    def __init__(self, fp8: bool, gen: torch.Generator) -> None:
+    def __init__(self, fp8: bool, gen: torch.Generator, mlp_only: bool = False) -> None:
         def w(out: int, inp: int) -> torch.Tensor:
             t = torch.randn(out, inp, device="cuda", dtype=torch.bfloat16, generator=gen)
             return t / inp**0.5
@@ -120,6 +125,7 @@ class Layer:
         self.o = torch.nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False).cuda().bfloat16()
         gate_up, down = w(2 * INTERMEDIATE, HIDDEN), w(HIDDEN, INTERMEDIATE)
         self.fp8 = fp8
+        self.mlp_only = mlp_only
         if fp8:
             self.gate_up, self.down = Fp8Linear(gate_up), Fp8Linear(down)
         else:
@@ -149,6 +155,9 @@ class Layer:
     def forward(
         self, x: torch.Tensor, batch: int, seq: int, cos: torch.Tensor, sin: torch.Tensor, kv: tuple | None
     ) -> torch.Tensor:
+        if self.mlp_only:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
         x = x + self.attention(rms_norm(x, self.norm1), batch, seq, cos, sin, kv)
         gate, up = self.gate_up(rms_norm(x, self.norm2)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
@@ -171,8 +180,9 @@ def rope(seq: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def step_flops(layers: list[Layer], tokens: int) -> float:
     """GEMM FLOPs of one step over ``tokens`` rows (projections only, attention's own matmuls left out)."""
-    per_token = HIDDEN * (HEADS + 2 * KV_HEADS) * HEAD_DIM + HEADS * HEAD_DIM * HIDDEN
-    per_token += HIDDEN * 2 * INTERMEDIATE + INTERMEDIATE * HIDDEN
+    per_token = HIDDEN * 2 * INTERMEDIATE + INTERMEDIATE * HIDDEN
+    if not all(layer.mlp_only for layer in layers):
+        per_token += HIDDEN * (HEADS + 2 * KV_HEADS) * HEAD_DIM + HEADS * HEAD_DIM * HIDDEN
     return 2.0 * per_token * tokens * len(layers)
 
 
@@ -208,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.fp8 and not fp8_ok:
         print("FP8 tensor cores not available: every MLP runs in bf16")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    layers = [Layer(fp8_ok and i in args.fp8, gen) for i in range(args.layers)]
+    layers = [Layer(fp8_ok and i in args.fp8, gen, args.mlp_only) for i in range(args.layers)]
     torch.backends.cuda.matmul.allow_tf32 = False
 
     # decode: static buffers, one CUDA graph, replayed

@@ -6,7 +6,7 @@ multi-file imports the tests use, and every sample rebuilt from its ``raw/`` wit
 sample is also read as committed), then runs ``show --json``, ``explain --json`` and ``report --format json`` on
 it. Every output is normalised (the temporary folder, the checkout and the shared folder become placeholders; the
 wall-clock fields ``created``, ``created_unix``, ``built_unix``, ``time_unix`` are masked) and hashed with sha256;
-the import's ``--json`` summary, its exit code and the written frames (per parquet file: its schema and
+the import's ``--json`` summary, its exit code, the run's ``run.json`` (normalised) and the written frames (per parquet file: its schema and
 ``hash_rows``) are hashed too. The commands run in this process through ``tracekit.cli.main`` (each one's stdout
 and exit code captured), which is what ``python -m tracekit`` runs.
 
@@ -152,8 +152,16 @@ class Recorder:
         if code not in (0, 4):
             entry["import"]["error"] = self.norm.text(err.strip().splitlines()[-1] if err.strip() else "")
             return False
-        entry["frames"] = frame_hashes(run)
+        self.built(case, run)
         return True
+
+    def built(self, case: str, run: Path) -> None:
+        """The run's manifest (normalised) and frames, as an import wrote them."""
+        entry = self.results.setdefault(case, {})
+        manifest = run / "run.json"
+        text = self.norm.json(manifest.read_text()) if manifest.is_file() else ""
+        entry["run.json"] = {"sha256": self.keep(case, "run.json", text)}
+        entry["frames"] = frame_hashes(run)
 
 
 def shared_files() -> list[Path]:
@@ -228,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                         "rc": code,
                         "sha256": rec.keep(case, "import", rec.norm.json(out)),
                     }
-                    rec.results[case]["frames"] = frame_hashes(copy)
+                    rec.built(case, copy)
                 rec.views(case, copy)
                 shutil.rmtree(copy)
         if SHARED.is_dir():

@@ -26,9 +26,9 @@ from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, Unre
 from tracekit.frames import SPECS, nested_value
 from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
 
-from .base import Extract, reporting_progress
 from .join import assign_ranges, nest_ranges
 from .ranks import label_extract, run_ranks
+from .readers.base import Extract, reporting_progress
 
 # Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
@@ -86,7 +86,7 @@ def materialized(path: Path) -> Iterator[Path]:
     if comp is None:
         yield path
         return
-    from .kineto import is_kineto_trace
+    from .readers.kineto.reader import is_kineto_trace
 
     if comp == "gz" and is_kineto_trace(path):
         yield path
@@ -153,10 +153,10 @@ def _moe_jsonl_kind(path: Path) -> str | None:
 def _detect_plain(path: Path) -> str:
     """The kind of a profiler file, from its content: ``ncu``, ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``,
     ``measurements`` or ``failures``. Raises UnreadableFileError for anything else."""
-    from .kineto import is_kineto_trace
-    from .ncu import is_ncu_report
-    from .ncu_csv import sniff_ncu_csv
-    from .nsys import is_nsys_sqlite
+    from .readers.kineto.reader import is_kineto_trace
+    from .readers.ncu.csv_export import sniff_ncu_csv
+    from .readers.ncu.report import is_ncu_report
+    from .readers.nsys.reader import is_nsys_sqlite
 
     if not path.exists():
         raise BadInputError(f"{path} does not exist", "check the path")
@@ -172,7 +172,7 @@ def _detect_plain(path: Path) -> str:
         return "kineto"
     head = _head(path, 64)
     if head.startswith(b"SQLite format 3\x00"):
-        from .nsys import _check_file
+        from .readers.nsys.reader import _check_file
 
         _check_file(path)  # raises the precise reason: truncated, malformed, not an nsys export
         return "nsys"
@@ -249,19 +249,19 @@ def _read_plain(path: Path, kind: str | None = None) -> Extract:
     """Read one raw file into an Extract, by detected kind."""
     kind = kind or detect_kind(path)
     if kind == "ncu":
-        from .ncu import read_ncu_report
+        from .readers.ncu.report import read_ncu_report
 
         return read_ncu_report(path)
     if kind == "ncu-csv":
-        from .ncu_csv import read_ncu_csv
+        from .readers.ncu.csv_export import read_ncu_csv
 
         return read_ncu_csv(path)
     if kind == "nsys":
-        from .nsys import read_nsys_sqlite
+        from .readers.nsys.reader import read_nsys_sqlite
 
         return read_nsys_sqlite(path)
     if kind == "kineto":
-        from .kineto import read_kineto
+        from .readers.kineto.reader import read_kineto
 
         return read_kineto(path)
     if kind in ("measurements", "failures"):
@@ -435,7 +435,7 @@ def unexported_reports(raw_dir: Path) -> list[str]:
 def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
     """Concatenate the frames of several files, offsetting local ids so they are unique in the run (a launch that
     two CSV exports of one report both hold counts once), then nest ranges, parse tracekit range names and assign each kernel its innermost range."""
-    from .ncu_csv import drop_repeated_exports
+    from .readers.ncu.csv_export import drop_repeated_exports
 
     parts: dict[str, list[pl.DataFrame]] = {name: [] for name in SPECS}
     for ex in drop_repeated_exports(list(extracts)):
@@ -565,7 +565,7 @@ def import_files(
             if kind == "nsys-rep":
                 read_file(p, "nsys-rep")  # raises: the report is kept only beside its SQLite export
             elif kind == "ncu":
-                from .ncu import check_reader
+                from .readers.ncu.report import check_reader
 
                 check_reader(p)  # a missing reader is a missing tool (exit 3), not a damaged file
         except TracekitError as exc:

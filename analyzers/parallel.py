@@ -72,7 +72,7 @@ from .importer import (
     plain_name,
     unexported_reports,
 )
-from .kineto_stream import in_one_process
+from .readers.kineto.stream import in_one_process
 
 EXECUTORS = ("local", "ray")
 """Where the files are read: ``local`` worker processes, or ``ray`` tasks on a Ray cluster."""

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"source export not found: {args.source} (pass --source)", file=sys.stderr)
         return 2
 
-    from tracekit.analyzers.nsys import read_nsys_sqlite
+    from tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite
 
     try:
         from tracekit.analyzers.join import assign_ranges, nest_ranges

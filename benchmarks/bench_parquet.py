@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers.kineto import read_kineto
+from tracekit.analyzers.readers.kineto.reader import read_kineto
 from tracekit.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]

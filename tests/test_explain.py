@@ -186,7 +186,7 @@ def test_gemm_summary_schema(shared_data: Path) -> None:
 
 def test_third_party_reports_without_shapes(shared_data: Path) -> None:
     from tracekit.analyzers.importer import combine
-    from tracekit.analyzers.ncu import read_ncu_report
+    from tracekit.analyzers.readers.ncu.report import read_ncu_report
 
     # CUTLASS int8 GEMMs on an A100 80GB PCIe, profiled with ncu's default clock control (clocks near base).
     fr = combine([read_ncu_report(shared_data / "thirdparty/panjd123-cutlass/report.ncu-rep")])

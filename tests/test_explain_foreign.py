@@ -15,7 +15,7 @@ from _explain_data import frames
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.importer import combine, read_file
-from tracekit.analyzers.ncu_csv import read_ncu_csv
+from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.devices import match_device
 
 ROOT = Path(__file__).resolve().parents[1]

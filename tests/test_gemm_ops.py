@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.importer import combine
-from tracekit.analyzers.kineto import read_kineto
-from tracekit.analyzers.torch_ops import GEMM_OPS, op_shape
+from tracekit.analyzers.readers.kineto.reader import read_kineto
+from tracekit.analyzers.readers.torch_ops import GEMM_OPS, op_shape
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PROBE = "h200-probe/torch_trace.json.gz"

@@ -13,8 +13,8 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_kineto_stream import _kernel  # the same kernel events as the streaming tests
 
-from tracekit.analyzers import kineto_shm
-from tracekit.analyzers.kineto import WHOLE, read_kineto
+from tracekit.analyzers.readers.kineto import shm as kineto_shm
+from tracekit.analyzers.readers.kineto.reader import WHOLE, read_kineto
 
 pytestmark = pytest.mark.skipif(not Path(kineto_shm.SHM_DIR).is_dir(), reason="no /dev/shm on this system")
 
@@ -132,8 +132,8 @@ def test_without_shared_memory_the_pipe_gives_the_same(
 def test_a_read_task_decodes_in_its_own_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A parallel import's read task (a Ray task is no ``multiprocessing`` child) reads a large trace in its own
     process: it has one core, and one decoding process per core of the node would oversubscribe it."""
-    from tracekit.analyzers import kineto_stream
     from tracekit.analyzers.parallel import ReadJob, read_task
+    from tracekit.analyzers.readers.kineto import stream as kineto_stream
 
     monkeypatch.setattr(kineto_stream, "POOL_MIN_BYTES", 0)  # every file counts as large
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))

@@ -40,7 +40,7 @@ def _script(tmp_path: Path) -> Path:
 
 
 def _ncu_report_module():
-    from tracekit.analyzers.ncu import reader_path
+    from tracekit.analyzers.readers.ncu.report import reader_path
 
     extras = reader_path()  # the installed package, else an Nsight Compute install's extras/python
     if extras is not None and extras not in sys.path:

@@ -12,10 +12,10 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyzers.base import fit_rows
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
-from .kineto_part import Part, as_int
+from ..base import fit_rows
+from .part import Part, as_int
 
 
 def short_kernel_name(name: str) -> str:

@@ -21,8 +21,8 @@ import polars as pl
 
 from tracekit.frames import RANGES
 
-from .kineto_decode import _Event
-from .torch_ops import GEMM_OPS, op_shape
+from ..torch_ops import GEMM_OPS, op_shape
+from .decode import _Event
 
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
 LAUNCH_CATS = {"cuda_runtime": 0, "Runtime": 0, "cuda_driver": 1, "Driver": 1}

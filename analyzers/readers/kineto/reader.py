@@ -56,21 +56,14 @@ from __future__ import annotations
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from tracekit.analyzers.base import Extract, read_progress, source_name
 from tracekit.errors import UnreadableFileError
 
-from . import kineto_frames
-from .kineto_decode import Meta, Notes, first_byte, gc_paused
-from .kineto_frames import short_kernel_name
-from .kineto_part import make_part
-from .kineto_source import (
-    MAX_GZIP_BYTES,
-    MAX_GZIP_RATIO,
-    MIN_GZIP_ALLOWANCE,
-    TraceText,
-    is_kineto_trace,
-)
-from .kineto_stream import (
+from ..base import Extract, read_progress, source_name
+from . import frames as kineto_frames
+from .decode import Meta, Notes, first_byte, gc_paused
+from .frames import short_kernel_name
+from .part import make_part
+from .stream import (
     BLOCK_BYTES,
     CHUNK_BYTES,
     Chunk,
@@ -83,6 +76,13 @@ from .kineto_stream import (
     find_array,
     range_chunks,
     stream_chunks,
+)
+from .text import (
+    MAX_GZIP_BYTES,
+    MAX_GZIP_RATIO,
+    MIN_GZIP_ALLOWANCE,
+    TraceText,
+    is_kineto_trace,
 )
 
 __all__ = [

@@ -30,10 +30,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
-from . import kineto_shm
-from .kineto_decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
-from .kineto_part import Part, make_part
-from .kineto_source import TraceText
+from . import shm as kineto_shm
+from .decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
+from .part import Part, make_part
+from .text import TraceText
 
 CHUNK_BYTES = 32 << 20
 """Text per chunk: a worker holds a few of these and their decoded events at a time."""

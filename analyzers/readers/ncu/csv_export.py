@@ -28,9 +28,9 @@ import polars as pl
 from tracekit.errors import UnreadableFileError
 from tracekit.naming import DOMAIN
 
-from . import _ncu_columns as cols
-from .base import Extract, source_name
-from .ncu import ncu_frames
+from ..base import Extract, source_name
+from . import columns as cols
+from .report import ncu_frames
 
 _FIXED = frozenset(
     [

@@ -42,13 +42,13 @@ from tracekit.installs import newest_first, versioned_dirs
 from tracekit.naming import DOMAIN
 from tracekit.records import NcuAction, NcuReaderOutput
 
-from . import _ncu_columns as cols
-from .base import Extract, fit_frame, fit_rows, source_name
+from ..base import Extract, fit_frame, fit_rows, source_name
+from . import columns as cols
 
 MAGIC = b"NVR\x00"
 """First four bytes of every .ncu-rep (Nsight Compute 2019.x to 2025.x)."""
 
-_WORKER = Path(__file__).with_name("_ncu_worker.py")
+_WORKER = Path(__file__).with_name("worker.py")
 _HINT = "re-copy the file, or re-capture it with ncu; check it opens with `ncu -i FILE --page raw`"
 
 
@@ -319,7 +319,7 @@ def _load_isolated(path: Path, timeout_s: float) -> list[dict]:
 
 
 def _load_in_process(path: Path) -> list[NcuAction]:
-    from . import _ncu_worker
+    from . import worker as _ncu_worker
 
     extra = reader_path()
     if extra is not None and extra not in sys.path:

@@ -46,9 +46,9 @@ import polars as pl
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
-from ._nsys_db import _Db, _Query, _uri
-from .base import Extract, fit_frame, source_name
-from .torch_ops import GEMM_OPS, nvtx_op_shape
+from ..base import Extract, fit_frame, source_name
+from ..torch_ops import GEMM_OPS, nvtx_op_shape
+from .db import _Db, _Query, _uri
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
 

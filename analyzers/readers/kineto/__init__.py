@@ -1,0 +1,1 @@
+"""PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzipped: kernels, ranges, GEMM ops and devices."""

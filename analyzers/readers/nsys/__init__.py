@@ -1,0 +1,1 @@
+"""Nsight Systems SQLite exports: kernels, NVTX ranges and devices."""

@@ -44,6 +44,7 @@ t0 = time.perf_counter()
 from pathlib import Path
 import tracekit.analyzers.importer as importer
 from tracekit.run import Run, sha256_file
+from tracekit.analyzers.store import write_frames
 phases = {"start + imports": time.perf_counter() - t0}
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -59,7 +60,7 @@ timed("sha256", lambda: sha256_file(raw))
 kind = timed("detect kind", lambda: importer.detect_kind(raw))
 ex = timed("read", lambda: importer.read_file(raw, kind))
 frames = timed("combine (nest + assign ranges)", lambda: importer.combine([ex]))
-timed("write frames", lambda: run.write_frames(frames))
+timed("write frames", lambda: write_frames(run, frames))
 print(json.dumps(phases))
 """
 """The phases of an import, in the order the importer runs them, each timed in one process."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tracekit.analyzers.store import read_frame
 from tracekit.collectors import tools
 from tracekit.collectors.capture import (
     SITE_DIR,
@@ -579,7 +580,7 @@ def test_ctrl_c_mid_benchmark_then_import_completes_it(tmp_path, samples_dir):
     assert not run.frames_current()
     main(["import", "--rebuild", str(run.path)])  # returns (exit 0)
     run = Run.open(run.path)
-    assert run.frames_current() and run.read_frame("measurements").height == 5
+    assert run.frames_current() and read_frame(run, "measurements").height == 5
 
 
 def test_ctrl_c_while_building_frames(tmp_path, samples_dir, monkeypatch, capsys):
@@ -618,7 +619,7 @@ def test_ctrl_c_while_building_frames(tmp_path, samples_dir, monkeypatch, capsys
     monkeypatch.setattr(Run, "write_frame", real)
     main(["import", "--rebuild", str(run.path)])  # returns (exit 0)
     run = Run.open(run.path)
-    assert run.frames_current() and run.read_frame("measurements").height == 5
+    assert run.frames_current() and read_frame(run, "measurements").height == 5
 
 
 def test_two_captures_at_once(tmp_path):

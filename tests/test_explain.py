@@ -213,7 +213,7 @@ def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
     as a power-capped clock; the numbers are DEVICE.md's sustained H200 plateau."""
     import importlib.util
 
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
     from tracekit.collectors.nvml import NvmlSample
     from tracekit.collectors.ranges import gemm_name
     from tracekit.run import Run

@@ -333,7 +333,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
 
 
 def test_occupancy_limiter_is_named_with_its_amount(samples_dir: Path) -> None:
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     run = open_run(samples_dir / "h200-planted-d-smem-occupancy")
     (wf,) = explain(load_frames(run), gemm_filter="triton-bf16", environment=run.manifest.get("environment"))

@@ -19,7 +19,8 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tracekit.analyzers.readers.kineto.reader import WHOLE, read_kineto
-from tracekit.analyzers.readers.kineto.stream import Chunk, default_workers, stream_chunks
+from tracekit.analyzers.readers.kineto.stream import Chunk, stream_chunks
+from tracekit.analyzers.workers import default_workers
 from tracekit.errors import UnreadableFileError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +266,10 @@ def test_chunks_stay_near_their_size() -> None:
 
 
 def test_worker_processes_only_for_large_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for both: an import reads one file per core; one file's decode starts workers only when large,
+    at most 8."""
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
+    assert default_workers() == 16
     assert default_workers(1 << 20) == 1
     assert default_workers(1 << 40) == 8
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})

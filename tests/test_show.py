@@ -18,7 +18,8 @@ import _robustness_corpus as C
 import polars as pl
 import pytest
 
-from tracekit.analyzers.importer import import_files, load_frames, open_run
+from tracekit.analyzers.importer import import_files
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
 from tracekit.commands._render import failure_groups, shapes_text
 

@@ -117,7 +117,7 @@ class RunData:
 
 def load_run(path: Path | str) -> RunData:
     """Open a run folder or bundle and read all its frames (rebuilding them from raw/ when stale)."""
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.analyzers.summary import devices
 
     path = Path(path)

@@ -116,7 +116,7 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
       tracekit compare A B --json | jq '.gemms[] | select(.status=="regression")'
     """
     from tracekit.analyzers.compare import compare_runs
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     rb, rn = open_run(base), open_run(new)
     fb, fn = load_frames(rb), load_frames(rn)

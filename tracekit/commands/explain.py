@@ -114,7 +114,7 @@ def explain(
       tracekit import kernel_*_ncu.details.csv -o runs/rtx && tracekit explain runs/rtx --device rtx-pro-6000
     """
     from tracekit.analyzers.explain import explain as run_explain
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.devices import find_calibration
 
     device = resolve_device(device_name)  # a bad name fails before the run is read

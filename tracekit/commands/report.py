@@ -63,8 +63,8 @@ def report(
       tracekit report runs/h200-probe --format json | jq '.waterfalls[0].verdict'
       tracekit report runs/rtx-csv --device rtx-pro-6000 -o ticket.md   # CSV exports name no GPU
     """
-    from tracekit.analyzers.importer import load_frames, open_run
     from tracekit.analyzers.report import build_report, write_report
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.commands.explain import device_notes
     from tracekit.devices import find_calibration
 

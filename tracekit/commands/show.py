@@ -43,7 +43,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
       tracekit show samples/h200-gemm --json | jq '.gemms[] | {backend, m, tflops}'
     """
     from tracekit.analyzers import summary as S
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     r = open_run(run)
     frames = load_frames(r)

@@ -5,7 +5,7 @@ decoded it): kernels, launches (runtime / driver calls that carry the ``correlat
 thread that launched it), CPU annotations (``user_annotation``, and older traces' ``ProfilerStep#N`` operators),
 GPU annotations and the ``cpu_op`` events of PyTorch GEMM operators. Everything that depends on one event alone
 is computed here (times to integer ns, ids, streams, op shapes), so the parent only concatenates and joins
-(``kineto_frames``). Times are relative to the trace's base time, which may only be known once the file's end
+(``frames.py``). Times are relative to the trace's base time, which may only be known once the file's end
 is read; the parent adds it.
 """
 

@@ -1,10 +1,10 @@
 """Reader for PyTorch-profiler (Kineto) Chrome-trace JSON: ``.json`` or ``.json.gz`` -> kernels, ranges, devices.
 
 Parsing streams: the text is never held whole (a 1M-kernel trace is 2.5 GB of JSON). The file is read as blocks
-(gzip inflated on the way: ``kineto_source``); the event array is cut into chunks at event boundaries and each
-chunk is decoded by msgspec into typed structs naming only the fields used (``kineto_decode``), reduced to
-columns of the events the frames need (``kineto_part``), in worker processes on all cores for a large file
-(``kineto_stream``); the parent joins the columns into frames (``kineto_frames``). Peak memory is bounded by the
+(gzip inflated on the way: ``text.py``); the event array is cut into chunks at event boundaries and each
+chunk is decoded by msgspec into typed structs naming only the fields used (``decode.py``), reduced to
+columns of the events the frames need (``part.py``), in worker processes on all cores for a large file
+(``stream.py``); the parent joins the columns into frames (``frames.py``). Peak memory is bounded by the
 workers' chunks plus the frames themselves, not by the file. Files that are not strict JSON (``NaN``,
 ``Infinity``, integers past 64 bits) fall back to the stdlib parser, chunk by chunk.
 
@@ -42,7 +42,7 @@ steps have category ``Operator``) become ``kind="annotation"`` rows with the eve
 ``tid`` = the stream (the event's tid), and ``pid`` from the CPU annotation with the same ``External id``.
 ``parent_id``, ``depth`` and the GEMM fields are left null: the importer parses names and the join nests ranges.
 ``cpu_op`` (2021-era: ``Operator``) events of PyTorch GEMM operators (``aten::mm``, ``addmm``, ``bmm``,
-``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``, ...: analyzers/torch_ops.py) become
+``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``, ...: analyzers/readers/torch_ops.py) become
 ``kind="op"``, ``range_kind="gemm-op"`` rows with ``m``, ``n``, ``k``, ``batch`` and dtypes from ``Input Dims`` /
 ``Input type`` (``shape_source="kineto-input-dims"``; null without ``record_shapes``) and ``flops`` from the
 trace's own ``flops`` arg (``with_flops``). They nest like annotations, so a kernel launched by cuBLAS inside
@@ -58,6 +58,7 @@ from pathlib import Path
 
 from tracekit.errors import UnreadableFileError
 
+from ...workers import default_workers
 from ..base import Extract, read_progress, source_name
 from . import frames as kineto_frames
 from .decode import Meta, Notes, first_byte, gc_paused
@@ -72,7 +73,6 @@ from .stream import (
     Head,
     Job,
     collect,
-    default_workers,
     find_array,
     range_chunks,
     stream_chunks,
@@ -103,7 +103,7 @@ WHOLE = 1 << 62
 def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | None = None) -> Extract:
     """Read a PyTorch-profiler trace into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``workers``: processes that decode chunks (default ``kineto_stream.default_workers``: one per core, at most
+    ``workers``: processes that decode chunks (default ``tracekit.analyzers.workers.default_workers``: one per core, at most
     8, for a file of 128 MB of text or more, else none, and none inside a worker process); ``chunk_bytes``: text
     per chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
 

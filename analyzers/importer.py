@@ -314,39 +314,18 @@ def merge(results: list[FileResult]) -> None:
 
 
 # --- 2. settle ------------------------------------------------------------------------------------------------------
-def _legacy_gemm_fields(name: str) -> dict[str, str] | None:
-    """Older probe ranges: ``gemm/<dtype>/M=1024,N=2048,K=6144``."""
-    parts = name.split("/")
-    if len(parts) != 3 or parts[0] != "gemm":
-        return None
-    dims: dict[str, str] = {}
-    for item in parts[2].split(","):
-        key, sep, value = item.partition("=")
-        if not sep or key not in ("M", "N", "K") or not value.isdigit():
-            return None
-        dims[key] = value
-    if len(dims) != 3:
-        return None
-    dtype = naming.canonical_dtype(parts[1])
-    dtype = {"fp8": "e4m3"}.get(dtype, dtype)
-    return {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype, **dims}
-
-
 def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Fill the GEMM columns of ``ranges`` from tracekit range names (and the legacy probe form)."""
+    """Fill the GEMM columns of ``ranges`` from tracekit range names (and the legacy probe form,
+    ``naming.decode_legacy``)."""
     if ranges.height == 0:
         return ranges
     names = ranges["name"].drop_nulls().unique().to_list()
     rows = []
     for name in names:
-        decoded = naming.decode(name)
-        if decoded is not None:
-            kind, fields = decoded.kind, decoded.fields
-        else:
-            legacy = _legacy_gemm_fields(name)
-            if legacy is None:
-                continue
-            kind, fields = "gemm", legacy
+        decoded = naming.decode(name) or naming.decode_legacy(name)
+        if decoded is None:
+            continue
+        kind, fields = decoded.kind, decoded.fields
 
         def as_int(key: str, fields: dict[str, str] = fields) -> int | None:
             value = fields.get(key)

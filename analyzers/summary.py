@@ -223,7 +223,7 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
 
 def moe_summary(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
     """``moe`` of ``show --json`` / ``explain --json``: grouped launches, each with its per-expert rows, and the
-    what-if (analyzers/moe.py); None for a run without grouped launches."""
+    what-if (analyzers/moe/); None for a run without grouped launches."""
     from .moe import analyze_moe, moe_json
 
     has_rows = frames.get("moe") is not None and frames["moe"].height > 0
@@ -264,12 +264,9 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
 
     devs = devices(frames, run)
     gemms = gemm_table(frames)
-    try:  # the explainer adds % of peak and the verdict where it can
-        from .explain import gemm_summary  # type: ignore[attr-defined]
+    from .explain import gemm_summary
 
-        extra = gemm_summary(frames, environment=run.manifest.get("environment"))
-    except ImportError:
-        extra = None
+    extra = gemm_summary(frames, environment=run.manifest.get("environment"))  # % of peak and the verdict
     gemm_rows = _records(gemms)
     if extra is not None and extra.height and "range" in extra.columns:
         by_range = {r["range"]: r for r in _records(extra)}
@@ -317,7 +314,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
 
 
 def rank_summary(frames: dict[str, pl.DataFrame], run: Run | None = None) -> dict[str, Any]:
-    """``ranks`` (one object per rank: the columns of analyzers/ranks.py's rank table, times in ns) and
+    """``ranks`` (one object per rank: the columns of analyzers/ranks/'s rank table, times in ns) and
     ``straggler`` ({rank, reasons}) for a run of two or more ranks; nothing for a single-process run."""
     from .ranks import analyze_ranks
 

@@ -289,7 +289,7 @@ def test_nested_calls_keep_the_inner_shape(tmp_path: Path) -> None:
     ],
 )
 def test_signatures(name: str, dims: list, types: list | None, expected: tuple) -> None:
-    """Operand layouts that the shared traces do not hold (PyTorch's signatures, analyzers/torch_ops.py)."""
+    """Operand layouts that the shared traces do not hold (PyTorch's signatures, analyzers/readers/torch_ops.py)."""
     shape = op_shape(name, dims, types)
     assert shape is not None
     assert (shape.m, shape.n, shape.k, shape.batch) == expected

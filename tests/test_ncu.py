@@ -1,4 +1,4 @@
-"""Nsight Compute readers: .ncu-rep (analyzers/ncu.py) and CSV exports (analyzers/ncu_csv.py), on real files."""
+"""Nsight Compute readers: .ncu-rep (analyzers/readers/ncu/report.py) and CSV exports (analyzers/readers/ncu/csv_export.py), on real files."""
 
 from __future__ import annotations
 

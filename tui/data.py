@@ -148,19 +148,14 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def analyze(data: RunData, device: DeviceSpec | None = None) -> Analysis:
-    """Every GEMM of the run with its waterfall (analyzers/gemm.py + analyzers/explain.py); ``device``
+    """Every GEMM of the run with its waterfall (analyzers/gemm/ + analyzers/explain.py); ``device``
     (``tracekit view --device``) overrides the GPU the files name."""
+    from tracekit.analyzers.explain import explain_case
     from tracekit.analyzers.gemm import build_cases, gemm_frame
 
     cal, cal_source = _calibration(data)
     env = data.manifest.get("environment")
     cases = build_cases(data.frames, calibration=cal, environment=env, device=device)
-    try:
-        from tracekit.analyzers.explain import explain_case
-    except ImportError:
-        return Analysis(
-            gemm_frame(cases), [], cal_source, "the explainer (analyzers/explain.py) is not installed"
-        )
     waterfalls = [explain_case(c) for c in cases]
     verdicts: dict[int, tuple[str | None, float | None]] = {}
     for i, wf in enumerate(waterfalls):
@@ -305,14 +300,14 @@ def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> 
 
 # --- MoE ------------------------------------------------------------------------------------------------------------
 def moe_analysis(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> Any:
-    """The run's grouped launches, per-expert rows and what-if (analyzers/moe.py ``MoeAnalysis``)."""
+    """The run's grouped launches, per-expert rows and what-if (analyzers/moe/ ``MoeAnalysis``)."""
     from tracekit.analyzers.moe import analyze_moe
 
     return analyze_moe(frames, environment=environment)
 
 
 def moe_histogram(experts: pl.DataFrame, launch_id: int) -> list[dict[str, Any]]:
-    """One launch's experts binned by rows (analyzers/moe.py ``expert_histogram``)."""
+    """One launch's experts binned by rows (analyzers/moe/ ``expert_histogram``)."""
     from tracekit.analyzers.moe import expert_histogram
 
     return expert_histogram(experts, launch_id)

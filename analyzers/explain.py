@@ -235,7 +235,9 @@ def _occupancy_note(case: GemmCase) -> str | None:
         return None
     first = limiter.split(" and ")[0]
     what = {
-        "shared_mem": f"shared memory: {(case.smem_per_block_bytes or 0) / 1024:.0f} KB per block",
+        "shared_mem": f"shared memory: {case.smem_per_block_bytes / 1024:.0f} KB per block"
+        if case.smem_per_block_bytes
+        else "shared memory (per block: unknown)",
         "registers": f"registers: {case.registers_per_thread} per thread",
     }.get(first, f"{first}: {case.block_size} threads per block")
     return (

@@ -342,7 +342,7 @@ def _range_cases(
     kcols = [
         "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
         "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
-        "dynamic_smem_bytes",
+        "dynamic_smem_bytes", "smem_bytes",
     ]  # fmt: skip
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
     ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
@@ -442,8 +442,7 @@ def _range_cases(
         if all(b is not None for b in block):
             case.block_size = int(block[0] * block[1] * block[2])
         case.registers_per_thread = top.get("registers_per_thread")
-        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
-        case.smem_per_block_bytes = smem or None
+        case.smem_per_block_bytes = smem_per_block(top)
         case.time_source = "timeline: kernel durations and idle time inside the GEMM's ranges"
         cases.append(case)
     free_aux = _free_aux_time(ranges, kernels, owner)
@@ -456,9 +455,18 @@ def _range_cases(
     return cases
 
 
+def smem_per_block(kernel: dict[str, Any]) -> int | None:
+    """Shared memory per block of a kernels-frame row: its ``smem_bytes`` (all a Kineto trace gives: CUPTI's
+    static + dynamic sum), else static + dynamic; None when the file does not say (or says none)."""
+    total = kernel.get("smem_bytes")
+    if total is None:
+        total = (kernel.get("static_smem_bytes") or 0) + (kernel.get("dynamic_smem_bytes") or 0)
+    return total or None
+
+
 _LOOSE_COLUMNS = [
     "name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes",
+    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes",
 ]  # fmt: skip
 """The kernels' columns a case named by its kernel reads: its time and its first launch's configuration."""
 
@@ -516,8 +524,7 @@ def _loose_timeline_cases(
         if all(b is not None for b in block):
             case.block_size = int(block[0] * block[1] * block[2])
         case.registers_per_thread = top.get("registers_per_thread")
-        smem = (top.get("static_smem_bytes") or 0) + (top.get("dynamic_smem_bytes") or 0)
-        case.smem_per_block_bytes = smem or None
+        case.smem_per_block_bytes = smem_per_block(top)
         case.time_source = "timeline: kernel durations (the kernel is in no range)"
         out.append(case)
     return out

@@ -164,9 +164,15 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
             occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
         parts.append(occ)
     if "stages_that_fit" in ev:
+        limit_kib = f"{ev['smem_per_block_limit_bytes'] / 1024:.0f} KiB"
+        used = ev.get("smem_per_block_bytes")
         parts.append(
-            f"{ev.get('smem_per_block_bytes', 0) / 1024:.0f} KiB of {ev['smem_per_block_limit_bytes'] / 1024:.0f} "
-            f"KiB shared memory per CTA; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
+            (
+                f"{used / 1024:.0f} KiB of {limit_kib} shared memory per CTA"
+                if used
+                else f"shared memory per CTA unknown (the profile does not say; the limit is {limit_kib})"
+            )
+            + f"; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
             + (f" (the kernel uses {ev['stages']})" if "stages" in ev else "")
         )
 

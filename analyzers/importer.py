@@ -39,7 +39,7 @@ from tracekit.frames import SPECS
 from tracekit.run import PARTITION_KEY, Run, atomic_path, new_run_name, sha256_file
 
 from .join import assign_ranges, nest_ranges
-from .ranks import label_extract, run_ranks
+from .ranks import RANKED_FRAMES, label_extract
 from .readers import registry
 from .readers.base import Extract, reporting_progress
 from .readers.protocol import Reader, ReadOptions
@@ -512,23 +512,29 @@ def build(run: Run) -> tuple[dict[str, pl.DataFrame], list[dict[str, Any]], dict
     return frames, records, summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
 
 
-def _partition_key(frames: dict[str, pl.DataFrame]) -> str | None:
-    """Several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily."""
-    return PARTITION_KEY if len(run_ranks(frames)) >= 2 else None
+def ranks_of(results: list[FileResult]) -> list[int]:
+    """The distinct ranks of the run the files make (``ranks.run_ranks`` of its frames, from what :func:`settled`
+    noted per file rather than another pass over the rows)."""
+    found = {
+        rank for r in results for name in RANKED_FRAMES for rank in r.ranks.get(name, []) if rank is not None
+    }
+    return sorted(found)
 
 
-def _write(
-    run: Run, frames: dict[str, pl.DataFrame], records: list[dict[str, Any]], summary: dict[str, Any]
-) -> dict[str, Any]:
+def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult]) -> dict[str, Any]:
+    """Write the frames and the manifest (sources, partial, warnings); returns the import's summary. Several
+    ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily."""
     from .store import forget, write_frames
 
     forget(run)  # frames read before this import are not the run's any more
-    run.manifest["sources"] = records
-    write_frames(run, frames, partition_by=_partition_key(frames))
+    summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
+    ranks = ranks_of(results)
+    run.manifest["sources"] = [r.record for r in results if r.record is not None]
+    write_frames(run, frames, partition_by=PARTITION_KEY if len(ranks) >= 2 else None)
     run.manifest["partial"] = summary["partial"]
     run.manifest["import_warnings"] = summary["warnings"]
     run.save()
-    return {"run": str(run.path), **summary, "ranks": run_ranks(frames)}
+    return {"run": str(run.path), **summary, "ranks": ranks}
 
 
 def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -536,9 +542,7 @@ def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict
     ``import --rebuild`` and ``capture`` only: reads use ``store.load_frames``, which never writes). Files that
     cannot be read are recorded as failed sources (the run is then marked ``partial``); returns a summary dict."""
     results, frames = read_here(raw_jobs(run), on_event)
-    records = [r.record for r in results if r.record is not None]
-    summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
-    return _write(run, frames, records, summary)
+    return _write(run, frames, results)
 
 
 def first_check(
@@ -604,7 +608,6 @@ def import_files(
             copy_into_raw(Path(job.src), Path(job.raw))
         jobs = [ReadJob(j.index, j.raw, j.raw, j.rel, j.read) for j in jobs]
         results, frames = read_here(jobs, on_event, opened)
-    records = [r.record for r in results if r.record is not None]
     summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
     if summary["files"] and not summary["imported"]:
         # every file was recognised but none could be read: keep the promise "nothing is written"
@@ -613,4 +616,4 @@ def import_files(
         if len(paths) == 1:
             raise UnreadableFileError(paths[0], first.removeprefix(f"{paths[0].name}: "))
         raise UnreadableFileError(paths[0], f"none of the {len(paths)} files could be read; first: {first}")
-    return run, _write(run, frames, records, summary)
+    return run, _write(run, frames, results)

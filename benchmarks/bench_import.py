@@ -43,8 +43,8 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 import tracekit.analyzers.importer as importer
-from tracekit.run import Run, sha256_file
-from tracekit.analyzers.store import write_frames
+from tracekit.analyzers import store
+from tracekit.run import Run
 phases = {"start + imports": time.perf_counter() - t0}
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -55,12 +55,13 @@ def timed(name, fn):
     return value
 
 run = timed("create run", lambda: Run.create(out, command=None))
-raw = timed("copy into raw/", lambda: run.add_raw(src))
-timed("sha256", lambda: sha256_file(raw))
-kind = timed("detect kind", lambda: importer.detect_kind(raw))
-ex = timed("read", lambda: importer.read_file(raw, kind))
-frames = timed("combine (nest + assign ranges)", lambda: importer.combine([ex]))
-timed("write frames", lambda: write_frames(run, frames))
+raw = run.raw_dir / src.name
+timed("copy into raw/", lambda: importer.copy_into_raw(src, raw))
+job = importer.ReadJob(0, str(raw), str(raw), f"raw/{src.name}", True)
+result = timed("read (sha256 in a thread meanwhile)", lambda: importer.read_job(job))
+timed("settle (nest ranges, names, assign kernels)", lambda: importer.settled(result))
+frames = timed("place", lambda: importer.place([result.frames]))
+timed("write frames", lambda: store.write_frames(run, frames))
 print(json.dumps(phases))
 """
 """The phases of an import, in the order the importer runs them, each timed in one process."""

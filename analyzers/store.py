@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Iterable
@@ -85,11 +86,27 @@ def write_frames(run: Run, frames: dict[str, pl.DataFrame], *, partition_by: str
     """Write all frames (those with a ``partition_by`` column partitioned by it; the large ones at once, in
     threads), then record in the manifest that they are current and how each is laid out."""
     largest_first = sorted(frames, key=lambda n: -frames[n].height)
-    with ThreadPoolExecutor(min(WRITE_THREADS, max(1, len(frames)))) as pool:
-        for done in [
-            pool.submit(write_frame, run, n, frames[n], partition_by=partition_by) for n in largest_first
-        ]:
+    stop = threading.Event()
+
+    def one(name: str) -> None:
+        if stop.is_set():  # another write failed, or Ctrl-C: start no other
+            return
+        try:
+            write_frame(run, name, frames[name], partition_by=partition_by)
+        except BaseException:
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(min(WRITE_THREADS, max(1, len(frames))))
+    try:
+        for done in [pool.submit(one, name) for name in largest_first]:
             done.result()
+    except BaseException:
+        # the frames being written finish (each write is atomic); the manifest calls none of them current
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     partitioned = {n: str(partition_by) for n in frames if run.frame_layout(n) == "partitioned"}
     run.manifest["frames"] = {
         "schema_version": SCHEMA_VERSION,

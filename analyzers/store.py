@@ -46,10 +46,15 @@ def _write_partitioned(run: Run, name: str, df: pl.DataFrame, key: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=run.frames_dir))
     old: Path | None = None
     try:
-        for (value,), part in df.partition_by(key, as_dict=True, maintain_order=True).items():
+        # each partition streamed from the frame (filtered and written in morsels), not copied out of it first:
+        # a rank's copy of a 5M-row frame would be held beside the frame while it is written
+        for value in df[key].unique(maintain_order=True).to_list():
             sub = tmp / f"{key}={HIVE_NULL if value is None else value}"
             sub.mkdir()
-            part.drop(key).write_parquet(sub / PART_FILE, compression="zstd", statistics=True)
+            rows = pl.col(key).is_null() if value is None else pl.col(key) == value
+            df.lazy().filter(rows).drop(key).sink_parquet(
+                sub / PART_FILE, compression="zstd", statistics=True
+            )
         target = run.frame_dir(name)
         if target.exists():
             old = run.frames_dir / f".{name}.old-{secrets.token_hex(3)}"

@@ -12,9 +12,11 @@ reads many files at once in worker processes or Ray tasks. The serial import is 
    hold the same launches) gets them together.
 3. **settle** (:func:`settle`): one file's frames made whole on their own: conformed to their schemas, ranges
    nested, tracekit range names parsed, each kernel given its innermost range (the join groups rows by their
-   ``source`` file, so a file needs no other), then :func:`enrich`.
+   ``source`` file, so a file needs no other).
 4. **place** (:func:`place`): the files' frames become the run's: ids offset by the rows of the files before it
-   in raw/ name order, a failure recorded by several capture passes kept once, tracekit's own records renumbered.
+   in raw/ name order, a failure recorded by several capture passes kept once, tracekit's own records renumbered,
+   then :func:`enrich`: the one place the run's frames gain what is derived after reading, with what it needs
+   from the whole run (:func:`enrich_context`).
 5. **write**: through the frames store (analyzers/store.py).
 
 A file's kind comes from its content, never its name.
@@ -362,21 +364,14 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
     return out.select(ranges.columns)
 
 
-def enrich(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """The one place a file's frames gain what is derived after reading, from the file's frames alone (the
-    ranges are nested and named and each kernel has its range by now). Returns the frames."""
-    return frames
-
-
 def settle(ex: Extract) -> dict[str, pl.DataFrame]:
     """Step 3: one file's frames, every frame of the run present and conformed, ranges nested, tracekit range
-    names parsed, each kernel given its innermost range, then :func:`enrich`."""
+    names parsed, each kernel given its innermost range."""
     frames = {name: SPECS[name].conform(df) for name, df in ex.frames.items() if name in SPECS}
     for name, spec in SPECS.items():
         frames.setdefault(name, spec.empty())
     frames["ranges"] = parse_range_names(nest_ranges(frames["ranges"]))
     frames["kernels"] = assign_ranges(frames["kernels"], frames["ranges"])
-    frames = enrich(frames)
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 
 
@@ -427,14 +422,31 @@ def finish(name: str, lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.select(spec.schema.names())
 
 
+def enrich_context(frames: dict[str, pl.LazyFrame]) -> dict[str, Any]:
+    """What :func:`enrich` needs to know about the whole run, from its placed frames (lazy: only what is used is
+    read), small and picklable: a parallel import computes it once and hands it to every write task. Nothing yet
+    (the kernel classes will take Nsight Compute's evidence per kernel name from here)."""
+    return {}
+
+
+def enrich(name: str, lf: pl.LazyFrame, context: dict[str, Any]) -> pl.LazyFrame:
+    """The one place the run's frames gain what is derived after reading: frame ``name`` as placed, with what
+    ``context`` (:func:`enrich_context`) says about the whole run. Called in memory on the whole frame, and by a
+    parallel import's write tasks on each rank's part of it: it must hold for any subset of the frame's rows.
+    Nothing is derived yet; the kernel classification plugs in here."""
+    return lf
+
+
 def place(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """Step 4, in memory: the settled frames of each file (in raw/ name order) as the run's frames."""
+    """Step 4, in memory: the settled frames of each file (in raw/ name order) as the run's frames, enriched."""
     offsets = id_offsets([{n: df.height for n, df in p.items()} for p in parts])
     plans = {}
     for name, spec in SPECS.items():
         pieces = [shifted(p[name].lazy(), shifts(name, off)) for p, off in zip(parts, offsets, strict=True)]
         lf = pl.concat(pieces, how="vertical") if pieces else spec.empty().lazy()
         plans[name] = finish(name, lf)
+    context = enrich_context(plans)
+    plans = {name: enrich(name, lf, context) for name, lf in plans.items()}
     return dict(zip(plans, pl.collect_all(list(plans.values())), strict=True))
 
 

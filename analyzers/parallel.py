@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,8 @@ from tracekit.run import (
 from .importer import (
     FileResult,
     ReadJob,
+    enrich,
+    enrich_context,
     finish,
     id_offsets,
     import_files,
@@ -71,6 +73,7 @@ from .importer import (
     raw_names,
     read_job,
     settled,
+    shifted,
     shifts,
     shown,
     unexported_reports,
@@ -101,6 +104,8 @@ class WriteJob:
     pieces: tuple[Piece, ...]
     partitioned: bool = False
     rank: int | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+    """``importer.enrich_context`` of the whole run, for ``importer.enrich`` of this part."""
 
 
 def _portable(exc: TracekitError, pairs: tuple[tuple[str, str], ...]) -> tuple[str, str, str | None]:
@@ -157,10 +162,9 @@ def write_task(jobs: list[WriteJob]) -> dict[str, int]:
             if job.partitioned:
                 key = pl.col(PARTITION_KEY)
                 lf = lf.filter(key.is_null() if job.rank is None else key == job.rank)
-            if piece.shifts:
-                lf = lf.with_columns([(pl.col(c) + off).alias(c) for c, off in piece.shifts])
-            parts.append(lf)
+            parts.append(shifted(lf, piece.shifts))
         lf = finish(job.frame, pl.concat(parts, how="vertical") if parts else spec.empty().lazy())
+        lf = enrich(job.frame, lf, job.context)
         if job.partitioned:
             lf = lf.drop(PARTITION_KEY)
         target = Path(job.target)
@@ -331,6 +335,13 @@ def _write_jobs(
     def piece(r: FileResult, name: str) -> Piece:
         return Piece(str(stage / str(r.index) / f"{name}.parquet"), shifts(name, offsets[r.index]))
 
+    def placed(name: str) -> pl.LazyFrame:
+        """The run's frame ``name``, lazily (read only where ``enrich_context`` reads it)."""
+        scans = [shifted(pl.scan_parquet(p.path), p.shifts) for p in (piece(r, name) for r in imported)]
+        return finish(name, pl.concat(scans, how="vertical") if scans else SPECS[name].empty().lazy())
+
+    context = enrich_context({name: placed(name) for name in SPECS})
+
     per_rank: dict[int | None, list[WriteJob]] = {}
     rest: list[WriteJob] = []
     partitioned: dict[str, str] = {}
@@ -342,10 +353,12 @@ def _write_jobs(
                 folder = f"{PARTITION_KEY}={HIVE_NULL if value is None else value}"
                 pieces = tuple(piece(r, name) for r in imported if value in r.ranks.get(name, []))
                 target = frames_dir / name / folder / "part-0.parquet"
-                per_rank.setdefault(value, []).append(WriteJob(name, str(target), pieces, True, value))
+                per_rank.setdefault(value, []).append(
+                    WriteJob(name, str(target), pieces, True, value, context)
+                )
         else:
             pieces = tuple(piece(r, name) for r in imported)
-            rest.append(WriteJob(name, str(frames_dir / f"{name}.parquet"), pieces))
+            rest.append(WriteJob(name, str(frames_dir / f"{name}.parquet"), pieces, context=context))
     return [*per_rank.values(), rest], partitioned, ranks
 
 

@@ -1,9 +1,10 @@
 """Compare two runs GEMM by GEMM: what got slower or faster beyond noise, what broke or was fixed, which
 waterfall factors moved. Used by ``tracekit compare`` (``--gate`` for CI).
 
-GEMMs are matched on (backend, M, N, K, dtype); a GEMM without a shape (a bare profiled kernel) is matched on
-its kernel name. For each pair the time per GEMM is compared (tracekit's benchmark median when present, else
-the timeline's time for the whole range, own + auxiliary kernels + gaps) and so is TFLOP/s.
+The GEMMs are the cases of each run's Analysis (:mod:`tracekit.analyzers.analysis`), matched on (backend, M, N,
+K, dtype); a case without a shape (a bare profiled kernel) is matched on its kernel name. For each pair the time
+per call is compared (the median call span: GEMM + auxiliary kernels + gaps, as explain and show give it) and so
+is the achieved TFLOP/s.
 
 Noise: tracekit's benchmark records the 10th and 90th percentile of each GEMM's repeats. A change no larger than
 the combined half-spreads ``(p90 - p10) / 2`` of both sides is ``noise``, whatever its size; beyond it, a change
@@ -14,6 +15,7 @@ results) in NEW is ``broken``: the gate fails on regressions and broken GEMMs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +26,7 @@ __all__ = ["DEFAULT_THRESHOLD_PCT", "FACTOR_MOVE", "GemmPoint", "compare_runs", 
 DEFAULT_THRESHOLD_PCT = 5.0
 FACTOR_MOVE = 0.02
 """A waterfall factor that changed by at least this much (absolute, factors are 0-1) has moved."""
-_ORIGIN_RANK = {"measurement": 0, "range": 1, "ncu": 2, "ncu-kernel": 3}
+_ORIGIN_RANK = {"measurement": 0, "timeline": 1, "ncu": 2, "kernel": 3}
 
 Key = tuple[Any, ...]
 
@@ -69,45 +71,50 @@ def _label(p: GemmPoint) -> str:
     return p.label
 
 
-def gemm_points(
-    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None = None
-) -> dict[Key, GemmPoint]:
-    """Every GEMM of a run keyed for matching, with time, spread, TFLOP/s and waterfall factors. When several
-    GEMMs share a key (the same shape in different parent ranges), the best-timed origin is kept and the rest are
-    numbered ``#2``, ``#3`` in their order."""
-    from .explain import explain_case
-    from .gemm import build_cases
-
-    meas = frames["measurements"]
-    by_mid: dict[int, dict[str, Any]] = (
-        {r["measurement_id"]: r for r in meas.iter_rows(named=True)} if meas.height else {}
-    )
-    cases = build_cases(frames, environment=environment)
-    cases = sorted(
-        enumerate(cases), key=lambda ic: (_ORIGIN_RANK.get(ic[1].origin, 9), str(ic[1].context), ic[0])
+def gemm_points(cases: Sequence[Any]) -> dict[Key, GemmPoint]:
+    """Every GEMM case of a run (the Analysis' cases, :mod:`tracekit.analyzers.analysis`) keyed for matching,
+    with its per-call time (the median call span: GEMM + aux + gap), p10 / p90 where the repeats recorded them,
+    achieved TFLOP/s and waterfall factors. When several cases share a key (the same shape in different ranges),
+    the best-timed origin is kept first and the rest are numbered ``#2``, ``#3`` in their order."""
+    ordered = sorted(
+        enumerate(cases),
+        key=lambda ic: (
+            _ORIGIN_RANK.get(ic[1].origin, 9),
+            str(ic[1].parents[-1] if ic[1].parents else None),
+            ic[0],
+        ),
     )
     out: dict[Key, GemmPoint] = {}
-    for _, c in cases:
-        wf = explain_case(c)
-        m = by_mid.get(c.measurement_id) if c.measurement_id is not None else None
-        time_us = m["time_us"] if m else (c.total_ns / 1e3 if c.total_ns else None)
+    for _, c in ordered:
+        t, s = c.timing, c.shape
+
+        def us(ns: float | None) -> float | None:
+            return ns / 1e3 if ns is not None else None
+
         p = GemmPoint(
-            key=_key(c.backend, c.m, c.n, c.k, c.dtype_a, c.main_kernel or c.name),
+            key=_key(
+                c.backend,
+                s.m if s else None,
+                s.n if s else None,
+                s.k if s else None,
+                s.dtype_a if s else None,
+                c.kernel.name or c.name,
+            ),
             label=c.label,
             backend=c.backend,
-            m=c.m,
-            n=c.n,
-            k=c.k,
-            dtype=c.dtype_a,
+            m=s.m if s else None,
+            n=s.n if s else None,
+            k=s.k if s else None,
+            dtype=s.dtype_a if s else None,
             origin=c.origin,
-            time_us=time_us,
-            time_us_p10=m["time_us_p10"] if m else None,
-            time_us_p90=m["time_us_p90"] if m else None,
-            repeats=m["repeats"] if m else None,
-            tflops=(c.flops / (time_us * 1e6) if c.flops and time_us else c.achieved_tflops),
-            status=m["status"] if m else None,
-            factors={f.name: f.value for f in wf.factors},
-            verdict=(wf.verdict.name if wf.verdict else None),
+            time_us=us(t.span_ns.median),
+            time_us_p10=us(t.span_ns.p10),
+            time_us_p90=us(t.span_ns.p90),
+            repeats=None,
+            tflops=t.achieved_tflops,
+            status="ok" if c.origin == "measurement" else None,
+            factors={f.name: f.value for f in c.factors},
+            verdict=c.verdict.factor,
         )
         key, i = p.key, 1
         while key in out:
@@ -188,12 +195,24 @@ def compare_runs(
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     base_environment: dict[str, Any] | None = None,
     new_environment: dict[str, Any] | None = None,
+    base_analysis: Any = None,
+    new_analysis: Any = None,
 ) -> dict[str, Any]:
     """The comparison as a JSON-able dict: ``gemms`` (matched pairs with status), ``only_in_base``,
     ``only_in_new`` (labels; ``only_in_base_gemms`` / ``only_in_new_gemms`` the same GEMMs with shape, time and
     TFLOP/s), ``new_failures``, ``fixed_failures``, ``changed_failures``, ``regressions`` (labels) and
-    ``passed`` (no regression and nothing broken)."""
-    bp, np_ = gemm_points(base, base_environment), gemm_points(new, new_environment)
+    ``passed`` (no regression and nothing broken). ``base_analysis`` / ``new_analysis`` are the runs' Analyses
+    (built from the frames and environments when not given); the frames give the failures and the measurements
+    with wrong results."""
+    from .analysis import case_list
+
+    base_cases = (
+        base_analysis.cases if base_analysis is not None else case_list(base, environment=base_environment)
+    )
+    new_cases = (
+        new_analysis.cases if new_analysis is not None else case_list(new, environment=new_environment)
+    )
+    bp, np_ = gemm_points(base_cases), gemm_points(new_cases)
     bf, nf = _failure_keys(base), _failure_keys(new)
     rows: list[dict[str, Any]] = []
     for key, b in bp.items():

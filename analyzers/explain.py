@@ -27,9 +27,9 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.devices import DeviceSpec
+from tracekit.devices import DeviceSpec, peak_note
 
-from .gemm import GemmCase, build_cases, gemm_frame
+from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
 from .rules import Factor
 from .rules.aux import aux
 from .rules.clock import clock
@@ -138,7 +138,9 @@ class Waterfall:
 
 
 def _absorb(residual: float, factors: list[Factor | None]) -> float:
-    """Raise pessimistic factors (in order) until the residual is at most 1; returns the new residual."""
+    """Raise pessimistic factors (in order) until the residual is at most 1; returns the new residual. A raised
+    factor says so in its sentence: its own estimate (``0.30 waves``) no longer matches its value, and the kernel
+    ran faster than the estimate allows."""
     for f in factors:
         if residual <= 1.0 or f is None:
             continue
@@ -146,15 +148,22 @@ def _absorb(residual: float, factors: list[Factor | None]) -> float:
         residual *= f.value / new
         f.evidence["adjusted_from"] = round(f.value, 4)
         f.evidence["adjusted_because"] = "achieved throughput is higher than this factor allows"
+        f.sentence = (
+            f.sentence.rstrip(".")
+            + f"; but the kernel ran faster than this estimate allows ({f.value:.3f}), so it is not the limit here:"
+            + f" the factor is raised to {new:.3f}."
+        )
         f.value = new
     return residual
 
 
 def explain_case(case: GemmCase) -> Waterfall:
     """The waterfall of one GEMM (see the module docstring for the arithmetic)."""
+    settle_rate(case)
     peak = case.peak_tflops
     kernel_rate = case.kernel_tflops
     wf = Waterfall(case, peak, case.achieved_tflops)
+    wf.notes.extend(n for n in (case.rate()[2], case.peak_note) if n)
     if case.achieved_estimate:
         wf.notes.append(
             f"achieved TFLOP/s estimated ({case.achieved_estimate}): the profile has no GEMM shape"
@@ -166,11 +175,10 @@ def explain_case(case: GemmCase) -> Waterfall:
         )
     f_aux, f_gaps = aux(case), gaps(case)
     if peak is None or kernel_rate is None:
-        if peak is None:
-            dev = case.device.name if case.device else (case.device_name or "unknown GPU")
-            wf.notes.append(
-                f"no {case.dtype_class or 'tensor'} peak known for {dev}: only relative factors shown"
-            )
+        if case.peak_unknown:
+            wf.notes.append(case.peak_unknown)
+        elif peak is None:
+            wf.notes.append(peak_note(case.device, case.device_name, case.dtype_class))
         if kernel_rate is None:
             wf.notes.append("no GEMM shape or FLOP count: achieved TFLOP/s unknown")
         occupancy_note = _occupancy_note(case)
@@ -189,9 +197,11 @@ def explain_case(case: GemmCase) -> Waterfall:
     f_clock = clock(case)
     clock_v = f_clock.value if f_clock else 1.0
     roof = case.memory_roof_tflops
-    memory_bound = roof is not None and roof < peak * clock_v
+    # no FLOP count (an estimated rate): Nsight Compute's Speed Of Light places it on the roofline instead
+    f_sol = memory_by_throughput(case) if not case.flops else None
+    memory_bound = (roof is not None and roof < peak * clock_v) or f_sol is not None
     if memory_bound:
-        f_mem = memory(case, peak)
+        f_mem = memory(case, peak) if f_sol is None else _sol_memory(f_sol, kernel_rate, peak)
         ceiling = peak * (f_mem.value if f_mem else 1.0)
         residual = kernel_rate / ceiling
         residual = _absorb(residual, [f_mem])
@@ -221,6 +231,18 @@ def explain_case(case: GemmCase) -> Waterfall:
     wf.factors = [f for f in (*parts, f_kernel, f_aux, f_gaps) if f is not None]
     _padding_evidence(wf, f_wave)
     return wf
+
+
+def _sol_memory(f_sol: Factor, kernel_rate: float, peak: float) -> Factor:
+    """The memory factor of a memory-bound kernel with no FLOP count: DRAM ran at ``d`` of its peak, so the
+    bandwidth roof it was on allows ``rate / d``; the factor is that roof over the peak, and the in-kernel
+    factor that follows is ``d`` (how close to the bandwidth roof the kernel ran)."""
+    dram = f_sol.evidence["dram_throughput_pct"] / 100.0
+    roof = kernel_rate / dram if dram > 0 else peak
+    f_sol.value = min(1.0, roof / peak)
+    f_sol.evidence["memory_roof_tflops"] = round(roof, 1)
+    f_sol.sentence = f_sol.sentence.rstrip(".") + f"; at that bandwidth it would reach {roof:.0f} TFLOP/s."
+    return f_sol
 
 
 def _occupancy_note(case: GemmCase) -> str | None:

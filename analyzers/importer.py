@@ -46,6 +46,7 @@ from .readers import registry
 from .readers.base import Extract, reporting_progress
 from .readers.protocol import Reader, ReadOptions
 from .readers.source import COMPRESSED_SUFFIXES, Source, plain_name
+from .taxonomy.frames import CLASSIFIED, class_table, ncu_evidence, with_classes, with_launch_ops
 
 # Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
@@ -55,13 +56,20 @@ _WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
 breadcrumb folder set by hand (no pass folder) is read too: ``breadcrumbs/failures.*.jsonl``."""
 ID_COLUMNS = {
     "kernels": ["kernel_id", "range_id"],
+    "memops": ["memop_id", "range_id"],
     "ranges": ["range_id", "parent_id"],
     "ncu": ["ncu_id"],
     "ncu_metrics": ["ncu_id"],
     "ncu_rules": ["ncu_id"],
 }
-ID_OWNER = {"kernels": "kernel_id", "ranges": "range_id", "ncu": "ncu_id"}
-ID_FAMILY = {"kernel_id": "kernels", "range_id": "ranges", "parent_id": "ranges", "ncu_id": "ncu"}
+ID_OWNER = {"kernels": "kernel_id", "memops": "memop_id", "ranges": "range_id", "ncu": "ncu_id"}
+ID_FAMILY = {
+    "kernel_id": "kernels",
+    "memop_id": "memops",
+    "range_id": "ranges",
+    "parent_id": "ranges",
+    "ncu_id": "ncu",
+}
 FAILURE_KEY = ("backend", "op", "m", "n", "k", "kind", "error_type", "message")
 """A failure's identity across files: a capture with several passes (nsys, then ncu) records the same failure once
 per pass, and the run keeps one."""
@@ -366,12 +374,14 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
 
 def settle(ex: Extract) -> dict[str, pl.DataFrame]:
     """Step 3: one file's frames, every frame of the run present and conformed, ranges nested, tracekit range
-    names parsed, each kernel given its innermost range."""
+    names parsed, each kernel and memcpy / memset given its innermost range, each kernel's launching op completed
+    from an op range it runs in (emit_nvtx under Nsight Systems; analyzers/taxonomy)."""
     frames = {name: SPECS[name].conform(df) for name, df in ex.frames.items() if name in SPECS}
     for name, spec in SPECS.items():
         frames.setdefault(name, spec.empty())
     frames["ranges"] = parse_range_names(nest_ranges(frames["ranges"]))
-    frames["kernels"] = assign_ranges(frames["kernels"], frames["ranges"])
+    frames["kernels"] = with_launch_ops(assign_ranges(frames["kernels"], frames["ranges"]), frames["ranges"])
+    frames["memops"] = assign_ranges(frames["memops"], frames["ranges"])
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 
 
@@ -424,17 +434,26 @@ def finish(name: str, lf: pl.LazyFrame) -> pl.LazyFrame:
 
 def enrich_context(frames: dict[str, pl.LazyFrame]) -> dict[str, Any]:
     """What :func:`enrich` needs to know about the whole run, from its placed frames (lazy: only what is used is
-    read), small and picklable: a parallel import computes it once and hands it to every write task. Nothing yet
-    (the kernel classes will take Nsight Compute's evidence per kernel name from here)."""
-    return {}
+    read), small and picklable: a parallel import computes it once and hands it to every write task.
+
+    ``classes``: per classified frame (kernels, ncu), each distinct (kernel name, launching op) of the run with
+    its class, family and class source (analyzers/taxonomy, docs/KERNELS.md), decided with Nsight Compute's
+    evidence from every file of the run: a timeline kernel is GEMM-like when an ncu report of the same run shows
+    its tensor-op counters, whichever file each is in."""
+    ncu = frames["ncu"].collect()
+    evidence = {}
+    if ncu.height:
+        evidence = ncu_evidence({"ncu": ncu, "ncu_metrics": frames["ncu_metrics"].collect()})
+    return {"classes": {name: class_table(name, frames[name], evidence) for name in CLASSIFIED}}
 
 
 def enrich(name: str, lf: pl.LazyFrame, context: dict[str, Any]) -> pl.LazyFrame:
     """The one place the run's frames gain what is derived after reading: frame ``name`` as placed, with what
     ``context`` (:func:`enrich_context`) says about the whole run. Called in memory on the whole frame, and by a
     parallel import's write tasks on each rank's part of it: it must hold for any subset of the frame's rows.
-    Nothing is derived yet; the kernel classification plugs in here."""
-    return lf
+    Derived here: the kernels' and ncu rows' classes (a join on the context's table)."""
+    table = context.get("classes", {}).get(name)
+    return lf if table is None else with_classes(name, lf, table)
 
 
 def place(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:

@@ -296,6 +296,15 @@ def _assign(tl_ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame) -> t
     return points["point_id"].filter(hit), tl.range_id.gather(pos.filter(hit))
 
 
+def assign_innermost(
+    ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame
+) -> tuple[pl.Series, pl.Series]:
+    """(point_id, range_id) of the innermost range of ``ranges`` (``keys``, range_id, start_ns, end_ns)
+    containing each point of ``points`` (point_id, ``keys``, t) on the same ``keys``; points in no range are
+    left out."""
+    return _assign(ranges, keys, points)
+
+
 def assign_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Return ``kernels`` with ``range_id`` set to the innermost enclosing range (null where none).
 

@@ -33,6 +33,7 @@ from tracekit.frames import SPECS, migrate
 from tracekit.run import HIVE_NULL, PART_FILE, PARTITION_KEY, Run, atomic_path, storage_error
 
 from .ranks import run_ranks
+from .taxonomy.frames import classify_on_load
 
 WRITE_THREADS = 4
 """Frames written at once: parquet encoding releases the GIL, and the two large frames (kernels, ranges) take
@@ -134,15 +135,19 @@ def read_frame(run: Run, name: str, *, lazy: bool = False) -> pl.DataFrame | pl.
         return empty.lazy() if lazy else empty
     path = run.frame_path(name) if layout == "file" else run.frame_dir(name)
     try:
+        migratable = run.frames_migratable()
         if layout == "file":
             scan = pl.scan_parquet(path)
         else:
             key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
             scan = pl.scan_parquet(
                 path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
-            ).select(spec.schema.names())
-        if run.frames_migratable() and spec.declared.nested():
-            migrated = migrate(name, scan.collect())  # JSON text of an earlier version, decoded in memory
+            )
+            have = set(scan.collect_schema().names()) if migratable else None
+            scan = scan.select([c for c in spec.schema.names() if have is None or c in have])
+        if migratable:
+            # JSON text of an earlier version decoded, columns added since as nulls: in memory only
+            migrated = spec.conform(migrate(name, scan.collect()))
             return migrated.lazy() if lazy else migrated
         return scan if lazy else scan.collect()
     except Exception as exc:  # polars raises several types for corrupt parquet
@@ -197,8 +202,9 @@ def frames_in_memory(run: Run) -> bool:
 
 
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
-    """The run's frames (all, or ``names``). Frames of the previous schema version are migrated on read (their
-    JSON text columns decoded, :func:`read_frame`); frames that are missing or older are rebuilt from raw/ in
+    """The run's frames (all, or ``names``). Frames of an earlier schema version in ``MIGRATES_FROM`` are migrated
+    on read (their JSON text columns decoded, columns added since null, :func:`read_frame`; the kernel classes
+    computed, analyzers/taxonomy); frames that are missing or older are rebuilt from raw/ in
     memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the run
     byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt sources,
     ``partial`` and ``import_warnings`` as an import would have written them."""
@@ -237,7 +243,39 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
         _SERVED[run] = memory
     if memory is not None:
         return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
-    return {name: read_frame(run, name) for name in wanted}  # type: ignore[misc]
+    frames = {name: read_frame(run, name) for name in wanted}
+    if run.frames_migratable():  # an earlier schema: the kernel classes are computed on load, in memory
+        frames = classify_on_load(frames, lambda name: read_frame(run, name))  # type: ignore[arg-type,return-value]
+    return frames  # type: ignore[return-value]
+
+
+def file_in_memory(path: Path) -> tuple[Run, dict[str, pl.DataFrame]]:
+    """One raw profiler file read into a run's frames in memory, as an import of it would (read, settle, place,
+    enrich: analyzers/importer.py), with a ``Run`` that lives only in memory: its path is the file's, its
+    manifest names the file as the run's one source; nothing is written anywhere (``tracekit.load`` of a file).
+    A file that cannot be read raises the import's error."""
+    from .importer import combine, read_file
+    from .ranks import label_extract
+
+    path = Path(path)
+    extract = read_file(path)
+    record: dict[str, Any] = {
+        "path": path.name,
+        "kind": extract.kind,
+        "status": "partial" if extract.partial else "ok",
+        "message": None,
+    }
+    record.update(label_extract(extract, path.name))
+    warnings = list(extract.warnings)
+    frames = combine([extract])
+    manifest = {
+        "status": "complete",
+        "partial": bool(extract.partial),
+        "sources": [record],
+        "import_warnings": warnings,
+        "capture": {"imported_from": [str(path)]},
+    }
+    return Run(path, manifest), frames
 
 
 def frames_copy(run: Run, folder: Path) -> Run:

@@ -75,101 +75,6 @@ def crash_evidence(failure: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def gemm_table(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """Measured GEMMs: from tracekit's benchmark when present, else GEMM ranges with their kernels' time."""
-    meas = frames["measurements"]
-    if meas.height:
-        return meas.select(
-            "range",
-            "backend",
-            "op",
-            "m",
-            "n",
-            "k",
-            "dtype",
-            "dtype_out",
-            "scale",
-            "time_us",
-            "tflops",
-            "status",
-            "sm_clock_hz",
-            "power_w",
-        )
-    ranges = frames["ranges"].filter(pl.col("range_kind") == "gemm")
-    if ranges.height == 0:
-        return pl.DataFrame(
-            schema={
-                "range": pl.String,
-                "backend": pl.String,
-                "m": pl.Int64,
-                "n": pl.Int64,
-                "k": pl.Int64,
-                "dtype": pl.String,
-                "time_us": pl.Float64,
-                "tflops": pl.Float64,
-                "launches": pl.UInt32,
-            }
-        )
-    per_range = (
-        frames["kernels"]
-        .filter(pl.col("range_id").is_not_null())
-        .group_by("range_id")
-        .agg(pl.col("duration_ns").sum().alias("kernel_ns"))
-    )
-    joined = ranges.join(per_range, on="range_id", how="left")
-    grouped = (
-        joined.group_by("name", "backend", "op", "m", "n", "k", "dtype_a", "scale")
-        .agg(pl.len().alias("launches"), pl.col("kernel_ns").median().alias("kernel_ns"))
-        .join(_ncu_range_ns(frames), on="name", how="left")
-        .with_columns(
-            pl.when(pl.col("kernel_ns").is_null() & pl.col("ncu_ns").is_not_null())
-            .then(pl.lit("ncu"))
-            .when(pl.col("kernel_ns").is_not_null())
-            .then(pl.lit("timeline"))
-            .alias("time_source"),
-            pl.coalesce("kernel_ns", "ncu_ns").alias("kernel_ns"),
-        )
-        .with_columns((pl.col("kernel_ns") / 1e3).alias("time_us"))
-        .with_columns(
-            (2.0 * pl.col("m") * pl.col("n") * pl.col("k") / (pl.col("time_us") * 1e-6) / 1e12).alias(
-                "tflops"
-            )
-        )
-        .rename({"name": "range", "dtype_a": "dtype"})
-        .sort("backend", "m", "n", "k", nulls_last=True)
-    )
-    failed = {
-        (r["backend"], r["m"], r["n"], r["k"])
-        for r in frames["failures"].select("backend", "m", "n", "k").iter_rows(named=True)
-    }
-    status = [
-        "ok" if t is not None else "failed" if (b, m, n, k) in failed else "no kernels"
-        for b, m, n, k, t in grouped.select("backend", "m", "n", "k", "time_us").iter_rows()
-    ]
-    return grouped.with_columns(pl.Series("status", status, pl.String)).select(
-        "range", "backend", "op", "m", "n", "k", "dtype", "scale", "time_us", "tflops", "launches", "status",
-        "time_source",
-    )  # fmt: skip
-
-
-def _ncu_range_ns(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """Per NVTX range name, Nsight Compute's kernel time of one launch of the range (all profiled kernels of the
-    range over the launches of its most frequent kernel): the time of GEMMs a timeline lost (a program that
-    died under nsys keeps no kernel table)."""
-    ncu = frames.get("ncu")
-    if ncu is None or ncu.height == 0 or "nvtx_range" not in ncu.columns:
-        return pl.DataFrame(schema={"name": pl.String, "ncu_ns": pl.Float64})
-    return (
-        ncu.filter(pl.col("nvtx_range").is_not_null() & pl.col("duration_ns").is_not_null())
-        .group_by("nvtx_range")
-        .agg(
-            pl.col("duration_ns").sum().alias("total"),
-            pl.col("name").value_counts().struct.field("count").max().alias("launches"),
-        )
-        .select(pl.col("nvtx_range").alias("name"), (pl.col("total") / pl.col("launches")).alias("ncu_ns"))
-    )
-
-
 def range_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
     """Ranges grouped by name: count, total and median duration, kernels inside."""
     ranges = frames["ranges"]
@@ -221,68 +126,79 @@ def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.write_json()) if df.height else []
 
 
-def moe_summary(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``moe`` of ``show --json`` / ``explain --json``: grouped launches, each with its per-expert rows, and the
-    what-if (analyzers/moe/); None for a run without grouped launches."""
-    from .moe import analyze_moe, moe_json
+def case_row(case: Any) -> dict[str, Any]:
+    """One case of the Analysis as a GEMM row of ``show --json`` (docs/ANALYSIS.md, "show --json"): the same
+    numbers as the case, labelled. ``time_us`` is the median call span (GEMM + aux + gap), ``gpu_time_us`` the
+    sum of call spans; ``achieved_tflops`` = sum FLOPs / sum call spans, ``kernel_tflops`` = sum FLOPs / sum GEMM
+    time."""
+    t, s, v = case.timing, case.shape, case.verdict
 
-    has_rows = frames.get("moe") is not None and frames["moe"].height > 0
-    ranges = frames["ranges"]
-    if not has_rows and not (ranges.height and ranges.filter(pl.col("range_kind") == "moe").height):
-        return None
-    analysis = analyze_moe(frames, environment=environment)
-    return None if analysis.empty else moe_json(analysis)
+    def us(ns: float | None) -> float | None:
+        return ns / 1e3 if ns is not None else None
 
-
-def _case_row(r: dict[str, Any]) -> dict[str, Any]:
-    """A ``gemms`` frame row (analyzers/explain.py) in the shape of ``show --json``'s GEMM rows, with where its
-    FLOPs and dtype came from."""
-    main = r.get("main_time_ns")
+    verdict = (
+        v.factor + (f": {v.cause}" if v.cause else "")
+        if v.factor
+        else (None if v.kind == "no-loss" else v.kind)
+    )
     return {
-        "range": r.get("range"),
-        "backend": r.get("backend"),
-        "op": r.get("op"),
-        "m": r.get("m"),
-        "n": r.get("n"),
-        "k": r.get("k"),
-        "dtype": r.get("dtype_a") or r.get("dtype_class"),
-        "time_us": main / 1e3 if main is not None else None,
-        "tflops": r.get("kernel_tflops"),
-        "launches": r.get("launches"),
-        "pct_of_peak": r.get("pct_of_peak"),
-        "verdict": r.get("verdict"),
-        "origin": r.get("origin"),
-        "main_kernel": r.get("main_kernel"),
-        "flops_source": r.get("flops_source"),
-        "dtype_source": r.get("dtype_source"),
+        "id": case.id,
+        "name": case.name,
+        "range": case.range,
+        "parents": list(case.parents),
+        "origin": case.origin,
+        "backend": case.backend,
+        "op": case.op,
+        "m": s.m if s else None,
+        "n": s.n if s else None,
+        "k": s.k if s else None,
+        "dtype": (s.dtype_a if s and s.dtype_a else None) or case.rate.dtype_class,
+        "dtype_class": case.rate.dtype_class,
+        "dtype_source": case.rate.source,
+        "flops_source": case.flops.source,
+        "main_kernel": case.kernel.name,
+        "calls": t.calls,
+        "launches": t.launches,
+        "time_us": us(t.span_ns.median),
+        "gemm_time_us": us(t.gemm_ns.median),
+        "gpu_time_us": us(t.span_ns_total),
+        "achieved_tflops": t.achieved_tflops,
+        "kernel_tflops": t.kernel_tflops,
+        "timing_source": t.source,
+        "peak_tflops": case.peak.tflops if case.peak else None,
+        "pct_of_peak": case.pct_of_peak,
+        "sm_clock_hz": case.sm_clock_hz,
+        "verdict": verdict,
+        "verdict_kind": v.kind,
     }
 
 
-def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    """The JSON object of ``tracekit show --json``."""
+def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> dict[str, Any]:
+    """The JSON object of ``tracekit show --json``: the run's counts, frames-level facts and a projection of its
+    Analysis (``gemms``: :func:`case_row` per case, largest GPU time first; ``summary``; ``failures``; ``moe``;
+    ``ranks``; ``breakdown``: the step breakdown, the range names with the longest GPU windows unless the Analysis
+    was built with ``breakdown="all"``). ``analysis`` is the run's Analysis, built here when not given."""
+    import msgspec
+
+    if analysis is None:
+        from .analysis import analyze_run
+
+        analysis = analyze_run(run, frames)
     from tracekit.frames import SCHEMA_VERSION
 
-    devs = devices(frames, run)
-    gemms = gemm_table(frames)
-    from .explain import gemm_summary
-
-    extra = gemm_summary(frames, environment=run.manifest.get("environment"))  # % of peak and the verdict
-    gemm_rows = _records(gemms)
-    if extra is not None and extra.height and "range" in extra.columns:
-        by_range = {r["range"]: r for r in _records(extra)}
-        for row in gemm_rows:
-            info = by_range.get(row.get("range"), {})
-            row["pct_of_peak"] = info.get("pct_of_peak")
-            row["verdict"] = info.get("verdict")
-        if not gemm_rows:  # no tracekit ranges or measurements: the explainer's cases (the user's own ranges)
-            gemm_rows = [_case_row(r) for r in _records(extra)]
+    devs = [
+        {"name": d.name, "compute_capability": d.compute_capability, "sm_count": d.sm_count}
+        for d in analysis.devices
+    ]
     # a crash's evidence columns too; frames written before they existed lack them (null)
     wanted = ("backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback", *_CRASH_FIELDS)
     failures = frames["failures"].select(
         [pl.col(c) if c in frames["failures"].columns else pl.lit(None).alias(c) for c in wanted]
     )
+    info = analysis.run
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
+        "analysis_schema_version": analysis.schema_version,
         "run": {
             "path": str(run.path),
             "status": run.status,
@@ -291,35 +207,27 @@ def summary(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
             "created": run.manifest.get("created"),
             "command": run.manifest.get("command"),
         },
-        "kernel_count": frames["kernels"].height,
-        "range_count": frames["ranges"].height,
-        "ncu_kernel_count": frames["ncu"].height,
-        "gemms": gemm_rows,
+        "kernel_count": info.kernel_count,
+        "range_count": info.range_count,
+        "ncu_kernel_count": info.ncu_kernel_count,
+        "summary": msgspec.to_builtins(analysis.summary),
+        "gemms": [case_row(c) for c in analysis.cases],
         "failures": _records(failures),
         "sources": [
             {k: s.get(k) for k in ("path", "kind", "status", "message")}
             for s in run.manifest.get("sources", [])
         ],
     }
-    moe = moe_summary(frames, run.manifest.get("environment"))
-    if moe is not None:
-        out["moe"] = moe
+    if analysis.breakdown is not None:
+        out["breakdown"] = {k: v for k, v in analysis.breakdown.items() if k != "headline"}
+    if analysis.moe is not None:
+        out["moe"] = {"launches": analysis.moe.launches, "whatif": analysis.moe.whatif}
     if len(devs) > 1:
         out["devices"] = devs
         out["device"] = None
     else:
         out["device"] = devs[0] if devs else {"name": None, "compute_capability": None, "sm_count": None}
-    out.update(rank_summary(frames, run))
+    if analysis.ranks is not None:
+        out["ranks"] = [msgspec.to_builtins(r) for r in analysis.ranks.ranks]
+        out["straggler"] = {"rank": analysis.ranks.straggler, "reasons": analysis.ranks.reasons}
     return out
-
-
-def rank_summary(frames: dict[str, pl.DataFrame], run: Run | None = None) -> dict[str, Any]:
-    """``ranks`` (one object per rank: the columns of analyzers/ranks/'s rank table, times in ns) and
-    ``straggler`` ({rank, reasons}) for a run of two or more ranks; nothing for a single-process run."""
-    from .ranks import analyze_ranks
-
-    env = run.manifest.get("environment") if run is not None else None
-    ra = analyze_ranks(frames, environment=env)
-    if ra is None:
-        return {}
-    return {"ranks": _records(ra.ranks), "straggler": {"rank": ra.straggler, "reasons": ra.reasons}}

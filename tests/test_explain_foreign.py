@@ -45,7 +45,7 @@ def test_counter_probe_ranges_are_the_cases_with_counted_flops() -> None:
     assert not reduce_cases
     bf16_16 = next(w for w in wfs if w.case.name == "probe_bf16_M16_N2048_K6144")
     aux = next(f for f in bf16_16.factors if f.name == "aux kernels")
-    assert aux.evidence["aux_class"] == "split-K reduce" and "Split-K" in (aux.remedy or "")
+    assert aux.evidence["aux_class"] == "splitk-reduce" and "Split-K" in (aux.remedy or "")
 
 
 def test_sm120_cutlass_exports_get_achieved_tflops_from_counters_with_a_device(shared_data: Path) -> None:

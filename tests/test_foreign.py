@@ -169,11 +169,11 @@ def test_explain_json_and_the_gemms_frame_say_where_flops_came_from() -> None:
         pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
     res = CliRunner().invoke(cli, ["explain", str(path), "--json"])
     assert res.exit_code == 0, res.output
-    gemms = {g["range"]: g for g in json.loads(res.output)["gemms"]}
-    small = gemms["decode_gemm_m16"]
-    assert small["flops_source"] == "ncu-counters" and small["dtype_source"] == "ncu-counters"
-    assert small["flops"] == pytest.approx(2 * 16 * 2048 * 6144, rel=0.02)
-    assert small["counters"] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
+    cases = {c["range"]: c for c in json.loads(res.output)["cases"]}
+    small = cases["decode_gemm_m16"]
+    assert small["flops"]["source"] == "ncu-counters" and small["rate"]["source"] == "ncu-counters"
+    assert small["flops"]["per_call"] == pytest.approx(2 * 16 * 2048 * 6144, rel=0.02)
+    assert small["flops"]["counters"] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
     assert small["verdict"]["factor"] == "memory"
     run = open_run(path)
     frame = gemm_summary(load_frames(run), environment=run.manifest.get("environment"))
@@ -199,7 +199,12 @@ def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
     capped = rows["sgemm_smem_capped"]
     assert capped["verdict"] == "in-kernel: occupancy limited by shared memory"
     assert capped["flops_source"] == "ncu-counters" and capped["dtype"] == "fp32"
-    assert capped["tflops"] == pytest.approx(2 * 2048**3 / (capped["time_us"] * 1e-6) / 1e12, rel=0.02)
+    assert capped["kernel_tflops"] == pytest.approx(
+        2 * 2048**3 / (capped["gemm_time_us"] * 1e-6) / 1e12, rel=0.02
+    )
+    assert capped["achieved_tflops"] == pytest.approx(
+        2 * 2048**3 / (capped["time_us"] * 1e-6) / 1e12, rel=0.02
+    )
 
 
 def test_nsys_only_smem_capped_kernel_says_its_occupancy_cap() -> None:

@@ -111,7 +111,7 @@ def test_parallel_import_makes_the_same_run(job: tuple[list[Path], Path], tmp_pa
     assert [f["path"] for f in summary["failed"]] == ["raw/rank7.json.gz"]
     assert summary["rows"] == a.manifest["frames"]["rows"] and summary["rows"]["kernels"] > 30_000
     assert a.manifest["frames"]["partitioned"] == dict.fromkeys(
-        ["kernels", "ranges", "ncu", "devices"], "rank"
+        ["kernels", "memops", "ranges", "ncu", "devices"], "rank"
     )
     # rank 5 comes from two files: its partition holds both, ids placed as the serial import places them
     assert read_frame(run, "kernels").filter(pl.col("rank") == 5)["source"].unique().sort().to_list() == [

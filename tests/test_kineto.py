@@ -114,7 +114,7 @@ def test_schemas_pinned(shared_data: Path) -> None:
     assert ex.frame("kernels").schema == KERNELS.schema
     assert ex.frame("ranges").schema == RANGES.schema
     assert ex.frame("devices").schema == DEVICES.schema
-    assert set(ex.frames) == {"kernels", "ranges", "devices"}
+    assert set(ex.frames) == {"kernels", "memops", "ranges", "devices"}
     assert ex.frame("kernels").columns[:3] == ["kernel_id", "source", "rank"]
 
 

@@ -123,7 +123,7 @@ def test_file_rank_wins_and_single_process_files_stay_unranked(shared_data: Path
 def test_multi_rank_frames_are_hive_partitioned(runs: dict[str, Path]) -> None:
     run = Run.open(runs["mfu_2gpu_before"])
     frames_dir = run.frames_dir
-    for name in ("kernels", "ranges"):
+    for name in ("kernels", "memops", "ranges"):
         assert not (frames_dir / f"{name}.parquet").exists()
         parts = sorted(p.relative_to(frames_dir).as_posix() for p in (frames_dir / name).rglob("*.parquet"))
         assert parts == [f"{name}/rank=0/part-0.parquet", f"{name}/rank=1/part-0.parquet"]
@@ -134,7 +134,7 @@ def test_multi_rank_frames_are_hive_partitioned(runs: dict[str, Path]) -> None:
         assert df.schema == SPECS[name].schema
     # frames without rows (no devices in these exports) and without a rank column stay single files
     assert (frames_dir / "devices.parquet").is_file() and (frames_dir / "measurements.parquet").is_file()
-    assert run.manifest["frames"]["partitioned"] == {"kernels": "rank", "ranges": "rank"}
+    assert run.manifest["frames"]["partitioned"] == {"kernels": "rank", "memops": "rank", "ranges": "rank"}
     lazy = read_frame(run, "kernels", lazy=True)
     assert isinstance(lazy, pl.LazyFrame)
     assert_frame_equal(

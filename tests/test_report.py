@@ -109,16 +109,22 @@ def test_probe_report_is_well_formed_and_holds_the_real_numbers(probe, tmp_path:
     assert "NVIDIA H200 (CC 9.0, 132 SMs)" in text
     assert "| ncu clock control | `none`" in text
     # the bf16 1024x2048x6144 GEMM ran 35.01 us = 736 TFLOP/s (nsys timeline), 74% of the 989.4 datasheet peak
-    row = next(g for g in rep["gemms"] if g["m"] == 1024 and g["dtype"] == "bf16")
-    assert row["time_us"] == pytest.approx(35.01, abs=0.01)
-    assert row["achieved_tflops"] == pytest.approx(736.13, abs=0.1)
-    assert "| 0 | `torch-bf16` | `mm` | 1024×2048×6144 | bf16 | 35.01 |" in text
-    # one waterfall plot per GEMM with a peak, plus TFLOP/s vs M; all exist and parse (checked above)
+    n, row = next(
+        (i, c)
+        for i, c in enumerate(rep["cases"], 1)
+        if c["shape"] and c["shape"]["m"] == 1024 and c["shape"]["dtype_a"] == "bf16"
+    )
+    assert row["timing"]["span_ns"]["median"] / 1e3 == pytest.approx(35.01, abs=0.01)
+    assert row["timing"]["achieved_tflops"] == pytest.approx(736.13, abs=0.1)
+    assert re.search(
+        rf"\| {n} \| `torch-bf16` \| `mm` \| 1024×2048×6144 \| bf16 \| \d+ \| [^|]+ \| 35\.01 \|", text
+    )
+    # one waterfall plot per GEMM with a peak (numbered by GPU time), plus TFLOP/s vs M; all exist and parse
     assert sorted(f.name for f in files[1:]) == [
         "ticket-tflops.svg",
-        *[f"ticket-waterfall-{i}.svg" for i in range(5)],
+        *[f"ticket-waterfall-{i}.svg" for i in range(1, 6)],
     ]
-    wf_svg = (tmp_path / "ticket-waterfall-0.svg").read_text()
+    wf_svg = (tmp_path / f"ticket-waterfall-{n}.svg").read_text()
     assert "989" in wf_svg and "736" in wf_svg
     # ncu's findings are there, its link markup resolved, its optional-metric notes left out
     assert "TheoreticalOccupancy" in text and "@section:" not in text
@@ -131,10 +137,12 @@ def test_probe_report_is_well_formed_and_holds_the_real_numbers(probe, tmp_path:
 
 def test_gemm_filter_selects_waterfalls(probe, tmp_path: Path) -> None:
     rep = build_report(probe, load_frames(probe), gemm_filter="M=8192")
-    assert [w["m"] for w in rep["waterfalls"]] == [8192]
+    numbers = {c["id"]: i for i, c in enumerate(rep["cases"], 1)}
+    (only,) = rep["report"]["waterfalls"]
+    assert rep["cases"][numbers[only] - 1]["shape"]["m"] == 8192
     _, files, _ = write_report(rep, "md", tmp_path / "one.md")
     check_markdown(tmp_path / "one.md")
-    assert [f.name for f in files[1:]] == ["one-tflops.svg", "one-waterfall-4.svg"]
+    assert [f.name for f in files[1:]] == ["one-tflops.svg", f"one-waterfall-{numbers[only]}.svg"]
 
 
 def test_bench_report_failures_and_escaping(bench, tmp_path: Path) -> None:
@@ -146,7 +154,7 @@ def test_bench_report_failures_and_escaping(bench, tmp_path: Path) -> None:
     assert "| driver | `580.159.04` |" in text and "| torch | `2.11.0+cu130` |" in text
     assert "tracekit bench gemm --shapes glm5" in text
     # p10-p90 of a real measurement: bf16 16x768x6144 ran 7.14 us with a 0.5% spread
-    assert "| `torch-bf16` | `mm` | 16×768×6144 | bf16 | 7.14 | 7.12–7.16 |" in text
+    assert "| `torch-bf16` | `mm` | 16×768×6144 | bf16 | 1 | 7.1 µs | 7.14 | 7.12–7.16 |" in text
     # every failure's full text sits in a fence; the hostile traceback stays inside its fence
     fences = [t.content for t in tokens if t.type == "fence"]
     for _, _, _, _, message in FAILURE_TEXTS:
@@ -176,7 +184,8 @@ def _big_run(shared: Path, path: Path):
     meas = []
     for j in range(12):
         for r in rows:
-            rec = measurement(r)
+            # the time grows with N, so each made-up GEMM keeps the real one's rate (never above the peak)
+            rec = measurement(r, scale_time=(int(r["N"]) + 64 * j) / int(r["N"]))
             rec["n"] = rec["n"] + 64 * j
             rec["range"] = rec["range"].replace(f"N={r['N']}", f"N={rec['n']}")
             meas.append(rec)
@@ -196,7 +205,8 @@ def _big_run(shared: Path, path: Path):
 def test_large_run_fits_github_limit_by_summarising(shared_data: Path, tmp_path: Path) -> None:
     run = _big_run(shared_data, tmp_path / "big")
     rep = build_report(run, load_frames(run))
-    assert rep["counts"]["gemms"] == 12 * len(bench_rows(shared_data)) and rep["counts"]["failures"] == 400
+    counts = rep["report"]["counts"]
+    assert counts["gemms"] == 12 * len(bench_rows(shared_data)) and counts["failures"] == 400
     out = tmp_path / "big.md"
     _, _, rendered = write_report(rep, "md", out)
     text = out.read_text()
@@ -209,7 +219,8 @@ def test_large_run_fits_github_limit_by_summarising(shared_data: Path, tmp_path:
     assert html.count("<details>") == html.count("</details>") >= 1
     # JSON is never summarised
     data = json.loads(write_report(rep, "json", None)[0])
-    assert len(data["failures"]) == 400 and len(data["waterfalls"]) == rep["counts"]["gemms"]
+    assert len(data["failures"]) == 400 and len(data["cases"]) == counts["gemms"]
+    assert all(c["factors"] for c in data["cases"])
 
 
 class _Tags(HTMLParser):
@@ -238,7 +249,9 @@ def test_html_is_self_contained(bench, tmp_path: Path) -> None:
 def test_cli_report_formats_and_exit_codes(probe, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["report", str(probe.path), "--format", "json", "--gemm", "M=16,"])
     data = json.loads(capsys.readouterr().out)
-    assert data["format"] == "tracekit-report" and [w["m"] for w in data["waterfalls"]] == [16]
+    assert data["report"]["format"] == "tracekit-report"
+    shown = [c for c in data["cases"] if c["id"] in data["report"]["waterfalls"]]
+    assert [c["shape"]["m"] for c in shown] == [16]
     main(["report", str(probe.path), "-o", str(tmp_path / "t.md")])
     assert "wrote" in capsys.readouterr().err and (tmp_path / "t-tflops.svg").is_file()
     with pytest.raises(SystemExit) as exc:
@@ -293,12 +306,12 @@ def test_bench_sample_report_holds_every_fp4_failure_in_full(samples_dir: Path, 
     html = MD.render(text)
     details = re.findall(r"<details>(.*?)</details>", html, flags=re.S)
     fences = [t.content for t in tokens if t.type == "fence" and t.info == "text"]
-    groups = rep["failure_groups"]
+    groups = rep["report"]["failure_groups"]
     assert len(details) == len(groups) == len(fences) == 10
     for g in groups:
         ex = rep["failures"][g["example"]]
         body = next(f for f in fences if f.startswith(ex["message"].rstrip()))
-        assert ex["traceback"].rstrip() in body
+        assert (ex["traceback"] or "").rstrip() in body
     assert {g["backend"] for g in groups} >= {
         "torch-nvfp4",
         "torch-mxfp4",

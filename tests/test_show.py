@@ -69,8 +69,8 @@ def test_cut_tables_say_how_many_rows_they_left_out(
     assert f"… {gemms - 3} more GEMMs" in small and f"… {groups - 3} more failure groups" in small
     every = _show(capsys, monkeypatch, str(run), "--all")
     assert "more GEMMs" not in every and "more failure groups" not in every
-    rows = [ln for ln in every.splitlines() if ln.startswith("│ ") and "│ ok " in ln]
-    assert len(rows) == sum(1 for g in data["gemms"] if g.get("status", "ok") == "ok") == gemms
+    rows = [ln for ln in every.splitlines() if ln.startswith("│ torch-")]
+    assert len(rows) == gemms
 
 
 def test_failures_are_grouped_with_count_and_shapes(
@@ -135,9 +135,10 @@ def test_ranges_kernels_and_ncu_tables_say_what_they_left_out(
         "Nsight Compute kernels": frames["ncu"].height,
     }
     out = _show(capsys, monkeypatch, str(run), "--limit", "4", columns=110)
+    flat = " ".join(out.split())  # a long checkout path wraps the line at 110 columns
     for what, total in names.items():
         assert total > 4, what
-        assert f"… {total - 4} more {what}: `tracekit show {run} --all` or `--json`" in out, what
+        assert f"… {total - 4} more {what}: `tracekit show {run} --all` or `--json`" in flat, what
     every = _show(capsys, monkeypatch, str(run), "--all", columns=110)
     assert "… " not in every.replace("…│", "").replace("… │", "")  # no "N more" line, only elided cells
 

@@ -257,16 +257,21 @@ async def test_overview_sort_filter_and_detail(probe_run: Path) -> None:
         assert sorted(screen.table.row(i)["m"] for i in range(screen.table.row_count)) == [8192, 16384]
         await pilot.press("escape")
         await wait_loaded(pilot)
-        # open the bf16 1024x2048x6144 GEMM
+        # unsorted, the cases come largest GPU time first (the Analysis' order)
         screen.sort_key = None
         screen.refresh_view()
+        await wait_loaded(pilot)
+        gpu = [screen.table.row(i)["gpu_ns"] for i in range(screen.table.row_count)]
+        assert gpu == sorted(gpu, reverse=True)
+        # open the bf16 1024x2048x6144 GEMM
+        await pilot.press("slash", *"m=1024", "enter")
         await wait_loaded(pilot)
         await pilot.press("enter")
         await wait_loaded(pilot)
         detail = app.screen
         assert isinstance(detail, GemmScreen)
-        assert detail.gemm["m"] == 1024 and detail.gemm["backend"] == "torch-bf16"
-        names = [f["name"] for f in detail.explanation["factors"]]
+        assert detail.case.shape.m == 1024 and detail.case.backend == "torch-bf16"
+        names = [f.name for f in detail.case.factors]
         assert names[:2] == ["clock", "waves"] and "in-kernel" in names
         assert "nvjet_sm90_tst_128x128_64x6" in table_text(detail.kernels_table, 1)
         rules = str(detail.rules_text.render())
@@ -519,7 +524,7 @@ def test_viewer_uses_the_runs_calibration_and_survives_a_broken_one(
     shutil.copytree(samples_dir / "h200-capture-gemm", src)
     shutil.copy(samples_dir / "calibration-h200.json", src / "raw" / "calibration.json")
     analysis = analyze(load_run(src))
-    assert analysis.calibration == "raw/calibration.json" and analysis.gemms.height
+    assert analysis.run.calibration == "raw/calibration.json" and analysis.cases
     (src / "raw" / "calibration.json").write_text("{damaged")
     broken = analyze(load_run(src))
-    assert broken.calibration is None and broken.gemms.height == analysis.gemms.height
+    assert broken.run.calibration is None and len(broken.cases) == len(analysis.cases)

@@ -46,9 +46,13 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         await wait_loaded(pilot)
         screen = app.screen
         assert isinstance(screen, OverviewScreen)
-        # the header: run, status, failures (line 1); device and counts (line 2), each within 78 cells
+        # the header: run, status, failures (line 1); device and counts (line 2); the GPU's time by kernel class
+        # (line 3: analyzers/breakdown); the summary: the largest losses in GPU time (line 4) and what is unknown
+        # (line 5, when anything is); each within 78 cells
         lines = _info_lines(screen)
-        assert len(lines) == 2 and all(len(line) <= 78 for line in lines), lines
+        assert 4 <= len(lines) <= 5 and all(len(line) <= 78 for line in lines), lines
+        assert lines[2].startswith("time GPU 0, 6,324.4 ms: idle 99.5%, gemm 0.2%")
+        assert lines[3].startswith("largest losses: ") and "(#1)" in lines[3]
         assert lines[0].startswith("h200-capture-gemm") and "no failures" in lines[0]
         assert "H200" in lines[1] and "1,982 kernels" in lines[1] and "30 ncu" in lines[1]
         assert "4 measured" in lines[1]
@@ -68,8 +72,8 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         await wait_loaded(pilot)
         detail = app.screen
         assert isinstance(detail, GemmScreen)
-        assert detail.gemm["m"] == 4096 and detail.gemm["backend"] == "torch-bf16"
-        assert "in-kernel" in [f["name"] for f in detail.explanation["factors"]]
+        assert detail.case.shape.m == 4096 and detail.case.backend == "torch-bf16"
+        assert "in-kernel" in [f.name for f in detail.case.factors]
         assert "nvjet_sm90_tst_256x128" in table_text(detail.kernels_table, 1)
         # ncu's findings: link markup as words, no optional-metric notes, each distinct finding once
         rules = str(detail.rules_text.render())
@@ -89,7 +93,7 @@ async def test_bench_overview_header_keeps_the_failure_count_in_view() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_loaded(pilot)
         lines = _info_lines(app.screen)
-        assert len(lines) == 2 and all(len(line) <= 78 for line in lines), lines
+        assert len(lines) == 4 and all(len(line) <= 78 for line in lines), lines
         assert "120 failures" in lines[0] and "48 GEMMs" in lines[1] and "48 measured" in lines[1]
         assert app.screen.table.row_count == 48
 
@@ -333,7 +337,7 @@ async def test_mouse_sorts_by_header_scrolls_and_opens_a_row() -> None:
         picked = table.cursor_row
         await pilot.click("#table", offset=(5, 2))  # a click on the highlighted row opens it
         await wait_loaded(pilot)
-        assert isinstance(app.screen, GemmScreen) and app.screen.gemm["m"] == picked["m"]
+        assert isinstance(app.screen, GemmScreen) and app.screen.case.shape.m == picked["m"]
 
 
 def test_run_header_fits_any_width_and_keeps_the_failure_count() -> None:
@@ -348,8 +352,9 @@ def test_run_header_fits_any_width_and_keeps_the_failure_count() -> None:
     for width in (78, 100, 198):
         for d in (data, long):
             lines = str(run_header(d, analysis, width)).split("\n")
-            assert len(lines) == 2 and all(len(line) <= width for line in lines), (width, lines)
+            assert 2 <= len(lines) <= 4 and all(len(line) <= width for line in lines), (width, lines)
             assert "120 failures" in lines[0] and "48 GEMMs" in lines[1]
+            assert lines[2].startswith("largest losses: ")
     wide = str(run_header(data, analysis, 198)).split("\n")
     assert "NVIDIA H200" in wide[1] and "2026-12-02 18:48 UTC" in wide[0]
     assert "…" in str(run_header(long, analysis, 78)).split("\n")[0]

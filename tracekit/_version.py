@@ -2,14 +2,18 @@
 
 __version__ = "0.1.0"
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the run format (manifest + frames). Bump it whenever a frame's columns change: runs whose frames
 are older are rebuilt from raw/. 2: MoE frames (moe, moe_curve, moe_routing) and rank-partitioned multi-rank frames. 3: ranges gain batch,
 flops and shape_source (PyTorch GEMM ops with their shapes, range_kind gemm-op). 4: failures gain a crash's evidence
 (dtypes, range, caller, signal, python_stack, stderr_tail); gemms gain flops_source, dtype_source, counted_flops.
 5: nested values are polars List / Struct columns instead of JSON text (failures.versions, ncu.nvtx_stack,
-ranges.fields, gemms.aux_kernels, moe.counts, moe.expert_time_us, moe_routing.counts)."""
+ranges.fields, gemms.aux_kernels, moe.counts, moe.expert_time_us, moe_routing.counts). 6: kernels gain launch_op,
+kernels and ncu gain kernel_class, kernel_family, class_source (the kernel taxonomy, docs/KERNELS.md); the memops
+frame (memcpy / memset operations on the timeline, for the step breakdown)."""
 
-MIGRATES_FROM = (4,)
+MIGRATES_FROM = (4, 5)
 """Frame versions read without a rebuild: their JSON text columns are decoded into this version's nested columns
-in memory on read (tracekit/frames.py ``migrate``); older frames are rebuilt from raw/."""
+in memory on read (tracekit/frames.py ``migrate``), columns added since are null, and the kernel classes are
+computed on load (analyzers/store.py ``load_frames``); frames added since (memops) read as empty, and the runs'
+manifest says so (``frames.rows`` does not name them); older frames are rebuilt from raw/."""

@@ -40,6 +40,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tracekit.commands.explain:explain",
         "Explain each GEMM's gap to peak as a waterfall of factors.",
     ),
+    "devices": (
+        "tracekit.commands.devices:devices",
+        "List the device catalog (the names --device takes); resolve a GPU name.",
+    ),
     "calibrate": (
         "tracekit.commands.calibrate:calibrate",
         "Measure this GPU's achievable GEMM and copy ceilings.",

@@ -1,24 +1,27 @@
 """The device catalog: what each GPU can do on paper, with a source for every number.
 
-``tracekit/data/devices.json`` holds, per GPU, the SM count, clocks, memory bandwidth, L2, the dense tensor peaks
-per input class (fp4, fp8, bf16/fp16, tf32, int8; fp32 is the CUDA-core rate) and, per architecture, the per-SM
-limits (shared memory per SM and per block, registers, warps, blocks) and notes. A user file (``TRACEKIT_DEVICES``
-or ``~/.config/tracekit/devices.json``, same layout) overrides or extends it, field by field.
+``tracekit/data/devices.json`` holds, per GPU, the SM (or CU) count, clocks, memory size and bandwidth, L2, the dense
+peaks per input class (fp4, fp6, fp8, int8, bf16/fp16, tf32, fp32, fp64) and, per architecture, the per-SM limits
+(shared memory per SM and per block, registers, warps, blocks) and notes. Each entry names its sources; ``derived``
+lists the figures computed rather than printed there and ``unverified`` those no vendor document was found for (or
+whose sources disagree). docs/DEVICES.md is generated from it (``tracekit devices --markdown``). A user file
+(``TRACEKIT_DEVICES`` or ``~/.config/tracekit/devices.json``, same layout) overrides or extends it, field by field.
 
 Why ``peak_clock_hz`` is separate from ``boost_clock_hz``: NVIDIA quotes Hopper's tensor peaks at 1830 MHz (SXM)
 although the part boosts to 1980 MHz, so the clock factor of the waterfall must compare against the clock the
 peak was computed at, not the highest clock the GPU reports.
 
-An unknown GPU still gets a spec when its compute capability is known: per-SM limits from its architecture and,
-where its SM count and a clock are known, peaks derived from SM count x clock x the architecture's per-SM rate
-(``provenance == "derived"``); otherwise its peaks are unknown and analyses carry on without them.
+A GPU is matched by the name its tools give (:mod:`tracekit.device_names`), checked against the SM count, compute
+capability and memory size the files report. A GPU the catalog does not know, or a name that fits several entries,
+gets no peak: never one guessed from a similar part or from the architecture's per-SM rate, which differs between
+parts of one architecture (GeForce halves FP32-accumulate math, the H20 is capped far below its SM count). It keeps
+its architecture's per-SM limits where the compute capability gives them, and the catalog entries it may be.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -26,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracekit.device_names import is_amd_name, match_alias, memory_fits, normalize_name
 from tracekit.errors import BadInputError
 from tracekit.records import gpu_of
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ArchSpec",
     "DeviceSpec",
+    "Resolution",
     "arch_for",
     "candidates_line",
     "catalog",
@@ -44,15 +49,19 @@ __all__ = [
     "lookup_device",
     "match_device",
     "normalize_name",
+    "peak_note",
+    "resolve",
 ]
 
 USER_FILE_ENV = "TRACEKIT_DEVICES"
 USER_FILE = Path("~/.config/tracekit/devices.json")
+LISTING_HINT = "`tracekit devices` lists the catalog"
+NOT_IN_CATALOG = "not in the device catalog"
 
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """Per-SM facts of one architecture (``sm_90`` ...)."""
+    """Per-SM facts of one architecture (``sm_90`` ..., or an AMD CDNA generation, per CU)."""
 
     key: str
     name: str
@@ -65,15 +74,18 @@ class ArchSpec:
     max_blocks_per_sm: int | None
     notes: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict)
+    vendor: str = "nvidia"
+    gfx: str | None = None
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
     """One GPU: datasheet numbers, the architecture's per-SM limits, and where each number came from.
 
-    ``provenance`` is ``catalog`` (datasheet entry), ``user`` (from a user file), ``derived`` (unknown GPU,
-    peaks computed from its architecture) or ``unknown`` (no peaks). ``derived`` names the fields of a catalog
-    entry that are computed rather than printed in a datasheet.
+    ``provenance`` is ``catalog`` (datasheet entry), ``user`` (from a user file) or ``unknown`` (a GPU the catalog
+    does not know: no peaks; ``candidates`` are the catalog keys it may be, ``reason`` why none was taken).
+    ``derived`` names the fields (``peaks_tflops`` or ``peaks_tflops.bf16``) computed rather than printed in the
+    source, ``unverified`` those no vendor document was found for (or whose sources disagree).
     """
 
     key: str
@@ -83,7 +95,7 @@ class DeviceSpec:
     boost_clock_hz: float | None
     base_clock_hz: float | None
     peak_clock_hz: float | None
-    memory_bytes: int | None
+    memory_gb: tuple[float, ...]
     memory_bandwidth_bytes_per_s: float | None
     l2_bytes: int | None
     tdp_w: float | None
@@ -92,11 +104,20 @@ class DeviceSpec:
     derived: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     provenance: str = "catalog"
+    half_rate: tuple[str, ...] = ()
+    rate_exceptions: dict[str, str] = field(default_factory=dict)
+    unverified: tuple[str, ...] = ()
+    candidates: tuple[str, ...] = ()
+    reason: str = ""
 
     # -- convenience ------------------------------------------------------------------------------------------
     @property
     def compute_capability(self) -> str | None:
         return self.arch.compute_capability if self.arch else None
+
+    @property
+    def vendor(self) -> str | None:
+        return self.arch.vendor if self.arch else None
 
     @property
     def smem_per_block_optin_bytes(self) -> int | None:
@@ -119,19 +140,24 @@ class DeviceSpec:
         return self.arch.notes if self.arch else ()
 
     def peak_tflops(self, dtype_class: str | None) -> float | None:
-        """Dense peak for an input class (``bf16``, ``fp8``, ``fp4`` ...), TFLOP/s; fp16 and bf16 stand in
-        for each other where only one is listed."""
+        """Dense peak for an input class (``bf16``, ``fp8``, ``fp4`` ...), TFLOP/s; fp16 and bf16 stand in for each
+        other where only one is listed and the architecture has both (Volta and Turing have no BF16 math)."""
         if not dtype_class:
             return None
         value = self.peaks_tflops.get(dtype_class)
         if value is None and dtype_class in ("bf16", "fp16"):
-            value = self.peaks_tflops.get("fp16" if dtype_class == "bf16" else "bf16")
+            other = "fp16" if dtype_class == "bf16" else "bf16"
+            rates = self.arch.flops_per_clock_per_sm if self.arch else {}
+            if not rates or dtype_class in rates:
+                value = self.peaks_tflops.get(other)
         return value
 
     def peak_source(self, dtype_class: str | None) -> str:
-        if self.provenance in ("derived", "unknown"):
-            return self.provenance
-        if "peaks_tflops" in self.derived:
+        """``datasheet``, ``derived`` (computed from the datasheet's other figures or SM count x clock x per-SM
+        rate: see the entry's sources) or ``unknown``."""
+        if self.provenance == "unknown":
+            return "unknown"
+        if "peaks_tflops" in self.derived or f"peaks_tflops.{dtype_class}" in self.derived:
             return "derived"
         return "datasheet"
 
@@ -146,19 +172,40 @@ class DeviceSpec:
         return {
             "key": self.key,
             "name": self.name,
+            "vendor": self.vendor,
             "arch": self.arch.key if self.arch else None,
             "compute_capability": self.compute_capability,
             "sm_count": self.sm_count,
             "boost_clock_hz": self.boost_clock_hz,
             "peak_clock_hz": self.peak_clock_hz,
+            "memory_gb": list(self.memory_gb),
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "l2_bytes": self.l2_bytes,
+            "smem_per_sm_bytes": self.smem_per_sm_bytes,
             "smem_per_block_optin_bytes": self.smem_per_block_optin_bytes,
+            "tdp_w": self.tdp_w,
             "peaks_tflops": dict(self.peaks_tflops),
+            "half_rate": list(self.half_rate),
             "provenance": self.provenance,
             "derived": list(self.derived),
+            "unverified": list(self.unverified),
+            "aliases": list(self.aliases),
             "sources": dict(self.sources),
+            **(
+                {"candidates": list(self.candidates), "reason": self.reason}
+                if self.provenance == "unknown"
+                else {}
+            ),
         }
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a GPU name resolves to: the one catalog entry that fits, or none with the entries it may be and why."""
+
+    device: DeviceSpec | None
+    candidates: tuple[DeviceSpec, ...] = ()
+    reason: str = ""
 
 
 # --- loading ----------------------------------------------------------------------------------------------------
@@ -181,7 +228,19 @@ def _arch_from(key: str, raw: dict[str, Any]) -> ArchSpec:
         max_blocks_per_sm=raw.get("max_blocks_per_sm"),
         notes=tuple(raw.get("notes") or ()),
         sources=dict(raw.get("sources") or {}),
+        vendor=str(raw.get("vendor") or "nvidia"),
+        gfx=raw.get("gfx"),
     )
+
+
+def _memory_gb(raw: dict[str, Any]) -> tuple[float, ...]:
+    """``memory_gb`` (a size or a list of the sizes a part ships in); older user files give ``memory_bytes``."""
+    gb = raw.get("memory_gb")
+    if gb is None and raw.get("memory_bytes"):
+        gb = raw["memory_bytes"] / 2**30
+    if gb is None:
+        return ()
+    return tuple(float(g) for g in (gb if isinstance(gb, list) else [gb]))
 
 
 def _device_from(key: str, raw: dict[str, Any], archs: dict[str, ArchSpec], provenance: str) -> DeviceSpec:
@@ -194,7 +253,7 @@ def _device_from(key: str, raw: dict[str, Any], archs: dict[str, ArchSpec], prov
         boost_clock_hz=_mhz(raw.get("boost_clock_mhz")),
         base_clock_hz=_mhz(raw.get("base_clock_mhz")),
         peak_clock_hz=_mhz(raw.get("peak_clock_mhz") or raw.get("boost_clock_mhz")),
-        memory_bytes=raw.get("memory_bytes"),
+        memory_gb=_memory_gb(raw),
         memory_bandwidth_bytes_per_s=float(bw) * 1e9 if bw else None,
         l2_bytes=raw.get("l2_bytes"),
         tdp_w=raw.get("tdp_w"),
@@ -203,6 +262,9 @@ def _device_from(key: str, raw: dict[str, Any], archs: dict[str, ArchSpec], prov
         derived=tuple(raw.get("derived") or ()),
         aliases=tuple(normalize_name(a) for a in (raw.get("aliases") or ())),
         provenance=provenance,
+        half_rate=tuple(raw.get("half_rate") or ()),
+        rate_exceptions=dict(raw.get("rate_exceptions") or {}),
+        unverified=tuple(raw.get("unverified") or ()),
     )
 
 
@@ -227,11 +289,14 @@ def _user_file() -> Path | None:
     return path if path.is_file() else None
 
 
-def load_catalog(user_file: Path | None = None) -> tuple[dict[str, ArchSpec], dict[str, DeviceSpec]]:
-    """Architectures and devices: the packaged catalog, then ``user_file`` (or the user's default) on top."""
+def load_catalog(
+    user_file: Path | None = None, *, packaged_only: bool = False
+) -> tuple[dict[str, ArchSpec], dict[str, DeviceSpec]]:
+    """Architectures and devices: the packaged catalog, then ``user_file`` (or the user's default) on top, unless
+    ``packaged_only``."""
     raw = json.loads(resources.files("tracekit").joinpath("data/devices.json").read_text())
     user_keys: set[str] = set()
-    path = user_file if user_file is not None else _user_file()
+    path = None if packaged_only else user_file if user_file is not None else _user_file()
     if path is not None:
         try:
             user = json.loads(Path(path).read_text())
@@ -263,42 +328,124 @@ def catalog() -> tuple[dict[str, ArchSpec], dict[str, DeviceSpec]]:
 
 
 # --- matching ---------------------------------------------------------------------------------------------------
-def normalize_name(name: str) -> str:
-    """``"NVIDIA A100-SXM4-80GB"`` -> ``"a100 sxm4 80gb"``: lower case, no vendor word, single spaces."""
-    text = name.lower().replace("_", " ").replace("-", " ")
-    text = re.sub(r"\(.*?\)", " ", text)
-    text = re.sub(r"\bnvidia\b", " ", text)
-    return " ".join(text.split())
+def arch_for(compute_capability: str | None, vendor: str = "nvidia") -> ArchSpec | None:
+    """The NVIDIA architecture of a compute capability ("9.0" -> sm_90); None when not in the catalog.
 
-
-def arch_for(compute_capability: str | None) -> ArchSpec | None:
-    """The architecture of a compute capability ("9.0" -> sm_90); None when not in the catalog."""
-    if not compute_capability:
+    Only NVIDIA's: HIP reports an AMD GPU's GFXIP version in the same fields (9.0 for gfx90a, but also for
+    gfx906 and gfx908), so an AMD architecture comes from its gfx name instead (:func:`_amd_arch`)."""
+    if not compute_capability or vendor != "nvidia":
         return None
     archs, _ = catalog()
+    nvidia = [a for a in archs.values() if a.vendor == "nvidia"]
     cc = str(compute_capability).strip()
-    for arch in archs.values():
+    for arch in nvidia:
         if arch.compute_capability == cc:
             return arch
     try:
         major, minor = (int(x) for x in cc.split(".")[:2])
     except ValueError:
         return None
-    # Family fallback: 12.1 behaves like 12.0, 10.3 like 10.0, 8.7 like 8.6; never upwards (7.0 is not 7.5).
+    # Family fallback: 12.1 behaves like 12.0, 10.3 like 10.0; never upwards (7.0 is not 7.5).
     same = []
-    for a in archs.values():
+    for a in nvidia:
         a_major, a_minor = (int(x) for x in a.compute_capability.split("."))
         if a_major == major and a_minor <= minor:
             same.append((a_minor, a))
     return max(same, key=lambda t: t[0])[1] if same else None
 
 
-def _score(alias: str, norm: str) -> int:
-    if alias == norm:
-        return 10_000
-    if re.search(rf"(^| ){re.escape(alias)}( |$)", norm):
-        return len(alias)
-    return 0
+def _amd_arch(words: list[str]) -> ArchSpec | None:
+    """The AMD architecture a ``gfx`` word of the name gives (``gfx942:sramecc+`` -> CDNA 3)."""
+    archs, _ = catalog()
+    for arch in archs.values():
+        if arch.gfx and arch.gfx in words:
+            return arch
+    return None
+
+
+def _same_cc(reported: str, arch: ArchSpec) -> bool:
+    return str(reported).strip() == arch.compute_capability
+
+
+def _contradiction(
+    dev: DeviceSpec, compute_capability: str | None, sm_count: int | None, memory_bytes: int | None
+) -> str | None:
+    """Why the facts a file reports rule out a catalog entry its name fits (a MIG slice, a variant), else None."""
+    if sm_count and dev.sm_count and int(sm_count) != dev.sm_count:
+        return f"the file reports {sm_count} SMs, the catalog's {dev.name} has {dev.sm_count}"
+    if compute_capability and dev.arch and not _same_cc(compute_capability, dev.arch):
+        return (
+            f"the file reports compute capability {compute_capability}, the catalog's {dev.name} "
+            f"is {dev.arch.compute_capability}"
+        )
+    if memory_bytes and dev.memory_gb and not memory_fits(dev.memory_gb, memory_bytes / 2**30):
+        return (
+            f"the file reports {memory_bytes / 2**30:.0f} GiB, the catalog's {dev.name} has "
+            f"{' or '.join(f'{g:g}' for g in dev.memory_gb)} GB"
+        )
+    return None
+
+
+def _hardware_candidates(
+    amd: bool, compute_capability: str | None, sm_count: int | None, memory_bytes: int | None
+) -> tuple[DeviceSpec, ...]:
+    """Catalog entries of the vendor whose SM count (and compute capability, memory) equal what a file reports."""
+    if not sm_count:
+        return ()
+    _, devices = catalog()
+    return tuple(
+        d
+        for d in devices.values()
+        if d.arch is not None
+        and (d.arch.vendor == "amd") == amd
+        and d.sm_count == int(sm_count)
+        and _contradiction(d, compute_capability, sm_count, memory_bytes) is None
+    )
+
+
+def resolve(
+    name: str | None,
+    compute_capability: str | None = None,
+    sm_count: int | None = None,
+    memory_bytes: int | None = None,
+) -> Resolution:
+    """The catalog entry of a GPU as its tools name it, checked against what the file reports.
+
+    The name must fit an alias (:func:`tracekit.device_names.match_alias`); among the entries it fits, those the
+    reported SM count, compute capability or memory size contradict drop out, and the most specific alias wins.
+    No winner, or a tie (``"AMD Instinct MI250X / MI250"`` without a CU count), is no device: ``candidates`` then
+    holds the entries it may be (those it fits, else those with its SM count) and ``reason`` says why."""
+    words = normalize_name(name or "").split()
+    if not words:
+        return Resolution(None, (), "no GPU name")
+    _, devices = catalog()
+    fits: dict[str, tuple[int, DeviceSpec]] = {}
+    ruled_out: list[str] = []
+    for dev in devices.values():
+        best = None
+        for alias in (*dev.aliases, normalize_name(dev.name)):
+            m = match_alias(alias.split(), words)
+            if m is None or (dev.memory_gb and not all(memory_fits(dev.memory_gb, g) for g in m.memory_gb)):
+                continue
+            best = max(best or 0, m.score)
+        if best is None:
+            continue
+        why = _contradiction(dev, compute_capability, sm_count, memory_bytes)
+        if why:
+            ruled_out.append(why)
+            continue
+        fits[dev.key] = (best, dev)
+    if fits:
+        top = max(score for score, _ in fits.values())
+        winners = tuple(d for score, d in fits.values() if score == top)
+        if len(winners) == 1:
+            return Resolution(winners[0])
+        keys = ", ".join(d.key for d in winners)
+        return Resolution(None, winners, f"the name fits {keys} alike and the file does not tell them apart")
+    amd = is_amd_name(words)
+    candidates = _hardware_candidates(amd, compute_capability, sm_count, memory_bytes)
+    reason = "; ".join(ruled_out) if ruled_out else NOT_IN_CATALOG
+    return Resolution(None, candidates, reason)
 
 
 def match_device(
@@ -307,42 +454,79 @@ def match_device(
     sm_count: int | None = None,
     *,
     clock_hz: float | None = None,
+    memory_bytes: int | None = None,
 ) -> DeviceSpec | None:
-    """The catalog entry for a GPU as tools name it ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ...).
-
-    Names are matched on whole words, longest alias first; SM count breaks ties and rejects a match that
-    contradicts it (an H100 name with 114 SMs is the PCIe part). An unknown GPU with a known compute capability
-    gets a derived spec (peaks from SM count x ``clock_hz`` x its architecture's per-SM rate, or none when those
-    are unknown); with neither a match nor a compute capability the answer is None.
-    """
-    _, devices = catalog()
-    norm = normalize_name(name or "")
-    best: tuple[int, DeviceSpec] | None = None
-    if norm:
-        for dev in devices.values():
-            score = max([_score(a, norm) for a in (*dev.aliases, normalize_name(dev.name))] or [0])
-            if score == 0:
-                continue
-            if sm_count and dev.sm_count and dev.sm_count != sm_count:
-                score -= (
-                    5_000 if score >= 10_000 else score
-                )  # a contradicting SM count loses to any other match
-                if score <= 0:
-                    continue
-            elif sm_count and dev.sm_count == sm_count:
-                score += 1
-            if best is None or score > best[0]:
-                best = (score, dev)
-    if best is not None:
-        return best[1]
-    arch = arch_for(compute_capability)
-    if arch is None:
+    """The catalog entry for a GPU as tools name it ("NVIDIA H200", "NVIDIA H100 80GB HBM3", ...): see
+    :func:`resolve`. A GPU it does not resolve gets an ``unknown`` spec: no peaks, its architecture's per-SM limits
+    where the compute capability (NVIDIA) or a gfx name (AMD) gives them, the SM count and ``clock_hz`` the file
+    reports, and the catalog entries it may be. None when there is neither a name nor a compute capability."""
+    found = resolve(name, compute_capability, sm_count, memory_bytes)
+    if found.device is not None:
+        return found.device
+    if not name and not compute_capability:
         return None
-    return derived_device(name or f"unknown sm_{compute_capability}", arch, sm_count, clock_hz)
+    words = normalize_name(name or "").split()
+    amd = is_amd_name(words)
+    arch = _amd_arch(words) if amd else arch_for(compute_capability)
+    candidates = found.candidates if words else tuple(devices_for_capability(compute_capability))
+    return unknown_device(
+        name or f"unknown GPU (compute capability {compute_capability})",
+        arch,
+        sm_count,
+        clock_hz,
+        tuple(d.key for d in candidates),
+        found.reason,
+    )
+
+
+def unknown_device(
+    name: str,
+    arch: ArchSpec | None,
+    sm_count: int | None,
+    clock_hz: float | None,
+    candidates: tuple[str, ...] = (),
+    reason: str = "",
+) -> DeviceSpec:
+    """A GPU the catalog does not resolve: what its files report (SM count, clock) and its architecture's limits,
+    never a peak (see the module docstring)."""
+    return DeviceSpec(
+        key=normalize_name(name).replace(" ", "-") or (arch.key if arch else "unknown"),
+        name=name,
+        arch=arch,
+        sm_count=sm_count,
+        boost_clock_hz=clock_hz,
+        base_clock_hz=None,
+        peak_clock_hz=None,
+        memory_gb=(),
+        memory_bandwidth_bytes_per_s=None,
+        l2_bytes=None,
+        tdp_w=None,
+        peaks_tflops={},
+        sources={"peaks_tflops": f"unknown: {reason or NOT_IN_CATALOG}"},
+        provenance="unknown",
+        candidates=candidates,
+        reason=reason,
+    )
+
+
+def peak_note(device: DeviceSpec | None, device_name: str | None, dtype_class: str | None) -> str:
+    """The one line a GEMM gets when it has no peak to be rated against, saying why and what to do."""
+    if device is None or device.provenance == "unknown":
+        name = device.name if device else (device_name or "the GPU")
+        reason = (device.reason if device else "") or NOT_IN_CATALOG
+        maybe = f"; it may be {', '.join(device.candidates)}" if device and device.candidates else ""
+        return f"peak unknown: give --device NAME ({name}: {reason}{maybe}; {LISTING_HINT})"
+    listed = ", ".join(sorted(device.peaks_tflops)) or "no classes"
+    if dtype_class:
+        return (
+            f"no {dtype_class} peak known for {device.name}: the catalog lists {listed} for it; "
+            "only relative factors shown"
+        )
+    return f"no tensor peak known for {device.name}: the GEMM's dtype is unknown; only relative factors shown"
 
 
 def devices_for_capability(compute_capability: str | None) -> list[DeviceSpec]:
-    """The catalog GPUs a compute capability may be (``"12.0"`` -> RTX PRO 6000 Blackwell, RTX 5090), for files
+    """The catalog GPUs a compute capability may be (``"12.0"`` -> RTX PRO 6000 Blackwell, RTX 5090 ...), for files
     that name only the architecture (Nsight Compute CSV exports); [] when the capability is unknown."""
     arch = arch_for(compute_capability)
     if arch is None:
@@ -352,22 +536,24 @@ def devices_for_capability(compute_capability: str | None) -> list[DeviceSpec]:
 
 
 def candidates_line(compute_capability: str | None) -> str | None:
-    """One line naming the catalog GPUs of a compute capability and how to pick one, e.g. ``"sm_12.0: RTX PRO
-    6000 Blackwell (rtx-pro-6000), GeForce RTX 5090 (rtx-5090); give --device NAME"``; None when none match."""
+    """One line naming the catalog GPUs of a compute capability and how to pick one, e.g. ``"sm_12.0: the report
+    names no GPU; the catalog has rtx-5060, ..., rtx-pro-6000; give --device NAME for their peaks"``; None when
+    none match."""
     found = devices_for_capability(compute_capability)
     if not found:
         return None
-    names = ", ".join(f"{d.name.removeprefix('NVIDIA ')} ({d.key})" for d in found)
+    keys = ", ".join(d.key for d in found)
     return (
-        f"sm_{compute_capability}: the report names no GPU; the catalog has {names}; "
-        f"give --device NAME for their peaks"
+        f"sm_{compute_capability}: the report names no GPU; the catalog has {keys}; "
+        f"give --device NAME for their peaks ({LISTING_HINT})"
     )
 
 
 def lookup_device(name: str) -> DeviceSpec:
-    """The catalog GPU a user names (``--device``): its key or one of its aliases, any case, ``-`` / ``_`` /
-    space alike (``rtx-pro-6000``, ``"RTX PRO 6000 Blackwell"``, ``H200``). Anything else raises BadInputError
-    (exit 2) listing the closest names."""
+    """The catalog GPU a user names (``--device``): its key, name or one of its aliases, any case, ``-`` / ``_`` /
+    space alike (``rtx-pro-6000``, ``"RTX PRO 6000 Blackwell"``, ``H200``), or a tool's spelling that resolves
+    to one entry (``"NVIDIA H100 80GB HBM3"``). Anything else raises BadInputError (exit 2) listing the closest
+    names."""
     import difflib
 
     _, devices = catalog()
@@ -378,51 +564,20 @@ def lookup_device(name: str) -> DeviceSpec:
             names.setdefault(normalize_name(alias), dev)
     if norm and norm in names:
         return names[norm]
-    keys = {normalize_name(d.key): d.key for d in devices.values()}
-    close = difflib.get_close_matches(norm, list(names), n=8, cutoff=0.5)
-    close += [a for a in names if norm and (norm in a or a in norm)]
-    picked: list[str] = []
-    for alias in close:
-        key = names[alias].key
-        if key not in picked:
-            picked.append(key)
-    hint = (
-        f"close matches: {', '.join(picked[:5])}"
-        if picked
-        else f"catalog keys: {', '.join(sorted(keys.values()))}"
-    )
+    found = resolve(name)
+    if found.device is not None:
+        return found.device
+    squash = norm.replace(" ", "")
+    close = [d.key for d in found.candidates]
+    close += [
+        dev.key for alias, dev in names.items() if len(squash) >= 3 and squash in alias.replace(" ", "")
+    ]
+    close += [names[a].key for a in difflib.get_close_matches(norm, list(names), n=8, cutoff=0.5)]
+    picked = list(dict.fromkeys(close))
+    hint = f"close matches: {', '.join(picked[:6])}" if picked else "no catalog name is close"
     raise BadInputError(
         f"unknown device {name!r} for --device; {hint}",
-        "give a catalog key or alias (tracekit/data/devices.json), e.g. --device rtx-pro-6000",
-    )
-
-
-def derived_device(name: str, arch: ArchSpec, sm_count: int | None, clock_hz: float | None) -> DeviceSpec:
-    """A spec for a GPU missing from the catalog, from its architecture's per-SM rates."""
-    peaks: dict[str, float] = {}
-    if sm_count and clock_hz:
-        peaks = {k: v * sm_count * clock_hz / 1e12 for k, v in arch.flops_per_clock_per_sm.items()}
-    source = (
-        f"derived: {sm_count} SMs x {clock_hz / 1e6:.0f} MHz x {arch.key} per-SM rate"
-        if peaks and clock_hz
-        else "unknown: SM count or clock missing"
-    )
-    return DeviceSpec(
-        key=normalize_name(name).replace(" ", "-") or arch.key,
-        name=name,
-        arch=arch,
-        sm_count=sm_count,
-        boost_clock_hz=clock_hz,
-        base_clock_hz=None,
-        peak_clock_hz=clock_hz,
-        memory_bytes=None,
-        memory_bandwidth_bytes_per_s=None,
-        l2_bytes=None,
-        tdp_w=None,
-        peaks_tflops=peaks,
-        sources={"peaks_tflops": source},
-        derived=("peaks_tflops",) if peaks else (),
-        provenance="derived" if peaks else "unknown",
+        f"give a catalog key or alias, e.g. --device rtx-pro-6000 ({LISTING_HINT}, --json for scripts)",
     )
 
 

@@ -143,6 +143,7 @@ SPECS: dict[str, FrameSpec] = {name: FrameSpec.of(declared) for name, declared i
 """Every frame a run may hold, by name."""
 
 KERNELS = SPECS["kernels"]
+MEMOPS = SPECS["memops"]
 RANGES = SPECS["ranges"]
 NCU = SPECS["ncu"]
 NCU_METRICS = SPECS["ncu_metrics"]

@@ -1,7 +1,7 @@
 """The frames of a run: names, columns, type names and units, written down once, without polars.
 
-Each frame a run may hold is declared here as a :class:`FrameSchema` of :class:`Column` (name, type, doc). This
-module imports only the standard library, so the collectors (which run in bare GPU environments without polars)
+Each frame a run may hold is declared here as a :class:`FrameSchema` of :class:`Column` (name, type, doc; the
+vocabulary is tracekit/schema_types.py). This module imports only the standard library, so the collectors (which run in bare GPU environments without polars)
 take the keys of the JSONL rows they write from the same declaration the analyzers read; tracekit/frames.py builds
 the polars dtypes from it (``conform`` casts and orders columns, adding missing ones as nulls) and the run stores
 the frames as ``frames/<name>.parquet`` (a run of several distributed ranks stores the frames with a ``rank``
@@ -24,9 +24,6 @@ percentages 0-100 of the named peak; clocks are hertz (``*_hz``); rates are ``*_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
-
 try:
     from tracekit._version import SCHEMA_VERSION
 except (
@@ -45,62 +42,41 @@ __all__ = [
     "jsonl_keys",
 ]
 
-Scalar: TypeAlias = Literal["Int64", "Int32", "Float64", "String", "Boolean"]
-"""A scalar column type, by its polars name."""
+try:
+    from tracekit.schema_types import (
+        BOOL,
+        F64,
+        I32,
+        I64,
+        STR,
+        Column,
+        DType,
+        FrameSchema,
+        ListOf,
+        Scalar,
+        StructOf,
+    )
+except ImportError:  # loaded by file path with no tracekit installed: its sibling, by path too
+    import importlib.util
+    import sys
+    from pathlib import Path
 
-
-@dataclass(frozen=True)
-class ListOf:
-    """A list column (polars ``List``) of ``inner`` values."""
-
-    inner: DType
-
-
-@dataclass(frozen=True)
-class StructOf:
-    """A struct column (polars ``Struct``) with these (name, type) fields, in order."""
-
-    fields: tuple[tuple[str, DType], ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.fields)
-
-
-DType: TypeAlias = "Scalar | ListOf | StructOf"
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: its name, type and what it holds (with its unit)."""
-
-    name: str
-    dtype: DType
-    doc: str
-
-
-@dataclass(frozen=True)
-class FrameSchema:
-    """One frame: its name, what a row is, and its columns in order (the first is the frame's id, where any)."""
-
-    name: str
-    doc: str
-    columns: tuple[Column, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
-
-    def nested(self) -> tuple[Column, ...]:
-        """The columns that hold lists or structs (JSON text in runs of schema version 4 and older)."""
-        return tuple(c for c in self.columns if not isinstance(c.dtype, str))
-
-
-I64: Scalar = "Int64"
-I32: Scalar = "Int32"
-F64: Scalar = "Float64"
-STR: Scalar = "String"
-BOOL: Scalar = "Boolean"
+    _spec = importlib.util.spec_from_file_location(
+        "_tracekit_schema_types", Path(__file__).with_name("schema_types.py")
+    )
+    assert _spec is not None and _spec.loader is not None
+    _types = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = _types  # its dataclasses look their module up there
+    _spec.loader.exec_module(_types)
+    BOOL, F64, I32, I64, STR = _types.BOOL, _types.F64, _types.I32, _types.I64, _types.STR
+    Column, DType, FrameSchema, ListOf, Scalar, StructOf = (
+        _types.Column,
+        _types.DType,
+        _types.FrameSchema,
+        _types.ListOf,
+        _types.Scalar,
+        _types.StructOf,
+    )
 
 NVTX_RANGE = StructOf((("domain", STR), ("name", STR)))
 """One open NVTX range of a launch: its domain (null for the default one) and its text."""
@@ -140,6 +116,57 @@ KERNELS = FrameSchema(
         ),
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
+        Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
+        Column(
+            "launch_op",
+            STR,
+            "CPU op that launched the kernel: Kineto's innermost cpu_op on the launching thread, or an emit_nvtx "
+            "op range (aten::silu); null where unknown",
+        ),
+        Column(
+            "kernel_class",
+            STR,
+            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
+            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+        ),
+        Column(
+            "kernel_family",
+            STR,
+            "library family of tracekit/data/kernel_classes.json that matched, null if none",
+        ),
+        Column(
+            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
+        ),
+    ),
+)
+
+MEMOPS = FrameSchema(
+    "memops",
+    "One row per memcpy / memset on a timeline (Kineto gpu_memcpy / gpu_memset, Nsight Systems "
+    "CUPTI_ACTIVITY_KIND_MEMCPY / MEMSET): GPU time that is no kernel, counted by the step breakdown.",
+    (
+        Column("memop_id", I64, "unique id of the operation within the run"),
+        Column("source", STR, "raw file the row came from (path relative to raw/)"),
+        Column("rank", I32, "distributed rank, null for single-process runs"),
+        Column("pid", I64, "id of the process that issued it"),
+        Column("device", I32, "CUDA device ordinal"),
+        Column("context", I64, "CUDA context id, null where unknown"),
+        Column("stream", I64, "CUDA stream id"),
+        Column("correlation_id", I64, "API call correlation id (unique per process, not per run)"),
+        Column("kind", STR, "memcpy | memset"),
+        Column(
+            "name",
+            STR,
+            "the tool's label: Kineto's event name ('Memcpy HtoD (Pageable -> Device)', 'Memset (Device)'), "
+            "Nsight Systems' '[CUDA memcpy Host-to-Device]' / '[CUDA memset]'",
+        ),
+        Column("copy_kind", STR, "direction of a memcpy: HtoD, DtoH, DtoD, HtoH, PtoP, ...; null for memset"),
+        Column("bytes", I64, "bytes copied or set"),
+        Column("start_ns", I64, "start, ns"),
+        Column("end_ns", I64, "end, ns"),
+        Column("duration_ns", I64, "end - start, ns"),
+        Column("launch_tid", I64, "thread that made the API call, from the runtime API record"),
+        Column("launch_start_ns", I64, "start of the API call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
     ),
 )
@@ -253,6 +280,20 @@ NCU = FrameSchema(
         Column("tensor_pipe_metric", STR, "which metric gave tensor_pipe_pct"),
         Column("issue_active_pct", F64, "issue slots busy, %"),
         Column("clock_control", STR, "ncu clock control the report was taken with, if known"),
+        Column(
+            "kernel_class",
+            STR,
+            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
+            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+        ),
+        Column(
+            "kernel_family",
+            STR,
+            "library family of tracekit/data/kernel_classes.json that matched, null if none",
+        ),
+        Column(
+            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
+        ),
     ),
 )
 
@@ -404,7 +445,12 @@ GEMMS = FrameSchema(
             "included), else the profiler's own count",
         ),
         Column("flops_source", STR, "where flops came from: shape | ncu-counters | profiler-flops | none"),
-        Column("dtype_source", STR, "where dtype_class came from: shape | ncu-counters | kernel-name | none"),
+        Column(
+            "dtype_source",
+            STR,
+            "where dtype_class came from: shape | ncu-counters | kernel-name | achieved-rate | none "
+            "(fp32 shapes on TF32 tensor-op kernels: kernel-name or ncu-counters)",
+        ),
         Column(
             "counted_flops",
             F64,
@@ -636,7 +682,7 @@ MOE_WHATIF = FrameSchema(
 SCHEMAS: dict[str, FrameSchema] = {
     s.name: s
     for s in (
-        KERNELS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS,
+        KERNELS, MEMOPS, RANGES, NCU, NCU_METRICS, NCU_RULES, DEVICES, FAILURES, MEASUREMENTS, GEMMS,
         MOE, MOE_CURVE, MOE_ROUTING, MOE_LAUNCHES, MOE_EXPERTS, MOE_WHATIF,
     )
 }  # fmt: skip

@@ -13,12 +13,13 @@ public names are importable from here too.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.analysis.model import Analysis as TypedAnalysis
 from tracekit.devices import DeviceSpec, find_calibration
 from tracekit.errors import BadInputError
 from tracekit.run import Run
@@ -128,15 +129,8 @@ def load_run(path: Path | str) -> RunData:
     )
 
 
-@dataclass
-class Analysis:
-    """The explainer's result for a run: the ``gemms`` frame (``gemm_id`` = index into ``explanations``) and,
-    per GEMM, the dict ``tracekit explain --json`` prints."""
-
-    gemms: pl.DataFrame
-    explanations: list[dict[str, Any]] = field(default_factory=list)
-    calibration: str | None = None
-    note: str | None = None
+Analysis = TypedAnalysis
+"""The run's analysis as every view renders it (:class:`tracekit.analyzers.analysis.Analysis`)."""
 
 
 def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
@@ -147,28 +141,73 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
 
 
-def analyze(data: RunData, device: DeviceSpec | None = None) -> Analysis:
-    """Every GEMM of the run with its waterfall (analyzers/gemm/ + analyzers/explain.py); ``device``
-    (``tracekit view --device``) overrides the GPU the files name."""
-    from tracekit.analyzers.explain import explain_case
-    from tracekit.analyzers.gemm import build_cases, gemm_frame
+def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
+    """The run's Analysis (:func:`tracekit.analyzers.analysis.analyze_frames`, what explain, show and report
+    render): cases largest GPU time first, each with its waterfall, and the summary; ``device`` (``tracekit view
+    --device``) overrides the GPU the files name."""
+    from tracekit.analyzers.analysis import analyze_frames
 
     cal, cal_source = _calibration(data)
-    env = data.manifest.get("environment")
-    cases = build_cases(data.frames, calibration=cal, environment=env, device=device)
-    waterfalls = [explain_case(c) for c in cases]
-    verdicts: dict[int, tuple[str | None, float | None]] = {}
-    for i, wf in enumerate(waterfalls):
-        v = wf.verdict
-        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
-    return Analysis(gemm_frame(cases, verdicts), [wf.to_dict() for wf in waterfalls], cal_source)
+    return analyze_frames(
+        data.frames,
+        run=Run(data.path, data.manifest),
+        device=device,
+        calibration=cal,
+        calibration_source=cal_source,
+        breakdown="none",  # the overview computes its own after the first paint (step_breakdown)
+    )
 
 
-def rank_analysis(data: RunData) -> Any:
+def step_breakdown(data: RunData, *, with_ranges: bool = True) -> Any:
+    """The run's GPU time by kernel class and idle per GPU, and with ``with_ranges`` per range name
+    (analyzers/breakdown ``Breakdown``)."""
+    from tracekit.analyzers.breakdown import breakdown, memops_recorded
+
+    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.manifest))
+
+
+_RANK_COLUMNS = {
+    "gemm_spread": [
+        "gemm", "origin", "ranks", "min_ns", "median_ns", "max_ns", "spread_pct", "fastest_rank", "slowest_rank",
+        "why",
+    ],
+    "steps": [
+        "rank", "step", "name", "start_ns", "end_ns", "duration_ns", "kernels", "gemm_ns", "comm_ns", "other_ns",
+        "compute_ns",
+    ],
+}  # fmt: skip
+
+
+def _rows_frame(rows: list[dict[str, Any]], columns: list[str]) -> pl.DataFrame:
+    if rows:
+        return pl.DataFrame(rows, infer_schema_length=None)
+    return pl.DataFrame({c: [] for c in columns})
+
+
+def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
     """The cross-rank view of a run of two or more ranks (:class:`tracekit.analyzers.ranks.RankAnalysis`), None
-    for a single-process run."""
-    from tracekit.analyzers.ranks import analyze_ranks
+    for a single-process run. With the run's Analysis, its ``ranks`` as that view's frames (what show, report and
+    explain --json hold); without, computed from the frames."""
+    from tracekit.analyzers.ranks import RankAnalysis, analyze_ranks
+    from tracekit.analyzers.ranks.gemms import _GEMM_SCHEMA
 
+    if analysis is not None:
+        r = analysis.ranks
+        if r is None:
+            return None
+        import msgspec
+
+        gemms = pl.DataFrame(r.gemms, schema=_GEMM_SCHEMA) if r.gemms else pl.DataFrame(schema=_GEMM_SCHEMA)
+        return RankAnalysis(
+            ranks=pl.DataFrame([msgspec.to_builtins(x) for x in r.ranks], infer_schema_length=None),
+            gemms=gemms,
+            gemm_spread=_rows_frame(r.gemm_spread, _RANK_COLUMNS["gemm_spread"]),
+            steps=_rows_frame(r.steps, _RANK_COLUMNS["steps"]),
+            collectives=pl.DataFrame(),
+            straggler=r.straggler,
+            reasons=list(r.reasons),
+            notes=list(r.notes),
+        )
     cal, _ = _calibration(data)
     return analyze_ranks(data.frames, environment=data.manifest.get("environment"), calibration=cal)
 
@@ -238,11 +277,18 @@ class Comparison:
     result: dict[str, Any]
 
 
-def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> Comparison:
+def compare_data(
+    a: RunData,
+    b: RunData,
+    threshold_pct: float | None = None,
+    a_analysis: TypedAnalysis | None = None,
+    b_analysis: TypedAnalysis | None = None,
+) -> Comparison:
     """Run A against run B, GEMM by GEMM, with the CLI's matching, noise band and statuses (regression,
     improvement, noise, broken, ...); GEMMs found in one run only get status ``only in A`` / ``only in B``.
     Columns: row, backend, m, n, k, dtype, time_a_ns, time_b_ns, time_change_pct (B vs A; negative = faster),
-    tflops_a, tflops_b, tflops_change_pct, status. Worst first: broken, regressions, improvements, ...."""
+    tflops_a, tflops_b, tflops_change_pct, status. Worst first: broken, regressions, improvements, ....
+    ``a_analysis`` / ``b_analysis``: the runs' Analyses when already built (else built here)."""
     from tracekit.analyzers.compare import DEFAULT_THRESHOLD_PCT, compare_runs
 
     result = compare_runs(
@@ -251,6 +297,8 @@ def compare_data(a: RunData, b: RunData, threshold_pct: float | None = None) -> 
         threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
         base_environment=a.manifest.get("environment"),
         new_environment=b.manifest.get("environment"),
+        base_analysis=a_analysis if a_analysis is not None else analyze(a),
+        new_analysis=b_analysis if b_analysis is not None else analyze(b),
     )
 
     def ns(us: Any) -> float | None:

@@ -33,6 +33,7 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
             ("f", "failures: backend x shape matrix with each error's full text"),
             ("p", "plot: TFLOP/s vs M per backend, with datasheet and measured peaks"),
             ("e", "MoE: grouped launches, the highlighted one's expert histogram and the what-if"),
+            ("b", "step breakdown: GPU time by kernel class and idle, per GPU and per range name"),
             ("c", "compare with another run (the --compare run, else pick one)"),
             ("o", "open another run"),
         ],

@@ -14,6 +14,7 @@ import polars as pl
 __all__ = [
     "FailureMatrix",
     "PlotData",
+    "case_ref",
     "failure_matrix",
     "filter_frame",
     "gemm_kernels",
@@ -26,23 +27,26 @@ __all__ = [
 
 
 # --- derived frames ----------------------------------------------------------------------------------------------
-def gemm_view(gemms: pl.DataFrame) -> pl.DataFrame:
-    """The overview's GEMM table. Columns: gemm_id, backend, m, n, k, dtype, time_ns (per launch: own kernels +
-    aux + gaps), tflops (achieved), pct_of_peak, verdict, range, origin."""
-    return gemms.select(
-        "gemm_id",
-        pl.col("backend").fill_null(pl.col("origin")),
+def gemm_view(cases: pl.DataFrame) -> pl.DataFrame:
+    """The overview's GEMM table from :meth:`Analysis.cases_frame` (largest GPU time first). Columns: gemm_id
+    (the case's place in that order, 0-based: the index into ``Analysis.cases``), backend (else the case's
+    name), m, n, k, dtype, calls, gpu_ns (sum of call spans), time_ns (median call: GEMM + aux + gap), tflops
+    (achieved: FLOPs / call spans), kernel_tflops (FLOPs / GEMM time), pct_of_peak, verdict, range, origin."""
+    return cases.select(
+        (pl.col("rank") - 1).alias("gemm_id"),
+        pl.coalesce("backend", "name").alias("backend"),
         "m",
         "n",
         "k",
         pl.coalesce("dtype_a", "dtype_class").alias("dtype"),
-        (
-            pl.col("main_time_ns") + pl.col("aux_time_ns").fill_null(0) + pl.col("gap_time_ns").fill_null(0)
-        ).alias("time_ns"),
+        "calls",
+        pl.col("span_ns_total").alias("gpu_ns"),
+        pl.col("span_ns_median").alias("time_ns"),
         pl.col("achieved_tflops").alias("tflops"),
+        "kernel_tflops",
         "pct_of_peak",
         "verdict",
-        "range",
+        pl.coalesce("range", "name").alias("range"),
         "origin",
     )
 
@@ -152,6 +156,16 @@ def kernel_groups(kernels: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("total_ns") / total * 100.0).alias("pct"))
         .sort("total_ns", descending=True, nulls_last=True)
     )
+
+
+def case_ref(case: Any) -> dict[str, Any]:
+    """What :func:`gemm_kernels` and :func:`gemm_rules` need of a case: its range, the range around it and its
+    profiled kernel's ``ncu_id``."""
+    return {
+        "range": case.range,
+        "context": case.parents[-1] if case.parents else None,
+        "ncu_id": case.ncu.ncu_id if case.ncu is not None else None,
+    }
 
 
 def _range_ids(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> list[int]:
@@ -295,7 +309,7 @@ class PlotData:
 
 def plot_series(gemms: pl.DataFrame, nk: tuple[int, int] | None = None) -> PlotData:
     """Points of the plot screen: achieved TFLOP/s vs M, per backend, for GEMMs of one ``(N, K)`` (all when
-    None)."""
+    None); ``gemms`` is :meth:`Analysis.cases_frame`."""
     g = gemms.filter(pl.col("m").is_not_null() & pl.col("achieved_tflops").is_not_null())
     per_nk = g.filter(pl.col("n").is_not_null() & pl.col("k").is_not_null()).group_by("n", "k").len()
     counted = {(int(n), int(k)): int(c) for n, k, c in per_nk.iter_rows() if n and k}

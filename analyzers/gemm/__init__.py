@@ -42,10 +42,18 @@ The package by concern: ``case`` (the case model), ``names`` (range names, dtype
 from __future__ import annotations
 
 from .build import build_cases, calibrated_peak, gemm_frame
-from .case import LAUNCH_GAP_MAX_NS, GemmCase, context_key
+from .case import LAUNCH_GAP_MAX_NS, GemmCase, context_key, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
-from .names import aux_key, classify_kernel, dtype_class, is_gemm_kernel, min_bytes, parse_gemm_name
+from .names import (
+    aux_key,
+    classify_kernel,
+    dtype_class,
+    is_gemm_kernel,
+    min_bytes,
+    name_rate_class,
+    parse_gemm_name,
+)
 from .ncu_evidence import device_from_frames
 from .user_ranges import MAX_GEMMS_PER_CASE, is_op_range, range_key
 
@@ -64,6 +72,8 @@ __all__ = [
     "is_gemm_kernel",
     "is_op_range",
     "min_bytes",
+    "name_rate_class",
     "parse_gemm_name",
     "range_key",
+    "settle_rate",
 ]

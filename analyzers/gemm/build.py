@@ -10,7 +10,7 @@ import polars as pl
 from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
 
-from .case import GemmCase, _gemm_key
+from .case import GemmCase, _gemm_key, settle_rate
 from .names import _serves, aux_key, classify_kernel, parse_gemm_name
 from .ncu_evidence import (
     _attach_ncu,
@@ -181,6 +181,7 @@ def build_cases(
             case.device = device
         if case.device_name is None and case.device is not None:
             case.device_name = case.device.name
+        settle_rate(case)
         if calibration:
             case.calibrated_tflops = calibrated_peak(calibration, case.dtype_class)
     return cases

@@ -7,11 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracekit import naming
 from tracekit.devices import DeviceSpec
 
 from ..flops import CountedFlops
-from .names import dtype_class, min_bytes
+from .names import dtype_class, min_bytes, name_rate_class
 
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
@@ -93,6 +92,12 @@ class GemmCase:
     user_range: bool = False  # the case is the user's own NVTX / record_function range
     range_name: str | None = None  # the range's own name when ``name`` adds the shape to it
     ncu_borrowed_from: str | None = None  # range whose profiled launch of the same kernel is the evidence
+    rate_override: tuple[str | None, str, str | None] | None = (
+        None  # set by settle_rate: (class, source, note)
+    )
+    peak_unknown: str | None = None  # why no peak is used (set by settle_rate)
+    peak_scale: float = 1.0  # the datasheet peak scaled to the GPU's maximum clock (set by settle_rate)
+    peak_note: str | None = None  # why the peak is scaled
 
     # -- derived quantities --------------------------------------------------------------------------------
     @property
@@ -112,14 +117,8 @@ class GemmCase:
 
     @property
     def dtype_source(self) -> str:
-        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | none."""
-        if any(naming.DTYPE_CLASS.get(d) for d in (self.dtype_a, self.dtype_b) if d):
-            return "shape"
-        if self.counted is not None and self.counted.dtype_class:
-            return "ncu-counters"
-        if dtype_class(None, None, self.main_kernel):
-            return "kernel-name"
-        return "none"
+        """Where :attr:`dtype_class` came from: shape | ncu-counters | kernel-name | achieved-rate | none."""
+        return self.rate()[1]
 
     @property
     def padding_ratio(self) -> float | None:
@@ -134,10 +133,39 @@ class GemmCase:
 
     @property
     def dtype_class(self) -> str | None:
-        named = [d for d in (self.dtype_a, self.dtype_b) if d and naming.DTYPE_CLASS.get(d)]
-        if not named and self.counted is not None and self.counted.dtype_class:
-            return self.counted.dtype_class
-        return dtype_class(self.dtype_a, self.dtype_b, self.main_kernel)
+        """The rate class the GEMM is rated against (:meth:`rate`)."""
+        return self.rate()[0]
+
+    def rate(self) -> tuple[str | None, str, str | None]:
+        """(rate class, where it came from, a note when it is not what the shape says). The shape's input types
+        first; FP32 inputs that the kernel's name or Nsight Compute's counters show running TF32 are TF32 (torch's
+        ``allow_tf32``); without a shape the counters, then the kernel's name. :func:`settle_rate` may have set
+        a class the achieved rate proves (``rate_override``)."""
+        if self.rate_override is not None:
+            return self.rate_override
+        shape = dtype_class(self.dtype_a, self.dtype_b)
+        counted = self.counted.dtype_class if self.counted is not None else None
+        if shape is not None:
+            if shape == "fp32" and (counted == "tf32" or name_rate_class(self.main_kernel) == "tf32"):
+                by = "ncu-counters" if counted == "tf32" else "kernel-name"
+                what = (
+                    "Nsight Compute's tensor counters show"
+                    if counted == "tf32"
+                    else "the kernel's name shows"
+                )
+                return (
+                    "tf32",
+                    by,
+                    (
+                        f"fp32 inputs, but {what} TF32 tensor-core math (torch.backends.cuda.matmul.allow_tf32 "
+                        "or cuBLAS TF32 mode): rated against the TF32 peak"
+                    ),
+                )
+            return shape, "shape", None
+        if counted:
+            return counted, "ncu-counters", None
+        named = name_rate_class(self.main_kernel)
+        return (named, "kernel-name", None) if named else (None, "none", None)
 
     @property
     def flops(self) -> float | None:
@@ -194,7 +222,10 @@ class GemmCase:
 
     @property
     def peak_tflops(self) -> float | None:
-        return self.device.peak_tflops(self.dtype_class) if self.device else None
+        if self.peak_unknown or self.device is None:
+            return None
+        peak = self.device.peak_tflops(self.dtype_class)
+        return peak * self.peak_scale if peak else peak
 
     @property
     def memory_roof_tflops(self) -> float | None:
@@ -220,4 +251,41 @@ class GemmCase:
 def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
     return (
         (case.backend, case.m, case.k) if case.backend and case.m is not None and case.k is not None else None
+    )
+
+
+def settle_rate(case: GemmCase) -> None:
+    """Never above 100% of peak: a GEMM whose kernel ran faster than the peak of its rate class. Within what the
+    GPU's maximum clock allows over the clock the datasheet quotes the peak at, the class fits and the peak is
+    taken at the maximum clock (``peak_scale``, said in ``peak_note``); beyond it the class is wrong: FP32 at a
+    rate only tensor cores reach is TF32 (``rate_override``, said in its note), any other class gets no peak
+    (``peak_unknown`` says why) rather than a percentage above 100."""
+    dev, rate = case.device, case.kernel_tflops
+    peak = case.peak_tflops
+    if dev is None or not rate or not peak or rate <= peak:
+        return
+    cls = case.dtype_class
+    quoted, boost = dev.peak_clock_hz, dev.boost_clock_hz
+    if quoted and boost and boost > quoted and rate <= peak * boost / quoted:
+        # Hopper's peaks are quoted at 1830 MHz, its SMs boost to 1980: the class fits, the clock was higher
+        case.peak_scale = boost / quoted
+        case.peak_note = (
+            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak quoted at {quoted / 1e6:.0f} MHz: the "
+            f"kernel ran faster than that clock; rated against the peak at the GPU's maximum clock, "
+            f"{boost / 1e6:.0f} MHz ({peak * case.peak_scale:.1f} TFLOP/s)"
+        )
+        return
+    tf32 = dev.peak_tflops("tf32")
+    if cls == "fp32" and tf32 and rate <= tf32:
+        case.rate_override = (
+            "tf32",
+            "achieved-rate",
+            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s FP32 peak, a rate only the tensor cores reach: the "
+            "kernel ran TF32 (torch.backends.cuda.matmul.allow_tf32 or cuBLAS TF32 mode); rated against the "
+            f"{tf32:.0f} TFLOP/s TF32 peak",
+        )
+        return
+    case.peak_unknown = (
+        f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak of {dev.name}: {cls} cannot be the rate "
+        "class (or the FLOP count is too high), so no peak is used"
     )

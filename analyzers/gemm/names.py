@@ -1,23 +1,15 @@
 """What a name says: tracekit's GEMM range names (:func:`parse_gemm_name`), dtype classes, the minimum
-bytes a shape moves, and whether a kernel's name is a GEMM, an auxiliary kernel or neither."""
+bytes a shape moves, and whether a kernel's name is a GEMM, an auxiliary kernel or neither (the kernel table of
+analyzers/taxonomy decides the last two)."""
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from typing import Any
 
 from tracekit import naming
 
-_AUX_PATTERN = re.compile(
-    r"splitkreduce|splitk_reduce|reduce_kernel|quantiz|_quant|cvt_|convert|swizzle|scale_|_scale|amax|"
-    r"elementwise|fill_|copy|transpose|cast",
-    re.IGNORECASE,
-)
-_GEMM_PATTERN = re.compile(
-    r"gemm|nvjet|cutlass|xmma|wgmma|hmma|imma|matmul|_mm_|mm_kernel|sgemm|tensorop|gemv|bmm", re.IGNORECASE
-)
+from ..taxonomy import classify_name, signature_rate_class
 
 
 # --- names, dtypes and bytes --------------------------------------------------------------------------------------
@@ -63,32 +55,31 @@ def _serves(aux: tuple[str, int, int], gemm: tuple[str, int, int]) -> bool:
     return aux[1:] == gemm[1:] and (gemm[0] == aux[0] or gemm[0].startswith(aux[0] + "-"))
 
 
-_NAME_CLASS = (
-    (re.compile(r"e2m1|fp4|nvf4|mxf4", re.I), "fp4"),
-    (re.compile(r"e4m3|e5m2|fp8|qgmma|_qq|f8f6f4|float_e4m3", re.I), "fp8"),
-    (re.compile(r"bf16|bfloat16", re.I), "bf16"),
-    (re.compile(r"f16|fp16|h16|hgemm|s16816|s1688|s161616|half_t|__half", re.I), "fp16"),
-    (re.compile(r"tf32|s1684|tfloat32", re.I), "tf32"),
-    (re.compile(r"imma|igemm|i8i8|s8s8|int8_t|_i8_|_s8_|signed char", re.I), "int8"),
-    (re.compile(r"sgemm|f32f32|float", re.I), "fp32"),
-)
-
-
 def dtype_class(
     dtype_a: str | None, dtype_b: str | None = None, kernel_name: str | None = None
 ) -> str | None:
     """The tensor-core rate class of a GEMM: the wider of its two inputs' classes (a weight-only FP4 GEMM with
-    BF16 activations runs at the BF16 rate), else guessed from the kernel name; None when unknown."""
+    BF16 activations runs at the BF16 rate), else what the kernel's name says (the kernel table,
+    analyzers/taxonomy); None when unknown. FP32 inputs run by a kernel whose name says TF32 (cuBLAS / CUTLASS
+    ``s1688gemm``, ``f32f32_tf32f32``: PyTorch's ``allow_tf32``) are TF32."""
     classes = [naming.DTYPE_CLASS.get(d) for d in (dtype_a, dtype_b) if d]
     classes = [c for c in classes if c]
+    named = name_rate_class(kernel_name)
     if classes:
-        return max(classes, key=lambda c: naming.DTYPE_BITS.get(_CLASS_DTYPE.get(c, c), 0))
-    if kernel_name and (_GEMM_PATTERN.search(kernel_name) or "float" in kernel_name):
-        # The element type named first wins (CUTLASS names list A's type before the accumulator's).
-        hits = [(m.start(), cls) for pattern, cls in _NAME_CLASS if (m := pattern.search(kernel_name))]
-        if hits:
-            return min(hits)[1]
-    return None
+        cls = max(classes, key=lambda c: naming.DTYPE_BITS.get(_CLASS_DTYPE.get(c, c), 0))
+        return "tf32" if cls == "fp32" and named == "tf32" else cls
+    return named
+
+
+def name_rate_class(kernel_name: str | None) -> str | None:
+    """The rate class a GEMM kernel's name says (None for names of other known kernels, or that say no type)."""
+    if not kernel_name:
+        return None
+    info = classify_name(kernel_name)
+    if info.kernel_class == "gemm":
+        return info.dtype_class
+    # a kernel the table does not know, made a case by its range or counters: the types its signature names
+    return None if info.known else signature_rate_class(kernel_name)
 
 
 _CLASS_DTYPE = {"fp8": "e4m3", "fp4": "e2m1", "fp16": "fp16", "bf16": "bf16", "tf32": "tf32", "int8": "int8"}
@@ -136,40 +127,17 @@ def min_bytes(
     )
 
 
-_NOT_GEMM_FUNCTION = re.compile(
-    r"flash|attn|attention|softmax|finaliz|norm|topk|permut|gather|scatter|rotary|rope|embedding|sort|histogram",
-    re.IGNORECASE,
-)
-"""Words in a kernel's own function name (before its template arguments) that say it is not a GEMM, although its
-template arguments name CUTLASS types (``pytorch_flash::flash_fwd_kernel<... cutlass::bfloat16_t ...>``,
-``moe::dev::finalize::finalizeKernelVecLoad<... cutlass::bfloat16_t ...>``)."""
-
-
-def _function_part(name: str) -> str:
-    """A demangled kernel name without its return type, template arguments and parameters."""
-    text = name.removeprefix("void ").strip()
-    cut = min((i for i in (text.find("<"), text.find("(")) if i >= 0), default=len(text))
-    return text[:cut]
-
-
-@functools.lru_cache(maxsize=1 << 16)
 def is_gemm_kernel(name: str | None) -> bool:
-    """A GEMM kernel by its name alone: named like a GEMM, not an attention / normalisation / routing kernel by
-    its own function name, and classified ``main`` (not an auxiliary kernel). Cached per name: a timeline of a
-    million launches holds a few hundred distinct names, and the patterns cost tens of µs on a long CUTLASS
-    name."""
-    if not name or not _GEMM_PATTERN.search(name) or classify_kernel(name) != "main":
-        return False
-    return not _NOT_GEMM_FUNCTION.search(_function_part(name))
+    """A GEMM kernel by its name alone: the kernel table (analyzers/taxonomy, tracekit/data/kernel_classes.json)
+    classes it ``gemm``. Cached per name there: a timeline of a million launches holds a few hundred names."""
+    return bool(name) and classify_name(name).kernel_class == "gemm"
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
-    """``main`` for a GEMM kernel, ``aux`` for quantize / split-K reduce / scale swizzle / copies (cached per
-    name, as :func:`is_gemm_kernel`)."""
+    """``main`` for a kernel that may be a range's GEMM (the table classes it ``gemm``, or does not know it),
+    ``aux`` for one the table knows to be something else (split-K reduce, quantize, activation, layout, ...) or
+    one in an ``aux`` range."""
     if in_aux_range:
         return "aux"
-    text = name or ""
-    if _AUX_PATTERN.search(text) and not re.match(r"^(nvjet|sm\d+_xmma|cutlass)", text):
-        return "aux"
-    return "main"
+    info = classify_name(name)
+    return "main" if info.kernel_class == "gemm" or not info.known else "aux"

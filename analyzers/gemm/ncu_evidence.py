@@ -13,6 +13,8 @@ from tracekit.devices import DeviceSpec, match_device
 from tracekit.records import gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
+from ..taxonomy import classify_name
+from ..taxonomy.frames import ncu_evidence
 from .case import GemmCase
 from .names import aux_key, classify_kernel, parse_gemm_name
 from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range
@@ -28,7 +30,11 @@ def device_from_frames(
         if row:
             r = row[0]
             return match_device(
-                r["name"], r["compute_capability"], r["sm_count"], clock_hz=r["boost_clock_hz"]
+                r["name"],
+                r["compute_capability"],
+                r["sm_count"],
+                clock_hz=r["boost_clock_hz"],
+                memory_bytes=r.get("memory_bytes"),
             )
     gpu = gpu_of(environment)
     if gpu.name:
@@ -144,16 +150,18 @@ def _attach_ncu(case: GemmCase, rows: list[dict[str, Any]], metrics: dict, rules
 
 
 def _ncu_gemm_names(frames: dict[str, pl.DataFrame], metrics: dict) -> set[str]:
-    """Names (function and demangled) of profiled kernels with tensor math > 0 by Nsight Compute's counters."""
-    ncu = frames.get("ncu")
-    out: set[str] = set()
-    if ncu is None or ncu.height == 0:
-        return out
-    for row in ncu.select("ncu_id", "name", "demangled_name").iter_rows(named=True):
-        c = _kernel_counts(row, metrics)
-        if c is not None and not c.simt:
-            out.update(n for n in (row.get("name"), row.get("demangled_name")) if n)
-    return out
+    """Names (function and demangled) of profiled kernels the kernel table does not know that Nsight Compute
+    shows doing tensor math (tensor-op counters > 0, or a busy tensor pipe: analyzers/taxonomy/frames.py): a
+    Triton GEMM named ``_mm`` is GEMM-like; a known attention or convolution kernel is not, whatever its
+    counters."""
+    return {name for name in ncu_evidence(frames) if not classify_name(name).known}
+
+
+def _known_other(row: dict[str, Any]) -> bool:
+    """Whether a profiled kernel is one the kernel table knows to be no GEMM (attention, rng, a norm, a
+    convolution ...): never a GEMM case of its own."""
+    info = classify_name(row.get("demangled_name") or row.get("name"))
+    return info.known and info.kernel_class != "gemm"
 
 
 def _user_range_of(row: dict[str, Any]) -> str | None:
@@ -182,11 +190,12 @@ def _user_split(
         if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
     ]
     if not mains:
-        if not _GEMM_RANGE.search(name):
+        unknown = [r for r in rows if not _known_other(r)]
+        if not _GEMM_RANGE.search(name) or not unknown:
             return None
         # a SIMT kernel the user's range names: the kernel with the most time (or counted math) is the GEMM
         totals: dict[str, float] = {}
-        for r in rows:
+        for r in unknown:
             totals[r.get("name") or ""] = totals.get(r.get("name") or "", 0.0) + (r.get("duration_ns") or 0.0)
         top = max(totals, key=lambda n: totals[n])
         mains = [r for r in rows if (r.get("name") or "") == top]
@@ -199,7 +208,8 @@ def _ncu_cases(
     """ncu rows grouped by GEMM range name, rows of tracekit ``aux`` ranges grouped by range name (auxiliary
     kernels of a GEMM, never GEMMs themselves), cases for kernels in no range (one per kernel), and the user's
     own GEMM ranges (innermost NVTX range of a GEMM-like kernel: name -> (main rows, auxiliary rows)). Kernels of
-    a user range that holds no GEMM-like kernel are not GEMM cases."""
+    a user range that holds no GEMM-like kernel are not GEMM cases, and a kernel in no range is a case only when
+    the kernel table does not know it as something else (attention, rng, a norm: they are no GEMMs)."""
     ncu = frames.get("ncu")
     by_range: dict[str, list[dict]] = {}
     aux_rows: dict[str, list[dict]] = {}
@@ -226,7 +236,8 @@ def _ncu_cases(
         if rng:
             user.setdefault(rng, []).append(row)
             continue
-        loose.append(_kernel_case(row, device, metrics, rules))
+        if not _known_other(row):
+            loose.append(_kernel_case(row, device, metrics, rules))
     user_cases: dict[str, tuple[list, list]] = {}
     for name, rows in user.items():
         split = _user_split(name, rows, metrics, gemm_names)

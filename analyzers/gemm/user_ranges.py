@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from ..taxonomy import classify_name
 from .case import _STEP
 from .names import is_gemm_kernel
 
@@ -111,9 +112,16 @@ def _user_gemm_ranges(
     by_kernel = set(
         per_holder.filter((pl.col("gemms") > 0) & (pl.col("gemms") <= MAX_GEMMS_PER_CASE))["holder"].to_list()
     )
-    # a range named like a GEMM holding kernels (none GEMM-like by name: ``sgemm_smem`` around ``simt_kernel``)
+    # a range named like a GEMM holding a kernel the kernel table does not know (``sgemm_smem`` around
+    # ``simt_kernel``); one holding only kernels it knows to be something else (attention, a norm) is no case
     gemm_named = _NameTest(lambda n: bool(_GEMM_RANGE.search(n)) and not _STEP.fullmatch(n.strip()))
-    named = held.select("holder", pl.col("_name").fill_null("")).unique()
+    unknown = [n for n in ranged["name"].unique().to_list() if n and not classify_name(n).known]
+    with_unknown = ranged.filter(pl.col("name").is_in(unknown)).select("range_id").unique()
+    named = (
+        held.join(with_unknown, on="range_id", how="semi")
+        .select("holder", pl.col("_name").fill_null(""))
+        .unique()
+    )
     by_name = set(
         named.filter(pl.col("_name").is_in(gemm_named.matching(named["_name"])))["holder"].to_list()
     )

@@ -16,7 +16,7 @@ The analysis (:func:`analyze_ranks`, for runs with two or more ranks)
         kernels, and the evidence that names the straggler.
     ``gemms`` / ``gemm_spread``
         the same GEMM on every rank, side by side: from tracekit GEMM ranges or Nsight Compute rows (each rank's
-        own :func:`tracekit.analyzers.gemm.build_cases`, explained by :func:`tracekit.analyzers.explain.explain_case`),
+        own cases, :func:`tracekit.analyzers.analysis.case_list`),
         else GEMM kernels by name. Where the slowest rank's waterfall loses more in one factor than the fastest
         rank's (clock, waves, in-kernel efficiency with its occupancy evidence ...), that factor is the reason.
     ``steps``

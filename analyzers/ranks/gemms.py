@@ -13,52 +13,52 @@ from .labels import rank_frames
 
 # --- GEMMs per rank ------------------------------------------------------------------------------------------------------
 def _case_rows(frames: dict[str, pl.DataFrame], ranks: list[int], environment: Any, calibration: Any):
-    """Each rank's GEMM cases explained; ``(rows, waterfalls by (key, rank))``. Profiled kernels outside GEMM
-    ranges count only when named like a GEMM; several cases of one label on a rank (the same kernel profiled in
-    several launches) are one row, its time the launch-weighted mean and its waterfall the most-launched case's."""
-    from ..explain import explain_case
-    from ..gemm import build_cases
+    """Each rank's GEMM cases, explained (:func:`tracekit.analyzers.analysis.case_list` on the rank's frames: the
+    one place cases are built); ``(rows, cases by (label, rank))``. Profiled kernels outside GEMM ranges count
+    only when named like a GEMM; several cases of one label on a rank (the same kernel profiled in several
+    launches) are one row, its time the call-weighted mean and its waterfall the most-called case's."""
+    from ..analysis import case_list
 
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     wfs: dict[tuple[str, int], Any] = {}
     for r in ranks:
-        for case in build_cases(rank_frames(frames, r), calibration=calibration, environment=environment):
-            if case.origin == "ncu-kernel" and not is_gemm_kernel(case.main_kernel or case.name):
+        for case in case_list(rank_frames(frames, r), calibration=calibration, environment=environment):
+            if (
+                case.origin == "ncu"
+                and case.range is None
+                and not is_gemm_kernel(case.kernel.name or case.name)
+            ):
                 continue
             key = (case.label, r)
-            launches = max(case.launches, 1)
+            t = case.timing
+            launches = max(t.calls, 1)
             row = rows.get(key)
             if row is not None:
                 total = row["launches"] + launches
-                for col, new in (("time_ns", case.total_ns), ("tflops", case.achieved_tflops)):
+                for col, new in (("time_ns", t.span_ns.median), ("tflops", t.achieved_tflops)):
                     if row[col] is not None and new is not None:
                         row[col] = (row[col] * row["launches"] + new * launches) / total
                 row["launches"] = total
                 if launches <= row["_top"]:
                     continue
-            wf = explain_case(case)
-            v = wf.verdict
-            wfs[key] = wf
+            v = case.verdict
+            wfs[key] = case
             fresh = {
                 "gemm": case.label,
                 "origin": case.origin,
                 "rank": r,
                 "launches": launches,
-                "main_kernel": case.main_kernel,
-                "time_ns": case.total_ns,
-                "tflops": case.achieved_tflops,
-                "pct_of_peak": (
-                    100.0 * case.achieved_tflops / case.peak_tflops
-                    if case.achieved_tflops and case.peak_tflops
-                    else None
-                ),
+                "main_kernel": case.kernel.name,
+                "time_ns": t.span_ns.median,
+                "tflops": t.achieved_tflops,
+                "pct_of_peak": case.pct_of_peak,
                 "sm_clock_hz": case.sm_clock_hz,
-                "verdict": (v.name + (f": {v.cause}" if v.cause else "")) if v else None,
+                "verdict": (v.factor + (f": {v.cause}" if v.cause else "")) if v.factor else None,
                 "_top": launches,
             }
             if row is None:
                 rows[key] = fresh
-            else:  # the most-launched case speaks for the row; the mean time stays the mean
+            else:  # the most-called case speaks for the row; the mean time stays the mean
                 keep = {c: row[c] for c in ("launches", "time_ns", "tflops")}
                 row.update(fresh)
                 row.update(keep)

@@ -12,7 +12,7 @@ from tracekit.frames import SPECS
 
 from ..readers.base import Extract
 
-RANKED_FRAMES = ("kernels", "ranges", "ncu", "devices")
+RANKED_FRAMES = ("kernels", "memops", "ranges", "ncu", "devices")
 """Frames with a ``rank`` column (tracekit/frames.py); a multi-rank run writes them partitioned by rank."""
 
 _RANK_IN_NAME = re.compile(r"(?:^|[._-])rank[-_=]?(\d{1,6})(?=[._-]|$)", re.IGNORECASE)
@@ -77,7 +77,7 @@ def label_extract(ex: Extract, file_name: str) -> dict[str, Any]:
         return {}
     mapping = procs.with_columns(pl.int_range(pl.len(), dtype=pl.Int32).alias("_rank"))
     by_pid = mapping.select("pid", "_rank")
-    for n in ("kernels", "ranges"):
+    for n in ("kernels", "memops", "ranges"):
         df = ex.frames.get(n)
         if df is not None and df.height:
             joined = df.select("pid").join(by_pid, on="pid", how="left", maintain_order="left")["_rank"]

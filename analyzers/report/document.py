@@ -5,47 +5,44 @@ from __future__ import annotations
 
 from typing import Any
 
+from .breakdown_section import breakdown_blocks
+from .cases import case_blocks, cases_table, summary_blocks
 from .model import _CUT_MARK, LEVELS, Bullets, Code, Detail, Details, Heading, Image, Para
-from .sections import (
-    _environment_blocks,
-    _failure_blocks,
-    _findings_table,
-    _gemm_table,
-    _moe_blocks,
-    _rank_blocks,
-    _waterfall_blocks,
-)
+from .sections import _environment_blocks, _failure_blocks, _findings_table, _moe_blocks, _rank_blocks
 from .text import _one_line, md_text
 
 
 def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], list[str]]:
     """The report as blocks under detail level ``d``, and notes on what was summarised."""
     notes: list[str] = []
-    counts = rep["counts"]
-    env = rep["environment"]
-    blocks: list[Any] = [Heading(2, [("t", "tracekit report: "), ("c", _one_line(rep["run"]["name"], 120))])]
+    r = rep["report"]
+    counts = r["counts"]
+    env = r["environment"]
+    blocks: list[Any] = [Heading(2, [("t", "tracekit report: "), ("c", _one_line(r["run"]["name"], 120))])]
     lead = (
-        f"{counts['gemms']} GEMMs"
-        + (f" ({counts['selected_gemms']} matching {rep['gemm_filter']!r})" if rep.get("gemm_filter") else "")
+        f"{counts['gemms']} GEMM cases"
+        + (f" ({counts['selected_gemms']} matching {r['gemm_filter']!r})" if r.get("gemm_filter") else "")
         + f", {counts['failures']} failures, {counts['ncu_kernels']} kernels profiled by Nsight Compute, "
         f"{counts['timeline_kernels']} on the timeline; on {env.get('gpu') or 'an unknown GPU'}."
     )
     blocks.append(Para([("t", md_text(lead))]))
     summary_at = len(blocks)
+    numbers = {c["id"]: i for i, c in enumerate(rep["cases"], 1)}
+    blocks += summary_blocks(rep, numbers, d)
     blocks += _environment_blocks(rep, d)
+    blocks += breakdown_blocks(rep.get("breakdown"), d, notes)
 
-    selected = [g for g in rep["gemms"] if g["selected"]]
-    blocks.append(Heading(3, [("t", "GEMMs")]))
-    if any(g.get("achieved_tflops") and g.get("m") for g in rep["gemms"]):
+    chosen = set(r["selected"])
+    selected = [(numbers[c["id"]], c) for c in rep["cases"] if c["id"] in chosen]
+    blocks.append(Heading(3, [("t", "GEMMs, largest GPU time first")]))
+    if any(c["timing"].get("achieved_tflops") and c.get("shape") for c in rep["cases"]):
         blocks.append(Image("tflops", "TFLOP/s vs M per backend, with peak lines"))
     if selected:
         shown = selected
         if d.gemm_rows is not None and len(selected) > d.gemm_rows:
-            top = sorted(selected, key=lambda g: -(g.get("gpu_time_us") or 0.0))[: d.gemm_rows]
-            keep = {g["gemm_id"] for g in top}
-            shown = [g for g in selected if g["gemm_id"] in keep]
+            shown = selected[: d.gemm_rows]
             notes.append(f"GEMM table: the {len(shown)} of {len(selected)} GEMMs with the most GPU time")
-        blocks.append(_gemm_table(shown, d))
+        blocks.append(cases_table(shown, d))
     else:
         blocks.append(
             Para(
@@ -54,8 +51,8 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
                         "t",
                         "No GEMMs"
                         + (
-                            f" match {md_text(repr(rep['gemm_filter']))}."
-                            if rep.get("gemm_filter")
+                            f" match {md_text(repr(r['gemm_filter']))}."
+                            if r.get("gemm_filter")
                             else " in this run."
                         ),
                     )
@@ -65,31 +62,26 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
 
     blocks += _rank_blocks(rep, d, notes)
 
-    wfs = rep["waterfalls"]
+    cards = set(r["waterfalls"])
+    wfs = [(n, c) for n, c in selected if c["id"] in cards]
     if wfs:
-        shown_w = wfs
-        if d.waterfalls is not None and len(wfs) > d.waterfalls:
-            by_id = {g["gemm_id"]: g for g in rep["gemms"]}
-            top = sorted(wfs, key=lambda w: -(by_id[w["gemm_id"]].get("gpu_time_us") or 0.0))[: d.waterfalls]
-            keep = {w["gemm_id"] for w in top}
-            shown_w = [w for w in wfs if w["gemm_id"] in keep]
+        shown_w = wfs if d.waterfalls is None else wfs[: d.waterfalls]
+        if len(shown_w) < len(wfs):
             notes.append(f"waterfalls: {len(shown_w)} of {len(wfs)} GEMMs (most GPU time)")
         if shown_w:
             blocks.append(Heading(3, [("t", "Why each GEMM stops short of peak")]))
-            blocks.append(
-                Para(
-                    [
-                        (
-                            "t",
-                            "Each factor multiplies the datasheet peak down; their product is the achieved TFLOP/s. The largest loss is the verdict.",
-                        )
-                    ]
-                )
+            lead_w = (
+                "Each factor multiplies the datasheet peak down; their product is the achieved TFLOP/s (sum of "
+                "FLOPs / sum of call spans; the kernel rate is FLOPs / GEMM kernel time). The largest loss is the "
+                "verdict."
             )
-            for w in shown_w:
-                blocks += _waterfall_blocks(w, d, w["gemm_id"])
+            if len(wfs) < len(selected):
+                lead_w += f" The {len(wfs)} of {len(selected)} GEMMs with the most GPU time (--top N, --all)."
+            blocks.append(Para([("t", lead_w)]))
+            for n, c in shown_w:
+                blocks += case_blocks(c, n, d)
 
-    findings = rep["ncu_findings"]
+    findings = r["ncu_findings"]
     if findings:
         shown_f = findings if d.findings is None else findings[: d.findings]
         if len(shown_f) < len(findings):
@@ -112,8 +104,8 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
         notes.append(f"error texts cut at {d.detail_chars:,} characters")
     if d.cell_chars < LEVELS[0].cell_chars:
         notes.append(f"table cells cut at {d.cell_chars} characters")
-    failed_sources = [s for s in rep["capture"]["sources"] if s.get("status") == "failed"]
-    warnings = rep["run"].get("import_warnings") or []
+    failed_sources = [s for s in r["capture"]["sources"] if s.get("status") == "failed"]
+    warnings = r["run"].get("import_warnings") or []
     if failed_sources or warnings:
         items = [
             [("t", md_text(f"{s.get('path')}: {s.get('message')}", d.cell_chars))] for s in failed_sources
@@ -123,7 +115,7 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     blocks.append(
         Para(
             [
-                ("t", f"Made by tracekit {rep['tracekit_version']}. Full data: "),
+                ("t", f"Made by tracekit {r['tracekit_version']}. Full data: "),
                 ("c", "tracekit report RUN --format json"),
                 ("t", "; the run itself: "),
                 ("c", "tracekit bundle RUN -o run.zip"),

@@ -19,7 +19,8 @@ from tracekit.run import Run
 from .text import _clean, _f
 
 REPORT_FORMAT = "tracekit-report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2: the report is the run's Analysis (docs/ANALYSIS.md) with a ``report`` object beside it."""
 _LIBS = (
     "torch",
     "flashinfer-python",
@@ -142,28 +143,19 @@ def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
     return {"command": None, "note": "no capture command was recorded"}
 
 
-def _measurement_extras(frames: dict[str, pl.DataFrame]) -> dict[int, dict[str, Any]]:
-    meas = frames["measurements"]
-    if not meas.height:
-        return {}
-    cols = [
-        "measurement_id",
-        "time_us",
-        "time_us_p10",
-        "time_us_p90",
-        "repeats",
-        "status",
-        "rel_error",
-        "timing",
-    ]
-    return {r["measurement_id"]: r for r in meas.select(cols).iter_rows(named=True)}
-
-
-def _matches(row: dict[str, Any], pattern: str | None) -> bool:
+def case_matches(case: dict[str, Any], pattern: str | None) -> bool:
+    """Whether ``--gemm PATTERN`` selects a case (its name, range, enclosing ranges, kernel or backend)."""
     if not pattern:
         return True
     p = pattern.lower()
-    return any(p in str(row.get(k) or "").lower() for k in ("range", "context", "main_kernel", "backend"))
+    fields = (
+        case.get("name"),
+        case.get("range"),
+        *(case.get("parents") or []),
+        case["kernel"].get("name"),
+        case.get("backend"),
+    )
+    return any(p in str(f or "").lower() for f in fields)
 
 
 _NCU_LINK = re.compile(r"@(section|url):([^:@]*):([^@]*)@")
@@ -190,12 +182,13 @@ def ncu_noise(kind: Any, message: Any) -> bool:
     return str(kind or "").upper() in ("OK", "") or str(message or "").startswith("The optional metric")
 
 
-def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """ncu's findings for the selected GEMMs, one entry per distinct finding with the GEMMs it was made for;
-    its notes about optional metrics it could not find are tooling noise, left out."""
+def _ncu_findings(cases: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """ncu's findings for the selected cases (``(number, case)``: the case's place in GPU-time order, 1 = most),
+    one entry per distinct finding with the cases it was made for (``cases``: their numbers); its notes about
+    optional metrics it could not find are tooling noise, left out."""
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for wf in waterfalls:
-        for r in wf.get("ncu_rules") or []:
+    for number, case in cases:
+        for r in (case.get("ncu") or {}).get("rules") or []:
             message = ncu_text(r.get("message"))
             if ncu_noise(r.get("kind"), message) or not (r.get("title") or message):
                 continue
@@ -208,14 +201,16 @@ def _ncu_findings(waterfalls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "title": r.get("title"),
                     "message": message,
                     "speedup_pct": None,
-                    "gemm_ids": [],
+                    "cases": [],
+                    "case_ids": [],
                 }
-            if wf["gemm_id"] not in entry["gemm_ids"]:
-                entry["gemm_ids"].append(wf["gemm_id"])
+            if number not in entry["cases"]:
+                entry["cases"].append(number)
+                entry["case_ids"].append(case["id"])
             sp = _f(r.get("speedup_pct"))
             if sp is not None and (entry["speedup_pct"] is None or sp > entry["speedup_pct"]):
                 entry["speedup_pct"] = sp
-    return sorted(found.values(), key=lambda f: (-(f["speedup_pct"] or -1.0), f["gemm_ids"][0]))
+    return sorted(found.values(), key=lambda f: (-(f["speedup_pct"] or -1.0), f["cases"][0]))
 
 
 def _first_line(text: Any) -> str:
@@ -225,21 +220,20 @@ def _first_line(text: Any) -> str:
     return ""
 
 
-def _failures(frames: dict[str, pl.DataFrame]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    rows = []
-    for r in frames["failures"].iter_rows(named=True):
-        versions = {p["package"]: p["version"] for p in r["versions"]} if r.get("versions") else None
-        rows.append({**r, "versions": versions, "first_line": _first_line(r.get("message"))})
+def failure_groups(failures: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Failures grouped by backend, error type and first message line, most frequent first: ``count``,
+    ``kinds``, ``shapes``, ``failure_ids`` and ``example`` (the index of the first member in ``failures``)."""
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for i, r in enumerate(rows):
-        key = (r.get("backend"), r.get("error_type"), r["first_line"])
+    for i, r in enumerate(failures):
+        first = _first_line(r.get("message"))
+        key = (r.get("backend"), r.get("error_type"), first)
         g = groups.get(key)
         if g is None:
             g = groups[key] = {
                 "backend": r.get("backend"),
                 "op": r.get("op"),
                 "error_type": r.get("error_type"),
-                "first_line": r["first_line"],
+                "first_line": first,
                 "kinds": [],
                 "count": 0,
                 "shapes": [],
@@ -247,137 +241,82 @@ def _failures(frames: dict[str, pl.DataFrame]) -> tuple[list[dict[str, Any]], li
                 "example": i,
             }
         g["count"] += 1
-        g["failure_ids"].append(r.get("failure_id"))
+        g["failure_ids"].append(r.get("id"))
         if r.get("kind") and r["kind"] not in g["kinds"]:
             g["kinds"].append(r["kind"])
         if r.get("m") is not None:
             g["shapes"].append(f"{r['m']}x{r['n']}x{r['k']}")
-    ordered = sorted(groups.values(), key=lambda g: (-g["count"], str(g["backend"]), str(g["error_type"])))
-    return rows, ordered
+    return sorted(groups.values(), key=lambda g: (-g["count"], str(g["backend"]), str(g["error_type"])))
+
+
+TOP_CARDS = 10
+"""Cases the report writes a waterfall for without ``--top`` / ``--all``."""
 
 
 def build_report(
     run: Run,
-    frames: dict[str, pl.DataFrame],
+    frames: dict[str, pl.DataFrame] | None = None,
     *,
     gemm_filter: str | None = None,
     calibration: dict[str, Any] | None = None,
     calibration_source: str | None = None,
     device: DeviceSpec | None = None,
+    analysis: Any = None,
+    top: int | None = TOP_CARDS,
 ) -> dict[str, Any]:
-    """Everything a report shows, as one JSON-able dict (the ``--format json`` output); ``device`` overrides the
-    GPU the files name (``--device``)."""
-    from ..explain import explain_case
-    from ..gemm import build_cases
+    """Everything a report shows, as one JSON-able dict (the ``--format json`` output): the run's Analysis
+    (docs/ANALYSIS.md; built here unless given) with a ``report`` object beside it: environment, capture
+    settings, the reproducing command, which cases ``--gemm`` selected and which of them get a waterfall (the
+    ``top`` with the most GPU time; None: all), Nsight Compute's findings per distinct finding and the failures
+    grouped. ``device`` overrides the GPU the files name (``--device``)."""
+    if frames is None:
+        from ..store import load_frames
 
-    env = run.manifest.get("environment") or {}
-    cases = build_cases(frames, calibration=calibration, environment=env, device=device)
-    extras = _measurement_extras(frames)
-    gemms: list[dict[str, Any]] = []
-    waterfalls: list[dict[str, Any]] = []
-    for i, case in enumerate(cases):
-        wf = explain_case(case).to_dict()
-        m = extras.get(case.measurement_id) if case.measurement_id is not None else None
-        total_ns = case.total_ns
-        time_us = _f(m["time_us"]) if m else (total_ns / 1e3 if total_ns else None)
-        verdict = wf.get("verdict") or {}
-        row = {
-            "gemm_id": i,
-            "range": case.name,
-            "context": case.context,
-            "origin": case.origin,
-            "backend": case.backend,
-            "op": case.op,
-            "m": case.m,
-            "n": case.n,
-            "k": case.k,
-            "dtype": case.dtype_a,
-            "dtype_out": case.dtype_out,
-            "scale": case.scale,
-            "dtype_class": case.dtype_class,
-            "dtype_source": case.dtype_source,
-            "flops": _f(case.flops),
-            "flops_source": case.flops_source,
-            "launches": case.launches,
-            "main_kernel": case.main_kernel,
-            "time_us": time_us,
-            "time_us_p10": _f(m["time_us_p10"]) if m else None,
-            "time_us_p90": _f(m["time_us_p90"]) if m else None,
-            "repeats": m["repeats"] if m else None,
-            "status": m["status"] if m else None,
-            "rel_error": _f(m["rel_error"]) if m else None,
-            "achieved_tflops": _f(wf.get("achieved_tflops")),
-            "kernel_tflops": _f(wf.get("kernel_tflops")),
-            "peak_tflops": _f(wf.get("peak_tflops")),
-            "peak_source": wf.get("peak_source"),
-            "pct_of_peak": _f(wf.get("pct_of_peak")),
-            "sm_clock_hz": _f(case.sm_clock_hz),
-            "clock_source": case.clock_source,
-            "power_w": _f(case.power_w),
-            "power_limit_w": _f(case.power_limit_w),
-            "verdict": verdict.get("factor"),
-            "verdict_cause": verdict.get("cause"),
-            "verdict_gain_pct": _f(verdict.get("gain_pct")),
-            "gpu_time_us": time_us * max(case.launches, 1) if time_us else None,
-        }
-        row["selected"] = _matches(row, gemm_filter)
-        gemms.append(row)
-        if row["selected"]:
-            waterfalls.append({"gemm_id": i, **wf})
-    findings = _ncu_findings(waterfalls)
-    failures, groups = _failures(frames)
-    selected = [g for g in gemms if g["selected"]]
-    from ..ranks import analyze_ranks
+        frames = load_frames(run)
+    if analysis is None:
+        from ..analysis import analyze_frames
 
-    cross = analyze_ranks(frames, environment=env, calibration=calibration)
+        analysis = analyze_frames(
+            frames, run=run, device=device, calibration=calibration, calibration_source=calibration_source
+        )
+    data = analysis.to_builtins()
+    cases = data["cases"]
+    numbered = [(i, c) for i, c in enumerate(cases, 1) if case_matches(c, gemm_filter)]
+    cards = numbered if top is None else numbered[:top]
     return {
-        "format": REPORT_FORMAT,
-        "version": REPORT_VERSION,
-        "tracekit_version": __version__,
-        "run": {
-            "name": run.name,
-            "bundle": (run.manifest.get("bundle") or {}).get("opened_from"),
-            "status": run.status,
-            "partial": bool(run.manifest.get("partial")),
-            "incomplete_reason": run.manifest.get("incomplete_reason"),
-            "created": run.manifest.get("created"),
-            "tracekit_version": run.manifest.get("tracekit_version"),
-            "schema_version": run.manifest.get("schema_version"),
-            "import_warnings": run.manifest.get("import_warnings") or [],
+        **data,
+        "report": {
+            "format": REPORT_FORMAT,
+            "version": REPORT_VERSION,
+            "tracekit_version": __version__,
+            "run": {
+                "name": run.name,
+                "bundle": (run.manifest.get("bundle") or {}).get("opened_from"),
+                "status": run.status,
+                "partial": bool(run.manifest.get("partial")),
+                "incomplete_reason": run.manifest.get("incomplete_reason"),
+                "created": run.manifest.get("created"),
+                "tracekit_version": run.manifest.get("tracekit_version"),
+                "schema_version": run.manifest.get("schema_version"),
+                "import_warnings": run.manifest.get("import_warnings") or [],
+            },
+            "environment": _environment(run, frames),
+            "capture": _capture(run, frames),
+            "reproduce": reproduce_command(run.manifest),
+            "calibration": analysis.run.calibration,
+            "gemm_filter": gemm_filter,
+            "top": top,
+            "selected": [c["id"] for _, c in numbered],
+            "waterfalls": [c["id"] for _, c in cards],
+            "counts": {
+                "gemms": len(cases),
+                "selected_gemms": len(numbered),
+                "failures": len(data["failures"]),
+                "failure_groups": len(failure_groups(data["failures"])),
+                "ncu_kernels": frames["ncu"].height,
+                "timeline_kernels": frames["kernels"].height,
+            },
+            "ncu_findings": _ncu_findings(numbered),
+            "failure_groups": failure_groups(data["failures"]),
         },
-        "environment": _environment(run, frames),
-        "capture": _capture(run, frames),
-        "reproduce": reproduce_command(run.manifest),
-        "calibration": calibration_source,
-        "gemm_filter": gemm_filter,
-        "counts": {
-            "gemms": len(gemms),
-            "selected_gemms": len(selected),
-            "failures": len(failures),
-            "failure_groups": len(groups),
-            "ncu_kernels": frames["ncu"].height,
-            "timeline_kernels": frames["kernels"].height,
-        },
-        "gemms": gemms,
-        "waterfalls": waterfalls,
-        "ncu_findings": findings,
-        "failures": failures,
-        "failure_groups": groups,
-        "moe": moe_section(frames, env),
-        "ranks": cross.to_dict() if cross is not None else None,
     }
-
-
-def moe_section(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The report's MoE data (analyzers/moe/): launches, the focus launch's expert histogram, the what-if; None
-    for a run without grouped launches."""
-    from ..moe import analyze_moe, expert_histogram, focus_launch, moe_json
-
-    analysis = analyze_moe(frames, environment=environment)
-    if analysis.empty:
-        return None
-    data = moe_json(analysis, experts=False)
-    focus = focus_launch(analysis.launches)
-    data["focus_launch"] = focus
-    data["histogram"] = expert_histogram(analysis.experts, focus) if focus is not None else []
-    return data

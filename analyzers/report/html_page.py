@@ -9,39 +9,40 @@ from dataclasses import replace
 from typing import Any
 
 from .. import plots as P
+from .cases import case_label
 from .document import document
-from .model import LEVELS, Bullets, Code, Details, Heading, Image, Inline, Para, Table, _gemm_label
+from .model import LEVELS, Bullets, Code, Details, Heading, Image, Inline, Para, Table
 from .text import _html_attr_safe, _one_line
 
 
 # --- plots -----------------------------------------------------------------------------------------------------------
 def plot_svg(rep: dict[str, Any], key: str) -> str:
-    """The SVG text of plot ``key`` ("tflops" or "waterfall-<gemm_id>")."""
+    """The SVG text of plot ``key`` ("tflops" or "waterfall-<n>", n the case's place in GPU-time order)."""
+    cases = rep["cases"]
     if key == "tflops":
         groups: dict[str, list[tuple[float, float]]] = {}
         nk: dict[str, set[tuple[Any, Any]]] = {}
-        for g in rep["gemms"]:
-            if g.get("m") and g.get("achieved_tflops"):
-                name = _gemm_label(g)
-                nk.setdefault(name, set()).add((g["n"], g["k"]))
+        shaped = [c for c in cases if c.get("shape") and c["timing"].get("achieved_tflops")]
+        for c in shaped:
+            nk.setdefault(case_label(c), set()).add((c["shape"]["n"], c["shape"]["k"]))
         peaks: dict[str, float] = {}
-        for g in rep["gemms"]:
-            if not (g.get("m") and g.get("achieved_tflops")):
-                continue
-            name = _gemm_label(g)
+        for c in shaped:
+            name = case_label(c)
             if len(nk[name]) > 1:
-                name += f" N={g['n']} K={g['k']}"
-            groups.setdefault(name, []).append((float(g["m"]), float(g["achieved_tflops"])))
-            if g.get("peak_tflops") and g.get("dtype_class"):
-                peaks[str(g["dtype_class"])] = float(g["peak_tflops"])
-        series = [P.Series(name, pts) for name, pts in sorted(groups.items())]
-        gpu = rep["environment"].get("gpu") or "GPU"
+                name += f" N={c['shape']['n']} K={c['shape']['k']}"
+            groups.setdefault(name, []).append(
+                (float(c["shape"]["m"]), float(c["timing"]["achieved_tflops"]))
+            )
+            peak = c.get("peak")
+            if peak and peak.get("dtype_class"):
+                peaks[str(peak["dtype_class"])] = float(peak["tflops"])
+        series = [P.Series(name, sorted(pts)) for name, pts in sorted(groups.items())]
+        gpu = rep["report"]["environment"].get("gpu") or "GPU"
         return P.tflops_vs_m(series[:24], peaks, title=f"TFLOP/s vs M per backend on {gpu}")
     if key.startswith("waterfall-"):
-        gid = int(key.split("-", 1)[1])
-        wf = next(w for w in rep["waterfalls"] if w["gemm_id"] == gid)
-        steps = [(str(f["name"]), float(f["value"])) for f in wf.get("factors") or []]
-        return P.waterfall(float(wf["peak_tflops"]), steps, title=f"{wf.get('range')}: peak to achieved")
+        c = cases[int(key.split("-", 1)[1]) - 1]
+        steps = [(str(f["name"]), float(f["value"])) for f in c.get("factors") or []]
+        return P.waterfall(float(c["peak"]["tflops"]), steps, title=f"{c.get('name')}: peak to achieved")
     raise KeyError(key)
 
 
@@ -104,7 +105,7 @@ def render_html(rep: dict[str, Any]) -> str:
     """One self-contained HTML page (plots inlined as SVG, no scripts, nothing fetched), never summarised."""
     blocks, _ = document(rep, replace(LEVELS[0], cell_chars=100_000))
     body = "\n".join(_html_block(b, rep) for b in blocks)
-    title = html.escape(f"tracekit report: {rep['run']['name']}")
+    title = html.escape(f"tracekit report: {rep['report']['run']['name']}")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{title}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"

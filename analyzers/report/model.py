@@ -95,9 +95,3 @@ def _cut(text: str, limit: int | None) -> str:
     if limit is None or len(text) <= limit:
         return text
     return text[:limit] + f"\n… ({len(text) - limit:,}{_CUT_MARK}"
-
-
-def _gemm_label(r: dict[str, Any]) -> str:
-    if r.get("backend"):
-        return str(r["backend"])
-    return str(r.get("main_kernel") or r.get("range") or "?")

@@ -14,16 +14,14 @@ from .model import (
     Detail,
     Details,
     Heading,
-    Image,
     Inline,
     Para,
     Table,
     _cut,
     _fmt,
-    _gemm_label,
     _shape,
 )
-from .text import _clean, _f, _one_line, md_text
+from .text import _clean, _one_line, md_text
 
 
 def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[str]]:
@@ -141,7 +139,8 @@ def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[
 
 
 def _environment_blocks(rep: dict[str, Any], d: Detail) -> list[Any]:
-    env, cap, run = rep["environment"], rep["capture"], rep["run"]
+    r = rep["report"]
+    env, cap, run = r["environment"], r["capture"], r["run"]
     cc = d.cell_chars
     gpu = env.get("gpu") or "unknown GPU"
     extra = []
@@ -207,137 +206,16 @@ def _environment_blocks(rep: dict[str, Any], d: Detail) -> list[Any]:
     rows.append(
         [
             [("t", "tracekit")],
-            [("t", md_text(f"{rep['tracekit_version']} (run made by {run.get('tracekit_version')})", cc))],
+            [("t", md_text(f"{r['tracekit_version']} (run made by {run.get('tracekit_version')})", cc))],
         ]
     )
     blocks: list[Any] = [Heading(3, [("t", "Environment")]), Table(["", ""], rows, ["l", "l"])]
-    repro = rep["reproduce"]
+    repro = r["reproduce"]
     blocks.append(Heading(3, [("t", "Reproduce")]))
     if repro.get("command"):
         blocks.append(Code(repro["command"], "sh"))
     if repro.get("note"):
         blocks.append(Para([("i", md_text(repro["note"], cc))]))
-    return blocks
-
-
-def _gemm_table(rows: Sequence[dict[str, Any]], d: Detail) -> Table:
-    headers = [
-        "#",
-        "backend / kernel",
-        "op",
-        "M×N×K",
-        "dtype",
-        "time µs",
-        "p10–p90 µs",
-        "TFLOP/s",
-        "% peak",
-        "SM MHz",
-        "verdict",
-    ]
-    out = []
-    for r in rows:
-        spread = (
-            f"{_fmt(r['time_us_p10'], 2)}–{_fmt(r['time_us_p90'], 2)}"
-            if r.get("time_us_p10") is not None and r.get("time_us_p90") is not None
-            else "–"
-        )
-        verdict = "–"
-        if r.get("verdict"):
-            verdict = str(r["verdict"]) + (f": {r['verdict_cause']}" if r.get("verdict_cause") else "")
-            if r.get("verdict_gain_pct") is not None:
-                verdict += f" (+{r['verdict_gain_pct']:.0f}%)"
-        status = " (wrong result)" if r.get("status") == "wrong" else ""
-        out.append(
-            [
-                [("t", str(r["gemm_id"]))],
-                [("c", _gemm_label(r))],
-                [("c", str(r["op"]))] if r.get("op") else [("t", "–")],
-                [("t", _shape(r))],
-                [("t", md_text(r.get("dtype") or r.get("dtype_class") or "–", 40))],
-                [("t", _fmt(r.get("time_us"), 2) + status)],
-                [("t", spread)],
-                [("t", _fmt(r.get("achieved_tflops")))],
-                [("t", _fmt(r.get("pct_of_peak"), 0))],
-                [("t", _fmt(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, 0))],
-                [("t", md_text(verdict, d.cell_chars))],
-            ]
-        )
-    return Table(headers, out, ["r", "l", "l", "r", "l", "r", "r", "r", "r", "r", "l"])
-
-
-def _waterfall_blocks(wf: dict[str, Any], d: Detail, index: int) -> list[Any]:
-    cc = d.cell_chars
-    title: Inline = [("t", f"{index}. "), ("c", _one_line(wf.get("range"), cc))]
-    if wf.get("context"):
-        title += [("t", " in "), ("c", _one_line(wf["context"], cc))]
-    blocks: list[Any] = [Heading(4, title)]
-    head: Inline = []
-    if wf.get("main_kernel"):
-        head += [("t", "kernel "), ("c", _one_line(wf["main_kernel"], cc)), ("t", "; ")]
-    ach, peak = _f(wf.get("achieved_tflops")), _f(wf.get("peak_tflops"))
-    if ach is not None:
-        head.append(("b", f"{ach:,.1f} TFLOP/s"))
-    if peak is not None:
-        head.append(
-            (
-                "t",
-                f" of a {peak:,.0f} TFLOP/s {md_text(wf.get('dtype_class') or '')} peak ({md_text(wf.get('peak_source') or '?')})",
-            )
-        )
-        if ach is not None:
-            head.append(("t", f" = {100 * ach / peak:.0f}%"))
-    if wf.get("calibrated_tflops"):
-        head.append(("t", f"; calibrated {wf['calibrated_tflops']:,.0f} TFLOP/s"))
-    if wf.get("flops_source") in ("ncu-counters", "profiler-flops") and head:
-        what = (
-            "Nsight Compute's counters"
-            if wf["flops_source"] == "ncu-counters"
-            else "the profiler's FLOP count"
-        )
-        head.append(
-            ("t", f" (no shape: FLOPs from {what}, dtype from {md_text(wf.get('dtype_source') or '?')})")
-        )
-    if head:
-        blocks.append(Para(head))
-    factors = wf.get("factors") or []
-    if peak is not None and factors:
-        blocks.append(Image(f"waterfall-{wf['gemm_id']}", f"waterfall of {_one_line(wf.get('range'), 80)}"))
-    rows: list[list[Inline]] = []
-    running = peak
-    if peak is not None:
-        rows.append([[("t", "datasheet peak")], [("t", "")], [("t", f"{peak:,.1f}")], [("t", "")]])
-    for f in factors:
-        value = _f(f.get("value")) or 0.0
-        name = str(f.get("name")) + (f" ({f['cause']})" if f.get("cause") else "")
-        loss = ""
-        if running is not None:
-            after = running * value
-            loss = f"{after:,.1f} (−{running - after:,.1f})"
-            running = after
-        rows.append(
-            [
-                [("b", md_text(name, cc))],
-                [("t", f"×{value:.3f}")],
-                [("t", loss or "–")],
-                [("t", md_text(f.get("sentence"), cc))],
-            ]
-        )
-    if rows:
-        if ach is not None:
-            rows.append([[("t", "achieved")], [("t", "")], [("b", f"{ach:,.1f}")], [("t", "")]])
-        blocks.append(Table(["factor", "×", "TFLOP/s after", "why"], rows, ["l", "r", "r", "l"]))
-    v = wf.get("verdict")
-    if v:
-        what = str(v.get("factor")) + (f" ({v['cause']})" if v.get("cause") else "")
-        text: Inline = [("b", "Verdict:"), ("t", " " + md_text(what, cc))]
-        if v.get("gain_pct") is not None:
-            text.append(("t", f": removing this loss would give +{v['gain_pct']:.0f}%."))
-        if v.get("remedy"):
-            text.append(("t", " Try: " + md_text(v["remedy"], cc)))
-        blocks.append(Para(text))
-    notes = wf.get("notes") or []
-    if notes:
-        blocks.append(Bullets([[("i", md_text(n, cc))] for n in notes]))
     return blocks
 
 
@@ -347,14 +225,14 @@ def _findings_table(findings: Sequence[dict[str, Any]], d: Detail) -> Table:
         what = " — ".join(x for x in (f.get("title"), f.get("message")) if x)
         rows.append(
             [
-                [("t", ", ".join(str(g) for g in f["gemm_ids"]))],
+                [("t", ", ".join(str(g) for g in f["cases"]))],
                 [("c", str(f.get("rule") or "?"))],
                 [("t", md_text(f.get("kind") or "", 20))],
                 [("t", f"{f['speedup_pct']:.0f}%" if f.get("speedup_pct") is not None else "–")],
                 [("t", md_text(what, d.cell_chars))],
             ]
         )
-    return Table(["GEMMs #", "rule", "type", "est. speed-up", "finding"], rows, ["r", "l", "l", "r", "l"])
+    return Table(["cases #", "rule", "type", "est. speed-up", "finding"], rows, ["r", "l", "l", "r", "l"])
 
 
 def _crash_parts(f: dict[str, Any]) -> list[str]:
@@ -366,6 +244,13 @@ def _crash_parts(f: dict[str, Any]) -> list[str]:
     return (["\n".join(head)] if head else []) + blocks
 
 
+def _first_line(text: Any) -> str:
+    for line in _clean(text).split("\n"):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
 def _failure_text(f: dict[str, Any], d: Detail) -> str:
     parts = [_clean(f.get("message")).rstrip()]
     if f.get("traceback"):
@@ -373,7 +258,8 @@ def _failure_text(f: dict[str, Any], d: Detail) -> str:
     parts += _crash_parts(f)
     extra = []
     if f.get("device_name"):
-        extra.append(f"device: {_one_line(f['device_name'])} (CC {f.get('compute_capability') or '?'})")
+        cc = f" (CC {f['compute_capability']})" if f.get("compute_capability") else ""
+        extra.append(f"device: {_one_line(f['device_name'])}{cc}")
     if f.get("versions"):
         v = f["versions"]
         extra.append(
@@ -390,7 +276,7 @@ def _summary_text(text: str) -> str:
 
 
 def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str]]:
-    failures, groups = rep["failures"], rep["failure_groups"]
+    failures, groups = rep["failures"], rep["report"]["failure_groups"]
     notes: list[str] = []
     if not failures:
         return [], notes
@@ -452,7 +338,9 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
                     [("t", _shape(f))],
                     [("t", md_text(f.get("kind") or "", 20))],
                     [("c", str(f.get("error_type") or "?"))],
-                    [("c", _one_line(f["first_line"], cc))] if f["first_line"] else [("t", "–")],
+                    [("c", _one_line(_first_line(f.get("message")), cc))]
+                    if _first_line(f.get("message"))
+                    else [("t", "–")],
                 ]
             )
         blocks.append(
@@ -463,9 +351,7 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
             )
         )
         for f in failures:
-            summary = (
-                f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(f['first_line'], 160)}"
-            )
+            summary = f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(_first_line(f.get('message')), 160)}"
             blocks.append(Details(summary, [Code(_failure_text(f, d))]))
     return blocks, notes
 

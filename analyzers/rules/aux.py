@@ -1,49 +1,152 @@
-"""Auxiliary kernels: the other kernels in the GEMM's range (activation quantize / scale / amax, split-K reduce,
-layout copy / transpose, other), timed apart from the GEMM; each class gets the remedy that fits it."""
+"""Auxiliary kernels: the other kernels in the GEMM's range, timed apart from the GEMM, each by its class in the
+kernel table (analyzers/taxonomy) with the remedy that fits it: an activation (SiLU, GELU, the SwiGLU multiply)
+goes into the GEMM's epilogue or a fused gated-activation kernel; a quantize (a real cast to a float8 / FP4 type,
+its amax and scale) into the producer; a split-K reduce away with another split; a layout copy into the GEMM's
+operand layout. Kernels that are their own operation (attention, a norm, rotary) are said to be in the range, not
+blamed on the GEMM as something to fuse into it."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
+from ..taxonomy import classify_name, split_name
 from . import Factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
 
-AUX_CLASSES = ("quantize", "split-K reduce", "layout", "other")
-_SPLITK = re.compile(r"splitk|split_k|splitKreduce|reduce_split|streamk_reduce|fixup", re.IGNORECASE)
-_QUANT = re.compile(
-    r"quantiz|_quant|quant_|cvt_|float8|fp8|e4m3|e5m2|e2m1|fp4|nvfp4|mxfp|amax|absmax|MaxNanFunctor|MaxOps|"
-    r"abs_kernel|AbsFunctor|DivFunctor|div_true|reciprocal|clamp|scale|cast",
-    re.IGNORECASE,
+AUX_CLASSES = (
+    "quantize",
+    "activation",
+    "splitk-reduce",
+    "layout",
+    "elementwise",
+    "memory",
+    "normalization",
+    "attention",
+    "reduction",
+    "rng",
+    "communication",
+    "gemm",
+    "other",
 )
-_ELEMENTWISE = re.compile(
-    r"elementwise|MulFunctor|direct_copy|_copy_kernel|fill|reduce_kernel", re.IGNORECASE
-)
-_LAYOUT = re.compile(r"transpose|permute|contiguous|copy|swizzle|layout|reorder", re.IGNORECASE)
+"""The classes an auxiliary kernel may have, in the order the factor's text names them."""
+_LABEL = {
+    "quantize": "quantize",
+    "activation": "activation",
+    "splitk-reduce": "split-K reduce",
+    "layout": "layout",
+    "elementwise": "elementwise",
+    "memory": "fill / memset",
+    "normalization": "normalization",
+    "attention": "attention",
+    "reduction": "reduction",
+    "rng": "random-number",
+    "communication": "communication",
+    "gemm": "other GEMM",
+    "other": "unclassified",
+}
 _REMEDY = {
     "quantize": "Fuse the activation quantize (amax, scale, cast) into the producer kernel (the previous op, or "
     "the GEMM prologue), or keep activations in FP8 between layers: quantize once and reuse across the GEMMs "
     "sharing the activation; delayed scaling drops the amax pass.",
-    "split-K reduce": "Split-K adds a reduce pass: a larger M, stream-K, or a kernel without split-K removes it.",
+    "activation": "Fuse the activation into the GEMM's epilogue (cuBLASLt / CUTLASS epilogues apply GELU, SiLU "
+    "and bias), or compute a SwiGLU / GeGLU in one fused gated-activation kernel (silu(gate) * up: vLLM's, "
+    "FlashInfer's or sgl-kernel's silu_and_mul, or torch.compile) instead of an activation and a multiply.",
+    "splitk-reduce": "Split-K adds a reduce pass: a larger M, stream-K, or a kernel without split-K removes it.",
     "layout": "The operand is copied into another layout before the GEMM: pass the transpose to the GEMM (a "
     "TN/NT kernel) instead of materialising it, or store the weight in the layout the GEMM wants.",
-    "other": "Fuse the auxiliary step into the GEMM's prologue or epilogue.",
+    "elementwise": "Fuse the elementwise step into the GEMM's epilogue (bias, scale, residual add) or into its "
+    "neighbour (torch.compile fuses chains of pointwise ops).",
+    "memory": "A fill or memset on every call: reuse the output buffer, or let the GEMM overwrite it (beta = 0) "
+    "instead of zeroing it first.",
+    "normalization": "A normalization in the range: fuse it with its neighbours (a fused residual-add + RMSNorm, "
+    "or RMSNorm + quantize kernel) rather than into the GEMM.",
 }
+_SEPARATE = (
+    "These kernels are their own operations, not parts of the GEMM: put the GEMM in a range of its own to rate it "
+    "alone, and look at them in the step breakdown."
+)
+_GATE_MUL = re.compile(r"MulFunctor|mul_kernel|(?<![a-z])mul(?![a-z])", re.IGNORECASE)
+"""The multiply of a gated activation (SwiGLU: silu(gate) * up), beside an activation kernel."""
+_QUANT_STEP = re.compile(
+    r"AbsFunctor|abs_kernel|MaxOps|MaxNanFunctor|amax|absmax|DivFunctor|div_true|MulFunctor|reciprocal|clamp|"
+    r"direct_copy|copy_kernel",
+    re.IGNORECASE,
+)
+"""Steps of an FP8 / FP4 activation quantize (abs, amax, reciprocal, scale, clamp, a copy), beside a real cast."""
+_GENERIC_FUNCTIONS = re.compile(
+    r"^(?:vectorized_|unrolled_)?elementwise_kernel$|^index_elementwise_kernel$|^reduce_kernel$|^Kernel2?$|"
+    r"^device_kernel$|^multi_tensor_apply_kernel$"
+)
+_TELLING = re.compile(
+    r"\b(\w+_kernel_cuda|\w+_kernel_impl|\w+KernelImpl|\w+_kernel|\w+Functor\w*|\w+Ops|cutlass_\w+)\b"
+)
+_NOT_TELLING = frozenset(
+    {
+        "gpu_kernel_impl",
+        "gpu_kernel_impl_nocast",
+        "elementwise_kernel",
+        "vectorized_elementwise_kernel",
+        "unrolled_elementwise_kernel",
+        "BinaryFunctor",
+        "AUnaryFunctor",
+        "BUnaryFunctor",
+        "UnaryFunctor",
+    }
+)
+
+
+def kernel_label(name: str | None) -> str:
+    """A short, never empty label of a kernel for a sentence: its own function name without namespaces
+    (``splitKreduce_kernel``), and for PyTorch's generic launchers the functor or lambda that names the work
+    (``elementwise_kernel<silu_kernel>``)."""
+    if not name:
+        return "(unnamed kernel)"
+    fn, args = split_name(name)
+    last = fn.rsplit("::", 1)[-1].strip() or fn.strip()
+    if _GENERIC_FUNCTIONS.match(last) and args:
+        words = [w for w in _TELLING.findall(args) if w not in _NOT_TELLING]
+        if words:
+            last = f"{last}<{words[0]}>"
+    return (last or name.strip())[:80] or "(unnamed kernel)"
 
 
 def aux_class(name: str | None) -> str:
-    """The class of an auxiliary kernel by its name: quantize (amax, scale, cast to a low-precision type),
-    split-K reduce, layout (copy / transpose), other. Quantize is tested first: a copy into float8 is a cast."""
-    text = name or ""
-    if _SPLITK.search(text):
-        return "split-K reduce"
-    if _QUANT.search(text):
-        return "quantize"
-    if _LAYOUT.search(text):
-        return "layout"
-    return "other"
+    """The class of an auxiliary kernel (the kernel table's; ``other`` for names it does not know)."""
+    return classify_name(name).kernel_class
+
+
+def _classes(names: list[str]) -> dict[str, str]:
+    """Each auxiliary kernel's class, with the steps that belong to a neighbour: a multiply beside an activation
+    is the gated (SwiGLU) multiply; abs, amax, divide, scale and copy steps beside a real low-precision cast are
+    the quantizer's. Without such a neighbour they keep their own class: a bf16 model gets no quantize advice."""
+    classes = {n: aux_class(n) for n in names}
+    has = set(classes.values())
+    for n, c in classes.items():
+        if c not in ("elementwise", "reduction", "layout", "other"):
+            continue
+        if "quantize" in has and _QUANT_STEP.search(n):
+            classes[n] = "quantize"
+        elif "activation" in has and c == "elementwise" and _GATE_MUL.search(n):
+            classes[n] = "activation"
+    return classes
+
+
+def _names(names: list[str], classes: dict[str, str], most: int = 4) -> str:
+    """The kernels' labels for the sentence: one of each class first (in the order classes are named), then
+    the rest, at most ``most`` and a count of the others; never empty."""
+    order = {c: i for i, c in enumerate(AUX_CLASSES)}
+    ranked = sorted(names, key=lambda n: (order.get(classes.get(n, "other"), len(order)), kernel_label(n)))
+    firsts = {classes.get(n): n for n in reversed(ranked)}
+    picked = sorted(firsts.values(), key=ranked.index) + [n for n in ranked if n not in firsts.values()]
+    labels = list(dict.fromkeys(kernel_label(n) for n in picked)) or ["(auxiliary step)"]
+    return ", ".join(labels[:most]) + (f" and {len(labels) - most} more" if len(labels) > most else "")
+
+
+def _join(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
 def aux(case: GemmCase) -> Factor | None:
@@ -51,29 +154,30 @@ def aux(case: GemmCase) -> Factor | None:
     if not case.main_ns or not case.aux_ns:
         return None
     value = case.main_ns / (case.main_ns + case.aux_ns)
-    names = case.aux_kernels or ["(auxiliary step)"]
-    short = ", ".join(n.split("(")[0].split("<")[0].removeprefix("void ")[:60] for n in names[:3])
+    names = case.aux_kernels or []
     share = 100.0 * (1.0 - value)
-    classes = {n: aux_class(n) for n in names}
-    if "quantize" in classes.values():
-        # beside an amax / cast, the range's plain elementwise steps (multiply by the scale, a copy to float)
-        # are the quantizer's too
-        classes = {
-            n: "quantize" if c in ("other", "layout") and _ELEMENTWISE.search(n) else c
-            for n, c in classes.items()
-        }
+    classes = _classes(names)
     found = [c for c in AUX_CLASSES if c in classes.values()]
+    short = _names(names, classes)
     ev = {
         "main_time_ns": case.main_ns,
         "aux_time_ns": case.aux_ns,
-        "aux_kernels": names,
+        "aux_kernels": names or ["(auxiliary step)"],
         "aux_classes": classes,
     }
-    what = " and ".join(found[:2]) if found and found != ["other"] else "auxiliary"
+    fusable = [_LABEL[c] for c in found if c in _REMEDY]
+    own = [_LABEL[c] for c in found if c not in _REMEDY]
+    parts = [_join(fusable) + " kernels"] if fusable else []
+    if own:
+        parts.append(f"other operations in the range ({_join(own)})")
+    what = " and ".join(parts) or "Auxiliary steps"
     sentence = (
-        f"{what[0].upper() + what[1:]} kernels ({short}) take {case.aux_ns / 1e3:.1f} us per launch, {share:.0f}% "
-        "of the GEMM's GPU time."
+        f"{what[0].upper() + what[1:]} take {case.aux_ns / 1e3:.1f} us per launch, {share:.0f}% of the GEMM's "
+        f"GPU time: {short}."
     )
-    remedy = " ".join(_REMEDY[c] for c in found[:2]) if found else _REMEDY["other"]
+    fitting = [_REMEDY[c] for c in found if c in _REMEDY][:2]
+    if any(c not in _REMEDY for c in found):
+        fitting.append(_SEPARATE)
+    remedy = " ".join(fitting) or "Fuse the auxiliary step into the GEMM's prologue or epilogue."
     ev["aux_class"] = found[0] if found else "other"
     return Factor("aux kernels", value, sentence, ev, remedy + f" (+{(1 / value - 1) * 100:.0f}%)")

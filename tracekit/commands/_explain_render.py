@@ -1,17 +1,36 @@
-"""Rich rendering of waterfalls: one panel per GEMM, a bar per factor, the verdict, ncu's findings beside.
+"""Rich rendering of an Analysis: the summary every text view opens with, then one card per GEMM case (a bar per
+factor, the verdict, Nsight Compute's findings beside).
 
-Wide terminals get one table row per factor with its sentence in a ``why`` column. Below ``WIDE`` columns that
-column would be squeezed to a word or two per line, so each factor's sentence goes on its own lines under the
-factor's row instead, indented, at the panel's full width. ``--json`` is not affected.
+The summary says the run's GPU time, the three largest losses in GPU time and what is unknown with how to learn
+it. Cards come in the Analysis' order (GPU time, largest first), cut to ``--top``; a card prints only what is
+known (no empty fields, no "?" placeholders). Wide terminals get one table row per factor with its sentence in a
+``why`` column; below ``WIDE`` columns each factor is one line and only the verdict's sentence is written out, so a
+card stays a dozen lines (``--json`` and ``tracekit view`` hold every sentence).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+NO_LOSS = 0.995
+"""A factor at or above this value loses nothing worth a sentence on a narrow terminal (analyzers/analysis)."""
 BAR = 30
-WIDE = 140
-"""Terminal width from which the sentence sits in a ``why`` column beside the bars (about 60 cells of it)."""
+WIDE = 180
+"""Terminal width from which every factor's sentence sits in a ``why`` column beside the bars."""
+
+
+def ns_text(ns: float | None) -> str:
+    """A duration in the unit that reads best: ``812 ns``, ``14.6 µs``, ``2.93 ms``, ``1.20 s``."""
+    if ns is None:
+        return "–"
+    if ns >= 1e9:
+        return f"{ns / 1e9:,.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:,.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:,.1f} µs"
+    return f"{ns:,.0f} ns"
 
 
 def _bar(value: float, width: int = BAR) -> str:
@@ -19,17 +38,18 @@ def _bar(value: float, width: int = BAR) -> str:
     return "█" * full + "░" * (width - full)
 
 
-def _running(wf: Any, peak: float | None) -> list[str]:
-    """TFLOP/s left after each factor (the datasheet peak times every factor so far)."""
-    out, running = [], peak
-    for f in wf.factors:
+def _running(case: Any) -> list[str]:
+    """TFLOP/s left after each factor (the peak times every factor so far); '' without a peak."""
+    out: list[str] = []
+    running = case.peak.tflops if case.peak is not None else None
+    for f in case.factors:
         if running is not None:
             running *= f.value
-        out.append(f"{running:,.1f}" if running is not None else "–")
+        out.append(f"{running:,.1f}" if running is not None else "")
     return out
 
 
-def _factor_table(wf: Any, peak: float | None) -> Any:
+def _factor_table(case: Any) -> Any:
     """Wide terminals: one row per factor, its sentence in the ``why`` column beside the bar."""
     from rich.table import Table
     from rich.text import Text
@@ -40,23 +60,25 @@ def _factor_table(wf: Any, peak: float | None) -> Any:
     table.add_column("factor")
     table.add_column("×", justify="right")
     table.add_column("", no_wrap=True)
-    table.add_column("TFLOP/s", justify="right")
+    if case.peak is not None:
+        table.add_column("TFLOP/s", justify="right")
     table.add_column("why")
-    for f, after in zip(wf.factors, _running(wf, peak), strict=True):
-        style = "red" if f is wf.verdict else ""
-        table.add_row(
+    for f, after in zip(case.factors, _running(case), strict=True):
+        style = "red" if f.name == case.verdict.factor else ""
+        cells = [
             Text(f.name + (f" ({f.cause})" if f.cause else ""), style=style),
             f"{f.value:.3f}",
             Text(_bar(f.value), style=style or "cyan"),
-            after,
-            Text(safe(f.sentence)),
-        )
+        ]
+        if case.peak is not None:
+            cells.append(after)
+        table.add_row(*cells, Text(safe(f.sentence)))
     return table
 
 
-def _factor_lines(wf: Any, peak: float | None, width: int) -> Any:
-    """Narrow terminals: each factor's row (name, ×, bar, TFLOP/s left), then its cause and sentence on their
-    own lines under it, indented, wrapped at the panel's width."""
+def _factor_lines(case: Any, width: int) -> Any:
+    """Narrow terminals: one line per factor (name and cause, ×, bar, TFLOP/s left); under a factor that loses
+    something, its sentence on whole lines, indented (a factor of ×1.000 says nothing worth the lines)."""
     from rich.console import Group
     from rich.padding import Padding
     from rich.table import Table
@@ -64,46 +86,216 @@ def _factor_lines(wf: Any, peak: float | None, width: int) -> Any:
 
     from tracekit.commands._render import safe
 
-    bar = BAR if width >= 100 else 20
-    name_w = min(24, max([len("factor"), *(len(f.name) for f in wf.factors)]))
+    bar = BAR if width >= 100 else 16
+    name_w = min(44, max(len(f.name + (f" ({f.cause})" if f.cause else "")) for f in case.factors))
 
     def grid() -> Table:
         t = Table.grid(padding=(0, 1))
         t.add_column(width=name_w, no_wrap=True, overflow="ellipsis")
         t.add_column(width=6, justify="right")
         t.add_column(width=bar, no_wrap=True)
-        t.add_column(width=9, justify="right")
+        if case.peak is not None:
+            t.add_column(width=9, justify="right")
         return t
 
-    head = grid()
-    head.add_row(Text("factor", style="bold"), Text("×", style="bold"), "", Text("TFLOP/s", style="bold"))
-    parts: list[Any] = [head]
-    for f, after in zip(wf.factors, _running(wf, peak), strict=True):
-        style = "red" if f is wf.verdict else ""
-        row = grid()
-        row.add_row(
-            Text(f.name, style=style or "bold"),
+    parts: list[Any] = []
+    for f, after in zip(case.factors, _running(case), strict=True):
+        style = "red" if f.name == case.verdict.factor else ""
+        cells = [
+            Text(safe(f.name + (f" ({f.cause})" if f.cause else "")), style=style or "bold"),
             f"{f.value:.3f}",
             Text(_bar(f.value, bar), style=style or "cyan"),
-            after,
-        )
-        why = Text()
-        if f.cause:
-            why.append(f"{safe(f.cause)}: ", style=style or "italic")
-        why.append(safe(f.sentence))
-        parts += [row, Padding(why, (0, 0, 0, 2))]
+        ]
+        if case.peak is not None:
+            cells.append(after)
+        row = grid()
+        row.add_row(*cells)
+        parts.append(row)
+        if f.value < NO_LOSS and f.sentence:
+            parts.append(Padding(Text(safe(f.sentence)), (0, 0, 0, 2)))
     return Group(*parts)
 
 
-def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filter: str | None) -> None:
-    from rich.console import Console, Group
+def _join(parts: Sequence[str | None], sep: str = " · ") -> str:
+    return sep.join(p for p in parts if p)
+
+
+def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[str, str]]:
+    """The card's head as (text, style) lines: what, GPU time and calls, the rates, where FLOPs came from, the
+    kernel. Only what is known is written."""
+    from tracekit.commands._render import safe
+
+    t = case.timing
+    lines: list[tuple[str, str]] = []
+    plain_flops = case.flops.source == "shape" and case.rate.source in ("shape", "none")
+    what = _join(
+        [
+            safe(case.device.name) if case.device and case.device.name else None,
+            case.shape_text,
+            case.rate.dtype_class,
+            f"{case.flops.per_call / 1e9:,.3g} GFLOP per call"
+            if case.flops.per_call and plain_flops
+            else None,
+        ]
+    )
+    if what:
+        lines.append((what, ""))
+    if t.calls:
+        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}% of all)" if gpu_ns else ""
+        unit, scale = ("ms", 1e6) if (t.span_ns.median or 0) >= 1e6 else ("µs", 1e3)
+        per = _join(
+            [
+                f"GEMM {t.gemm_ns.median / scale:,.1f}" if t.gemm_ns.median is not None else None,
+                f"aux {t.aux_ns.median / scale:,.1f}" if t.aux_ns.median else None,
+                f"gap {t.gap_ns.median / scale:,.1f}" if t.gap_ns.median else None,
+            ],
+            " + ",
+        )
+        call = f"per call {ns_text(t.span_ns.median)}" + (f": {per} {unit}" if "+" in per else "")
+        lines.append(
+            (
+                f"GPU time {ns_text(t.span_ns_total)}{share}, {t.calls:,} call{'s' if t.calls != 1 else ''}; {call}",
+                "",
+            )
+        )
+    if t.calls_without_kernel:
+        lines.append((f"{t.calls_without_kernel} call(s) without their GEMM kernel left out", "yellow"))
+    rates = []
+    if t.achieved_tflops is not None:
+        rates.append(f"achieved {t.achieved_tflops:,.1f} TFLOP/s")
+    if t.kernel_tflops is not None:
+        rates.append(f"kernel rate {t.kernel_tflops:,.1f} TFLOP/s")
+    if case.peak is not None:
+        peak = f"peak {case.peak.tflops:,.1f} ({case.peak.source}"
+        peak += f", {case.peak.dtype_class})" if case.peak.dtype_class else ")"
+        if case.pct_of_peak is not None:
+            peak += f" → {case.pct_of_peak:.0f}% of peak"
+        if case.peak.calibrated_tflops:
+            peak += f"; calibrated {case.peak.calibrated_tflops:,.0f}"
+            if case.peak.pct_of_calibrated is not None:
+                peak += f" ({case.peak.pct_of_calibrated:.0f}%)"
+        rates.append(peak)
+    if rates:
+        lines.append((" · ".join(rates), "bold"))
+    if case.flops.per_call and not plain_flops:
+        origin = f"{case.flops.per_call / 1e9:,.3g} GFLOP per call from {case.flops.source}"
+        dtype = f"{case.rate.dtype_class} from {case.rate.source}" if case.rate.dtype_class else None
+        lines.append((_join([origin, dtype], "; "), "dim"))
+    if case.kernel.name:
+        lines.append((f"kernel {safe(case.kernel.name, max(20, width - 11))}", "dim"))
+    return lines
+
+
+def render_case(
+    console: Any, case: Any, index: int, gpu_ns: float | None, said: frozenset[str] = frozenset()
+) -> None:
+    """One case as a panel (``said``: notes already written above the cards, left out here)."""
+    from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
 
     from tracekit.commands._render import safe
 
-    console = Console()
-    if not waterfalls:
+    head = Text()
+    for i, (line, style) in enumerate(case_head(case, gpu_ns, console.width)):
+        head.append(("\n" if i else "") + line, style=style)
+    parts: list[Any] = [head] if head.plain else []
+    if case.factors:
+        wide = console.width >= WIDE
+        parts.append(_factor_table(case) if wide else _factor_lines(case, console.width))
+    v = case.verdict
+    verdict = Text()
+    if v.kind == "explained" and v.factor:
+        verdict.append(f"verdict: {v.factor}", style="bold red")
+        if v.cause:
+            verdict.append(f" — {safe(v.cause)}")
+        costs = []
+        if v.lost_ns_total:
+            costs.append(f"costs {ns_text(v.lost_ns_total)} of GPU time")
+        if v.gain_pct is not None:
+            costs.append(f"removing it: +{v.gain_pct:.0f}%")
+        if costs:
+            verdict.append(f" ({'; '.join(costs)})")
+    else:
+        verdict.append(f"verdict: {v.kind}", style="bold yellow" if v.kind != "no-loss" else "bold green")
+        verdict.append(f" — {safe(v.sentence)}")
+    if v.remedy:
+        verdict.append(f"\ntry: {safe(v.remedy)}")
+    if v.capture_hint:
+        verdict.append(f"\nto learn it: {safe(v.capture_hint)}", style="yellow")
+    parts.append(verdict)
+    rules = [r for r in (case.ncu.rules if case.ncu else []) if r.title and r.rule][:4]
+    if rules:
+        text = "; ".join(
+            f"{safe(r.rule)}: {safe(r.title)}" + (f" (~{r.speedup_pct:.0f}%)" if r.speedup_pct else "")
+            for r in rules
+        )
+        parts.append(Text(f"ncu says: {text}", style="dim"))
+    for note in case.notes:
+        if note not in said:
+            parts.append(Text(f"note: {safe(note)}", style="yellow"))
+    title = Text(f"#{index} " + safe(case.label, 120))
+    console.print(Panel(Group(*parts), title=title, title_align="left"))
+
+
+def render_summary(console: Any, analysis: Any, shown: int, total: int, what: str = "cases") -> None:
+    """The opening: the run, its GPU time and how much of it the GEMM cases take, the step breakdown's headline,
+    the three largest losses in GPU time, what is unknown and how to learn it, and how many cases follow."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    from tracekit.commands._render import safe
+
+    s, run = analysis.summary, analysis.run
+    order = {c.id: (i, c) for i, c in enumerate(analysis.cases, 1)}
+    devices = ", ".join(safe(d.name) for d in analysis.devices if d.name) or "GPU not named in the files"
+    status = (
+        f" ({run.status}{', partial' if run.partial else ''})" if run.status not in (None, "complete") else ""
+    )
+    console.print(Text(f"{safe(run.name or run.path)}{status} · {devices}", style="bold"))
+    time_line = f"{s.cases:,} GEMM case{'s' if s.cases != 1 else ''}"
+    if s.case_ns_total:
+        time_line += f", {ns_text(s.case_ns_total)} of GPU time"
+        if s.gpu_ns_total and s.case_ns_total <= s.gpu_ns_total:
+            time_line += f" ({100 * s.case_ns_total / s.gpu_ns_total:.0f}% of {ns_text(s.gpu_ns_total)} in all kernels)"
+        elif s.gpu_ns_total:
+            time_line += f" (all kernels on the timeline: {ns_text(s.gpu_ns_total)})"
+    console.print(Text(time_line))
+    if s.breakdown:
+        console.print(Text(f"step: {safe(s.breakdown)}"))
+    if s.top_losses:
+        console.print(Text("Largest losses in GPU time:", style="bold"))
+        for i, loss in enumerate(s.top_losses, 1):
+            factor = loss.factor + (f" ({loss.cause})" if loss.cause else "")
+            line = Text(f"  {i}. {ns_text(loss.lost_ns_total):>9}  ", style="red")
+            i_case, case = order.get(loss.case_id, (None, None))
+            where = case.label if case is not None else loss.case_name
+            line.append((f"(#{i_case}) " if i_case else "") + f"{safe(factor)} in {safe(where)}")
+            console.print(line, no_wrap=True, overflow="ellipsis")
+    if s.unknowns:
+        console.print(Text("Unknown, and how to learn it:", style="bold"))
+        for u in s.unknowns:
+            console.print(Text(f"  - {safe(u.what)}"), no_wrap=True, overflow="ellipsis")
+            console.print(Padding(Text(safe(u.how), style="dim"), (0, 0, 0, 4)))
+    if total:
+        more = "; --top N or --all for more" if shown < total else ""
+        console.print(
+            Text(f"The {shown} of {total} {what} with the most GPU time follow{more}.", style="italic")
+        )
+
+
+def render_analysis(
+    analysis: Any, cases: Sequence[Any], top: int | None, gemm_filter: str | None, console: Any = None
+) -> None:
+    """``tracekit explain``'s text: the summary, then the first ``top`` of ``cases`` (None: all) as cards."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from tracekit.commands._render import safe
+
+    console = console or Console()
+    if not cases:
+        render_summary(console, analysis, 0, 0)
         what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"
         console.print(
             Text(
@@ -114,57 +306,19 @@ def render_waterfalls(waterfalls: list[Any], calibration: str | None, gemm_filte
             )
         )
         return
-    if calibration:
-        console.print(Text(f"calibration: {calibration}", style="dim"))
-    for wf in waterfalls:
-        c = wf.case
-        d = wf.to_dict()
-        shape = f"M={c.m} N={c.n} K={c.k}" if c.m else ""
-        title = Text(safe(c.label, 120))
-        head = Text()
-        ach, peak = d["achieved_tflops"], d["peak_tflops"]
-        head.append(f"{safe(c.device.name if c.device else c.device_name)}  {shape}  {c.dtype_class or ''}\n")
-        if ach is not None:
-            head.append(f"achieved {ach:,.1f} TFLOP/s", style="bold")
-        if peak is not None:
-            head.append(f" of {peak:,.1f} peak ({d['peak_source']})")
-            if ach is not None:
-                head.append(f" = {100 * ach / peak:.0f}%")
-        if d["calibrated_tflops"]:
-            head.append(f"; calibrated {d['calibrated_tflops']:,.0f} ({d['pct_of_calibrated']:.0f}%)")
-        if d.get("flops"):
-            head.append(
-                f"\n{d['flops'] / 1e9:,.3g} GFLOP per launch from {d['flops_source']}; "
-                f"{c.dtype_class or 'dtype unknown'} from {d['dtype_source']}",
-                style="dim",
-            )
-        if c.main_kernel:
-            head.append(f"\nkernel {safe(c.main_kernel, 100)}", style="dim")
-        wide = console.width >= WIDE
-        table = _factor_table(wf, peak) if wide else _factor_lines(wf, peak, console.width)
-        parts: list[Any] = [head, table]
-        v = wf.verdict
-        if v is not None:
-            verdict = Text()
-            verdict.append(f"verdict: {v.name}", style="bold red")
-            if v.cause:
-                verdict.append(f" — {v.cause}")
-            verdict.append(f" (×{v.value:.2f}; removing it: +{v.gain_pct:.0f}%)\n")
-            if v.remedy:
-                verdict.append(f"try: {safe(v.remedy)}")
-            parts.append(verdict)
-        if wf.ncu_rules:
-            rules = Text("ncu says: ", style="dim")
-            shown = [r for r in wf.ncu_rules if r.get("title")][:4]
-            rules.append(
-                "; ".join(
-                    f"{safe(r['rule'])}: {safe(r['title'])}"
-                    + (f" (~{r['speedup_pct']:.0f}%)" if r.get("speedup_pct") else "")
-                    for r in shown
-                ),
-                style="dim",
-            )
-            parts.append(rules)
-        for note in wf.notes:
-            parts.append(Text(f"note: {safe(note)}", style="yellow"))
-        console.print(Panel(Group(*parts), title=title, title_align="left"))
+    shown = list(cases) if top is None else list(cases)[:top]
+    what = f"cases matching {gemm_filter!r}" if gemm_filter else "cases"
+    render_summary(console, analysis, len(shown), len(cases), what)
+    if analysis.run.calibration:
+        console.print(Text(f"calibration: {analysis.run.calibration}", style="dim"))
+    where: dict[str, list[int]] = {}
+    for i, case in enumerate(shown, 1):
+        for note in dict.fromkeys(case.notes):
+            where.setdefault(note, []).append(i)
+    common = frozenset(n for n, nums in where.items() if len(nums) > 1)
+    for note in sorted(common, key=lambda n: where[n][0]):  # said once above the cards, not in each
+        nums = where[note]
+        whom = "every case below" if len(nums) == len(shown) else "cases " + ", ".join(f"#{n}" for n in nums)
+        console.print(Text(f"note ({whom}): {safe(note)}", style="yellow"))
+    for i, case in enumerate(shown, 1):
+        render_case(console, case, i, analysis.summary.gpu_ns_total, common)

@@ -38,3 +38,30 @@ def out_option(help: str, **option: Any) -> Callable[[Callable[..., Any]], Calla
         return click.option("-o", "--out", "out", help=help, **option)(command)
 
     return decorate
+
+
+TOP_DEFAULT = 10
+"""Cases a view shows without ``--top`` / ``--all``."""
+
+
+def top_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--top N`` (the N cases with the most GPU time; 0 or a negative count is a usage error, exit 2) and
+    ``--all`` (every case). The command receives ``top`` (None when not given) and ``show_all``."""
+    f = click.option("--all", "show_all", is_flag=True, help="Every GEMM case (no --top).")(f)
+    return click.option(
+        "--top",
+        "top",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help=f"The N GEMM cases with the most GPU time (default {TOP_DEFAULT}).",
+    )(f)
+
+
+def top_count(top: int | None, show_all: bool, default: int | None = TOP_DEFAULT) -> int | None:
+    """How many cases to show: None for every case (``--all``), else ``--top`` or ``default``."""
+    if show_all and top is not None:
+        raise click.UsageError("--top and --all contradict each other: give one")
+    if show_all:
+        return None
+    return top if top is not None else default

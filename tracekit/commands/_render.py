@@ -183,7 +183,64 @@ def _print_cut(console: Any, table: Any, total: int, shown: int, what: str, run:
         console.print(Text(more_line(total - shown, what, run), style="dim"))
 
 
-def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int | None) -> None:
+def device_line(d: dict[str, Any]) -> str:
+    """A device as ``show`` prints it: only the fields known; where the files name no compute capability or SM
+    count (an Nsight Systems export), the hint that sets them."""
+    if not d.get("name"):
+        cc = f"compute capability {d['compute_capability']}, " if d.get("compute_capability") else ""
+        return f"device: {cc}GPU not named in the files (--device NAME names it, e.g. --device h100-sxm)"
+    parts = [f"device: {safe(d['name'])}"]
+    if d.get("compute_capability"):
+        parts.append(f"CC {d['compute_capability']}")
+    if d.get("sm_count"):
+        parts.append(f"{d['sm_count']} SMs")
+    line = "  ".join(parts)
+    if not (d.get("compute_capability") and d.get("sm_count")):
+        line += "  (SMs and compute capability not in the files: --device NAME sets them)"
+    return line
+
+
+def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
+    """``show``'s GEMM table from ``show --json``'s rows (the Analysis' cases, largest GPU time first)."""
+    import polars as pl
+
+    rows = [
+        {
+            "gemm": g.get("backend") or g.get("name"),
+            "m": g.get("m"),
+            "n": g.get("n"),
+            "k": g.get("k"),
+            "dtype": g.get("dtype"),
+            "calls": g.get("calls"),
+            "gpu_ms": g["gpu_time_us"] / 1e3 if g.get("gpu_time_us") else None,
+            "call_us": g.get("time_us"),
+            "achieved": g.get("achieved_tflops"),
+            "kernel_rate": g.get("kernel_tflops"),
+            "%peak": g.get("pct_of_peak"),
+            "verdict": g.get("verdict"),
+        }
+        for g in gemms
+    ]
+    schema = {
+        "gemm": pl.String,
+        "m": pl.Int64,
+        "n": pl.Int64,
+        "k": pl.Int64,
+        "dtype": pl.String,
+        "calls": pl.Int64,
+        "gpu_ms": pl.Float64,
+        "call_us": pl.Float64,
+        "achieved": pl.Float64,
+        "kernel_rate": pl.Float64,
+        "%peak": pl.Float64,
+        "verdict": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def render_summary(
+    data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int | None, analysis: Any = None
+) -> None:
     """``tracekit show``'s tables; each is cut to ``limit`` rows (None: every row) and says what it left out."""
     import polars as pl
     from rich.console import Console
@@ -205,11 +262,7 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
         console.print(Text(f"  incomplete: {run['incomplete_reason']}", style="yellow"))
     devs = data.get("devices") or ([data["device"]] if data.get("device") else [])
     for d in devs:
-        console.print(
-            Text(
-                f"device: {safe(d.get('name'))}  CC {d.get('compute_capability') or '?'}  SMs {d.get('sm_count') or '?'}"
-            )
-        )
+        console.print(Text(device_line(d)))
     console.print(
         Text(
             f"{data['kernel_count']} timeline kernels, {data['range_count']} ranges, "
@@ -235,6 +288,8 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
         )
         for reason in (data.get("straggler") or {}).get("reasons") or []:
             console.print(Text(f"  {safe(reason, 300)}"))
+    if data.get("breakdown"):
+        _render_breakdown(console, data["breakdown"], limit, path)
     for src in data["sources"]:
         if src.get("status") == "failed":
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
@@ -243,14 +298,26 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
         launches = len(data["moe"]["launches"])
         if limit is not None and launches > limit:
             console.print(Text(more_line(launches - limit, "MoE launches", path), style="dim"))
-    gemms = S.gemm_table(frames)
+    gemms = cases_table(data["gemms"])
     if gemms.height:
-        shown = cut(gemms.drop([c for c in ("range",) if c in gemms.columns]))
+        shown = cut(gemms)
         table = frame_table(
             shown,
-            "GEMMs",
+            "GEMM cases, largest GPU time first (achieved: FLOPs / call spans; kernel_rate: FLOPs / GEMM time)",
             width=w,
-            priority=["backend", "m", "n", "k", "dtype", "time_us", "tflops", "status", "launches"],
+            priority=[
+                "gemm",
+                "m",
+                "n",
+                "k",
+                "gpu_ms",
+                "achieved",
+                "verdict",
+                "%peak",
+                "kernel_rate",
+                "calls",
+            ],
+            min_widths={"verdict": 12, "gemm": 12},
         )
         _print_cut(console, table, gemms.height, shown.height, "GEMMs", path)
     fails = frames["failures"]
@@ -292,6 +359,48 @@ def render_summary(data: dict[str, Any], frames: dict[str, pl.DataFrame], limit:
         shown = cut(kt)
         table = frame_table(shown, "Top kernels (by total time)", {"name": 70}, width=w)
         _print_cut(console, table, kt.height, shown.height, "kernel names", path)
+
+
+def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run: str) -> None:
+    """The step breakdown (analyzers/breakdown): % of each GPU's span by kernel class and idle, for the whole run
+    and per range name, then what the numbers leave out."""
+    from rich.text import Text
+
+    from tracekit.analyzers.breakdown import Breakdown
+    from tracekit.analyzers.breakdown.table import breakdown_frame
+
+    b = Breakdown.from_dict(data)
+    if b.empty:
+        return
+    names = len({s.range for s in b.ranges})
+    import polars as pl
+
+    df = breakdown_frame(b, limit)
+    classes = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms", "idle", "comm_hidden")]
+    df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(2))
+    title = (
+        "Step breakdown (% of each GPU's span by kernel class; comm_hidden: % of communication under compute)"
+    )
+    priority = ["scope", "gpu", "span_ms", "idle"]
+    for c in sorted(classes, key=lambda c: -(df[c].max() or 0)):  # the larger classes stay on a narrow screen
+        priority += [c, "comm_hidden"] if c == "communication" else [c]
+    table = frame_table(
+        df, title, {"scope": 50}, width=console.width, priority=priority, min_widths={"scope": 24}
+    )
+    console.print(table)
+    shown = min(names, limit) if limit is not None else names
+    if b.ranges_total > shown:
+        import shlex
+
+        console.print(
+            Text(
+                f"… {b.ranges_total - shown} more range names: `tracekit show {shlex.quote(run)} --all` "
+                "(with --json: every range name's breakdown)",
+                style="dim",
+            )
+        )
+    for note in b.notes:
+        console.print(Text(f"  {safe(note, 300)}", style="yellow"))
 
 
 def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:

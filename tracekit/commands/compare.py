@@ -112,6 +112,7 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
       tracekit compare base.zip new.zip --threshold 3 --gate     # exit 5 on a regression
       tracekit compare A B --json | jq '.gemms[] | select(.status=="regression")'
     """
+    from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.compare import compare_runs
     from tracekit.analyzers.store import load_frames, open_run
 
@@ -123,6 +124,8 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
         threshold_pct=threshold,
         base_environment=rb.manifest.get("environment"),
         new_environment=rn.manifest.get("environment"),
+        base_analysis=analyze_run(rb, fb, breakdown="none"),
+        new_analysis=analyze_run(rn, fn, breakdown="none"),
     )
     result["base"], result["new"] = str(base), str(new)
     if as_json:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tracekit.records import gpu_of
+from tracekit.commands._options import top_count, top_options
 
 DEVICE_HELP = (
-    "The GPU the run was captured on, by catalog key or alias (case-insensitive): rtx-pro-6000, rtx-5090, b200, "
-    "h200, ... Sets the peaks where the files name no GPU (Nsight Compute CSV exports give only the compute "
-    "capability); where they name another GPU, this one is used and the output says so."
+    "The GPU the run was captured on, by catalog key or alias (case-insensitive): rtx-pro-6000, rtx-4060-ti, "
+    "h100-nvl, mi300x, ...; `tracekit devices` lists them. Sets the peaks where the files name no GPU (Nsight "
+    "Compute CSV exports give only the compute capability) or one the catalog does not know; where they name "
+    "another GPU, this one is used and the output says so."
 )
 
 
@@ -33,48 +33,34 @@ def resolve_device(name: str | None) -> Any:
     return lookup_device(name)
 
 
-def device_notes(frames: dict, environment: dict | None, device: Any) -> list[str]:
-    """One line each: the GPU ``--device`` replaced (when the run names another), or, without ``--device``,
-    the catalog GPUs a run that names no GPU but a compute capability may have run on."""
-    from tracekit.devices import candidates_line
-
-    named = _named_gpus(frames, environment)
-    if device is not None:
-        others = sorted(n for n in named if _catalog_key(n) != device.key)
-        if others:
-            return [f"--device {device.key}: the run names {', '.join(others)}; using {device.name} as asked"]
-        return []
-    if named:
-        return []
-    capabilities: set[str] = set()
-    for frame in ("ncu", "devices"):
-        df = frames.get(frame)
-        if df is not None and df.height and "compute_capability" in df.columns:
-            capabilities.update(df["compute_capability"].drop_nulls().unique().to_list())
-    lines = [candidates_line(cc) for cc in sorted(capabilities)]
-    return [line for line in lines if line]
+def case_matches(case: Any, pattern: str | None) -> bool:
+    """Whether ``--gemm PATTERN`` selects a case: the pattern (case-insensitive) in its name, range, enclosing
+    ranges, kernel or backend."""
+    if not pattern:
+        return True
+    p = pattern.lower()
+    fields = (case.name, case.range, *case.parents, case.kernel.name, case.backend)
+    return any(p in (s or "").lower() for s in fields)
 
 
-def _named_gpus(frames: dict, environment: dict | None) -> set[str]:
-    """Every GPU name the run's files and environment give."""
-    names: set[str] = set()
-    for frame in ("devices", "ncu"):
-        df = frames.get(frame)
-        col = "name" if frame == "devices" else "device_name"
-        if df is not None and df.height and col in df.columns:
-            names.update(df[col].drop_nulls().unique().to_list())
-    name = gpu_of(environment).name
-    if name:
-        names.add(name)
-    return names
+def select_cases(analysis: Any, pattern: str | None, top: int | None) -> list[Any]:
+    """The cases a view shows: those ``--gemm`` selects, in the Analysis' order (GPU time), the first ``top``
+    (None: all)."""
+    cases = [c for c in analysis.cases if case_matches(c, pattern)]
+    return cases if top is None else cases[:top]
 
 
-def _catalog_key(name: str) -> str | None:
-    """The catalog key a GPU name matches, None when it matches none."""
-    from tracekit.devices import match_device
+def analysis_of(run: Path, device_name: str | None, calibration: Path | None) -> Any:
+    """The Analysis of RUN as explain, report, show and view build it (``--device`` and ``--calibration``),
+    with the device notes on stderr (stdout carries only data)."""
+    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.store import open_run
 
-    dev = match_device(name)
-    return dev.key if dev is not None and dev.provenance not in ("derived", "unknown") else None
+    device = resolve_device(device_name)  # a bad name fails before the run is read
+    analysis = analyze_run(open_run(run), device=device, calibration=calibration, breakdown="devices")
+    for line in analysis.run.device_notes:
+        click.echo(line, err=True)
+    return analysis
 
 
 @click.command()
@@ -82,68 +68,62 @@ def _catalog_key(name: str) -> str | None:
 @click.option(
     "--gemm", "gemm_filter", default=None, help="Only GEMMs whose range, kernel or backend contain this."
 )
-@click.option("--json", "as_json", is_flag=True, help='Print {"gemms": [...]} on stdout.')
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the Analysis as JSON on stdout (docs/ANALYSIS.md)."
+)
 @click.option(
     "--calibration",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help="A profile from `tracekit calibrate` (measured peak shown beside the datasheet's).",
 )
+@top_options
 @device_option
 def explain(
-    run: Path, gemm_filter: str | None, as_json: bool, calibration: Path | None, device_name: str | None
+    run: Path,
+    gemm_filter: str | None,
+    as_json: bool,
+    calibration: Path | None,
+    top: int | None,
+    show_all: bool,
+    device_name: str | None,
 ) -> None:
     """Explain why each GEMM of RUN stops short of peak.
 
-    Each GEMM gets a waterfall: the datasheet peak times clock, wave-quantization, memory-bound, in-kernel,
-    auxiliary-kernel and launch-gap factors equals its achieved TFLOP/s. The largest loss is the verdict, with
-    what to try and the gain if it were removed. Nsight Compute's own findings are listed beside it.
+    Opens with a summary: GPU time, the three largest losses in GPU time, and what is unknown with how to learn
+    it. Then one card per GEMM case, largest GPU time first (the top 10; --top N, --all): the datasheet peak
+    times clock, wave-quantization, memory-bound, in-kernel, auxiliary-kernel and launch-gap factors equals its
+    achieved TFLOP/s (sum of FLOPs / sum of call spans); the kernel rate (FLOPs / GEMM kernel time) beside it.
+    The largest loss is the verdict, with the GPU time it costs and what to try. Nsight Compute's own findings are
+    listed beside it.
 
     \b
-    --json: {"gemms": [{range, achieved_tflops, peak_tflops, factors: [{name, value, sentence, evidence}],
-             verdict: {factor, cause, sentence, remedy, gain_pct}, ncu_rules, notes, ...}], "calibration": FILE,
-             "moe": {launches: [{..., per_expert: [...]}], whatif: [...]} for runs with grouped launches}
+    --json: the Analysis (docs/ANALYSIS.md): {schema_version, run, devices, summary, breakdown, cases: [{id,
+            name, timing {achieved_tflops, kernel_tflops, ...}, factors, verdict, ...}], failures, ranks, moe};
+            every case unless --top is given; --gemm keeps the cases it selects (the summary stays the run's).
 
     A run whose files name only the compute capability (Nsight Compute CSV exports) gets a line naming the
-    catalog GPUs it may be; --device NAME picks one and sets the peaks.
+    catalog GPUs it may be; --device NAME picks one and sets the peaks. A GPU the catalog does not know gets no
+    peak, and its GEMMs the note "peak unknown: give --device NAME" (`tracekit devices` lists the names).
 
     \b
     Examples:
       tracekit explain runs/h200-probe
-      tracekit explain runs/h200-probe --gemm M=8192 --json | jq '.gemms[0].verdict'
+      tracekit explain runs/h200-probe --top 3
+      tracekit explain runs/h200-probe --gemm M=8192 --json | jq '.cases[0].verdict'
       tracekit import kernel_*_ncu.details.csv -o runs/rtx && tracekit explain runs/rtx --device rtx-pro-6000
     """
-    from tracekit.analyzers.explain import explain as run_explain
-    from tracekit.analyzers.store import load_frames, open_run
-    from tracekit.devices import find_calibration
-
-    device = resolve_device(device_name)  # a bad name fails before the run is read
-    r = open_run(run)
-    frames = load_frames(r)
-    cal, cal_source = find_calibration(r, frames, calibration)
-    env = r.manifest.get("environment")
-    waterfalls = run_explain(frames, calibration=cal, gemm_filter=gemm_filter, environment=env, device=device)
-    notes = device_notes(frames, env, device)
-    for line in notes:  # stdout carries only data
-        click.echo(line, err=True)
+    count = top_count(top, show_all, default=None if as_json else 10)
+    analysis = analysis_of(run, device_name, calibration)
+    cases = select_cases(analysis, gemm_filter, count)
     if as_json:
-        gemms = []
-        for w in waterfalls:
-            d = w.to_dict()
-            d.setdefault("device_key", w.case.device.key if w.case.device else None)
-            gemms.append(d)
-        out = {"run": str(run), "calibration": cal_source, "gemms": gemms}
-        if device is not None:
-            out["device"] = {"key": device.key, "name": device.name, "source": "--device"}
-        if notes:
-            out["device_notes"] = notes
-        from tracekit.analyzers.summary import moe_summary
+        import msgspec
 
-        moe = moe_summary(frames, r.manifest.get("environment"))
-        if moe is not None:  # grouped launches: per-expert rows and the what-if (docs/MOE.md)
-            out["moe"] = moe
-        click.echo(json.dumps(out, indent=2, default=str, allow_nan=False))
+        if gemm_filter or count is not None:
+            analysis = msgspec.structs.replace(analysis, cases=cases)
+        click.echo(analysis.to_json().decode())
         return
-    from tracekit.commands._explain_render import render_waterfalls
+    from tracekit.commands._explain_render import render_analysis
 
-    render_waterfalls(waterfalls, cal_source, gemm_filter)
+    matching = [c for c in analysis.cases if case_matches(c, gemm_filter)]
+    render_analysis(analysis, matching, count, gemm_filter)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands._options import top_count, top_options
 from tracekit.commands.explain import device_option, resolve_device
 from tracekit.errors import BadInputError
 
@@ -38,6 +39,7 @@ _SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "htm
     default=None,
     help="A profile from `tracekit calibrate` (measured peak beside the datasheet's).",
 )
+@top_options
 @device_option
 def report(
     run: Path,
@@ -45,13 +47,18 @@ def report(
     fmt: str | None,
     out: Path | None,
     calibration: Path | None,
+    top: int | None,
+    show_all: bool,
     device_name: str | None,
 ) -> None:
     """Write a report of RUN (a run folder or a bundle .zip) for a kernel ticket.
 
-    The Markdown stands on its own in a GitHub issue comment: environment (GPU, driver, CUDA, library versions,
-    ncu clock control), the command that reproduces the capture, the GEMM table, each selected GEMM's waterfall
-    and verdict, Nsight Compute's findings, and every failure's full error text in a collapsible block. It fits
+    The Markdown stands on its own in a GitHub issue comment: a summary (GPU time, the three largest losses in
+    GPU time, what is unknown and how to learn it), environment (GPU, driver, CUDA, library versions, ncu clock
+    control), the command that reproduces the capture, the GEMM table (largest GPU time first), the waterfall and
+    verdict of the top 10 GEMMs by GPU time (--top N, --all), Nsight Compute's findings, and every failure's full
+    error text in a collapsible block. --format json is the run's Analysis (docs/ANALYSIS.md) with a "report"
+    object beside it (environment, capture, reproduce, selected cases, findings, failure groups). It fits
     GitHub's 65,536-character limit by summarising (grouped failures, top GEMMs by GPU time) and says so.
     Plots (TFLOP/s vs M, waterfalls) are SVG files beside the Markdown: drag them into the comment too.
 
@@ -60,14 +67,14 @@ def report(
       tracekit report runs/h200-probe -o ticket.md
       tracekit report runs/h200-probe --gemm M=8192 -o ticket.md
       tracekit report bundle.zip --format html -o report.html
-      tracekit report runs/h200-probe --format json | jq '.waterfalls[0].verdict'
+      tracekit report runs/h200-probe --format json | jq '.cases[0].verdict'
       tracekit report runs/rtx-csv --device rtx-pro-6000 -o ticket.md   # CSV exports name no GPU
     """
+    from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.report import build_report, write_report
     from tracekit.analyzers.store import load_frames, open_run
-    from tracekit.commands.explain import device_notes
-    from tracekit.devices import find_calibration
 
+    count = top_count(top, show_all)
     device = resolve_device(device_name)
     if fmt is None:
         fmt = _SUFFIX_FORMAT.get(out.suffix.lower(), "md") if out is not None else "md"
@@ -75,12 +82,10 @@ def report(
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
     frames = load_frames(r)
-    cal, cal_source = find_calibration(r, frames, calibration)
-    for line in device_notes(frames, r.manifest.get("environment"), device):
+    analysis = analyze_run(r, frames, device=device, calibration=calibration)
+    for line in analysis.run.device_notes:
         click.echo(line, err=True)
-    rep = build_report(
-        r, frames, gemm_filter=gemm_filter, calibration=cal, calibration_source=cal_source, device=device
-    )
+    rep = build_report(r, frames, gemm_filter=gemm_filter, analysis=analysis, top=count)
     text, files, rendered = write_report(rep, fmt, out)
     if text is not None:
         click.echo(text, nl=False)

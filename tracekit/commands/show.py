@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from tracekit.commands.explain import device_option
+
 
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path))
@@ -21,18 +23,24 @@ import click
     help="Rows per table (failures: groups); a cut table says how many rows it left out.",
 )
 @click.option("--all", "show_all", is_flag=True, help="Every row of every table (no --limit).")
-def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
-    """Summarise RUN: device, counts, measured GEMMs, failures, top ranges and kernels.
+@device_option
+def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str | None) -> None:
+    """Summarise RUN: device, counts, GEMM cases, failures, top ranges and kernels.
 
     RUN is a run folder made by `tracekit capture`, `tracekit bench` or `tracekit import`.
 
-    Each table shows --limit rows and says how many it left out; --all shows them all. Failures are grouped
+    GEMM cases come largest GPU time first, with both rates named: achieved (sum of FLOPs / sum of call spans)
+    and kernel rate (sum of FLOPs / sum of GEMM kernel time). Each table shows --limit rows and says how many it left out; --all shows them all. Failures are grouped
     by backend, kind and the first line of the message, with their count and the shapes they cover
     (M=16..4096, N=768|2048, K=6144); --json and `tracekit report` keep every failure in full.
 
     \b
-    --json keys: schema_version, run, device {name, compute_capability, sm_count} (or devices: [...] when the run
-    holds several GPUs), kernel_count, range_count, ncu_kernel_count, gemms [...], failures [...], sources [...];
+    --json keys: schema_version, analysis_schema_version, run, device {name, compute_capability, sm_count}
+    (or devices: [...] when the run holds several GPUs), kernel_count, range_count, ncu_kernel_count, summary,
+    gemms [{id, name, m, n, k, calls, time_us, achieved_tflops, kernel_tflops, pct_of_peak, verdict, ...}],
+    failures [...], sources [...] (docs/ANALYSIS.md: the gemms are the Analysis' cases, projected),
+    breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
+    and per range name: the 20 longest, every one with --all; docs/BREAKDOWN.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
 
@@ -40,17 +48,23 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool) -> None:
     Examples:
       tracekit show samples/h200-gemm
       tracekit show samples/h200-gemm --all
-      tracekit show samples/h200-gemm --json | jq '.gemms[] | {backend, m, tflops}'
+      tracekit show samples/h200-gemm --json | jq '.gemms[] | {backend, m, achieved_tflops}'
     """
     from tracekit.analyzers import summary as S
+    from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.commands.explain import resolve_device
 
+    device = resolve_device(device_name)
     r = open_run(run)
     frames = load_frames(r)
-    data = S.summary(r, frames)
+    analysis = analyze_run(r, frames, device=device, breakdown="all" if show_all else "top")
+    for line in analysis.run.device_notes:
+        click.echo(line, err=True)
+    data = S.summary(r, frames, analysis)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
     from tracekit.commands._render import render_summary
 
-    render_summary(data, frames, None if show_all else limit)
+    render_summary(data, frames, None if show_all else limit, analysis)

@@ -203,7 +203,7 @@ class CompareScreen(FrameScreen):
     def load_other(self) -> None:
         try:
             other = load_run(self.other_path)
-            comparison = compare_data(self.data, other)
+            comparison = compare_data(self.data, other, a_analysis=self.analysis)
         except TracekitError as exc:
             self.post_message(self.RunCompared(None, None, exc))
             return

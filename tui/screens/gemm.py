@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
-from tracekit.tui.tables import gemm_kernels, gemm_rules
+from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -57,24 +57,26 @@ def _evidence_text(value: Any, key: str = "") -> str:
     return str(value)
 
 
-def factor_content(f: dict[str, Any], verdict: str | None) -> Content:
-    """One factor: heading with its value and the gain if removed, the sentence, the remedy, the evidence."""
-    name = clean(f.get("name"))
-    value = f.get("value")
-    gain = f.get("gain_pct")
+def factor_content(f: Any, verdict: str | None) -> Content:
+    """One factor (:class:`tracekit.analyzers.analysis.Factor`): heading with its value, the GPU time it costs
+    and the gain if removed, the sentence, the remedy, the evidence."""
+    name = clean(f.name)
+    value = f.value
+    gain = f.gain_pct
     head: list[Any] = [(f"{name}", "bold $warning" if name == verdict else "bold")]
     if isinstance(value, int | float):
         head.append(f"  ×{value:.3f}")
     if isinstance(gain, int | float) and math.isfinite(gain) and gain >= 0.5:
-        head.append((f"  (+{gain:.0f}% if removed)", "$text-muted"))
+        lost = f"costs {time_us(f.lost_ns_total)} µs of GPU time; " if f.lost_ns_total else ""
+        head.append((f"  ({lost}+{gain:.0f}% if removed)", "$text-muted"))
     if name == verdict:
         head.append(("  ◀ verdict", "bold $warning"))
-    if f.get("cause"):
-        head.append((f"  {clean(f['cause'])}", "italic"))
-    parts: list[Any] = [*head, "\n", clean(f.get("sentence") or "")]
-    if f.get("remedy"):
-        parts += [("\ntry: ", "bold $success"), clean(f["remedy"])]
-    ev = f.get("evidence") or {}
+    if f.cause:
+        head.append((f"  {clean(f.cause)}", "italic"))
+    parts: list[Any] = [*head, "\n", clean(f.sentence or "")]
+    if f.remedy:
+        parts += [("\ntry: ", "bold $success"), clean(f.remedy)]
+    ev = f.evidence or {}
     if ev:
         parts.append(("\nevidence: ", "$text-muted"))
         items = [f"{clean(k)}={clean(_evidence_text(v, str(k)))}" for k, v in ev.items()]
@@ -97,65 +99,81 @@ class GemmScreen(Screen[None]):
             self.rules = rules
             """Distinct Nsight Compute findings for its profiled kernels (tracekit.tui.tables.gemm_rules)."""
 
-    def __init__(
-        self, frames: dict[str, pl.DataFrame], gemm: dict[str, Any], explanation: dict[str, Any]
-    ) -> None:
+    def __init__(self, frames: dict[str, pl.DataFrame], case: Any, number: int | None = None) -> None:
         super().__init__()
         self.frames = frames
-        self.gemm = gemm
-        self.explanation = explanation
+        self.case = case
+        """The GEMM case (tracekit.analyzers.analysis.Case)."""
+        self.number = number
+        """Its place in the run's GPU-time order (1 = the most), as the overview numbers it."""
         self.kernels_table = FrameTable(KERNEL_COLUMNS, empty_text="finding the kernels…", id="gemm-kernels")
         self.rules_text = Static("", id="gemm-rules")
 
     def compose(self) -> ComposeResult:
-        g, e = self.gemm, self.explanation
-        verdict = (e.get("verdict") or {}).get("factor")
+        c = self.case
+        title = (f"#{self.number} " if self.number else "") + clean(c.label)
         with VerticalScroll(id="gemm-detail"):
-            yield Static(Content(clean(g.get("range") or "?")).stylize("bold $accent"), id="gemm-title")
+            yield Static(Content(title).stylize("bold $accent"), id="gemm-title")
             yield Static(self._summary(), id="gemm-summary")
-            if e:
-                yield Waterfall(e, id="waterfall")
-                for f in e.get("factors") or []:
-                    yield Static(factor_content(f, verdict), classes="factor")
-                for note in e.get("notes") or []:
-                    yield Static(Content(clean(note)).stylize("$text-muted italic"), classes="note")
-            else:
-                yield Static(
-                    Content("no waterfall: the explainer gave none for this GEMM").stylize("$text-muted")
-                )
+            if c.factors:
+                yield Waterfall(c, id="waterfall")
+                for f in c.factors:
+                    yield Static(factor_content(f, c.verdict.factor), classes="factor")
+            yield Static(self._verdict(), classes="note")
+            for note in c.notes:
+                yield Static(Content(clean(note)).stylize("$text-muted italic"), classes="note")
             yield Static(Content("Kernels in this GEMM's range").stylize("bold"), classes="section")
             yield self.kernels_table
             yield Static(Content("Nsight Compute findings").stylize("bold"), classes="section")
             yield self.rules_text
         yield KeyFooter()
 
-    def _summary(self) -> Content:
-        g = self.gemm
-        shape = "x".join("?" if g.get(k) is None else str(g[k]) for k in ("m", "n", "k"))
-        ach, peak, pct = g.get("achieved_tflops"), g.get("peak_tflops"), g.get("pct_of_peak")
-        dtype = "/".join(clean(g.get(k)) for k in ("dtype_a", "dtype_b", "dtype_out") if g.get(k))
-        parts: list[Any] = [
-            (clean(g.get("backend") or g.get("origin") or "?"), "bold"),
-            f"  {shape}  {dtype or clean(g.get('dtype_class') or '')}",
-            f"  {g.get('launches') or 0} launch(es) · from {clean(g.get('origin'))}"
-            + _times_from(g.get("time_source"))
-            + "\n",
-            ("achieved ", "$text-muted"),
-            ("–" if ach is None else f"{ach:,.0f} TFLOP/s", "bold"),
-            ("  of peak ", "$text-muted"),
-            "–" if peak is None else f"{peak:,.0f} ({clean(g.get('peak_source') or '')})",
-            ("" if pct is None else f"  = {pct:.0f}%", "bold"),
-        ]
-        if g.get("calibrated_tflops"):
-            parts.append(
-                f"  · {g.get('pct_of_calibrated') or 0:.0f}% of calibrated {g['calibrated_tflops']:,.0f}"
+    def _verdict(self) -> Content:
+        v = self.case.verdict
+        if v.kind == "explained" and v.factor:
+            return Content.assemble(
+                ("verdict: ", "bold $warning"),
+                clean(v.factor + (f" ({v.cause})" if v.cause else "")),
+                (
+                    f"  costs {time_us(v.lost_ns_total)} µs of GPU time" if v.lost_ns_total else "",
+                    "$text-muted",
+                ),
             )
+        parts: list[Any] = [(f"verdict: {v.kind}", "bold $warning"), "  ", clean(v.sentence)]
+        if v.capture_hint:
+            parts += [("\nto learn more: ", "bold"), clean(v.capture_hint)]
+        return Content.assemble(*parts)
+
+    def _summary(self) -> Content:
+        c = self.case
+        t = c.timing
+        shape = c.shape_text or "shape unknown"
+        s = c.shape
+        dtype = "/".join(clean(d) for d in ((s.dtype_a, s.dtype_b, s.dtype_out) if s else ()) if d)
+        parts: list[Any] = [
+            (clean(c.backend or c.origin), "bold"),
+            f"  {shape}  {dtype or clean(c.rate.dtype_class or '')}",
+            f"  {t.calls:,} call(s) · from {clean(c.origin)}" + _times_from(t.source) + "\n",
+            ("achieved ", "$text-muted"),
+            ("–" if t.achieved_tflops is None else f"{t.achieved_tflops:,.0f} TFLOP/s", "bold"),
+            ("  kernel rate ", "$text-muted"),
+            "–" if t.kernel_tflops is None else f"{t.kernel_tflops:,.0f} TFLOP/s",
+        ]
+        if c.peak is not None:
+            parts += [("  of peak ", "$text-muted"), f"{c.peak.tflops:,.0f} ({clean(c.peak.source)})"]
+            if c.pct_of_peak is not None:
+                parts.append((f"  = {c.pct_of_peak:.0f}%", "bold"))
+            if c.peak.calibrated_tflops:
+                parts.append(
+                    f"  · {c.peak.pct_of_calibrated or 0:.0f}% of calibrated {c.peak.calibrated_tflops:,.0f}"
+                )
         parts += [
-            ("\ntime per launch ", "$text-muted"),
-            f"kernel {time_us(g.get('main_time_ns'))} µs + aux {time_us(g.get('aux_time_ns'))} + gaps "
-            f"{time_us(g.get('gap_time_ns'))}",
+            ("\nGPU time ", "$text-muted"),
+            f"{time_us(t.span_ns_total)} µs",
+            ("  per call ", "$text-muted"),
+            f"GEMM {time_us(t.gemm_ns.median)} µs + aux {time_us(t.aux_ns.median)} + gap {time_us(t.gap_ns.median)}",
             ("  · main kernel ", "$text-muted"),
-            clean(g.get("main_kernel") or "–"),
+            clean(c.kernel.name or "–"),
         ]
         return Content.assemble(*parts)
 
@@ -165,9 +183,8 @@ class GemmScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="detail")
     def load_detail(self) -> None:
-        self.post_message(
-            self.DetailLoaded(gemm_kernels(self.frames, self.gemm), gemm_rules(self.frames, self.gemm))
-        )
+        ref = case_ref(self.case)
+        self.post_message(self.DetailLoaded(gemm_kernels(self.frames, ref), gemm_rules(self.frames, ref)))
 
     def on_gemm_screen_detail_loaded(self, message: GemmScreen.DetailLoaded) -> None:
         self.kernels_table.empty_text = "no kernels recorded for this GEMM"
@@ -219,12 +236,9 @@ class GemmScreen(Screen[None]):
         self.app.push_screen(TextScreen("kernel", body))
 
     def action_name(self) -> None:
-        self.app.push_screen(TextScreen("range", Content(clean(self.gemm.get("range") or ""))))
+        self.app.push_screen(TextScreen("range", Content(clean(self.case.range or self.case.name))))
 
 
 def _times_from(source: str | None) -> str:
-    """`` · times from the timeline`` when the times are not the GEMM's origin's own (a measurement timed with
-    CUDA events under a profiler takes the timeline's kernel, aux and idle times)."""
-    if source and source.startswith("timeline"):
-        return " · times from the timeline"
-    return ""
+    """`` · times from ...``: where the case's times came from (timeline, measurement:cuda-graph, ncu-replay)."""
+    return f" · times from {source}" if source else ""

@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count
+from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count, step_breakdown
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
@@ -34,13 +34,20 @@ def _pct_tone(value: Any, row: dict[str, Any]) -> str | None:
     return "good" if value >= 70 else "warn" if value >= 40 else "bad"
 
 
+def _ms(value: Any, row: dict[str, Any]) -> str:
+    return "–" if not value else f"{value / 1e6:,.2f}"
+
+
 GEMM_COLUMNS = [
+    Col("gemm_id", "#", 3, "right", fmt=lambda v, r: str(v + 1)),
     Col("backend", "backend", 12),
     Col("m", "M", 5, "right"),
     Col("n", "N", 5, "right"),
     Col("k", "K", 5, "right"),
     Col("dtype", "dtype", 5),
-    Col("time_ns", "µs", 7, "right", fmt=lambda v, r: time_us(v)),
+    Col("gpu_ns", "GPU ms", 7, "right", fmt=_ms),
+    Col("calls", "calls", 5, "right", hide_below=110),
+    Col("time_ns", "µs", 7, "right", fmt=lambda v, r: time_us(v), hide_below=100),
     Col("tflops", "TFLOP/s", 7, "right", fmt=lambda v, r: "–" if v is None else f"{v:,.0f}"),
     Col(
         "pct_of_peak", "%peak", 5, "right", fmt=lambda v, r: "–" if v is None else f"{v:.0f}%", tone=_pct_tone
@@ -63,11 +70,13 @@ def _short_device(label: str) -> str:
     return label.replace("NVIDIA ", "")
 
 
-def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
-    """The overview's header in two lines that fit ``width`` cells: the run, its status and failure count (and
-    when it was made, where room is left); then the device and the counts. A third line holds the explainer's
-    note or the calibration, when there is one. Parts are shortened before anything wraps: the date goes first,
-    then ``NVIDIA``; the failure count always stays."""
+def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = None) -> Content:
+    """The overview's header in lines that fit ``width`` cells: the run, its status and failure count (and when it
+    was made, where room is left); then the device and the counts; then the step breakdown, a line per GPU once
+    ``steps`` (the run's breakdown, computed after the table) is known; then the analysis' summary: the three
+    largest losses in GPU time (with the case's number in the table) and what is unknown (``tracekit explain`` says
+    how to learn it); the calibration, when there is one. Parts are shortened before anything wraps: the date goes
+    first, then ``NVIDIA``; the failure count always stays."""
     f = d.frames
     fails = d.failure_count
     sep = ("  ·  ", "$text-muted")
@@ -82,7 +91,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
         room = max(8, width - fixed)
         line1 = [(fit(name, room) if cell_len(name) > room else name, "bold"), sep]
         line1 += [(clean(d.status), status_tone), sep, fail_part]
-    n_gemms = analysis.gemms.height if analysis is not None else None
+    n_gemms = len(analysis.cases) if analysis is not None else None
     counts = [f"{'…' if n_gemms is None else f'{n_gemms:,}'} GEMMs"]
     if f["kernels"].height:
         counts.append(f"{f['kernels'].height:,} kernels")
@@ -98,14 +107,53 @@ def run_header(d: RunData, analysis: Analysis | None, width: int) -> Content:
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]
-    extra: list[Any] = []
-    if analysis is not None and analysis.calibration:
-        extra += [("calibrated: ", "$text-muted"), clean(analysis.calibration)]
-    if analysis is not None and analysis.note:
-        extra += [("  " if extra else "", ""), (clean(analysis.note), "$warning")]
-    if extra:
-        parts += ["\n", *extra]
+    parts += breakdown_lines(steps, width)
+    if analysis is not None:
+        parts += summary_lines(analysis, width)
+    if analysis is not None and analysis.run.calibration:
+        parts += ["\n", ("calibrated: ", "$text-muted"), clean(analysis.run.calibration)]
     return Content.assemble(*parts)
+
+
+def _ms_text(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} µs"
+
+
+def summary_lines(analysis: Analysis, width: int) -> list[Any]:
+    """The analysis' summary as header lines, each cut to ``width``: GPU time in GEMM cases, the three largest
+    losses in GPU time, what is unknown."""
+    s = analysis.summary
+    order = {c.id: i for i, c in enumerate(analysis.cases, 1)}
+    out: list[Any] = []
+    if s.top_losses:
+        items = [
+            f"{_ms_text(loss.lost_ns_total)} {loss.factor} (#{order.get(loss.case_id, '?')})"
+            for loss in s.top_losses
+        ]
+        out += ["\n", ("largest losses: ", "bold $error"), fit(" · ".join(items), max(8, width - 16))]
+    if s.unknowns:
+        what = " · ".join(u.what for u in s.unknowns)
+        out += ["\n", ("unknown: ", "bold $warning"), (fit(what, max(8, width - 9)), "$text-muted")]
+    return out
+
+
+BREAKDOWN_LINES = 2
+"""GPUs whose breakdown line the header shows; more are behind ``b``."""
+
+
+def breakdown_lines(b: Any, width: int) -> list[Any]:
+    """One line per GPU (at most :data:`BREAKDOWN_LINES`) of the breakdown ``b`` with its idle and largest kernel
+    classes as % of its span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the table."""
+    if b is None or b.empty:
+        return []
+    from tracekit.analyzers.breakdown.table import headline
+
+    out: list[Any] = []
+    for s in b.devices[:BREAKDOWN_LINES]:
+        out += ["\n", ("time ", "$text-muted"), fit(clean(headline(s)), max(8, width - 5))]
+    if len(b.devices) > BREAKDOWN_LINES:
+        out += ["\n", (f"+{len(b.devices) - BREAKDOWN_LINES} GPUs: b", "$text-muted")]
+    return out
 
 
 class OverviewScreen(FrameScreen):
@@ -119,6 +167,7 @@ class OverviewScreen(FrameScreen):
         Binding("c", "compare", "Compare"),
         Binding("o", "open", "Open run", show=False),
         Binding("d", "ranks", "Ranks", show=False),
+        Binding("b", "breakdown", "Breakdown", show=False),
     ]
 
     class RunLoaded(Message):
@@ -130,12 +179,20 @@ class OverviewScreen(FrameScreen):
             """The run and all its frames."""
 
     class RunAnalyzed(Message):
-        """The explainer finished: every GEMM with its waterfall."""
+        """The analysis is built: every GEMM case with its waterfall, and the summary."""
 
         def __init__(self, analysis: Analysis) -> None:
             super().__init__()
             self.analysis = analysis
-            """The gemms frame and one explanation per GEMM."""
+            """The run's Analysis (tracekit.analyzers.analysis)."""
+
+    class StepsComputed(Message):
+        """The run's step breakdown per GPU (analyzers/breakdown) is known: the header shows it."""
+
+        def __init__(self, steps: Any) -> None:
+            super().__init__()
+            self.steps = steps
+            """The ``Breakdown`` of the whole run, per GPU."""
 
     class RunLoadFailed(Message):
         """Reading or analysing the run failed."""
@@ -158,6 +215,7 @@ class OverviewScreen(FrameScreen):
         self.compare_with = compare_with
         self.data: RunData | None = None
         self.analysis: Analysis | None = None
+        self.steps: Any = None
         self.info = Static(Content(f"reading {clean(path)} …"), id="run-info")
 
     def compose(self) -> ComposeResult:
@@ -173,12 +231,15 @@ class OverviewScreen(FrameScreen):
     def load(self) -> None:
         try:
             if self.prefetch is not None:  # started by the CLI before Textual was imported
-                self.post_message(self.RunLoaded(self.prefetch.data.result()))
+                data = self.prefetch.data.result()
+                self.post_message(self.RunLoaded(data))
                 self.post_message(self.RunAnalyzed(self.prefetch.analysis.result()))
-                return
-            data = load_run(self.path)
-            self.post_message(self.RunLoaded(data))
-            self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            else:
+                data = load_run(self.path)
+                self.post_message(self.RunLoaded(data))
+                self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
+            # after the GEMM table: the breakdown's line waits on it, the table does not
+            self.post_message(self.StepsComputed(step_breakdown(data, with_ranges=False)))
         except TracekitError as exc:
             self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
         except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive
@@ -200,10 +261,14 @@ class OverviewScreen(FrameScreen):
         self.analysis = message.analysis
         self.table.empty_text = "no GEMMs in this run (no tracekit ranges, measurements or GEMM kernels)"
         self._paint_info()
-        self.set_base(gemm_view(message.analysis.gemms))
+        self.set_base(gemm_view(message.analysis.cases_frame()))
         if self.compare_with is not None:
             other, self.compare_with = self.compare_with, None
             self.compare(other)
+
+    def on_overview_screen_steps_computed(self, message: OverviewScreen.StepsComputed) -> None:
+        self.steps = message.steps
+        self._paint_info()
 
     def on_overview_screen_run_load_failed(self, message: OverviewScreen.RunLoadFailed) -> None:
         from tracekit.tui.screens.dialogs import ErrorScreen
@@ -219,7 +284,7 @@ class OverviewScreen(FrameScreen):
         if self.data is None:
             return
         width = (self.info.size.width or self.app.size.width or 80) - 2  # the header's padding
-        self.info.update(run_header(self.data, self.analysis, width))
+        self.info.update(run_header(self.data, self.analysis, width, self.steps))
 
     def on_resize(self) -> None:
         self._paint_info()
@@ -237,9 +302,7 @@ class OverviewScreen(FrameScreen):
         from tracekit.tui.screens.gemm import GemmScreen
 
         gid = message.row["gemm_id"]
-        gemm = self.analysis.gemms.row(gid, named=True)
-        expl = self.analysis.explanations[gid] if gid < len(self.analysis.explanations) else {}
-        self.app.push_screen(GemmScreen(self.data.frames, gemm, expl))
+        self.app.push_screen(GemmScreen(self.data.frames, self.analysis.cases[gid], gid + 1))
 
     def action_kernels(self) -> None:
         if self._ready():
@@ -265,7 +328,7 @@ class OverviewScreen(FrameScreen):
         if self._ready() and self.analysis is not None:
             from tracekit.tui.screens.plot import PlotScreen
 
-            self.app.push_screen(PlotScreen(self.analysis.gemms, self.data.name))  # type: ignore[union-attr]
+            self.app.push_screen(PlotScreen(self.analysis.cases_frame(), self.data.name))  # type: ignore[union-attr]
 
     def action_compare(self) -> None:
         if not self._ready() or self.analysis is None:
@@ -289,7 +352,13 @@ class OverviewScreen(FrameScreen):
         if self._ready():
             from tracekit.tui.screens.ranks import RanksScreen
 
-            self.app.push_screen(RanksScreen(self.data))  # type: ignore[arg-type]
+            self.app.push_screen(RanksScreen(self.data, self.analysis))  # type: ignore[arg-type]
+
+    def action_breakdown(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.breakdown import BreakdownScreen
+
+            self.app.push_screen(BreakdownScreen(self.data))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

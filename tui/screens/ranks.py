@@ -94,9 +94,11 @@ class RanksScreen(FrameScreen):
             self.message = message
             """What went wrong."""
 
-    def __init__(self, data: RunData) -> None:
+    def __init__(self, data: RunData, run_analysis: Any = None) -> None:
         super().__init__(RANK_COLUMNS, empty_text="comparing ranks…")
         self.data = data
+        self.run_analysis = run_analysis
+        """The run's Analysis (its ``ranks``) when the overview has it; else the ranks are compared here."""
         self.analysis: RankAnalysis | None = None
         self.by_gemm = False
         self.reasons = Static(Content(""), id="rank-text")
@@ -128,7 +130,7 @@ class RanksScreen(FrameScreen):
     @work(thread=True, exclusive=True, group="ranks")
     def compare(self) -> None:
         try:
-            self.post_message(self.RanksCompared(rank_analysis(self.data)))
+            self.post_message(self.RanksCompared(rank_analysis(self.data, self.run_analysis)))
         except TracekitError as exc:
             self.post_message(self.RanksFailed(exc.title, exc.message))
         except Exception as exc:  # keep the app alive; the error is shown in place

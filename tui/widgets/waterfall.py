@@ -1,8 +1,8 @@
 """The waterfall of one GEMM drawn as bars: the datasheet peak, each factor's step down, the achieved TFLOP/s.
 
 Each bar is as long as the TFLOP/s left after that factor (the full width is the peak); the part the factor took
-away is shaded, so the longest shaded stretch is the verdict. Built from the dict ``tracekit explain --json``
-prints per GEMM (``analyzers/explain.py``). Bars use block characters and a ``×0.92`` figure, so they read the
+away is shaded, so the longest shaded stretch is the verdict. Built from a case of the run's Analysis
+(:class:`tracekit.analyzers.analysis.Case`, what ``tracekit explain --json`` prints per case). Bars use block characters and a ``×0.92`` figure, so they read the
 same without colour (NO_COLOR).
 """
 
@@ -28,12 +28,12 @@ def _bar(before: float, after: float, peak: float, width: int) -> list[tuple[str
     return [("█" * kept, "$primary"), ("░" * (prev - kept), "$error"), (" " * (width - prev), "")]
 
 
-def waterfall_lines(expl: dict[str, Any], width: int) -> list[Content]:
-    """The waterfall as lines of ``Content``, ``width`` cells wide."""
-    peak = expl.get("peak_tflops")
-    achieved = expl.get("achieved_tflops")
-    factors = expl.get("factors") or []
-    verdict = (expl.get("verdict") or {}).get("factor")
+def waterfall_lines(case: Any, width: int) -> list[Content]:
+    """The waterfall of a case as lines of ``Content``, ``width`` cells wide."""
+    peak = case.peak.tflops if case.peak is not None else None
+    achieved = case.timing.achieved_tflops
+    factors = case.factors
+    verdict = case.verdict.factor
     if not peak or not isinstance(peak, int | float) or not math.isfinite(peak):
         msg = "no datasheet peak for this GEMM's device or dtype: the waterfall needs one"
         if achieved:
@@ -41,8 +41,8 @@ def waterfall_lines(expl: dict[str, Any], width: int) -> list[Content]:
         return [Content(msg).stylize("$text-muted")]
     bar_w = max(8, width - LABEL_W - 23 - 14)  # 23: value, change, TFLOP/s; 14: the label after the bar
     lines: list[Content] = []
-    cls = clean(expl.get("dtype_class") or "")
-    source = clean(expl.get("peak_source") or "datasheet")
+    cls = clean(case.peak.dtype_class or "")
+    source = clean(case.peak.source or "datasheet")
     head = fit(f"peak {cls}".strip(), LABEL_W)
     lines.append(
         Content.assemble(
@@ -54,11 +54,11 @@ def waterfall_lines(expl: dict[str, Any], width: int) -> list[Content]:
     )
     level = float(peak)
     for f in factors:
-        value = f.get("value")
+        value = f.value
         if not isinstance(value, int | float) or not math.isfinite(value):
             continue
         after = level * value
-        name = clean(f.get("name"))
+        name = clean(f.name)
         mark = "◀" if name == verdict else " "
         lost = (1 - value) * 100
         lines.append(
@@ -73,7 +73,7 @@ def waterfall_lines(expl: dict[str, Any], width: int) -> list[Content]:
         )
         level = after
     if achieved:
-        pct = 100.0 * achieved / peak
+        pct = case.pct_of_peak if case.pct_of_peak is not None else 100.0 * achieved / peak
         lines.append(
             Content.assemble(
                 (fit("= achieved", LABEL_W), "bold"),
@@ -82,7 +82,7 @@ def waterfall_lines(expl: dict[str, Any], width: int) -> list[Content]:
                 (f" {pct:.0f}% of peak"[:14], "bold"),
             )
         )
-        if expl.get("complete") is False:
+        if case.complete is False:
             lines.append(
                 Content(
                     "  the factors do not multiply to the achieved figure: some evidence is missing"
@@ -96,12 +96,12 @@ class Waterfall(Widget):
 
     DEFAULT_CSS = "Waterfall { height: auto; margin: 1 0; }"
 
-    def __init__(self, explanation: dict[str, Any], *, id: str | None = None) -> None:
+    def __init__(self, case: Any, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.explanation = explanation
+        self.case = case
 
     def render(self) -> Content:
-        return Content("\n").join(waterfall_lines(self.explanation, self.size.width or 80))
+        return Content("\n").join(waterfall_lines(self.case, self.size.width or 80))
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return len(waterfall_lines(self.explanation, width))
+        return len(waterfall_lines(self.case, width))

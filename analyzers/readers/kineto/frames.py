@@ -2,7 +2,8 @@
 
 What needs the whole file is done here, on columns: each kernel's launch (the launch event with the same
 ``correlation``; a runtime call wins over a driver call, the first of equals wins; an id launched from two
-processes links nothing and is said), the trace's only CPU process (for kernels without a launch), each GPU
+processes links nothing and is said), the op that launched it (the innermost ``cpu_op`` on the launching thread),
+the trace's only CPU process (for kernels without a launch), each GPU
 annotation's process (the CPU annotation with the same ``External id``), the base time, kernel ids and order.
 """
 
@@ -12,8 +13,9 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.frames import DEVICES, KERNELS, RANGES
+from tracekit.frames import DEVICES, KERNELS, MEMOPS, RANGES
 
+from ...join import assign_innermost
 from ..base import fit_rows
 from .part import Part, as_int
 
@@ -54,15 +56,19 @@ def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
 def build(
     parts: list[Part], base_ns: int, source: str, rank: int | None, warnings: list[str]
 ) -> dict[str, pl.DataFrame]:
-    """The kernels and ranges frames of ``parts`` (in file order; the list is emptied as they are joined, so
+    """The kernels, memops and ranges frames of ``parts`` (in file order; the list is emptied as they are joined, so
     the parts and the frames are not both held); warnings are appended to ``warnings``."""
     kernels = _concat([p.kernels for p in parts])
     launches = _concat([p.launches for p in parts])
     cpu = _concat([p.cpu for p in parts] + [p.steps for p in parts])
     gpu = _concat([p.gpu for p in parts])
     ops = _concat([p.ops for p in parts])
+    cpu_ops = _concat([p.cpu_ops for p in parts])
+    memops = _concat([p.memops for p in parts])
     parts.clear()
     chosen, ambiguous = _launch_of_each_id(launches)
+    chosen = _with_launch_op(chosen, cpu_ops)
+    del cpu_ops
     if ambiguous:
         warnings.append(
             f"{ambiguous} correlation ids belong to launches in more than one process; "
@@ -73,6 +79,7 @@ def build(
     del launches
     return {
         "kernels": _kernels(kernels, chosen, base_ns, single_pid, source, rank),
+        "memops": _memops(memops, chosen, base_ns, single_pid, source, rank),
         "ranges": _ranges(cpu, gpu, ops, base_ns, single_pid, source, rank),
     }
 
@@ -95,6 +102,33 @@ def _launch_of_each_id(launches: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         .with_columns(pl.lit(True).alias("linked"))
     )
     return chosen, many.len()
+
+
+def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame) -> pl.DataFrame:
+    """``chosen`` launches with ``l_op``: the innermost ``cpu_op`` open on the launching thread at the launch
+    call (the nesting join of analyzers/join.py on (pid, tid)); null where none is open."""
+    op = pl.lit(None, pl.String).alias("l_op")
+    timed = cpu_ops.filter(pl.col("start_rel").is_not_null() & pl.col("dur").is_not_null())
+    points = chosen.filter(pl.col("l_ts").is_not_null())
+    if timed.height == 0 or points.height == 0:
+        return chosen.with_columns(op)
+    ranges = timed.select(
+        "pid",
+        "tid",
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("range_id"),
+        pl.col("start_rel").alias("start_ns"),
+        (pl.col("start_rel") + pl.col("dur")).alias("end_ns"),
+    )
+    chosen = chosen.with_row_index("__pt")
+    pts = chosen.filter(pl.col("l_ts").is_not_null()).select(
+        pl.col("__pt").cast(pl.Int64).alias("point_id"),
+        pl.col("l_pid").alias("pid"),
+        pl.col("l_tid").alias("tid"),
+        pl.col("l_ts").alias("t"),
+    )
+    at, rid = assign_innermost(ranges, ["pid", "tid"], pts)
+    found = pl.DataFrame({"__pt": at.cast(pl.UInt32), "l_op": timed["name"].gather(rid)})
+    return chosen.join(found, on="__pt", how="left", maintain_order="left").drop("__pt")
 
 
 def _kernels(
@@ -126,6 +160,7 @@ def _kernels(
         "smem_bytes",
         pl.col("l_tid").alias("launch_tid"),
         (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+        pl.col("l_op").alias("launch_op"),
     )
     df = (
         df.with_columns(end_ns=pl.col("start_ns") + pl.col("duration_ns"))
@@ -134,6 +169,38 @@ def _kernels(
         .with_columns(pl.col("kernel_id").cast(pl.Int64))
     )
     return KERNELS.conform(df)
+
+
+def _memops(
+    m: pl.DataFrame, chosen: pl.DataFrame, base_ns: int, single_pid: int | None, source: str, rank: int | None
+) -> pl.DataFrame:
+    """memcpy / memset rows, linked to their API call (``cudaMemcpyAsync``, ``cudaMemsetAsync``) as kernels are."""
+    m = m.join(chosen, left_on="correlation_id", right_on="corr", how="left", maintain_order="left")
+    start = pl.col("start_rel") + base_ns
+    df = m.select(
+        pl.lit(source, pl.String).alias("source"),
+        pl.lit(rank, pl.Int32).alias("rank"),
+        pl.when(pl.col("linked")).then(pl.col("l_pid")).otherwise(pl.lit(single_pid, pl.Int64)).alias("pid"),
+        "device",
+        "context",
+        "stream",
+        "correlation_id",
+        "kind",
+        "name",
+        "copy_kind",
+        "bytes",
+        start.alias("start_ns"),
+        pl.col("dur").alias("duration_ns"),
+        (start + pl.col("dur")).alias("end_ns"),
+        pl.col("l_tid").alias("launch_tid"),
+        (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+    )
+    df = (
+        df.sort("start_ns", "stream", nulls_last=True, maintain_order=True)
+        .with_row_index("memop_id")
+        .with_columns(pl.col("memop_id").cast(pl.Int64))
+    )
+    return MEMOPS.conform(df)
 
 
 def _ranges(

@@ -25,6 +25,8 @@ from ..torch_ops import GEMM_OPS, op_shape
 from .decode import _Event
 
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
+MEMOP_CATS = {"gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}
+"""Categories of memcpy / memset events (2021-era traces capitalise them), with the memops ``kind`` of each."""
 LAUNCH_CATS = {"cuda_runtime": 0, "Runtime": 0, "cuda_driver": 1, "Driver": 1}
 """Categories of CPU launch events, with a preference: a runtime call wins over a driver call of the same id."""
 CPU_ANNOTATION_CATS = frozenset({"user_annotation"})
@@ -37,8 +39,11 @@ _BUCKET: dict[str, int] = {
     **dict.fromkeys(CPU_ANNOTATION_CATS, 2),
     **dict.fromkeys(GPU_ANNOTATION_CATS, 3),
     **dict.fromkeys(STEP_CATS, 4),
+    **dict.fromkeys(MEMOP_CATS, 5),
 }
 _STREAM_TID = re.compile(r"stream\s*(\d+)")
+_COPY_KIND = re.compile(r"^Memcpy\s+(\w+)")
+"""The direction in Kineto's memcpy names: ``Memcpy HtoD (Pageable -> Device)`` -> ``HtoD``."""
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -51,6 +56,7 @@ class _Args(msgspec.Struct, gc=False):
     registers: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
     external_id: Any = msgspec.field(default=None, name="External id")
+    bytes: Any = None
 
 
 class _OpArgs(msgspec.Struct, gc=False):
@@ -110,27 +116,36 @@ class Part:
     """``ProfilerStep#N`` operators of older traces (after ``cpu`` in the ranges, as the reader always had it)."""
     gpu: pl.DataFrame
     ops: pl.DataFrame
+    cpu_ops: pl.DataFrame
+    """Every ``cpu_op`` (2021-era: ``Operator``) event: name, pid, tid, start and duration, to find the op that
+    launched each kernel (``frames.py``)."""
+    memops: pl.DataFrame
+    """``gpu_memcpy`` / ``gpu_memset`` events (2021-era: ``Memcpy`` / ``Memset``)."""
 
 
 def make_part(events: list[_Event]) -> Part:
     """Sort ``events`` into the kinds the frames use and turn each kind into columns."""
-    buckets: tuple[list[_Event], ...] = ([], [], [], [], [])
+    buckets: tuple[list[_Event], ...] = ([], [], [], [], [], [])
     which = _BUCKET.get
     for e in events:
         i = which(e.cat) if type(e.cat) is str else None  # a damaged file's "cat": [1] is no category
         if i is not None:
             buckets[i].append(e)
-    kern, launch, cpu, gpu, other = buckets
+    kern, launch, cpu, gpu, other, mem = buckets
     kernels = [e for e in kern if e.ph == "X" or e.ph is None]
     steps = [
         e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name.startswith("ProfilerStep#")
     ]
     ops = [e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name in GEMM_OPS]
+    cpu_ops = [
+        e for e in other if e.ph == "X" and isinstance(e.name, str) and not e.name.startswith("ProfilerStep#")
+    ]
     cpu = [e for e in cpu if e.ph == "X"]
     gpu = [e for e in gpu if e.ph == "X"]
+    mem = [e for e in mem if e.ph == "X"]
     launches, launch = _launches(launch)
     # every time of the part in one conversion (its fixed cost, ~1 ms, is paid once per chunk, not per column)
-    kinds = (kernels, launch, cpu, steps, gpu, ops)
+    kinds = (kernels, launch, cpu, steps, gpu, ops, cpu_ops, mem)
     raw = [e.ts for k in kinds for e in k] + [e.dur for k in kinds for e in k]
     ns = times_ns(raw)
     n = len(raw) // 2
@@ -141,6 +156,8 @@ def make_part(events: list[_Event]) -> Part:
         _cpu_ranges(steps),
         _gpu_ranges(gpu),
         _op_ranges(ops),
+        _cpu_ops(cpu_ops),
+        _memops(mem),
     )
     timed = []
     at = 0
@@ -153,21 +170,21 @@ def make_part(events: list[_Event]) -> Part:
     return Part(*timed)
 
 
+def _stream(a: _Args, e: _Event) -> int | None:
+    """A GPU event's stream: ``args.stream``, else the number in a ``"stream 7"`` tid, else an integer tid."""
+    if type(a.stream) is int:
+        return a.stream
+    if isinstance(e.tid, str):
+        m = _STREAM_TID.search(e.tid)
+        return int(m.group(1)) if m else None
+    return e.tid if type(e.tid) is int else None
+
+
 def _kernels(kernels: list[_Event]) -> pl.DataFrame:
     args = bulk_args(kernels)
     gx, gy, gz = _dims([a.grid for a in args])
     bx, by, bz = _dims([a.block for a in args])
-    stream = []
-    for a, e in zip(args, kernels, strict=True):
-        s = a.stream
-        if type(s) is not int:
-            s = None
-            if isinstance(e.tid, str):
-                m = _STREAM_TID.search(e.tid)
-                s = int(m.group(1)) if m else None
-            elif type(e.tid) is int:
-                s = e.tid
-        stream.append(s)
+    stream = [_stream(a, e) for a, e in zip(args, kernels, strict=True)]
     device = [
         a.device if type(a.device) is int else (e.pid if type(e.pid) is int else None)
         for a, e in zip(args, kernels, strict=True)
@@ -187,6 +204,31 @@ def _kernels(kernels: list[_Event]) -> pl.DataFrame:
             "block_z": int_series(bz, pl.Int32),
             "registers_per_thread": int_series([a.registers for a in args], pl.Int32),
             "smem_bytes": int_series([a.smem for a in args]),
+        }
+    )
+
+
+def _memops(events: list[_Event]) -> pl.DataFrame:
+    """memcpy / memset events as columns: kind, name, copy direction, bytes, device, context, stream, id."""
+    args = bulk_args(events)
+    names = [e.name if isinstance(e.name, str) else "" for e in events]
+    copy = [m.group(1) if (m := _COPY_KIND.match(n)) else None for n in names]
+    return pl.DataFrame(
+        {
+            "kind": pl.Series([MEMOP_CATS[e.cat] for e in events], dtype=pl.String),  # type: ignore[index]
+            "name": pl.Series(names, dtype=pl.String),
+            "copy_kind": pl.Series(copy, dtype=pl.String),
+            "bytes": int_series([a.bytes for a in args]),
+            "device": int_series(
+                [
+                    a.device if type(a.device) is int else (e.pid if type(e.pid) is int else None)
+                    for a, e in zip(args, events, strict=True)
+                ],
+                pl.Int32,
+            ),
+            "context": int_series([a.context for a in args]),
+            "stream": int_series([_stream(a, e) for a, e in zip(args, events, strict=True)]),
+            "correlation_id": int_series([a.correlation for a in args]),
         }
     )
 
@@ -218,6 +260,16 @@ def _cpu_ranges(events: list[_Event]) -> pl.DataFrame:
             "pid": int_series([as_int(e.pid) for e in events]),
             "tid": int_series([as_int(e.tid) for e in events]),
             "ext": int_series([a.external_id for a in args]),
+        }
+    )
+
+
+def _cpu_ops(events: list[_Event]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "name": pl.Series([e.name for e in events], dtype=pl.String),
+            "pid": int_series([as_int(e.pid) for e in events]),
+            "tid": int_series([as_int(e.tid) for e in events]),
         }
     )
 

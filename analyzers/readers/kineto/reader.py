@@ -1,4 +1,5 @@
-"""Reader for PyTorch-profiler (Kineto) Chrome-trace JSON: ``.json`` or ``.json.gz`` -> kernels, ranges, devices.
+"""Reader for PyTorch-profiler (Kineto) Chrome-trace JSON: ``.json`` or ``.json.gz`` -> kernels, memops, ranges,
+devices.
 
 Parsing streams: the text is never held whole (a 1M-kernel trace is 2.5 GB of JSON). The file is read as blocks
 (gzip inflated on the way: ``text.py``); the event array is cut into chunks at event boundaries and each
@@ -34,6 +35,8 @@ kernels column                         Kineto source
                                        not in the file. On AMD it is the group segment size.
 ``short_name``                         the function name: return type, template arguments, parameters and
                                        namespaces dropped
+``launch_op``                          name of the innermost ``cpu_op`` (``Operator``) event open on the launching
+                                       thread at the launch call (``aten::silu``); null without one
 =====================================  ==========================================================================
 
 Ranges: ``user_annotation`` events (``record_function``, including ``ProfilerStep#N``; in 2021-era traces the
@@ -47,6 +50,10 @@ steps have category ``Operator``) become ``kind="annotation"`` rows with the eve
 ``Input type`` (``shape_source="kineto-input-dims"``; null without ``record_shapes``) and ``flops`` from the
 trace's own ``flops`` arg (``with_flops``). They nest like annotations, so a kernel launched by cuBLAS inside
 ``aten::addmm`` inside ``aten::linear`` joins to the ``aten::addmm``. Other ops stay out of the frame.
+
+``gpu_memcpy`` / ``gpu_memset`` events (2021-era: ``Memcpy`` / ``Memset``) become ``memops`` rows (``kind``
+memcpy / memset, ``name`` as written, ``copy_kind`` from the name's ``Memcpy HtoD``, ``bytes`` from ``args.bytes``;
+device, stream and launch as for kernels): GPU time that is no kernel, counted by the step breakdown.
 
 Every kernel is kept, including those outside ``ProfilerStep`` ranges (HolisticTraceAnalysis drops those).
 """

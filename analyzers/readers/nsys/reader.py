@@ -1,4 +1,5 @@
-"""Nsight Systems SQLite exports (``nsys export --type sqlite``) -> ``kernels``, ``ranges`` and ``devices`` frames.
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) -> ``kernels``, ``memops``, ``ranges`` and ``devices``
+frames.
 
 Where each column comes from (the columns themselves are documented in tracekit/frames.py):
 
@@ -10,6 +11,10 @@ Where each column comes from (the columns themselves are documented in tracekit/
     Correlation ids repeat across processes, so the match is on (process, id), never the id alone; a kernel
     table without ``globalPid`` takes its process from that runtime row, matched on the id only where the id
     belongs to one process. Columns a schema version lacks are nulls.
+``memops`` (CUPTI_ACTIVITY_KIND_MEMCPY and CUPTI_ACTIVITY_KIND_MEMSET, by start)
+    memcpy / memset operations with their device, stream, bytes and direction (``copyKind``: HtoD, DtoD, ...),
+    named as Nsight Systems labels them (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``) and linked to their
+    API call as kernels are; the step breakdown counts them as GPU time of class ``memory``.
 ``ranges`` (NVTX_EVENTS)
     Push/pop ranges (``NvtxPushPopRange``, eventType 59) as kind ``push_pop``, start/end ranges
     (``NvtxStartEndRange``, 60) as ``start_end``; the ids are checked against ENUM_NSYS_EVENT_TYPE where the file
@@ -506,7 +511,14 @@ def _read_devices(db: _Db, warnings: list[str], src: str) -> pl.DataFrame:
 # What a damaged export raises while it is read: SQLite's own errors ("database disk image is malformed"), text
 # that is not UTF-8 where SQLite hands Python a str, values polars cannot hold.
 _DAMAGE = (sqlite3.Error, UnicodeDecodeError, pl.exceptions.PolarsError)
-_TABLE_OF = {"strings": STRINGS_TABLE, "kernels": KERNEL_TABLE, "runtime": RUNTIME_TABLE, "nvtx": NVTX_TABLE}
+_TABLE_OF = {
+    "strings": STRINGS_TABLE,
+    "kernels": KERNEL_TABLE,
+    "runtime": RUNTIME_TABLE,
+    "nvtx": NVTX_TABLE,
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+}
 
 
 def _why(e: BaseException) -> str:
@@ -554,6 +566,11 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
         makers["nvtx"] = lambda: _nvtx_query(db, ids)
+    from ...nsys_memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+
+    for key, table in (("memcpy", MEMCPY_TABLE), ("memset", MEMSET_TABLE)):
+        if table in tables:
+            makers[key] = lambda table=table: memop_query(db, table)  # type: ignore[misc]
     jobs: dict[str, _Query] = {}
     plan: list[tuple[str, str]] = []
     for key, make in makers.items():
@@ -609,6 +626,10 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
             lost[KERNEL_TABLE] = _why(e)
     elif KERNEL_TABLE not in lost:
         warnings.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
+    try:
+        frames["memops"] = read_memops(got, got.get("runtime"), src, counts)
+    except pl.exceptions.PolarsError as e:
+        lost[MEMCPY_TABLE] = _why(e)
 
     if "nvtx" in got:
         try:

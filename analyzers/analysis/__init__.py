@@ -1,0 +1,96 @@
+"""The typed analysis of a run: built once, rendered by every view (docs/ANALYSIS.md).
+
+``model`` holds the Structs (:class:`Analysis`, :class:`Case` and their parts), ``convert`` turns today's
+GemmCase + Waterfall into a :class:`Case`, ``build`` assembles the Analysis of a run (:func:`analyze_run`,
+:func:`analyze_frames`; :func:`case_list` is the one place cases are built and explained), ``headline`` its
+summary (largest losses in GPU time, what is unknown and how to learn it), ``frame`` the cases as a polars
+DataFrame. Every public name is importable from here; only the model is imported with the package (msgspec, no
+polars), the builders on first use, so decoding an Analysis is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import (
+    ANALYSIS_SCHEMA_VERSION,
+    Analysis,
+    AuxKernel,
+    Case,
+    DeviceInfo,
+    Dist,
+    Factor,
+    Failure,
+    FlopsInfo,
+    KernelRef,
+    Loss,
+    MoeSummary,
+    NcuEvidence,
+    NcuRule,
+    PeakInfo,
+    RankRow,
+    RankSummary,
+    RateClass,
+    RunInfo,
+    Shape,
+    SourceInfo,
+    Summary,
+    Timing,
+    Unknown,
+    Verdict,
+)
+
+__all__ = [
+    "ANALYSIS_SCHEMA_VERSION",
+    "Analysis",
+    "AuxKernel",
+    "Case",
+    "DeviceInfo",
+    "Dist",
+    "Factor",
+    "Failure",
+    "FlopsInfo",
+    "KernelRef",
+    "Loss",
+    "MoeSummary",
+    "NcuEvidence",
+    "NcuRule",
+    "PeakInfo",
+    "RankRow",
+    "RankSummary",
+    "RateClass",
+    "RunInfo",
+    "Shape",
+    "SourceInfo",
+    "Summary",
+    "Timing",
+    "Unknown",
+    "Verdict",
+    "analyze_frames",
+    "analyze_run",
+    "case_from_gemm",
+    "case_list",
+    "device_info",
+    "device_notes",
+    "order_cases",
+]
+
+
+_LAZY = {
+    "analyze_frames": "build",
+    "analyze_run": "build",
+    "case_list": "build",
+    "device_notes": "build",
+    "order_cases": "build",
+    "case_from_gemm": "convert",
+    "device_info": "convert",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The builders (polars, the explainer), imported on first use."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,337 @@
+"""Building the one :class:`~.model.Analysis` of a run: its cases (found, explained and converted once), failures,
+devices, ranks, MoE and the summary every view opens with.
+
+:func:`case_list` is the only place GEMM cases are built and explained (``analyzers/gemm`` + ``analyzers/explain``);
+the cross-rank analysis calls it per rank. :func:`analyze_frames` assembles an Analysis from a run's frames,
+:func:`analyze_run` from a run on disk (frames, calibration and ``--device`` notes included).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit import __version__
+from tracekit.devices import DeviceSpec, candidates_line, find_calibration, match_device
+from tracekit.records import gpu_of
+from tracekit.run import Run
+
+from .convert import case_from_gemm, device_info
+from .headline import summarize
+from .model import Analysis, Case, DeviceInfo, Failure, MoeSummary, RankRow, RankSummary, RunInfo, SourceInfo
+
+__all__ = ["analyze_frames", "analyze_run", "case_list", "device_notes", "order_cases"]
+
+
+# --- cases ---------------------------------------------------------------------------------------------------------
+def order_cases(cases: list[Case]) -> list[Case]:
+    """Largest GPU time first (``timing.span_ns_total``); cases of unknown time last, then by name."""
+    return sorted(cases, key=lambda c: (-(c.timing.span_ns_total or 0.0), c.name, c.id))
+
+
+def _unique_ids(cases: list[Case]) -> list[Case]:
+    """Ids made unique within the run (two cases with the same key get ``-2``, ``-3`` in their order)."""
+    import msgspec
+
+    seen: dict[str, int] = {}
+    out = []
+    for c in cases:
+        n = seen.get(c.id, 0) + 1
+        seen[c.id] = n
+        out.append(c if n == 1 else msgspec.structs.replace(c, id=f"{c.id}-{n}"))
+    return out
+
+
+def case_list(
+    frames: dict[str, pl.DataFrame],
+    *,
+    environment: dict[str, Any] | None = None,
+    device: DeviceSpec | None = None,
+    calibration: dict[str, Any] | None = None,
+) -> list[Case]:
+    """Every GEMM case of ``frames``, explained, ordered by GPU time (largest first). ``device`` (``--device``)
+    replaces the GPU the files name."""
+    from ..explain import explain_case
+    from ..gemm import build_cases
+
+    meas = frames.get("measurements")
+    by_mid: dict[int, dict[str, Any]] = (
+        {r["measurement_id"]: r for r in meas.iter_rows(named=True)}
+        if meas is not None and meas.height
+        else {}
+    )
+    out = []
+    for gc in build_cases(frames, calibration=calibration, environment=environment, device=device):
+        wf = explain_case(gc)
+        m = by_mid.get(gc.measurement_id) if gc.measurement_id is not None else None
+        out.append(case_from_gemm(gc, wf, measurement=m, device_source="--device" if device else None))
+    return order_cases(_unique_ids(out))
+
+
+# --- the run's other parts --------------------------------------------------------------------------------------------
+def _failures(frames: dict[str, pl.DataFrame]) -> list[Failure]:
+    df = frames.get("failures")
+    if df is None or df.height == 0:
+        return []
+    fields = set(Failure.__struct_fields__)
+    out = []
+    for r in df.iter_rows(named=True):
+        row = {k: v for k, v in r.items() if k in fields and v not in (None, "")}
+        if "failure_id" in r and r["failure_id"] is not None:
+            row["id"] = r["failure_id"]
+        versions = r.get("versions")
+        row["versions"] = (
+            {str(p["package"]): str(p["version"]) for p in versions if p.get("version")} if versions else None
+        )
+        for key in ("m", "n", "k", "id"):
+            if key in row and row[key] is not None:
+                row[key] = int(row[key])
+        for key, value in list(row.items()):
+            if key not in ("m", "n", "k", "id", "versions") and value is not None:
+                row[key] = str(value)
+        out.append(Failure(**row))
+    return out
+
+
+def _devices(frames: dict[str, pl.DataFrame], run: Run | None, device: DeviceSpec | None) -> list[DeviceInfo]:
+    if device is not None:
+        return [device_info(device, source="--device")]  # type: ignore[list-item]
+    from ..summary import devices
+
+    out = []
+    for d in devices(frames, run):
+        spec = match_device(d["name"]) if d.get("name") else None
+        known = spec is not None and spec.provenance != "unknown"
+        out.append(
+            DeviceInfo(
+                key=spec.key if known else None,  # type: ignore[union-attr]
+                name=d.get("name"),
+                compute_capability=d.get("compute_capability")
+                or (spec.compute_capability if known else None),  # type: ignore[union-attr]
+                sm_count=d.get("sm_count") or (spec.sm_count if known else None),  # type: ignore[union-attr]
+                boost_clock_hz=spec.boost_clock_hz if known else None,  # type: ignore[union-attr]
+                memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s if known else None,  # type: ignore[union-attr]
+                source=spec.provenance if spec is not None else "unknown",
+            )
+        )
+    return out
+
+
+def _ranks(
+    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None, calibration: dict[str, Any] | None
+) -> RankSummary | None:
+    from ..ranks import analyze_ranks
+
+    ra = analyze_ranks(frames, environment=environment, calibration=calibration)
+    if ra is None:
+        return None
+    d = ra.to_dict()
+    fields = set(RankRow.__struct_fields__)
+    rows = [RankRow(**{k: v for k, v in r.items() if k in fields}) for r in d["ranks"]]
+    return RankSummary(
+        ranks=rows,
+        straggler=d["straggler"],
+        reasons=list(d["reasons"]),
+        gemm_spread=d["gemm_spread"],
+        gemms=d["gemms"],
+        steps=d["steps"],
+        collectives=d["collectives"],
+        notes=list(d["notes"]),
+    )
+
+
+def _moe(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> MoeSummary | None:
+    has_rows = frames.get("moe") is not None and frames["moe"].height > 0
+    ranges = frames.get("ranges")
+    has_ranges = ranges is not None and ranges.height and ranges.filter(pl.col("range_kind") == "moe").height
+    if not has_rows and not has_ranges:
+        return None
+    from ..moe import analyze_moe, expert_histogram, focus_launch, moe_json
+
+    analysis = analyze_moe(frames, environment=environment)
+    if analysis.empty:
+        return None
+    data = moe_json(analysis)
+    focus = focus_launch(analysis.launches)
+    return MoeSummary(
+        launches=data["launches"],
+        whatif=data["whatif"],
+        focus_launch=focus,
+        histogram=expert_histogram(analysis.experts, focus) if focus is not None else [],
+    )
+
+
+def _named_gpus(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> set[str]:
+    """Every GPU name the run's files and environment give."""
+    names: set[str] = set()
+    for frame, col in (("devices", "name"), ("ncu", "device_name")):
+        df = frames.get(frame)
+        if df is not None and df.height and col in df.columns:
+            names.update(df[col].drop_nulls().unique().to_list())
+    name = gpu_of(environment).name
+    if name:
+        names.add(name)
+    return names
+
+
+def device_notes(
+    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None, device: DeviceSpec | None
+) -> list[str]:
+    """One line each: the GPU ``--device`` replaced (when the run names another), or, without ``--device``, the
+    catalog GPUs a run that names no GPU but a compute capability may have run on (with the ``--device`` hint)."""
+
+    def catalog_key(name: str) -> str | None:
+        dev = match_device(name)
+        return dev.key if dev is not None and dev.provenance != "unknown" else None
+
+    named = _named_gpus(frames, environment)
+    if device is not None:
+        others = sorted(n for n in named if catalog_key(n) != device.key)
+        if others:
+            return [f"--device {device.key}: the run names {', '.join(others)}; using {device.name} as asked"]
+        return []
+    if named:
+        return []
+    capabilities: set[str] = set()
+    for frame in ("ncu", "devices"):
+        df = frames.get(frame)
+        if df is not None and df.height and "compute_capability" in df.columns:
+            capabilities.update(df["compute_capability"].drop_nulls().unique().to_list())
+    lines = [candidates_line(cc) for cc in sorted(capabilities)]
+    return [line for line in lines if line]
+
+
+def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame], **extra: Any) -> RunInfo:
+    manifest = run.manifest if run is not None else {}
+    command = manifest.get("command")
+    sources = [
+        SourceInfo(
+            **{
+                k: (str(s[k]) if s.get(k) is not None else None)
+                for k in ("path", "kind", "status", "message")
+            }
+        )
+        for s in manifest.get("sources") or []
+        if isinstance(s, dict)
+    ]
+
+    def height(name: str) -> int:
+        df = frames.get(name)
+        return df.height if df is not None else 0
+
+    return RunInfo(
+        path=str(run.path) if run is not None else str(path or ""),
+        name=run.name if run is not None else (Path(path).name if path else None),
+        status=run.status if run is not None else None,
+        partial=bool(manifest.get("partial")),
+        incomplete_reason=manifest.get("incomplete_reason") or None,
+        created=str(manifest["created"]) if manifest.get("created") else None,
+        command=[str(c) for c in command] if isinstance(command, list) else None,
+        tracekit_version=__version__,
+        sources=sources,
+        kernel_count=height("kernels"),
+        range_count=height("ranges"),
+        ncu_kernel_count=height("ncu"),
+        measurement_count=height("measurements"),
+        **extra,
+    )
+
+
+BREAKDOWN_SCOPES = ("none", "devices", "top", "all")
+"""How much of the step breakdown an Analysis holds: none; per device only; per device and the ``RANGE_LIMIT``
+range names with the longest GPU windows (the default); per device and every range name. Per range name costs the
+most at scale (7.7 s against 1.8 s at 945k kernels: docs/BENCHMARKS.md), so explain holds the devices, the TUI
+computes its own after the first paint, and show / report hold the top range names (every one with ``--all``)."""
+
+
+def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> dict[str, Any] | None:
+    """The step breakdown (analyzers/breakdown: GPU time by kernel class, idle and communication overlap per device
+    and per range name, as ``scope`` says: :data:`BREAKDOWN_SCOPES`), with a one-line ``headline`` per device for
+    the summary; None for a run with no timeline or ``scope`` none."""
+    if scope not in BREAKDOWN_SCOPES:
+        raise ValueError(f"breakdown scope {scope!r} is not one of {', '.join(BREAKDOWN_SCOPES)}")
+    if scope == "none":
+        return None
+    from ..breakdown import RANGE_LIMIT, breakdown, memops_recorded
+    from ..breakdown.table import headline
+
+    kernels, memops = frames.get("kernels"), frames.get("memops")
+    if (kernels is None or kernels.height == 0) and (memops is None or memops.height == 0):
+        return None
+    result = breakdown(
+        frames,
+        range_limit=None if scope == "all" else RANGE_LIMIT,
+        with_ranges=scope in ("top", "all"),
+        memops=memops_recorded(run.manifest if run is not None else None),
+    )
+    if not result.devices:
+        return None
+    out = result.to_dict()
+    out["headline"] = "; ".join(headline(s) for s in result.devices)
+    return out
+
+
+# --- all together ------------------------------------------------------------------------------------------------------
+def analyze_frames(
+    frames: dict[str, pl.DataFrame],
+    *,
+    run: Run | None = None,
+    path: str | None = None,
+    device: DeviceSpec | None = None,
+    calibration: dict[str, Any] | None = None,
+    calibration_source: str | None = None,
+    breakdown: str = "top",
+) -> Analysis:
+    """The Analysis of a run's frames (``run`` gives the manifest: status, command, environment, sources);
+    ``breakdown`` says how much of the step breakdown it holds (:data:`BREAKDOWN_SCOPES`)."""
+    environment = run.manifest.get("environment") if run is not None else None
+    cases = case_list(frames, environment=environment, device=device, calibration=calibration)
+    notes = device_notes(frames, environment, device)
+    info = _run_info(
+        run,
+        path,
+        frames,
+        calibration=calibration_source,
+        device_override=device.key if device is not None else None,
+        device_notes=notes,
+    )
+    kernels = frames.get("kernels")
+    gpu_ns = float(kernels["duration_ns"].sum()) if kernels is not None and kernels.height else None
+    steps = _breakdown(frames, run, breakdown)
+    devices = _devices(frames, run, device)
+    return Analysis(
+        run=info,
+        devices=devices,
+        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=steps, devices=devices),
+        breakdown=steps,
+        cases=cases,
+        failures=_failures(frames),
+        ranks=_ranks(frames, environment, calibration),
+        moe=_moe(frames, environment),
+    )
+
+
+def analyze_run(
+    run: Run,
+    frames: dict[str, pl.DataFrame] | None = None,
+    *,
+    device: DeviceSpec | None = None,
+    calibration: Path | str | dict[str, Any] | None = None,
+    breakdown: str = "top",
+) -> Analysis:
+    """The Analysis of a run on disk: its frames (read when not given), the calibration profile
+    (:func:`tracekit.devices.find_calibration`: ``calibration`` a path or a loaded profile, else the one the run
+    carries or the cached one of its GPU) and ``device`` (``--device``)."""
+    if frames is None:
+        from ..store import load_frames
+
+        frames = load_frames(run)
+    if isinstance(calibration, dict):
+        cal, source = calibration, "given"
+    else:
+        cal, source = find_calibration(run, frames, calibration)
+    return analyze_frames(
+        frames, run=run, device=device, calibration=cal, calibration_source=source, breakdown=breakdown
+    )

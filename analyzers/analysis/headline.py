@@ -1,0 +1,147 @@
+"""The summary every view opens with: GPU time, the three largest losses in GPU time, and what the analysis could
+not tell with how to learn it (:func:`summarize`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .convert import NO_LOSS
+from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
+
+TOP_LOSSES = 3
+"""Losses the summary names."""
+
+NCU_HOW = "`tracekit capture --ncu` (`--ranges REGEX`: your own ranges)"
+
+
+def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
+    """The ``n`` largest losses over all cases, by GPU time lost (``Factor.lost_ns_total``), not by percent: a
+    large percentage of a tiny op is noise. Factors that cost nothing and factors the explainer does not blame
+    (evidence ``blamed: false``) are left out."""
+    found = []
+    for c in cases:
+        for f in c.factors:
+            lost = f.lost_ns_total or 0.0
+            if lost <= 0 or f.value >= NO_LOSS or f.evidence.get("blamed") is False:
+                continue
+            found.append(
+                Loss(
+                    case_id=c.id,
+                    case_name=c.name,
+                    factor=f.name,
+                    cause=f.cause,
+                    lost_ns_total=lost,
+                    sentence=f.sentence,
+                    remedy=f.remedy,
+                )
+            )
+    return sorted(found, key=lambda x: -x.lost_ns_total)[:n]
+
+
+def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo] = ()) -> list[Unknown]:
+    """What the analysis could not tell, each with how to learn it and how many cases it concerns."""
+    out: list[Unknown] = []
+    named = any(d.name for d in devices) or any(c.device is not None and c.device.name for c in cases)
+    if cases and not named and info.device_override is None and not info.device_notes:
+        out.append(
+            Unknown(
+                what="the files name no GPU: no peaks, no waves",
+                how="name it with --device NAME (e.g. --device h100-sxm; tracekit explain --help lists the catalog)",
+                cases=len(cases),
+            )
+        )
+    if info.partial:
+        reason = f": {info.incomplete_reason}" if info.incomplete_reason else ""
+        out.append(Unknown(what=f"the run is partial{reason}", how="re-capture; what was kept is analysed"))
+    for line in info.device_notes:
+        if "--device" in line and info.device_override is None:
+            out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
+    no_flops = [c for c in cases if not c.flops.per_call]
+    if no_flops:
+        out.append(
+            Unknown(
+                what=f"{len(no_flops)} case(s) without shape or FLOP count have no TFLOP/s",
+                how=f"{NCU_HOW} counts the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
+                cases=len(no_flops),
+            )
+        )
+    no_peak = [c for c in cases if c.flops.per_call and c.peak is None]
+    if no_peak:
+        devices = sorted({c.device.name for c in no_peak if c.device and c.device.name}) or ["an unnamed GPU"]
+        out.append(
+            Unknown(
+                what=f"{len(no_peak)} case(s) have no datasheet peak ({', '.join(devices)})",
+                how="name the GPU with --device NAME, or add it to the device catalog (~/.config/tracekit/devices.json)",
+                cases=len(no_peak),
+            )
+        )
+    no_clock = [
+        c
+        for c in cases
+        if c.peak is not None and c.sm_clock_hz is None and not any(f.name == "clock" for f in c.factors)
+    ]
+    if no_clock:
+        out.append(
+            Unknown(
+                what=f"SM clock not measured for {len(no_clock)} case(s): a clock loss hides in in-kernel",
+                how=f"{NCU_HOW} records the clock each kernel ran at",
+                cases=len(no_clock),
+            )
+        )
+    blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
+    if blind:
+        out.append(
+            Unknown(
+                what=f"in-kernel loss of {len(blind)} case(s) unexplained (no stalls, occupancy, tensor pipe)",
+                how=NCU_HOW,
+                cases=len(blind),
+            )
+        )
+    missing = sum(c.timing.calls_without_kernel for c in cases)
+    if missing:
+        out.append(
+            Unknown(
+                what=f"{missing} call(s) whose GEMM kernel is missing (sampled out) are left out of every number",
+                how="capture the whole loop (a longer nsys or profiler window)",
+                cases=sum(1 for c in cases if c.timing.calls_without_kernel),
+            )
+        )
+    counted = {c.id for c in (*no_flops, *no_peak)}
+    hints: dict[tuple[str, str], int] = {}
+    for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
+        v = c.verdict
+        if v.capture_hint and v.kind not in ("explained", "no-loss") and c.id not in counted:
+            hints[(v.sentence, v.capture_hint)] = hints.get((v.sentence, v.capture_hint), 0) + 1
+    for (what, how), n in hints.items():
+        out.append(Unknown(what=f"{what} ({n} case(s))", how=how, cases=n))
+    return out
+
+
+def _breakdown_line(breakdown: dict[str, Any] | None) -> str | None:
+    if not breakdown:
+        return None
+    for key in ("headline", "summary", "text"):
+        value = breakdown.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def summarize(
+    cases: Sequence[Case],
+    info: RunInfo,
+    *,
+    gpu_ns: float | None,
+    breakdown: dict[str, Any] | None,
+    devices: Sequence[DeviceInfo] = (),
+) -> Summary:
+    """The :class:`Summary` of a run's cases."""
+    return Summary(
+        cases=len(cases),
+        gpu_ns_total=gpu_ns,
+        case_ns_total=sum(c.timing.span_ns_total for c in cases),
+        breakdown=_breakdown_line(breakdown),
+        top_losses=top_losses(cases),
+        unknowns=unknowns(cases, info, devices),
+    )

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit._version import SCHEMA_VERSION
+from tracekit._version import CLASSES_SINCE, SCHEMA_VERSION
 from tracekit.errors import RunNotFoundError, SchemaError
 from tracekit.frames import SPECS, migrate
 from tracekit.run import HIVE_NULL, PART_FILE, PARTITION_KEY, Run, atomic_path, storage_error
@@ -204,7 +204,7 @@ def frames_in_memory(run: Run) -> bool:
 def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
     """The run's frames (all, or ``names``). Frames of an earlier schema version in ``MIGRATES_FROM`` are migrated
     on read (their JSON text columns decoded, columns added since null, :func:`read_frame`; the kernel classes
-    computed, analyzers/taxonomy); frames that are missing or older are rebuilt from raw/ in
+    computed where they predate them, analyzers/taxonomy); frames that are missing or older are rebuilt from raw/ in
     memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the run
     byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt sources,
     ``partial`` and ``import_warnings`` as an import would have written them."""
@@ -244,7 +244,8 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
     if memory is not None:
         return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
     frames = {name: read_frame(run, name) for name in wanted}
-    if run.frames_migratable():  # an earlier schema: the kernel classes are computed on load, in memory
+    if run.frames_migratable() and (run.frames_version() or 0) < CLASSES_SINCE:
+        # frames from before the kernel taxonomy: the classes are computed on load, in memory
         frames = classify_on_load(frames, lambda name: read_frame(run, name))  # type: ignore[arg-type,return-value]
     return frames  # type: ignore[return-value]
 

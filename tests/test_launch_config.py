@@ -3,19 +3,26 @@
 Kineto gives a kernel's shared memory only as CUPTI's static + dynamic sum (``"shared memory"``); the GEMM cases
 read it there (they read only the static / dynamic split before, so every Kineto GEMM showed "0 KiB of 163 KiB
 shared memory per CTA"). A Nsight Compute CSV export made without the LaunchStats section gives no shared memory
-per block at all: the explainer says so."""
+per block at all: the explainer says so. Kineto's ``"blocks per SM"`` and ``"est. achieved occupancy %"`` reach
+the kernels frame (the estimate null above 48 KiB of shared memory per block, where Kineto writes 0 whatever the
+kernel does)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
+import polars as pl
+import pytest
+
 from tracekit.analyzers.explain import explain
-from tracekit.analyzers.importer import import_files
-from tracekit.analyzers.store import load_frames
+from tracekit.analyzers.importer import import_files, read_file
+from tracekit.analyzers.store import frames_in_memory, load_frames, open_run
 from tracekit.devices import lookup_device
+from tracekit.run import Run
 
 CONTROL = "thirdparty/hta/trace_diff__control__control.json.gz"
 """A100 Kineto trace: CUTLASS TF32 GEMMs under the user's own ranges, each kernel with its "shared memory"."""
@@ -65,3 +72,78 @@ def test_a_csv_export_without_launch_stats_says_the_shared_memory_is_unknown(
     said = _sentences(waterfalls)
     assert waterfalls and not [s for s in said if ZERO.search(s)]
     assert any("shared memory per CTA unknown" in s for s in said)
+
+
+ESTIMATED = [
+    CONTROL,
+    "thirdparty/kineto-tbplugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",
+    "thirdparty/tracelens/b200__eager_trace.json.gz",
+    "h200-probe/torch_trace.json.gz",
+]
+"""PyTorch-profiler traces whose kernels carry the launch estimates: A100 2023, a 2021 trace, B200, H200."""
+LIMIT = 48 * 1024
+
+
+def _trace_kernels(path: Path) -> list[dict]:
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X"]
+
+
+@pytest.mark.parametrize("name", ESTIMATED)
+def test_kineto_launch_estimates_reach_the_kernels_frame(shared_data: Path, name: str) -> None:
+    """Every kernel's ``blocks per SM`` as written; its ``est. achieved occupancy %`` as written up to 48 KiB of
+    shared memory per block, null above (Kineto wrote 0 for every one of those)."""
+    events = _trace_kernels(shared_data / name)
+    assert events and all("blocks per SM" in e["args"] for e in events)
+    big = [e for e in events if e["args"]["shared memory"] > LIMIT]
+    assert all(e["args"]["est. achieved occupancy %"] == 0 for e in big)
+    want = Counter(
+        (
+            e["args"]["correlation"],
+            float(e["args"]["blocks per SM"]),
+            None if e["args"]["shared memory"] > LIMIT else float(e["args"]["est. achieved occupancy %"]),
+        )
+        for e in events
+    )
+    kernels = read_file(shared_data / name).frames["kernels"]
+    assert kernels.schema["blocks_per_sm"] == kernels.schema["est_occupancy_pct"] == pl.Float64
+    got = Counter(kernels.select("correlation_id", "blocks_per_sm", "est_occupancy_pct").iter_rows())
+    assert got == want
+    assert kernels.filter(pl.col("smem_bytes") > LIMIT)["est_occupancy_pct"].null_count() == len(big)
+
+
+def test_traces_without_the_estimates_leave_them_unknown(shared_data: Path) -> None:
+    """AMD's ROCm trace writes neither: null, never 0."""
+    kernels = read_file(
+        shared_data / "thirdparty/hta/amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    ).frames["kernels"]
+    assert kernels.height
+    assert (
+        kernels["blocks_per_sm"].null_count() == kernels["est_occupancy_pct"].null_count() == kernels.height
+    )
+
+
+def test_a_schema_6_run_reads_without_a_rebuild_the_estimates_unknown(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """A run imported before the estimates were read (schema 6, its kernels without the two columns) is read by
+    migration, not rebuilt: the estimates are null (unknown) and its kernel classes are kept as written."""
+    run, _ = import_files([shared_data / "h200-probe" / "torch_trace.json.gz"], tmp_path / "run")
+    current = load_frames(open_run(run.path))["kernels"]
+    assert current["blocks_per_sm"].null_count() == 0
+    path = run.frame_path("kernels")
+    pl.read_parquet(path).drop("blocks_per_sm", "est_occupancy_pct").with_columns(
+        pl.lit("written", pl.String).alias("class_source")
+    ).write_parquet(path)
+    run.manifest["frames"]["schema_version"] = 6
+    run.save()
+    old = Run.open(run.path)
+    assert old.frames_migratable()
+    kernels = load_frames(old)["kernels"]
+    assert not frames_in_memory(old)
+    assert kernels.columns == current.columns
+    assert (
+        kernels["blocks_per_sm"].null_count() == kernels["est_occupancy_pct"].null_count() == kernels.height
+    )
+    assert kernels["class_source"].to_list() == ["written"] * kernels.height  # not classified again

@@ -296,14 +296,14 @@ class Run:
 
     def frames_current(self) -> bool:
         """The frames on disk are of this tracekit's schema version, and all there."""
-        return self._frames_version() == SCHEMA_VERSION
+        return self.frames_version() == SCHEMA_VERSION
 
     def frames_migratable(self) -> bool:
         """The frames on disk are of an earlier version that the frames store migrates on read (their JSON
         text columns decoded into nested ones, in memory), and all there: they need no rebuild from raw/."""
-        return self._frames_version() in MIGRATES_FROM
+        return self.frames_version() in MIGRATES_FROM
 
-    def _frames_version(self) -> int | None:
+    def frames_version(self) -> int | None:
         """The schema version of the frames on disk, None when the manifest names none or a frame it lists is
         missing."""
         info = self.manifest.get("frames") or {}

@@ -114,6 +114,8 @@ KERNELS = FrameSchema(
         Column(
             "smem_bytes", I64, "static + dynamic shared memory per block, bytes (Kineto gives only this sum)"
         ),
+        Column("blocks_per_sm", F64, "grid CTAs per SM, as the PyTorch profiler gives it; null if not given"),
+        Column("est_occupancy_pct", F64, "occupancy %, the PyTorch profiler's estimate; null if unknown"),
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),

@@ -158,6 +158,8 @@ def _kernels(
         "block_z",
         "registers_per_thread",
         "smem_bytes",
+        "blocks_per_sm",
+        "est_occupancy_pct",
         pl.col("l_tid").alias("launch_tid"),
         (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
         pl.col("l_op").alias("launch_op"),

@@ -33,6 +33,10 @@ kernels column                         Kineto source
                                        dynamicSharedMemory`` (summed in Kineto's ``metadataJson``), so
                                        ``static_smem_bytes`` and ``dynamic_smem_bytes`` stay null: the split is
                                        not in the file. On AMD it is the group segment size.
+``blocks_per_sm``                      ``args["blocks per SM"]`` (grid size / the device's SM count)
+``est_occupancy_pct``                  ``args["est. achieved occupancy %"]``: the profiler's estimate from the
+                                       launch configuration; null above 48 KiB of shared memory per block, where
+                                       it is 0 whatever the kernel does (``part.py`` ``OCCUPANCY_SMEM_LIMIT``)
 ``short_name``                         the function name: return type, template arguments, parameters and
                                        namespaces dropped
 ``launch_op``                          name of the innermost ``cpu_op`` (``Operator``) event open on the launching

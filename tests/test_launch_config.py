@@ -5,7 +5,7 @@ read it there (they read only the static / dynamic split before, so every Kineto
 shared memory per CTA"). A Nsight Compute CSV export made without the LaunchStats section gives no shared memory
 per block at all: the explainer says so. Kineto's ``"blocks per SM"`` and ``"est. achieved occupancy %"`` reach
 the kernels frame (the estimate null above 48 KiB of shared memory per block, where Kineto writes 0 whatever the
-kernel does)."""
+kernel does) and the in-kernel factor, which names them as the PyTorch profiler's estimate."""
 
 from __future__ import annotations
 
@@ -122,6 +122,33 @@ def test_traces_without_the_estimates_leave_them_unknown(shared_data: Path) -> N
     assert (
         kernels["blocks_per_sm"].null_count() == kernels["est_occupancy_pct"].null_count() == kernels.height
     )
+
+
+def test_the_in_kernel_factor_names_the_profilers_estimate(shared_data: Path, tmp_path: Path) -> None:
+    """HTA's A100 trace without Nsight Compute: each case's in-kernel factor carries its main kernel's estimate
+    (its value in the trace) and says it is the PyTorch profiler's; a kernel above 48 KiB of shared memory
+    carries none and says no occupancy but the theoretical one."""
+    estimates: dict[str, set[float]] = {}
+    for e in _trace_kernels(shared_data / CONTROL):
+        if e["args"]["shared memory"] <= LIMIT:
+            estimates.setdefault(e["name"], set()).add(float(e["args"]["est. achieved occupancy %"]))
+    run, _ = import_files([shared_data / CONTROL], tmp_path / "run")
+    waterfalls = explain(load_frames(run), environment=run.manifest.get("environment"))
+    with_estimate = without = 0
+    for wf in waterfalls:
+        factor = next((f for f in wf.factors if f.name == "in-kernel"), None)
+        if factor is None:
+            continue
+        est = factor.evidence.get("est_occupancy_pct")
+        if wf.case.main_kernel in estimates:
+            assert est in estimates[wf.case.main_kernel], wf.case.name
+            assert f"occupancy {est:.0f}% (estimated by the PyTorch profiler)" in factor.sentence
+            with_estimate += 1
+        else:
+            assert est is None and "estimated by the PyTorch profiler" not in factor.sentence
+            assert "achieved_occupancy_pct" not in factor.evidence
+            without += 1
+    assert with_estimate >= 10 and without >= 10, (with_estimate, without)
 
 
 def test_a_schema_6_run_reads_without_a_rebuild_the_estimates_unknown(

@@ -68,6 +68,8 @@ class GemmCase:
     block_size: int | None = None
     registers_per_thread: int | None = None
     smem_per_block_bytes: int | None = None
+    blocks_per_sm: float | None = None  # CTAs of the grid per SM, as the PyTorch profiler wrote it
+    est_occupancy_pct: float | None = None  # achieved occupancy as the PyTorch profiler estimates it (no ncu)
     # clock / power (NVML for measurements; ncu gpc clock for profiled kernels)
     sm_clock_hz: float | None = None
     clock_source: str | None = None

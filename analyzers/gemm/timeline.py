@@ -342,7 +342,7 @@ def _range_cases(
     kcols = [
         "kernel_id", "device", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x", "grid_y",
         "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
-        "dynamic_smem_bytes", "smem_bytes",
+        "dynamic_smem_bytes", "smem_bytes", "blocks_per_sm", "est_occupancy_pct",
     ]  # fmt: skip
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()  # a damaged row may lack them
     ks = _instance_kernels(kernels.select(kcols).filter(timed), owner, user_cases, gemm_names)
@@ -443,6 +443,7 @@ def _range_cases(
             case.block_size = int(block[0] * block[1] * block[2])
         case.registers_per_thread = top.get("registers_per_thread")
         case.smem_per_block_bytes = smem_per_block(top)
+        case.blocks_per_sm, case.est_occupancy_pct = top.get("blocks_per_sm"), top.get("est_occupancy_pct")
         case.time_source = "timeline: kernel durations and idle time inside the GEMM's ranges"
         cases.append(case)
     free_aux = _free_aux_time(ranges, kernels, owner)
@@ -466,7 +467,8 @@ def smem_per_block(kernel: dict[str, Any]) -> int | None:
 
 _LOOSE_COLUMNS = [
     "name", "start_ns", "end_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes",
+    "registers_per_thread", "static_smem_bytes", "dynamic_smem_bytes", "smem_bytes", "blocks_per_sm",
+    "est_occupancy_pct",
 ]  # fmt: skip
 """The kernels' columns a case named by its kernel reads: its time and its first launch's configuration."""
 
@@ -525,6 +527,7 @@ def _loose_timeline_cases(
             case.block_size = int(block[0] * block[1] * block[2])
         case.registers_per_thread = top.get("registers_per_thread")
         case.smem_per_block_bytes = smem_per_block(top)
+        case.blocks_per_sm, case.est_occupancy_pct = top.get("blocks_per_sm"), top.get("est_occupancy_pct")
         case.time_source = "timeline: kernel durations (the kernel is in no range)"
         out.append(case)
     return out

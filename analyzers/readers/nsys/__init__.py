@@ -1,5 +1,6 @@
-"""Nsight Systems: SQLite exports (``nsys export --type sqlite``) to kernels, NVTX ranges and devices
-(``reader.py``, its SQL in ``db.py``); ``.nsys-rep`` reports are recognised and refused with the export command.
+"""Nsight Systems: SQLite exports (``nsys export --type sqlite``) to kernels, memcpy / memset operations, NVTX
+ranges and devices (``reader.py``, the memcpy / memset tables in ``memops.py``, its SQL in ``db.py``); ``.nsys-rep``
+reports are recognised and refused with the export command.
 """
 
 from __future__ import annotations

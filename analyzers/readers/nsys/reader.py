@@ -566,7 +566,8 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
         makers["nvtx"] = lambda: _nvtx_query(db, ids)
-    from ...nsys_memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+    # imported here: memops.py imports this module's helpers
+    from .memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
 
     for key, table in (("memcpy", MEMCPY_TABLE), ("memset", MEMSET_TABLE)):
         if table in tables:

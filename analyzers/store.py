@@ -250,6 +250,18 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
     return frames  # type: ignore[return-value]
 
 
+def scan_frame(run: Run, name: str) -> pl.LazyFrame:
+    """One frame of ``run`` as a LazyFrame (``tracekit.Run.scan``): scanned from its files where they are of this
+    schema, so filters and column selections reach the parquet reader (one rank of a fleet's kernels is read, not
+    the whole frame); else as :func:`load_frames` gives it (migrated, or rebuilt in memory from raw/). KeyError
+    for a name no schema defines."""
+    if name not in SPECS:
+        raise KeyError(name)
+    if run.frames_current() and run not in _SERVED:
+        return read_frame(run, name, lazy=True)  # type: ignore[return-value]
+    return load_frames(run, [name])[name].lazy()
+
+
 def file_in_memory(path: Path) -> tuple[Run, dict[str, pl.DataFrame]]:
     """One raw profiler file read into a run's frames in memory, as an import of it would (read, settle, place,
     enrich: analyzers/importer.py), with a ``Run`` that lives only in memory: its path is the file's, its

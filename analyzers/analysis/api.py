@@ -7,7 +7,8 @@ and gives a :class:`Run`: its ``frames`` (polars DataFrames by name, the schemas
 Errors are the CLI's: a missing path, a damaged or foreign file raises a :class:`tracekit.errors.TracekitError`
 subclass whose ``exit_code`` and ``one_line()`` are what the command line prints.
 
-Frames are read through :func:`_read_frames`, the one place that knows where they come from.
+Frames are read through the frames store (analyzers/store.py: ``load_frames``, ``scan_frame``,
+``file_in_memory``), the one place that knows where they come from.
 """
 
 from __future__ import annotations
@@ -84,8 +85,14 @@ class Run:
         return self._frames
 
     def scan(self, name: str) -> pl.LazyFrame:
-        """One frame as a polars LazyFrame (KeyError for a name no schema defines)."""
-        return self.frames[name].lazy()
+        """One frame as a polars LazyFrame (KeyError for a name no schema defines): from the frames already read,
+        else through the frames store, which scans the run's files where they are current (a filter reads only
+        the rows it keeps) and gives the migrated or rebuilt frame otherwise."""
+        if self._frames is not None:
+            return self._frames[name].lazy()
+        from ..store import scan_frame
+
+        return scan_frame(self._run, name)
 
     def analyze(
         self, device: str | DeviceSpec | None = None, calibration: str | Path | dict[str, Any] | None = None

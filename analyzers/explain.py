@@ -321,9 +321,11 @@ def _occupancy_note(case: GemmCase) -> str | None:
         else "shared memory (per block: unknown)",
         "registers": f"registers: {k.registers} per thread",
     }.get(first, f"{first}: {k.block} threads per block")
+    est = k.est_occupancy_pct
+    said = f", {est:.0f}% as estimated by the PyTorch profiler" if est is not None else ""
     return (
-        f"occupancy capped at {theo:.1f}% ({per_sm} CTA/SM), limited by {what}; with no FLOP count its cost is "
-        "not measured (profile with `tracekit capture --ncu`)"
+        f"occupancy capped at {theo:.1f}% ({per_sm} CTA/SM){said}, limited by {what}; with no FLOP count its "
+        "cost is not measured (profile with `tracekit capture --ncu`)"
     )
 
 

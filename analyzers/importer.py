@@ -1,35 +1,52 @@
-"""Builds a run's frames from its raw files, and opens runs for the views.
+"""The import: raw files to a run's frames, in the same steps whoever runs them.
 
-``import_files`` makes a new run from existing reports (any mix of Nsight Compute reports and CSV exports, Nsight
-Systems SQLite exports, Kineto traces, tracekit's own JSONL records); ``import_into`` (re)builds the frames of a
-run from everything in its ``raw/`` and writes them (only ``import`` and ``capture`` call it); ``load_frames``
-returns a run's frames for the views, rebuilding them in memory when they are missing or older than this
-tracekit's schema: a read never writes into a run. A file's kind is detected from its content, not its
-extension.
+``import_files`` makes a new run from existing files (any mix of the formats in readers/registry.py);
+``import_into`` (re)builds a run's frames from its ``raw/`` (``import --rebuild``, ``capture``); :func:`build`
+rebuilds them in memory for a read (analyzers/store.py, which never writes into a run); analyzers/parallel.py
+reads many files at once in worker processes or Ray tasks. The serial import is the parallel one with one worker:
+
+1. **read** (:func:`read_job`): the file is copied into raw/ when it is not there, opened once as a
+   :class:`~.readers.source.Source`, handed to the reader whose sniff claims its first bytes, checked, read into an
+   ``Extract`` and its rows labelled with their rank. Its sha256 is computed in a thread meanwhile.
+2. **merge**: a reader that must see every file of its kind at once (two CSV exports of one Nsight Compute report
+   hold the same launches) gets them together.
+3. **settle** (:func:`settle`): one file's frames made whole on their own: conformed to their schemas, ranges
+   nested, tracekit range names parsed, each kernel given its innermost range (the join groups rows by their
+   ``source`` file, so a file needs no other).
+4. **place** (:func:`place`): the files' frames become the run's: ids offset by the rows of the files before it
+   in raw/ name order, a failure recorded by several capture passes kept once, tracekit's own records renumbered,
+   then :func:`enrich`: the one place the run's frames gain what is derived after reading, with what it needs
+   from the whole run (:func:`enrich_context`).
+5. **write**: through the frames store (analyzers/store.py).
+
+A file's kind comes from its content, never its name.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import shutil
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from tracekit import naming
-from tracekit._version import SCHEMA_VERSION
-from tracekit.errors import BadInputError, RunNotFoundError, TracekitError, UnreadableFileError
-from tracekit.frames import SPECS, nested_value
-from tracekit.run import PARTITION_KEY, Run, new_run_name, sha256_file
+from tracekit.errors import BadInputError, StorageError, TracekitError, UnreadableFileError
+from tracekit.frames import SPECS
+from tracekit.run import PARTITION_KEY, Run, atomic_path, new_run_name, sha256_file
 
-from .base import Extract, reporting_progress
 from .join import assign_ranges, nest_ranges
-from .ranks import label_extract, run_ranks
-from .taxonomy.frames import classify_frames, classify_on_load
+from .ranks import RANKED_FRAMES, label_extract
+from .readers import registry
+from .readers.base import Extract, reporting_progress
+from .readers.protocol import Reader, ReadOptions
+from .readers.source import COMPRESSED_SUFFIXES, Source, plain_name
+from .taxonomy.frames import CLASSIFIED, class_table, ncu_evidence, with_classes, with_launch_ops
 
 # Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
 _IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
@@ -53,261 +70,49 @@ ID_FAMILY = {
     "parent_id": "ranges",
     "ncu_id": "ncu",
 }
+FAILURE_KEY = ("backend", "op", "m", "n", "k", "kind", "error_type", "message")
+"""A failure's identity across files: a capture with several passes (nsys, then ncu) records the same failure once
+per pass, and the run keeps one."""
+RENUMBERED = ("measurements", "failures", "moe", "moe_curve", "moe_routing")
+"""Frames whose id column is renumbered 0..n-1 once the files are placed."""
 
 
-# --- kinds ------------------------------------------------------------------------------------------------------
-def _head(path: Path, n: int = 4096) -> bytes:
-    with path.open("rb") as f:
-        return f.read(n)
+def is_read(name: str) -> bool:
+    """Whether an import reads a file of raw/ by its name (logs and .nsys-rep reports are kept, not read)."""
+    return not name.startswith(".") and Path(plain_name(name)).suffix not in _IGNORED_SUFFIXES
 
 
-_XZ_MAGIC = b"\xfd7zXZ\x00"
-_GZ_MAGIC = b"\x1f\x8b"
-COMPRESSED_SUFFIXES = (".xz", ".gz")
-MAX_DECOMPRESSED_BYTES = 32 << 30
-"""A compressed raw file that expands past this is refused (a decompression bomb, or not a profile)."""
+def unexported_reports(raw_dir: Path) -> list[str]:
+    """Warnings for the .nsys-rep / .qdstrm reports of raw/ with no SQLite export beside them (not read)."""
+    warnings = []
+    for p in sorted(raw_dir.glob("*")) if raw_dir.is_dir() else []:
+        name = plain_name(p.name)
+        if p.is_file() and Path(name).suffix in (".nsys-rep", ".qdstrm"):
+            stem = Path(name).stem
+            if not any((raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
+                warnings.append(
+                    f"{p.name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
+                )
+    return warnings
 
 
-def plain_name(name: str) -> str:
-    """The file name without a compression suffix: ``probe.ncu-rep.xz`` -> ``probe.ncu-rep``."""
-    for suffix in COMPRESSED_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+def raw_names(paths: list[Path]) -> list[str]:
+    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/."""
+    taken: set[str] = set()
+    out = []
+    for p in paths:
+        base = name = p.name
+        i = 1
+        while name in taken:
+            stem, dot, ext = base.partition(".")
+            name = f"{stem}-{i}{dot}{ext}"
+            i += 1
+        taken.add(name)
+        out.append(name)
+    return out
 
 
-def _compression(path: Path) -> str | None:
-    head = _head(path, 6)
-    if head.startswith(_XZ_MAGIC):
-        return "xz"
-    if head.startswith(_GZ_MAGIC):
-        return "gz"
-    return None
-
-
-@contextmanager
-def materialized(path: Path) -> Iterator[Path]:
-    """``path`` itself, or for an xz / gzip-compressed profile (``X.ncu-rep.xz``, ``X.sqlite.gz``) a temporary
-    decompressed copy under its plain name. Kineto traces are read compressed by their reader and pass through.
-    Samples keep their reports xz-compressed: an ncu report shrinks 5-40x."""
-    comp = _compression(path) if path.is_file() else None
-    if comp is None:
-        yield path
-        return
-    from .kineto import is_kineto_trace
-
-    if comp == "gz" and is_kineto_trace(path):
-        yield path
-        return
-    import gzip
-    import lzma
-    import tempfile
-    import zlib
-
-    opener = lzma.open if comp == "xz" else gzip.open
-    with tempfile.TemporaryDirectory(prefix="tracekit-raw-") as tmp:
-        target = Path(tmp) / plain_name(path.name)
-        written = 0
-        try:
-            with opener(path, "rb") as src, target.open("wb") as dst:
-                while chunk := src.read(1 << 20):
-                    written += len(chunk)
-                    if written > MAX_DECOMPRESSED_BYTES:
-                        raise UnreadableFileError(
-                            path,
-                            f"expands past {MAX_DECOMPRESSED_BYTES >> 30} GiB",
-                            "decompress it yourself if it is real",
-                        )
-                    dst.write(chunk)
-        except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
-            raise UnreadableFileError(
-                path, f"is a damaged {comp} file ({exc})", "re-compress or send the uncompressed file"
-            ) from exc
-        if written == 0:
-            raise UnreadableFileError(path, f"is an empty {comp} file (it holds no bytes)", "re-export it")
-        yield target
-
-
-def _is_jsonl_records(path: Path, columns: set[str]) -> bool:
-    try:
-        first = _head(path, 65536).split(b"\n", 1)[0]
-        obj = json.loads(first)
-    except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and len(columns & set(obj)) >= 3
-
-
-def _moe_jsonl_kind(path: Path) -> str | None:
-    """``moe`` for ``tracekit bench moe`` rows, ``moe-curve`` for its per-expert curve, ``moe-routing`` for
-    instrument()'s routing sidecar, else None."""
-    try:
-        first = _head(path, 1 << 20).split(b"\n", 1)[0]
-        obj = json.loads(first)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    if str(obj.get("range") or "").startswith("gemm ") and " of=moe" in str(obj.get("range")):
-        return "moe-curve"
-    if "counts" not in obj:
-        return None
-    if "instance" in obj and "range" in obj:
-        return "moe-routing"
-    if "route" in obj and "rows" in obj:
-        return "moe"
-    return None
-
-
-def _detect_plain(path: Path) -> str:
-    """The kind of a profiler file, from its content: ``ncu``, ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``,
-    ``measurements`` or ``failures``. Raises UnreadableFileError for anything else."""
-    from .kineto import is_kineto_trace
-    from .ncu import is_ncu_report
-    from .ncu_csv import sniff_ncu_csv
-    from .nsys import is_nsys_sqlite
-
-    if not path.exists():
-        raise BadInputError(f"{path} does not exist", "check the path")
-    if path.is_dir():
-        raise UnreadableFileError(path, "is a folder, not a profiler file", "give the files inside it")
-    if path.stat().st_size == 0:
-        raise UnreadableFileError(path, "is empty", "re-export or re-capture it")
-    if is_ncu_report(path):
-        return "ncu"
-    if is_nsys_sqlite(path):
-        return "nsys"
-    if is_kineto_trace(path):
-        return "kineto"
-    head = _head(path, 64)
-    if head.startswith(b"SQLite format 3\x00"):
-        from .nsys import _check_file
-
-        _check_file(path)  # raises the precise reason: truncated, malformed, not an nsys export
-        return "nsys"
-    if path.suffix == ".nsys-rep" or head.startswith(b"QDSTRM") or b"nsys" in head[:16].lower():
-        return "nsys-rep"
-    moe_kind = _moe_jsonl_kind(path)
-    if moe_kind is not None:
-        return moe_kind
-    meas = {c.name for c in SPECS["measurements"].columns}
-    fail = {c.name for c in SPECS["failures"].columns}
-    if _is_jsonl_records(path, fail - meas):
-        return "failures"
-    if _is_jsonl_records(path, meas - fail):
-        return "measurements"
-    if sniff_ncu_csv(path):
-        return "ncu-csv"
-    raise UnreadableFileError(
-        path,
-        "is not a file tracekit reads (Nsight Compute .ncu-rep or CSV export, Nsight Systems SQLite export, "
-        "PyTorch profiler trace .json/.json.gz, or tracekit JSONL)",
-        "check that you passed the profiler's output file",
-    )
-
-
-def _clean_json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, int) and not -(2**63) <= value < 2**63:
-        return None
-    return value
-
-
-def read_jsonl_records(path: Path, frame: str) -> Extract:
-    """tracekit's own measurements.jsonl / failures.jsonl; bad lines are skipped and counted, never fatal."""
-    spec = SPECS[frame]
-    names = [c.name for c in spec.columns]
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    with path.open("rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if not isinstance(obj, dict):
-                bad += 1
-                continue
-            rows.append({k: _clean_json_value(obj.get(k)) for k in names})
-    text_cols = [c.name for c in spec.columns if c.dtype == pl.String]
-    nested = spec.declared.nested()
-    for row in rows:
-        for key in text_cols:  # a list or object where text belongs is kept as JSON text
-            if row.get(key) is not None and not isinstance(row[key], str):
-                row[key] = json.dumps(row[key])
-        for c in nested:  # lists and objects (versions, per-expert counts), also when written as JSON text
-            row[c.name] = nested_value(row[c.name], c.dtype)
-    if rows:
-        df = pl.DataFrame(rows, schema={c.name: c.dtype for c in spec.columns}, strict=False)
-    else:
-        df = spec.empty()
-    id_col = spec.columns[0].name
-    df = spec.conform(df.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col)))
-    ex = Extract(frame, path.name, {frame: df})
-    if bad:
-        ex.partial = True
-        ex.warnings.append(f"{path.name}: {bad} line(s) were not valid JSON records and were skipped")
-    return ex
-
-
-def _read_plain(path: Path, kind: str | None = None) -> Extract:
-    """Read one raw file into an Extract, by detected kind."""
-    kind = kind or detect_kind(path)
-    if kind == "ncu":
-        from .ncu import read_ncu_report
-
-        return read_ncu_report(path)
-    if kind == "ncu-csv":
-        from .ncu_csv import read_ncu_csv
-
-        return read_ncu_csv(path)
-    if kind == "nsys":
-        from .nsys import read_nsys_sqlite
-
-        return read_nsys_sqlite(path)
-    if kind == "kineto":
-        from .kineto import read_kineto
-
-        return read_kineto(path)
-    if kind in ("measurements", "failures"):
-        return read_jsonl_records(path, kind)
-    if kind in ("moe", "moe-routing", "moe-curve"):
-        return read_jsonl_records(path, kind.replace("-", "_"))
-    if kind == "nsys-rep":
-        raise UnreadableFileError(
-            path,
-            "is an Nsight Systems report; tracekit reads its SQLite export",
-            f"run `nsys export --type sqlite -o {path.with_suffix('.sqlite')} {path}` and import the .sqlite",
-        )
-    raise UnreadableFileError(path, f"has unknown kind {kind!r}")
-
-
-def detect_kind(path: Path) -> str:
-    """The kind of a profiler file, from its content (compressed files by what they hold): ``ncu``,
-    ``ncu-csv``, ``nsys``, ``nsys-rep``, ``kineto``, ``measurements`` or ``failures``. Raises UnreadableFileError
-    for anything else."""
-    if path.is_file() and path.stat().st_size and _compression(path):
-        with materialized(path) as plain:
-            return _detect_plain(plain)
-    return _detect_plain(path)
-
-
-def _own_jsonl_kind(name: str) -> str | None:
-    """The kind of one of tracekit's own JSONL files, by its name (a sweep writes them even when they get no
-    row: ``failures.jsonl`` of a sweep where nothing failed)."""
-    if name.startswith("moe_routing-") and name.endswith(".jsonl"):
-        return "moe-routing"
-    return {
-        "failures.jsonl": "failures",
-        "measurements.jsonl": "measurements",
-        "moe.jsonl": "moe",
-        "moe_curve.jsonl": "moe-curve",
-    }.get(name)
-
-
+# --- 1. read --------------------------------------------------------------------------------------------------------
 PROGRESS_FIRST_S = 2.0
 """A read says how far it is once it has taken this long ..."""
 PROGRESS_EVERY_S = 5.0
@@ -334,50 +139,203 @@ class _Progress:
         )
 
 
-def read_file(path: Path, kind: str | None = None) -> Extract:
+def open_file(path: Path, kind: str | None = None) -> tuple[Source, Reader]:
+    """``path`` opened once and the reader that claims it (``kind``: that reader, whatever the content)."""
+    source = registry.open_source(path)
+    try:
+        return source, registry.reader_for(kind) if kind else registry.detect(source)
+    except BaseException:
+        source.close()
+        raise
+
+
+def read_source(source: Source, reader: Reader, options: ReadOptions | None = None) -> Extract:
+    """``reader``'s check and read of ``source``; an error names the file as given."""
+    try:
+        registry.option(reader, "check")(source)  # type: ignore[operator]
+        return reader.read(source, options or ReadOptions())
+    except TracekitError as exc:
+        raise source.named(exc) from exc.__cause__
+
+
+def read_file(path: Path, kind: str | None = None, options: ReadOptions | None = None) -> Extract:
     """Read one raw file (plain or xz / gzip-compressed) into an Extract, by detected kind. An empty JSONL file of
     tracekit's own (no failures, say) is a file with no rows, not a damaged one."""
-    own = _own_jsonl_kind(path.name)
+    path = Path(path)
+    own = registry.empty_file_kind(path.name)
     if own is not None and path.is_file() and path.stat().st_size == 0:
         return Extract(kind or own, path.name, {})
-    with materialized(path) as plain:
-        return _read_plain(plain, kind or _detect_plain(plain))
+    source, reader = open_file(path, kind)
+    with source:
+        return read_source(source, reader, options)
 
 
-# --- combining --------------------------------------------------------------------------------------------------
-def _legacy_gemm_fields(name: str) -> dict[str, str] | None:
-    """Older probe ranges: ``gemm/<dtype>/M=1024,N=2048,K=6144``."""
-    parts = name.split("/")
-    if len(parts) != 3 or parts[0] != "gemm":
-        return None
-    dims: dict[str, str] = {}
-    for item in parts[2].split(","):
-        key, sep, value = item.partition("=")
-        if not sep or key not in ("M", "N", "K") or not value.isdigit():
-            return None
-        dims[key] = value
-    if len(dims) != 3:
-        return None
-    dtype = naming.canonical_dtype(parts[1])
-    dtype = {"fp8": "e4m3"}.get(dtype, dtype)
-    return {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype, **dims}
+def detect_kind(path: Path) -> str:
+    """The kind of a profiler file, from its content (a compressed file by what it holds): the ``kind`` of the
+    reader whose sniff claims it (readers/registry.py). Raises UnreadableFileError when none does."""
+    source, reader = open_file(Path(path))
+    source.close()
+    return reader.kind
 
 
+class _Hash:
+    """A file's sha256, computed in a thread while the file is read (hashlib and file reads release the GIL)."""
+
+    def __init__(self, path: Path) -> None:
+        self.value: str | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(path,), daemon=True)
+        self.thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            self.value = sha256_file(path)
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    """One file to read: ``src`` copied to ``raw`` first when they differ. ``rel``: its path in the run's
+    sources; ``kind``: its reader whatever the content (the instrument wrapper's failure files); ``stage``: where a
+    worker writes its frames (None: they stay in memory); ``shown`` maps absolute paths back to the spelling the
+    user gave, for messages."""
+
+    index: int
+    src: str
+    raw: str
+    rel: str
+    read: bool
+    kind: str | None = None
+    stage: str | None = None
+    shown: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class FileResult:
+    """What reading one file gives: its ``sources`` record and what placing its frames needs. ``extract`` (after
+    the read) and ``frames`` (after :func:`settle`) stay in the process that read them; a worker stages its frames
+    and sends back the rest."""
+
+    index: int
+    name: str
+    record: dict[str, Any] | None = None
+    """The file's ``sources`` entry in run.json (None for files kept in raw/ but not read: logs, .nsys-rep)."""
+    imported: bool = False
+    partial: bool = False
+    warnings: list[str] = field(default_factory=list)
+    failed: str | None = None
+    problem: tuple[str, str, str | None] | None = None
+    """Why the file would not pass the import's first check (error class, message, hint), or None."""
+    rows: dict[str, int] = field(default_factory=dict)
+    ranks: dict[str, list[int | None]] = field(default_factory=dict)
+    """Per frame with a ``rank`` column, the rank values its rows hold (None for rows without a rank)."""
+    extract: Extract | None = None
+    frames: dict[str, pl.DataFrame] | None = None
+
+
+def shown(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    for absolute, given in pairs:
+        text = text.replace(absolute, given)
+    return text
+
+
+def copy_into_raw(src: Path, raw: Path, pairs: tuple[tuple[str, str], ...] = ()) -> None:
+    """Copy ``src`` to ``raw`` (a worker killed mid-copy leaves a hidden .tmp, not a short raw file)."""
+    try:
+        with atomic_path(raw) as tmp:
+            shutil.copy2(src, tmp)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot copy {src} into {Path(shown(str(raw), pairs)).parent} ({exc.strerror or exc})",
+            "free disk space (or check the folder's permissions), then retry",
+        ) from exc
+
+
+def read_job(
+    job: ReadJob,
+    options: ReadOptions | None = None,
+    on_event: Callable[[str], None] | None = None,
+    opened: tuple[Source, Reader] | None = None,
+) -> FileResult:
+    """Step 1 for one file: copy it into raw/ (when ``src`` is elsewhere), read it, label its ranks. ``opened``:
+    the file already opened and sniffed from ``src`` (the import's first check), reused so it is decompressed
+    once. Never raises for a file that cannot be read: the result says so."""
+    src, raw = Path(job.src), Path(job.raw)
+    if src != raw:
+        copy_into_raw(src, raw, job.shown)
+    out = FileResult(index=job.index, name=raw.name)
+    if not job.read:
+        return out
+    record: dict[str, Any] = {"path": job.rel, "bytes": raw.stat().st_size, "sha256": None}
+    digest = _Hash(raw)
+    try:
+        own = registry.empty_file_kind(raw.name)
+        if own is not None and record["bytes"] == 0:
+            ex = Extract(job.kind or own, raw.name, {})
+        else:
+            if opened is not None:
+                source, reader = opened
+                source.moved_to(raw)
+            else:
+                source, reader = open_file(raw, job.kind)
+            with source, reporting_progress(_Progress(raw.name, on_event)):
+                ex = read_source(source, reader, options)
+    except TracekitError as exc:
+        out.failed = shown(exc.one_line(), job.shown)
+        record.update(kind=None, status="failed", message=out.failed)
+    else:
+        ex.warnings[:] = [shown(w, job.shown) for w in ex.warnings]
+        out.warnings = list(
+            ex.warnings
+        )  # as read: what a merge adds reaches the file's record, not the summary
+        record.update(
+            kind=ex.kind, status="partial" if ex.partial else "ok", message=None, warnings=ex.warnings
+        )
+        record.update(label_extract(ex, raw.name))  # which rank(s) the file holds, and how that is known
+        out.imported, out.partial, out.extract = True, ex.partial, ex
+    record["sha256"] = digest.result()
+    out.record = record
+    return out
+
+
+def merge(results: list[FileResult]) -> None:
+    """Step 2: each reader that merges (``FormatReader.merges``) sees the extracts of its kind together; an
+    extract it drops contributes no frames. Warnings it adds reach the files' ``sources`` records."""
+    by_kind: dict[str, list[FileResult]] = {}
+    for r in results:
+        if r.extract is not None:
+            by_kind.setdefault(r.extract.kind, []).append(r)
+    for kind, group in by_kind.items():
+        reader = next((x for x in registry.READERS if x.kind == kind), None)
+        if reader is None or not registry.option(reader, "merges"):
+            continue
+        kept = {id(ex) for ex in registry.option(reader, "merge")([r.extract for r in group])}  # type: ignore[operator]
+        for r in group:
+            if id(r.extract) not in kept:
+                r.extract = None
+
+
+# --- 2. settle ------------------------------------------------------------------------------------------------------
 def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Fill the GEMM columns of ``ranges`` from tracekit range names (and the legacy probe form)."""
+    """Fill the GEMM columns of ``ranges`` from tracekit range names (and the legacy probe form,
+    ``naming.decode_legacy``)."""
     if ranges.height == 0:
         return ranges
     names = ranges["name"].drop_nulls().unique().to_list()
     rows = []
     for name in names:
-        decoded = naming.decode(name)
-        if decoded is not None:
-            kind, fields = decoded.kind, decoded.fields
-        else:
-            legacy = _legacy_gemm_fields(name)
-            if legacy is None:
-                continue
-            kind, fields = "gemm", legacy
+        decoded = naming.decode(name) or naming.decode_legacy(name)
+        if decoded is None:
+            continue
+        kind, fields = decoded.kind, decoded.fields
 
         def as_int(key: str, fields: dict[str, str] = fields) -> int | None:
             value = fields.get(key)
@@ -414,70 +372,111 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
     return out.select(ranges.columns)
 
 
-FAILURE_KEY = ("backend", "op", "m", "n", "k", "kind", "error_type", "message")
-"""A failure's identity across files: a capture with several passes (nsys, then ncu) records the same failure once
-per pass, and the run keeps one."""
-RENUMBERED = ("measurements", "failures", "moe", "moe_curve", "moe_routing")
-"""Frames whose id column is renumbered 0..n-1 once the files are combined."""
-
-
-def is_read(name: str) -> bool:
-    """Whether an import reads a file of raw/ by its name (logs and .nsys-rep reports are kept, not read)."""
-    return not name.startswith(".") and Path(plain_name(name)).suffix not in _IGNORED_SUFFIXES
-
-
-def unexported_reports(raw_dir: Path) -> list[str]:
-    """Warnings for the .nsys-rep / .qdstrm reports of raw/ with no SQLite export beside them (not read)."""
-    warnings = []
-    for p in sorted(raw_dir.glob("*")) if raw_dir.is_dir() else []:
-        name = plain_name(p.name)
-        if p.is_file() and Path(name).suffix in (".nsys-rep", ".qdstrm"):
-            stem = Path(name).stem
-            if not any((raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
-                warnings.append(
-                    f"{p.name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
-                )
-    return warnings
-
-
-def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
-    """Concatenate the frames of several files, offsetting local ids so they are unique in the run (a launch that
-    two CSV exports of one report both hold counts once), then nest ranges, parse tracekit range names and assign each kernel its innermost range."""
-    from .ncu_csv import drop_repeated_exports
-
-    parts: dict[str, list[pl.DataFrame]] = {name: [] for name in SPECS}
-    for ex in drop_repeated_exports(list(extracts)):
-        offsets = {fam: sum(df.height for df in parts[fam]) for fam in ID_OWNER}
-        for name, df in ex.frames.items():
-            if name not in SPECS:
-                continue
-            df = SPECS[name].conform(df)
-            shifts = [
-                (pl.col(col) + offsets[ID_FAMILY[col]]).alias(col)
-                for col in ID_COLUMNS.get(name, [])
-                if col in df.columns
-            ]
-            if shifts:
-                df = df.with_columns(shifts)
-            parts[name].append(df)
-    frames: dict[str, pl.DataFrame] = {}
-    for name, dfs in parts.items():
-        frames[name] = pl.concat(dfs, how="vertical") if dfs else SPECS[name].empty()
-    frames["failures"] = frames["failures"].unique(
-        subset=list(FAILURE_KEY), keep="first", maintain_order=True
-    )
-    for name in RENUMBERED:
-        id_col = SPECS[name].columns[0].name
-        frames[name] = frames[name].with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(id_col))
-    ranges = parse_range_names(nest_ranges(frames["ranges"]))
-    frames["ranges"] = ranges
-    frames["kernels"] = assign_ranges(frames["kernels"], ranges)
-    frames["memops"] = assign_ranges(frames["memops"], ranges)
-    frames = classify_frames(frames)  # every kernel's class (docs/KERNELS.md)
+def settle(ex: Extract) -> dict[str, pl.DataFrame]:
+    """Step 3: one file's frames, every frame of the run present and conformed, ranges nested, tracekit range
+    names parsed, each kernel and memcpy / memset given its innermost range, each kernel's launching op completed
+    from an op range it runs in (emit_nvtx under Nsight Systems; analyzers/taxonomy)."""
+    frames = {name: SPECS[name].conform(df) for name, df in ex.frames.items() if name in SPECS}
+    for name, spec in SPECS.items():
+        frames.setdefault(name, spec.empty())
+    frames["ranges"] = parse_range_names(nest_ranges(frames["ranges"]))
+    frames["kernels"] = with_launch_ops(assign_ranges(frames["kernels"], frames["ranges"]), frames["ranges"])
+    frames["memops"] = assign_ranges(frames["memops"], frames["ranges"])
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 
 
-# --- runs ---------------------------------------------------------------------------------------------------------
+def settled(result: FileResult) -> FileResult:
+    """``result`` with its extract settled into frames (and row counts and ranks noted); the extract let go."""
+    if result.extract is not None:
+        frames = settle(result.extract)
+        result.extract = None
+        result.frames = frames
+        for name, df in frames.items():
+            result.rows[name] = df.height
+            if PARTITION_KEY in df.columns and df.height:
+                result.ranks[name] = df[PARTITION_KEY].unique().sort(nulls_last=True).to_list()
+    return result
+
+
+# --- 3. place -------------------------------------------------------------------------------------------------------
+def id_offsets(rows: list[dict[str, int]]) -> list[dict[str, int]]:
+    """Per file (in placing order), the id offset of each id family: the rows of the files before it."""
+    running = dict.fromkeys(ID_OWNER, 0)
+    out = []
+    for r in rows:
+        out.append(dict(running))
+        for fam in ID_OWNER:
+            running[fam] += r.get(fam, 0)
+    return out
+
+
+def shifts(name: str, offsets: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """The (id column, offset) pairs that place one file's frame ``name``."""
+    return tuple(
+        (col, offsets[ID_FAMILY[col]]) for col in ID_COLUMNS.get(name, []) if offsets[ID_FAMILY[col]]
+    )
+
+
+def shifted(lf: pl.LazyFrame, moves: tuple[tuple[str, int], ...]) -> pl.LazyFrame:
+    return lf.with_columns([(pl.col(c) + off).alias(c) for c, off in moves]) if moves else lf
+
+
+def finish(name: str, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The run's frame ``name`` from its placed pieces: a failure recorded by several passes kept once, tracekit's
+    own records renumbered 0..n-1, the schema's columns."""
+    spec = SPECS[name]
+    if name == "failures":
+        lf = lf.unique(subset=list(FAILURE_KEY), keep="first", maintain_order=True)
+    if name in RENUMBERED:
+        lf = lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(spec.columns[0].name))
+    return lf.select(spec.schema.names())
+
+
+def enrich_context(frames: dict[str, pl.LazyFrame]) -> dict[str, Any]:
+    """What :func:`enrich` needs to know about the whole run, from its placed frames (lazy: only what is used is
+    read), small and picklable: a parallel import computes it once and hands it to every write task.
+
+    ``classes``: per classified frame (kernels, ncu), each distinct (kernel name, launching op) of the run with
+    its class, family and class source (analyzers/taxonomy, docs/KERNELS.md), decided with Nsight Compute's
+    evidence from every file of the run: a timeline kernel is GEMM-like when an ncu report of the same run shows
+    its tensor-op counters, whichever file each is in."""
+    ncu = frames["ncu"].collect()
+    evidence = {}
+    if ncu.height:
+        evidence = ncu_evidence({"ncu": ncu, "ncu_metrics": frames["ncu_metrics"].collect()})
+    return {"classes": {name: class_table(name, frames[name], evidence) for name in CLASSIFIED}}
+
+
+def enrich(name: str, lf: pl.LazyFrame, context: dict[str, Any]) -> pl.LazyFrame:
+    """The one place the run's frames gain what is derived after reading: frame ``name`` as placed, with what
+    ``context`` (:func:`enrich_context`) says about the whole run. Called in memory on the whole frame, and by a
+    parallel import's write tasks on each rank's part of it: it must hold for any subset of the frame's rows.
+    Derived here: the kernels' and ncu rows' classes (a join on the context's table)."""
+    table = context.get("classes", {}).get(name)
+    return lf if table is None else with_classes(name, lf, table)
+
+
+def place(parts: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """Step 4, in memory: the settled frames of each file (in raw/ name order) as the run's frames, enriched."""
+    offsets = id_offsets([{n: df.height for n, df in p.items()} for p in parts])
+    plans = {}
+    for name, spec in SPECS.items():
+        pieces = [shifted(p[name].lazy(), shifts(name, off)) for p, off in zip(parts, offsets, strict=True)]
+        lf = pl.concat(pieces, how="vertical") if pieces else spec.empty().lazy()
+        plans[name] = finish(name, lf)
+    context = enrich_context(plans)
+    plans = {name: enrich(name, lf, context) for name, lf in plans.items()}
+    return dict(zip(plans, pl.collect_all(list(plans.values())), strict=True))
+
+
+def combine(extracts: Iterable[Extract]) -> dict[str, pl.DataFrame]:
+    """The run's frames from the extracts of its files, in memory: steps 2-4 (merge, settle, place)."""
+    results = [FileResult(index=i, name=ex.source, extract=ex) for i, ex in enumerate(extracts)]
+    merge(results)
+    return place([settled(r).frames for r in results if r.frames is not None or r.extract is not None])
+
+
+# --- the serial import (one worker, this process) ------------------------------------------------------------------
 def _raw_files(run: Run) -> list[Path]:
     """The files of raw/ that hold frames, and the instrument wrapper's failure files of each capture pass."""
     if not run.raw_dir.is_dir():
@@ -488,73 +487,127 @@ def _raw_files(run: Run) -> list[Path]:
     return top + wrapper
 
 
-def _build(
-    run: Run,
-    on_event: Callable[[str], None] | None = None,
-    on_source: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
-    """Read every file in ``run``'s raw/ into frames, in memory: writes nothing anywhere.
+def raw_jobs(run: Run) -> list[ReadJob]:
+    """A job per file of raw/ that holds frames, in the order the run places them: the wrapper's own files are
+    failures by where they are, even when a crash tore their first line."""
+    return [
+        ReadJob(
+            i,
+            str(p),
+            str(p),
+            run.relative(p),
+            True,
+            "failures" if p.parent.parent == run.raw_dir / "breadcrumbs" else None,
+        )
+        for i, p in enumerate(_raw_files(run))
+    ]
 
-    Each raw file's source record (path, size, hash, kind, import status) goes to ``on_source`` as it is read.
-    Returns the frames and a summary (``files``, ``imported``, ``failed``, ``warnings``, ``partial``)."""
-    extracts: list[Extract] = []
-    failed: list[dict[str, str]] = []
-    warnings: list[str] = []
-    files = _raw_files(run)
-    for path in files:
-        rel = run.relative(path)
-        if on_event:
-            on_event(f"reading {path.name}")
-        record: dict[str, Any] = {"path": rel, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        try:
-            # the wrapper's own files are failures by where they are, even when a crash tore their first line
-            with reporting_progress(_Progress(path.name, on_event)):
-                ex = read_file(
-                    path, "failures" if path.parent.parent == run.raw_dir / "breadcrumbs" else None
-                )
-        except TracekitError as exc:
-            record.update(kind=None, status="failed", message=exc.one_line())
-            failed.append({"path": rel, "message": exc.one_line()})
-        else:
-            record.update(
-                kind=ex.kind, status="partial" if ex.partial else "ok", message=None, warnings=ex.warnings
-            )
-            record.update(label_extract(ex, path.name))  # which rank(s) the file holds, and how that is known
-            warnings.extend(ex.warnings)
-            extracts.append(ex)
-        if on_source:
-            on_source(record)
-    warnings.extend(unexported_reports(run.raw_dir))
-    frames = combine(extracts)
-    partial = bool(failed) or any(ex.partial for ex in extracts)
-    summary = {
-        "files": len(files),
-        "imported": len(extracts),
+
+def read_here(
+    jobs: list[ReadJob],
+    on_event: Callable[[str], None] | None = None,
+    opened: dict[int, tuple[Source, Reader]] | None = None,
+) -> tuple[list[FileResult], dict[str, pl.DataFrame]]:
+    """Steps 1-4 in this process: every job read (in order), merged, settled and placed in memory. Returns the
+    results (records, warnings) and the run's frames."""
+    results = []
+    for job in jobs:
+        if on_event and job.read:
+            on_event(f"reading {Path(job.raw).name}")
+        results.append(read_job(job, None, on_event, (opened or {}).get(job.index)))
+    merge(results)
+    parts = [settled(r).frames for r in results if r.extract is not None]
+    return results, place([p for p in parts if p is not None])
+
+
+def summarize(results: list[FileResult], raw_dir: Path, frames_rows: dict[str, int]) -> dict[str, Any]:
+    """The import's summary (``files``, ``imported``, ``failed``, ``warnings``, ``partial``, ``rows``)."""
+    read = [r for r in results if r.record is not None]
+    failed = [{"path": r.record["path"], "message": r.failed} for r in read if r.failed and r.record]
+    warnings = [w for r in read for w in r.warnings] + unexported_reports(raw_dir)
+    return {
+        "files": len(read),
+        "imported": sum(r.imported for r in read),
         "failed": failed,
         "warnings": warnings,
-        "partial": partial,
+        "partial": bool(failed) or any(r.partial for r in read),
+        "rows": frames_rows,
     }
-    return frames, summary
+
+
+def build(run: Run) -> tuple[dict[str, pl.DataFrame], list[dict[str, Any]], dict[str, Any]]:
+    """Every file of ``run``'s raw/ read into frames, in memory: writes nothing anywhere. Returns the frames, the
+    files' source records and the summary (see :func:`summarize`)."""
+    results, frames = read_here(raw_jobs(run))
+    records = [r.record for r in results if r.record is not None]
+    return frames, records, summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
+
+
+def ranks_of(results: list[FileResult]) -> list[int]:
+    """The distinct ranks of the run the files make (``ranks.run_ranks`` of its frames, from what :func:`settled`
+    noted per file rather than another pass over the rows)."""
+    found = {
+        rank for r in results for name in RANKED_FRAMES for rank in r.ranks.get(name, []) if rank is not None
+    }
+    return sorted(found)
+
+
+def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult]) -> dict[str, Any]:
+    """Write the frames and the manifest (sources, partial, warnings); returns the import's summary. Several
+    ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily."""
+    from .store import forget, write_frames
+
+    forget(run)  # frames read before this import are not the run's any more
+    summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
+    ranks = ranks_of(results)
+    run.manifest["sources"] = [r.record for r in results if r.record is not None]
+    write_frames(run, frames, partition_by=PARTITION_KEY if len(ranks) >= 2 else None)
+    run.manifest["partial"] = summary["partial"]
+    run.manifest["import_warnings"] = summary["warnings"]
+    run.save()
+    return {"run": str(run.path), **summary, "ranks": ranks}
 
 
 def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:
     """(Re)build the frames of ``run`` from every file in its raw/ and write them into the run (``import``,
-    ``import --rebuild`` and ``capture`` only: reads use :func:`load_frames`, which never writes). Files that
+    ``import --rebuild`` and ``capture`` only: reads use ``store.load_frames``, which never writes). Files that
     cannot be read are recorded as failed sources (the run is then marked ``partial``); returns a summary dict."""
-    run.manifest["sources"] = []  # rebuilt from what raw/ holds now
-    run.__dict__.pop("_memory_frames", None)  # frames read before this import are not the run's any more
-    frames, summary = _build(run, on_event, run.add_source)
-    # several ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily
-    run.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
-    run.manifest["partial"] = summary["partial"]
-    run.manifest["import_warnings"] = summary["warnings"]
-    run.save()
-    return {
-        "run": str(run.path),
-        **summary,
-        "rows": {name: df.height for name, df in frames.items()},
-        "ranks": run_ranks(frames),
-    }
+    results, frames = read_here(raw_jobs(run), on_event)
+    return _write(run, frames, results)
+
+
+def first_check(
+    paths: list[Path], stack: ExitStack
+) -> tuple[dict[int, tuple[Source, Reader]], list[TracekitError]]:
+    """The import's first check of the files as given: each opened, sniffed and checked by its reader (a missing
+    tool, a report that is read through its export). The opened files are kept open on ``stack`` for reading."""
+    opened: dict[int, tuple[Source, Reader]] = {}
+    problems: list[TracekitError] = []
+    for i, p in enumerate(paths):
+        try:
+            source, reader = open_file(p)
+        except TracekitError as exc:
+            problems.append(exc)
+            continue
+        stack.enter_context(source)
+        try:
+            registry.option(reader, "check")(source)  # type: ignore[operator]
+        except TracekitError as exc:
+            problems.append(source.named(exc))
+        else:
+            opened[i] = (source, reader)
+    return opened, problems
+
+
+def none_readable(paths: list[Path], problems: list[TracekitError]) -> TracekitError:
+    """The error of an import none of whose files can be read: the first problem (and how many files)."""
+    if len(problems) == 1:
+        return problems[0]
+    return UnreadableFileError(
+        paths[0],
+        f"none of the {len(paths)} files could be read; first: {problems[0].message}",
+        problems[0].hint,
+    )
 
 
 def import_files(
@@ -564,136 +617,34 @@ def import_files(
     runs_dir: Path = Path("runs"),
     on_event: Callable[[str], None] | None = None,
 ) -> tuple[Run, dict[str, Any]]:
-    """Make a new run from existing files. Every file is checked before the run is created; if none can be read,
-    the first problem is raised and nothing is written."""
+    """Make a new run from existing files, in this process. Every file is checked before the run is created; if
+    none can be read, the first problem is raised and nothing is written."""
     if not paths:
         raise BadInputError("no files given", "pass one or more .ncu-rep / .sqlite / .json(.gz) files")
-    problems: list[TracekitError] = []
-    for p in paths:
-        try:
-            kind = detect_kind(p)
-            if kind == "nsys-rep":
-                read_file(p, "nsys-rep")  # raises: the report is kept only beside its SQLite export
-            elif kind == "ncu":
-                from .ncu import check_reader
-
-                check_reader(p)  # a missing reader is a missing tool (exit 3), not a damaged file
-        except TracekitError as exc:
-            problems.append(exc)
-    if len(problems) == len(paths):
-        if len(problems) == 1:
-            raise problems[0]
-        raise UnreadableFileError(
-            paths[0],
-            f"none of the {len(paths)} files could be read; first: {problems[0].message}",
-            problems[0].hint,
+    with ExitStack() as stack:
+        opened, problems = first_check(paths, stack)
+        if len(problems) == len(paths):
+            raise none_readable(paths, problems)
+        target = out or runs_dir / new_run_name(paths[0].stem.split(".")[0])
+        run = Run.create(target, command=None, capture={"imported_from": [str(p) for p in paths]})
+        names = raw_names(paths)
+        jobs = sorted(
+            (
+                ReadJob(i, str(p), str(run.raw_dir / n), f"raw/{n}", is_read(n))
+                for i, (p, n) in enumerate(zip(paths, names, strict=True))
+            ),
+            key=lambda j: Path(j.raw).name,
         )
-    target = out or runs_dir / new_run_name(paths[0].stem.split(".")[0])
-    run = Run.create(target, command=None, capture={"imported_from": [str(p) for p in paths]})
-    for p in paths:
-        run.add_raw(p)
-    summary = import_into(run, on_event)
+        for job in jobs:  # every file is in raw/ before any is read, as a capture leaves them
+            copy_into_raw(Path(job.src), Path(job.raw))
+        jobs = [ReadJob(j.index, j.raw, j.raw, j.rel, j.read) for j in jobs]
+        results, frames = read_here(jobs, on_event, opened)
+    summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
     if summary["files"] and not summary["imported"]:
         # every file was recognised but none could be read: keep the promise "nothing is written"
-        import shutil
-
         shutil.rmtree(run.path, ignore_errors=True)
         first = summary["failed"][0]["message"].split(": ", 1)[-1].replace(f"{run.raw_dir}/", "")
         if len(paths) == 1:
             raise UnreadableFileError(paths[0], first.removeprefix(f"{paths[0].name}: "))
         raise UnreadableFileError(paths[0], f"none of the {len(paths)} files could be read; first: {first}")
-    return run, summary
-
-
-def open_run(path: Path | str) -> Run:
-    """A run folder (or, once bundles exist, a bundle) given on the command line."""
-    path = Path(path)
-    if path.is_file() and path.suffix == ".zip":
-        try:
-            from tracekit.bundle import open_bundle
-        except ImportError as exc:
-            raise RunNotFoundError(
-                f"{path} is a zip file; bundles are not supported by this tracekit"
-            ) from exc
-        return open_bundle(path)
-    if path.is_file():
-        raise RunNotFoundError(
-            f"{path} is a file, not a run", f"make a run from it first: `tracekit import {path} -o runs/NAME`"
-        )
-    return Run.open(path)
-
-
-_MEMORY: dict[tuple[Any, ...], tuple[dict[str, pl.DataFrame], dict[str, Any]]] = {}
-"""Frames rebuilt in memory for stale runs, keyed by the run's path and its raw files' (name, size, mtime):
-a TUI reload or a compare of a run with itself rebuilds once per process. Holds a few runs at most."""
-_MEMORY_MAX = 4
-
-
-def _raw_signature(run: Run) -> tuple[Any, ...]:
-    files = []
-    for p in _raw_files(run):
-        st = p.stat()
-        files.append((run.relative(p), st.st_size, st.st_mtime_ns))
-    return (str(run.path.resolve()), SCHEMA_VERSION, tuple(files))
-
-
-def frames_in_memory(run: Run) -> bool:
-    """True when :func:`load_frames` served ``run``'s frames from an in-memory rebuild (its frames on disk are
-    missing or stale); ``run.manifest["frames"]`` then describes the rebuilt frames, not the files."""
-    return bool(getattr(run, "_memory_frames", None) is not None)
-
-
-def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.DataFrame]:
-    """The run's frames (all, or ``names``). Frames of the previous schema version are migrated on read (their
-    JSON text columns decoded, :meth:`Run.read_frame`); frames that are missing or older are rebuilt from raw/
-    in memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the
-    run byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt
-    sources, ``partial`` and ``import_warnings`` as an import would have written them."""
-    wanted = list(names) if names is not None else list(SPECS)
-    memory: dict[str, pl.DataFrame] | None = getattr(run, "_memory_frames", None)
-    if memory is None and not (run.frames_current() or run.frames_migratable()):
-        built = run.manifest.get("frames") or bool(run.frame_files())
-        if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
-            # rebuilding from nothing would replace the run's frames with empty ones
-            raise RunNotFoundError(
-                f"{run.path} has no current frames and no raw files to rebuild them from",
-                "re-capture or re-import it (an older tracekit may still read its frames)",
-            )
-        key = _raw_signature(run)
-        cached = _MEMORY.get(key)
-        if cached is None:
-            sources: list[dict[str, Any]] = []
-            frames, summary = _build(run, None, sources.append)
-            facts = {
-                "sources": sources,
-                "partial": summary["partial"],
-                "import_warnings": summary["warnings"],
-                "frames": {
-                    "schema_version": SCHEMA_VERSION,
-                    "in_memory": True,
-                    "rows": {name: df.height for name, df in frames.items()},
-                    "partitioned": {},
-                },
-            }
-            if len(_MEMORY) >= _MEMORY_MAX:
-                _MEMORY.pop(next(iter(_MEMORY)))
-            cached = _MEMORY[key] = (frames, facts)
-        memory = dict(cached[0])
-        run.manifest.update(json.loads(json.dumps(cached[1], default=str)))
-        run._memory_frames = memory  # type: ignore[attr-defined]
-    if memory is not None:
-        return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
-    frames = {name: run.read_frame(name) for name in wanted}
-    if run.frames_migratable():  # an earlier schema: the kernel classes are computed on load, in memory
-        frames = classify_on_load(frames, run.read_frame)  # type: ignore[arg-type]
-    return frames  # type: ignore[return-value]
-
-
-def frames_copy(run: Run, folder: Path) -> Run:
-    """A scratch run in ``folder`` (a temporary folder the caller owns) holding ``run``'s frames as written files
-    and its manifest: how ``bundle`` packs a run whose frames were rebuilt in memory, without writing into it."""
-    frames = load_frames(run)
-    copy = Run(Path(folder), json.loads(json.dumps(run.manifest, default=str)))
-    copy.write_frames(frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
-    copy.manifest["frames"]["in_memory"] = False
-    return copy
+    return run, _write(run, frames, results)

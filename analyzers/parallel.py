@@ -5,18 +5,23 @@ and a job has 8 to thousands of ranks). ``importer.import_files`` reads them one
 ``import_parallel`` reads them in parallel and writes the same run (same ``run.json`` sources, ranks, warnings,
 partial flag, and the same frames row for row):
 
-1. **read**, one task per file: copy the file into ``RUN/raw/`` under the name the serial import gives it, read it
-   (``read_file``), label its rank (``label_extract``) and build its frames on their own (``combine([extract])``:
-   ranges nest and kernels find their range per file, since both group rows by their ``source`` file), write them
-   to a staging folder inside the run and return only a small summary (the source record, row counts, the ranks
-   present). A file that cannot be read is recorded as failed, exactly as the serial import records it.
+1. **read**, one task per file (``importer.read_job``, then ``importer.settled``): copy the file into
+   ``RUN/raw/`` under the name the serial import gives it, read it, label its rank and settle its frames on their
+   own (ranges nest and kernels find their range per file, since both group rows by their ``source`` file), write
+   them to a staging folder inside the run and return only a small summary (the source record, row counts, the
+   ranks present). A file that cannot be read is recorded as failed, exactly as the serial import records it.
 2. **place**, in the parent: ids (``kernel_id``, ``range_id``, ``ncu_id`` ...) are dense over the run in the order
-   of ``raw/`` (sorted names), so a file's id offsets are the row counts of the files before it.
+   of ``raw/`` (sorted names), so a file's id offsets are the row counts of the files before it
+   (``importer.id_offsets``, as the serial import places them).
 3. **write**, one task per rank and one for the frames without a rank: stream the staged frames, ids shifted, into
    ``frames/<frame>/rank=<r>/part-0.parquet`` (a run of two or more ranks) or ``frames/<frame>.parquet``, lazily
-   (``LazyFrame.sink_parquet``).
+   (``LazyFrame.sink_parquet``), each finished as the serial import finishes it (``importer.finish``: failures
+   kept once, tracekit's records renumbered).
 4. the parent writes ``run.json`` last; until then the run's frames are not current, so an interrupted import is
    rebuilt from ``raw/`` by the next read.
+
+Files whose reader must see them together (``FormatReader.merges``: several CSV exports of one Nsight Compute
+report) are read in one process: the serial import. So is an import with one worker.
 
 Memory is bounded by the workers, not by the number of files: a worker holds one file's frames at a time, and the
 parent only the summaries. Local workers are ``spawn``-ed processes (polars' thread pool does not survive
@@ -43,13 +48,7 @@ from typing import Any
 import polars as pl
 
 from tracekit._version import SCHEMA_VERSION
-from tracekit.errors import (
-    BadInputError,
-    MissingToolError,
-    StorageError,
-    TracekitError,
-    UnreadableFileError,
-)
+from tracekit.errors import BadInputError, MissingToolError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
 from tracekit.run import (
     HIVE_NULL,
@@ -62,63 +61,30 @@ from tracekit.run import (
 )
 
 from .importer import (
-    FAILURE_KEY,
-    ID_COLUMNS,
-    ID_FAMILY,
-    ID_OWNER,
-    RENUMBERED,
+    FileResult,
+    ReadJob,
+    enrich,
+    enrich_context,
+    finish,
+    id_offsets,
     import_files,
     is_read,
-    plain_name,
+    open_file,
+    raw_names,
+    read_job,
+    settled,
+    shifted,
+    shifts,
+    shown,
     unexported_reports,
 )
-from .kineto_stream import in_one_process
+from .readers import registry
+from .workers import default_workers, in_one_process
 
 EXECUTORS = ("local", "ray")
 """Where the files are read: ``local`` worker processes, or ``ray`` tasks on a Ray cluster."""
 
 _STAGE_PREFIX = ".import-stage-"
-
-
-def default_workers() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-# --- jobs and their summaries (small, picklable) ----------------------------------------------------------------
-@dataclass(frozen=True)
-class ReadJob:
-    """One file to copy into raw/ and read. Paths are absolute; ``shown`` maps them back to the spelling the
-    serial import would print in messages (the run and file paths as given on the command line)."""
-
-    index: int
-    src: str
-    raw: str
-    stage: str
-    read: bool
-    shown: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class ReadResult:
-    """What a read task hands back: never frames, only what the parent needs to place and record them."""
-
-    index: int
-    name: str
-    record: dict[str, Any] | None = None
-    """The file's ``sources`` entry in run.json (None for files kept in raw/ but not read: logs, .nsys-rep)."""
-    imported: bool = False
-    partial: bool = False
-    warnings: list[str] = field(default_factory=list)
-    failed: str | None = None
-    problem: tuple[str, str, str | None] | None = None
-    """Why the file would not pass the serial import's first check (error class, message, hint), or None."""
-    rows: dict[str, int] = field(default_factory=dict)
-    ranks: dict[str, list[int | None]] = field(default_factory=dict)
-    """Per frame with a ``rank`` column, the rank values its rows hold (None for rows without a rank)."""
 
 
 @dataclass(frozen=True)
@@ -138,16 +104,12 @@ class WriteJob:
     pieces: tuple[Piece, ...]
     partitioned: bool = False
     rank: int | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+    """``importer.enrich_context`` of the whole run, for ``importer.enrich`` of this part."""
 
 
-def _shown(text: str, shown: tuple[tuple[str, str], ...]) -> str:
-    for absolute, given in shown:
-        text = text.replace(absolute, given)
-    return text
-
-
-def _portable(exc: TracekitError, shown: tuple[tuple[str, str], ...]) -> tuple[str, str, str | None]:
-    return type(exc).__name__, _shown(exc.message, shown), exc.hint
+def _portable(exc: TracekitError, pairs: tuple[tuple[str, str], ...]) -> tuple[str, str, str | None]:
+    return type(exc).__name__, shown(exc.message, pairs), exc.hint
 
 
 def _revive(problem: tuple[str, str, str | None]) -> TracekitError:
@@ -165,56 +127,25 @@ def _revive(problem: tuple[str, str, str | None]) -> TracekitError:
     return exc
 
 
-def read_task(job: ReadJob) -> ReadResult:
-    """Copy one file into raw/, read it, stage its frames. Runs in a worker process or a Ray task."""
-    from .importer import combine, detect_kind, read_file
-    from .ranks import label_extract
-
-    src, raw = Path(job.src), Path(job.raw)
-    try:
-        with atomic_path(raw) as tmp:  # a worker killed mid-copy leaves a hidden .tmp, not a short raw file
-            shutil.copy2(src, tmp)
-    except OSError as exc:
-        raise StorageError(
-            f"cannot copy {job.src} into {Path(_shown(job.raw, job.shown)).parent} ({exc.strerror or exc})",
-            "free disk space (or check the folder's permissions), then retry",
-        ) from exc
-    out = ReadResult(index=job.index, name=raw.name)
-    if job.read:
-        record: dict[str, Any] = {
-            "path": f"raw/{raw.name}",
-            "bytes": raw.stat().st_size,
-            "sha256": sha256_file(raw),
-        }
-        try:
-            with in_one_process():  # this task has one core: a large trace is not spread over the node's
-                ex = read_file(raw)
-        except TracekitError as exc:
-            out.failed = _shown(exc.one_line(), job.shown)
-            record.update(kind=None, status="failed", message=out.failed)
-        else:
-            out.warnings = [_shown(w, job.shown) for w in ex.warnings]
-            record.update(
-                kind=ex.kind, status="partial" if ex.partial else "ok", message=None, warnings=out.warnings
-            )
-            record.update(label_extract(ex, raw.name))
-            out.imported, out.partial = True, ex.partial
-            frames = combine([ex])
-            del ex
-            stage = Path(job.stage)
-            stage.mkdir(parents=True, exist_ok=True)
-            for name, df in frames.items():
-                df.write_parquet(stage / f"{name}.parquet", compression="lz4", statistics=False)
-                out.rows[name] = df.height
-                if PARTITION_KEY in df.columns and df.height:
-                    out.ranks[name] = df[PARTITION_KEY].unique().sort(nulls_last=True).to_list()
-        out.record = record
+def read_task(job: ReadJob) -> FileResult:
+    """Read one file and stage its settled frames (steps 1 and 3). Runs in a worker process or a Ray task: only
+    the summary goes back, never frames."""
+    with in_one_process():  # this task has one core: a large trace is not spread over the node's
+        out = settled(read_job(job))
+    if out.frames is not None:
+        assert job.stage is not None
+        stage = Path(job.stage)
+        stage.mkdir(parents=True, exist_ok=True)
+        for name, df in out.frames.items():
+            df.write_parquet(stage / f"{name}.parquet", compression="lz4", statistics=False)
+        out.frames = None
     if not out.imported:
         # The serial import checks every file before it makes the run; the parent needs that verdict only when
         # no file is readable (then nothing is kept), and only files that did not read can fail it.
         try:
-            if detect_kind(src) == "nsys-rep":
-                read_file(src, "nsys-rep")  # raises: the report is read through its SQLite export
+            source, reader = open_file(Path(job.src))
+            with source:
+                registry.option(reader, "check")(source)  # type: ignore[operator]
         except TracekitError as exc:
             out.problem = _portable(exc, job.shown)
     return out
@@ -231,16 +162,9 @@ def write_task(jobs: list[WriteJob]) -> dict[str, int]:
             if job.partitioned:
                 key = pl.col(PARTITION_KEY)
                 lf = lf.filter(key.is_null() if job.rank is None else key == job.rank)
-            if piece.shifts:
-                lf = lf.with_columns([(pl.col(c) + off).alias(c) for c, off in piece.shifts])
-            parts.append(lf)
-        lf = pl.concat(parts, how="vertical") if parts else spec.empty().lazy()
-        if job.frame == "failures":
-            # a capture with several passes records the same failure once per pass: keep one (as combine does)
-            lf = lf.unique(subset=list(FAILURE_KEY), keep="first", maintain_order=True)
-        if job.frame in RENUMBERED:
-            lf = lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias(spec.columns[0].name))
-        lf = lf.select(spec.schema.names())
+            parts.append(shifted(lf, piece.shifts))
+        lf = finish(job.frame, pl.concat(parts, how="vertical") if parts else spec.empty().lazy())
+        lf = enrich(job.frame, lf, job.context)
         if job.partitioned:
             lf = lf.drop(PARTITION_KEY)
         target = Path(job.target)
@@ -383,59 +307,40 @@ class _Ray:
 
 
 # --- the import -----------------------------------------------------------------------------------------------------
-def raw_names(paths: list[Path]) -> list[str]:
-    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/."""
-    taken: set[str] = set()
-    out = []
-    for p in paths:
-        base = name = p.name
-        i = 1
-        while name in taken:
-            stem, dot, ext = base.partition(".")
-            name = f"{stem}-{i}{dot}{ext}"
-            i += 1
-        taken.add(name)
-        out.append(name)
-    return out
-
-
-def _died(job: ReadJob, why: BaseException, shown: tuple[tuple[str, str], ...]) -> ReadResult:
+def _died(job: ReadJob, why: BaseException, pairs: tuple[tuple[str, str], ...]) -> FileResult:
     """A file whose worker died: recorded as failed (the run is partial), the other files kept."""
     raw = Path(job.raw)
-    message = _shown(
+    message = shown(
         f"cannot read file: {raw}: the worker reading it died ({type(why).__name__}; out of memory?) — "
         "import it alone, or with fewer --workers",
-        shown,
+        pairs,
     )
-    record: dict[str, Any] = {"path": f"raw/{raw.name}"}
+    record: dict[str, Any] = {"path": job.rel}
     if raw.is_file():
         record.update(bytes=raw.stat().st_size, sha256=sha256_file(raw))
     record.update(kind=None, status="failed", message=message)
-    return ReadResult(index=job.index, name=raw.name, record=record if job.read else None, failed=message)
+    return FileResult(index=job.index, name=raw.name, record=record if job.read else None, failed=message)
 
 
 def _write_jobs(
-    frames_dir: Path, stage: Path, results: list[ReadResult]
+    frames_dir: Path, stage: Path, results: list[FileResult]
 ) -> tuple[list[list[WriteJob]], dict[str, str], list[int]]:
     """Split the frames' writing into tasks: one per rank partition, one for the frames written as one file.
     ``frames_dir`` is absolute: a Ray task does not run in this process's folder."""
     imported = [r for r in results if r.imported]
     ranks = sorted({rk for r in imported for values in r.ranks.values() for rk in values if rk is not None})
     totals = {name: sum(r.rows.get(name, 0) for r in imported) for name in SPECS}
-    offsets: dict[int, dict[str, int]] = {}
-    running = dict.fromkeys(ID_OWNER, 0)
-    for r in imported:
-        offsets[r.index] = dict(running)
-        for fam in ID_OWNER:
-            running[fam] += r.rows.get(fam, 0)
+    offsets = dict(zip((r.index for r in imported), id_offsets([r.rows for r in imported]), strict=True))
 
-    def piece(r: ReadResult, name: str) -> Piece:
-        shifts = tuple(
-            (col, offsets[r.index][ID_FAMILY[col]])
-            for col in ID_COLUMNS.get(name, [])
-            if offsets[r.index][ID_FAMILY[col]]
-        )
-        return Piece(str(stage / str(r.index) / f"{name}.parquet"), shifts)
+    def piece(r: FileResult, name: str) -> Piece:
+        return Piece(str(stage / str(r.index) / f"{name}.parquet"), shifts(name, offsets[r.index]))
+
+    def placed(name: str) -> pl.LazyFrame:
+        """The run's frame ``name``, lazily (read only where ``enrich_context`` reads it)."""
+        scans = [shifted(pl.scan_parquet(p.path), p.shifts) for p in (piece(r, name) for r in imported)]
+        return finish(name, pl.concat(scans, how="vertical") if scans else SPECS[name].empty().lazy())
+
+    context = enrich_context({name: placed(name) for name in SPECS})
 
     per_rank: dict[int | None, list[WriteJob]] = {}
     rest: list[WriteJob] = []
@@ -448,11 +353,28 @@ def _write_jobs(
                 folder = f"{PARTITION_KEY}={HIVE_NULL if value is None else value}"
                 pieces = tuple(piece(r, name) for r in imported if value in r.ranks.get(name, []))
                 target = frames_dir / name / folder / "part-0.parquet"
-                per_rank.setdefault(value, []).append(WriteJob(name, str(target), pieces, True, value))
+                per_rank.setdefault(value, []).append(
+                    WriteJob(name, str(target), pieces, True, value, context)
+                )
         else:
             pieces = tuple(piece(r, name) for r in imported)
-            rest.append(WriteJob(name, str(frames_dir / f"{name}.parquet"), pieces))
+            rest.append(WriteJob(name, str(frames_dir / f"{name}.parquet"), pieces, context=context))
     return [*per_rank.values(), rest], partitioned, ranks
+
+
+def _read_together(paths: list[Path]) -> bool:
+    """Whether some reader must see several of ``paths`` together (``FormatReader.merges``): then they are read
+    in one process. Files that cannot be opened here are left to the read tasks to report."""
+    merging: dict[str, int] = {}
+    for p in paths:
+        try:
+            source, reader = open_file(p)
+        except TracekitError:
+            continue
+        source.close()
+        if registry.option(reader, "merges"):
+            merging[reader.kind] = merging.get(reader.kind, 0) + 1
+    return any(n > 1 for n in merging.values())
 
 
 def import_parallel(
@@ -467,7 +389,8 @@ def import_parallel(
 ) -> tuple[Run, dict[str, Any]]:
     """Make a new run from ``paths`` as ``importer.import_files`` does, reading the files in parallel: ``workers``
     local processes (default: the cores), or one Ray task per file (``executor="ray"``). Returns the same
-    (run, summary); raises the same errors (nothing is kept when no file can be read)."""
+    (run, summary); raises the same errors (nothing is kept when no file can be read). With one worker, or files
+    a reader must see together, the files are read here (``importer.import_files``)."""
     if not paths:
         raise BadInputError("no files given", "pass one or more .ncu-rep / .sqlite / .json(.gz) files")
     if executor not in EXECUTORS:
@@ -477,31 +400,37 @@ def import_parallel(
             raise BadInputError(f"{p} does not exist", "check the path")
         if not p.is_file():
             raise UnreadableFileError(p, "is a folder, not a profiler file", "give the files inside it")
-    if sum(plain_name(p.name).lower().endswith(".csv") for p in paths) > 1:
-        # CSV exports of one report may repeat its launches; only a read of all of them together counts each
-        # launch once (ncu_csv.drop_repeated_exports). They are small: read here, one after another.
-        if on_event:
-            on_event("several Nsight Compute CSV exports: reading them in one process")
+    local_workers = max(1, min(workers or default_workers(), len(paths)))
+    if executor == "local" and local_workers == 1:
         return import_files(paths, out, runs_dir=runs_dir, on_event=on_event)
-    backend: _Local | _Ray = (
-        _Ray(ray_address)
-        if executor == "ray"
-        else _Local(max(1, min(workers or default_workers(), len(paths))))
-    )
+    if _read_together(paths):
+        if on_event:
+            on_event("files of one report that are read together: reading them in one process")
+        return import_files(paths, out, runs_dir=runs_dir, on_event=on_event)
+    backend: _Local | _Ray = _Ray(ray_address) if executor == "ray" else _Local(local_workers)
     target = out or runs_dir / new_run_name(paths[0].stem.split(".")[0])
     existed = target.exists()
     run = Run.create(target, command=None, capture={"imported_from": [str(p) for p in paths]})
     raw_abs = run.raw_dir.resolve()
     stage = run.frames_dir.resolve() / f"{_STAGE_PREFIX}{secrets.token_hex(4)}"
-    shown = ((str(raw_abs), str(run.raw_dir)), *((str(p.resolve()), str(p)) for p in paths))
+    pairs = ((str(raw_abs), str(run.raw_dir)), *((str(p.resolve()), str(p)) for p in paths))
     names = raw_names(paths)
     jobs = [
-        ReadJob(i, str(p.resolve()), str(raw_abs / name), str(stage / str(i)), is_read(name), shown)
+        ReadJob(
+            i,
+            str(p.resolve()),
+            str(raw_abs / name),
+            f"raw/{name}",
+            is_read(name),
+            None,
+            str(stage / str(i)),
+            pairs,
+        )
         for i, (p, name) in enumerate(zip(paths, names, strict=True))
     ]
     # the serial import reads raw/ in name order: ids and sources follow that order
     order = {job.index: rank for rank, job in enumerate(sorted(jobs, key=lambda j: names[j.index]))}
-    results: list[ReadResult] = []
+    results: list[FileResult] = []
     keep = False
     try:
         with backend.session():
@@ -510,7 +439,7 @@ def import_parallel(
                 on_event(f"reading {len(paths)} files in {how}")
             for job, result, why in backend.run(read_task, jobs):
                 if why is not None:
-                    result = _died(job, why, shown)
+                    result = _died(job, why, pairs)
                 results.append(result)
                 if on_event:
                     state = "failed" if result.failed else "kept" if result.record is None else "read"

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
+from tracekit.numbers import trimmed as _num
+
 __all__ = ["Series", "Svg", "tflops_vs_m", "waterfall"]
 
 PALETTE = (
@@ -27,10 +29,6 @@ PALETTE = (
     "#17becf",
 )
 FONT = "font-family:Helvetica,Arial,sans-serif"
-
-
-def _num(v: float) -> str:
-    return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
 class Svg:

@@ -49,7 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     from tracekit.analyzers.breakdown import breakdown
     from tracekit.analyzers.importer import combine
-    from tracekit.analyzers.kineto import read_kineto
+    from tracekit.analyzers.readers.kineto.reader import read_kineto
 
     base = combine([read_kineto(TRACE)])
     print(f"{'copies':>6} {'rows':>9} {'ranges':>9} {'devices s':>10} {'+ranges s':>10} {'names':>6}")

@@ -170,7 +170,7 @@ import json, sys, time
 from pathlib import Path
 if __name__ == "__main__":
     t = time.perf_counter()
-    from tracekit.analyzers.kineto import read_kineto
+    from tracekit.analyzers.readers.kineto.reader import read_kineto
     workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
     ex = read_kineto(Path(sys.argv[1]), workers=workers)
     n = ex.frame("kernels").height

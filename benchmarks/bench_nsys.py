@@ -116,13 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"source export not found: {args.source} (pass --source)", file=sys.stderr)
         return 2
 
-    from tracekit.analyzers.nsys import read_nsys_sqlite
-
-    try:
-        from tracekit.analyzers.join import assign_ranges, nest_ranges
-    except ImportError as e:  # the join module is written in parallel with this reader
-        assign_ranges = nest_ranges = None
-        print(f"note: tracekit.analyzers.join not importable ({e}); timing the reader only", file=sys.stderr)
+    from tracekit.analyzers.join import assign_ranges, nest_ranges
+    from tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite
 
     results: list[tuple[str, int, float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="bench_nsys_") as tmp:
@@ -140,14 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         kernels, ranges = ex.frames["kernels"], ex.frames["ranges"]
         results.append(("read_nsys_sqlite", kernels.height + ranges.height, t_read, c_read, _peak_rss_mib()))
         total, total_cpu = t_read, c_read
-        if nest_ranges is not None and assign_ranges is not None:
-            nested, n, t, c = _timed(lambda f: f.height, lambda: nest_ranges(ranges))
-            results.append(("nest_ranges", n, t, c, _peak_rss_mib()))
-            assigned, n, t2, c2 = _timed(lambda f: f.height, lambda: assign_ranges(kernels, nested))
-            results.append(("assign_ranges", n, t2, c2, _peak_rss_mib()))
-            total, total_cpu = total + t + t2, total_cpu + c + c2
-            linked = assigned["range_id"].is_not_null().sum()
-            print(f"kernels with a range: {linked:,} of {assigned.height:,}", file=sys.stderr)
+        nested, n, t, c = _timed(lambda f: f.height, lambda: nest_ranges(ranges))
+        results.append(("nest_ranges", n, t, c, _peak_rss_mib()))
+        assigned, n, t2, c2 = _timed(lambda f: f.height, lambda: assign_ranges(kernels, nested))
+        results.append(("assign_ranges", n, t2, c2, _peak_rss_mib()))
+        total, total_cpu = total + t + t2, total_cpu + c + c2
+        linked = assigned["range_id"].is_not_null().sum()
+        print(f"kernels with a range: {linked:,} of {assigned.height:,}", file=sys.stderr)
         results.append(
             ("total (read + join)", kernels.height + ranges.height, total, total_cpu, _peak_rss_mib())
         )

@@ -2,8 +2,8 @@
 
 The frames come from a real trace (default: HTA's df_index_resolver, 19,370 kernels) read with tracekit's Kineto
 reader and replicated (times shifted past the previous copy, ids offset) to ``--kernels`` rows; ranges and
-devices are replicated alongside. They are written with ``Run.create(...).write_frames({...})``; then
-``Run.open(path).read_frame(name)`` is timed for every frame (best and first of ``--repeat`` runs). Target: the
+devices are replicated alongside. They are written with ``write_frames(Run.create(...), {...})``; then
+``read_frame(Run.open(path), name)`` is timed for every frame (best and first of ``--repeat`` runs). Target: the
 kernels frame re-opens in under 0.2 s.
 
     python benchmarks/bench_parquet.py [--kernels 1000000] [--repeat 5] [--source TRACE]
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tracekit.analyzers.kineto import read_kineto
+from tracekit.analyzers.readers.kineto.reader import read_kineto
+from tracekit.analyzers.store import read_frame, write_frames
 from tracekit.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-parquet-"))
     try:
         t = time.perf_counter()
-        Run.create(work / "run").write_frames(frames)
+        write_frames(Run.create(work / "run"), frames)
         write_s = time.perf_counter() - t
         print(f"wrote {', '.join(f'{n} {df.height:,} rows' for n, df in frames.items())} in {write_s:.2f} s")
         print(f"\n{'frame':10} {'rows':>10} {'columns':>8} {'file MB':>8} {'first s':>8} {'best s':>8}")
@@ -79,7 +80,7 @@ def main() -> None:
             times = []
             for _ in range(args.repeat):
                 t = time.perf_counter()
-                got = Run.open(work / "run").read_frame(name)
+                got = read_frame(Run.open(work / "run"), name)
                 times.append(time.perf_counter() - t)
             assert isinstance(got, pl.DataFrame) and got.height == df.height and got.schema == df.schema
             size = (work / "run" / "frames" / f"{name}.parquet").stat().st_size / 1e6
@@ -87,7 +88,7 @@ def main() -> None:
             print(f"{name:10} {df.height:10,d} {df.width:8d} {size:8.1f} {times[0]:8.3f} {min(times):8.3f}")
         t = time.perf_counter()
         run = Run.open(work / "run")
-        all_frames = {n: run.read_frame(n) for n in frames}
+        all_frames = {n: read_frame(run, n) for n in frames}
         print(f"{'all three':10} {'':>10} {'':>8} {'':>8} {time.perf_counter() - t:8.3f}  (one Run.open)")
         assert all_frames["kernels"].height == frames["kernels"].height
     finally:

@@ -40,12 +40,15 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.store import read_frame, write_frames
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "h200-probe"
 
 
 def build_run(out: Path, n: int) -> Path:
     """A run of ``n`` kernel launches made of copies of the probe's real kernels."""
-    from tracekit.analyzers.importer import import_files, load_frames
+    from tracekit.analyzers.importer import import_files
+    from tracekit.analyzers.store import load_frames
     from tracekit.run import Run
 
     src_dir = out.parent / "probe-src"
@@ -69,7 +72,7 @@ def build_run(out: Path, n: int) -> Path:
     run = Run.create(out, capture={"note": f"bench_tui: probe kernels replicated to {n:,}"})
     frames = dict(frames)
     frames["kernels"] = big
-    run.write_frames(frames)
+    write_frames(run, frames)
     return out
 
 
@@ -149,7 +152,7 @@ def run_table(runs: list[Path], repeats: int) -> None:
     )
     print(head)
     for run in runs:
-        rows = Run.open(run).read_frame("kernels", lazy=True).select(pl.len()).collect().item()
+        rows = read_frame(Run.open(run), "kernels", lazy=True).select(pl.len()).collect().item()
         view = [_child("--first-screen", str(run)) for _ in range(repeats)]
         expl = [_child("--explain", str(run)) for _ in range(repeats)]
 

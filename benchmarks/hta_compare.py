@@ -101,7 +101,7 @@ def tracekit_numbers(trace: Path, *, window: bool = True) -> dict[str, Any]:
     from tracekit.analyzers.breakdown import breakdown
     from tracekit.analyzers.breakdown.peers import hta_window
     from tracekit.analyzers.importer import combine
-    from tracekit.analyzers.kineto import read_kineto
+    from tracekit.analyzers.readers.kineto.reader import read_kineto
 
     frames = combine([read_kineto(trace)])
     if window:

@@ -1,6 +1,6 @@
 """Where ``read_nsys_sqlite`` + the join spend their time: wall seconds per phase on bench_nsys.py's scaled export.
 
-Wraps the reader's phase functions (analyzers/nsys.py, analyzers/_nsys_db.py) and the join (analyzers/join.py)
+Wraps the reader's phase functions (analyzers/readers/nsys/reader.py, analyzers/readers/nsys/db.py) and the join (analyzers/join.py)
 with timers for one run, so the cost is a clock read per call (a few hundred calls in all), not a sampling
 profiler's. Phases nest: a row's seconds include its children's, and each parent gets an ``(own code)`` row
 with the remainder. The table reads (``_Db.query``) run on a thread pool: the ``parallel table reads`` row is wall
@@ -76,7 +76,10 @@ def _query_label(self: Any, sql: str, schema: Any) -> str:
 
 def instrument() -> None:
     """Wrap the phases of the reader and the join (module attributes, so the reader's own calls go through)."""
-    from tracekit.analyzers import _nsys_db, base, join, nsys
+    from tracekit.analyzers import join
+    from tracekit.analyzers.readers import base
+    from tracekit.analyzers.readers.nsys import db as _nsys_db
+    from tracekit.analyzers.readers.nsys import reader as nsys
 
     for name in (
         "_check_file",
@@ -163,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         if not target.is_file():
             build_scaled(args.source, target, args.kernels, args.nvtx)
         instrument()
-        from tracekit.analyzers import join, nsys
+        from tracekit.analyzers import join
+        from tracekit.analyzers.readers.nsys import reader as nsys
 
         ex = nsys.read_nsys_sqlite(target, engine=args.engine)
         nested = join.nest_ranges(ex.frames["ranges"])

@@ -16,7 +16,7 @@ H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "bo
 @lru_cache(maxsize=4)
 def _probe(path: str) -> dict[str, pl.DataFrame]:
     from tracekit.analyzers.importer import combine
-    from tracekit.analyzers.ncu import read_ncu_report
+    from tracekit.analyzers.readers.ncu.report import read_ncu_report
 
     return combine([read_ncu_report(Path(path))])
 

@@ -1,5 +1,5 @@
 """A realistic ``tracekit bench moe`` run built on the CPU: the records are made by the benchmark's own row builders
-(collectors/moe.py ``_row`` / ``_curve_row``, so the format is exactly what a run holds) from the benchmark's own
+(collectors/moe/worker.py ``_row`` / ``_curve_row``, so the format is exactly what a run holds) from the benchmark's own
 routing draws, with times shaped like the H200 measurements in DEVICE.md.
 
 Time model (microseconds), fitted to DEVICE.md's bf16 table (M=16 / 256 / 1024 / 4096 at N=2048, K=6144 gives

@@ -12,7 +12,7 @@ import pytest
 from tracekit.analyzers.analysis import Analysis, Case, RunInfo, Summary, case_from_gemm
 from tracekit.analyzers.explain import explain_case, verdict_of
 from tracekit.analyzers.gemm import build_cases
-from tracekit.analyzers.importer import load_frames, open_run
+from tracekit.analyzers.store import load_frames, open_run
 
 
 def _cases(sample: Path) -> list[tuple[object, object, Case]]:

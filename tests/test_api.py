@@ -56,7 +56,7 @@ def test_load_a_run_folder_its_frames_and_analysis() -> None:
 
 
 def test_load_a_bundle(tmp_path: Path) -> None:
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
     from tracekit.bundle import write_bundle
 
     src = SAMPLES / "h200-foreign-simt_smem"
@@ -85,6 +85,27 @@ def test_load_a_raw_file_in_memory_writes_nothing(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert _numbers(tracekit.load(imported).analyze()) == _numbers(analysis)
+
+
+def test_scan_reads_a_current_run_through_the_frames_store(tmp_path: Path) -> None:
+    """A run of this schema: ``scan`` is a parquet scan (a filter reaches the reader), read before the frames are,
+    and gives the rows ``frames`` has; a committed sample (an earlier schema) scans its migrated frames, with the
+    kernel classes computed on load."""
+    raw = SAMPLES / "h200-planted-e-launch-gaps" / "raw" / "nsys.sqlite.xz"
+    imported = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "tracekit", "import", str(raw), "-o", str(imported)], check=True)
+    run = tracekit.load(imported)
+    lazy = run.scan("kernels").filter(pl.col("duration_ns") > 10_000)
+    assert "PARQUET SCAN" in lazy.explain().upper()
+    scanned = lazy.collect()
+    frame = run.frames["kernels"].filter(pl.col("duration_ns") > 10_000)
+    assert scanned.height and scanned.equals(frame)
+    with pytest.raises(KeyError):
+        tracekit.load(imported).scan("nope")
+    sample = tracekit.load(SAMPLES / "h200-capture-gemm")
+    old = sample.scan("kernels").collect()
+    assert old["kernel_class"].null_count() < old.height
+    assert old.equals(sample.frames["kernels"])
 
 
 def test_load_a_shared_kineto_trace(shared_data: Path, tmp_path: Path) -> None:

@@ -433,7 +433,7 @@ def test_a_sweep_under_the_torch_profiler_imports_its_workers_traced_passes(tmp_
     measured GEMMs (two shapes x --trace-repeats 3 calls each), beside the sweep's own measurements."""
     pytest.importorskip("torch")
     pl = pytest.importorskip("polars")
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
     from tracekit.collectors.capture import capture
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACEKIT_")}

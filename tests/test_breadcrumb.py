@@ -167,7 +167,8 @@ def test_the_call_in_flight_survives_the_crash(tmp_path: Path, how: str, returnc
 
 
 def test_a_raising_call_is_a_failure_and_the_import_reads_it(tmp_path: Path) -> None:
-    from tracekit.analyzers.importer import import_into, load_frames, open_run
+    from tracekit.analyzers.importer import import_into
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.collectors.failures import FAILURE_KEYS
     from tracekit.run import Run
 

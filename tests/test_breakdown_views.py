@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tracekit.analyzers.breakdown import breakdown
-from tracekit.analyzers.importer import import_files, load_frames, open_run
+from tracekit.analyzers.importer import import_files
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"

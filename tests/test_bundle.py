@@ -60,7 +60,7 @@ def test_sample_round_trip_every_command(
 ) -> None:
     """The committed capture sample (nsys + ncu + measurements) through a zip: show, explain and report read
     the bundle as they read the folder, and the bundle keeps the run's name."""
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     src = samples_dir / "h200-capture-gemm"
     out = tmp_path / "capture.zip"
@@ -198,7 +198,7 @@ def test_stale_frames_need_the_rebuild_passed_in(samples_dir: Path, tmp_path: Pa
     is refused with one line unless the caller passes the rebuild, as ``tracekit bundle`` does."""
     import shutil
 
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.commands.bundle import current_frames
     from tracekit.errors import SchemaError
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.importer import import_into
+from tracekit.analyzers.store import read_frame
 from tracekit.collectors import crash, tools
 from tracekit.collectors.breadcrumb import V1_SLOT_BYTES
 from tracekit.collectors.capture import SITE_DIR, capture, is_python_command, ranges_filter
@@ -172,7 +173,7 @@ def test_segfault_names_the_gemm_in_flight_with_stack_and_last_words(tmp_path, s
     (fail,) = json.loads(shown.stdout)["failures"]
     assert fail["signal"] == "SIGSEGV" and fail["m"] == 128 and fail["caller"] == "bench.py:57"
     assert "Fatal Python error" in fail["python_stack"] and fail["stderr_tail"]
-    assert Run.open(run.path).read_frame("measurements").height == 2  # the good GEMMs keep their numbers
+    assert read_frame(Run.open(run.path), "measurements").height == 2  # the good GEMMs keep their numbers
 
 
 def test_abort_takes_the_newest_call_in_flight_of_several_processes(tmp_path):
@@ -275,7 +276,7 @@ def test_under_nsys_and_ncu_one_failure_program_output_apart_and_no_kernels_said
     assert run.manifest["capture"]["nsys"]["crash_flush"] == "profiler-stop"
     summary = import_into(run)  # the fake tools' reports fail to read; the failures still import
     assert not any("program." in f["path"] for f in summary["failed"])
-    fails = Run.open(run.path).read_frame("failures")
+    fails = read_frame(Run.open(run.path), "failures")
     assert fails.height == 1 and fails["backend"].to_list() == ["sgl-kernel-fp4"]
 
 
@@ -401,7 +402,7 @@ def test_import_reads_wrapper_failures_and_ignores_program_output(tmp_path):
     )
     summary = import_into(run)
     assert not summary["failed"] and summary["partial"]  # the torn last line is counted, not fatal
-    fails = Run.open(run.path).read_frame("failures")
+    fails = read_frame(Run.open(run.path), "failures")
     assert fails["message"].to_list() == ["NVFP4 needs compute capability 10.0"]
     paths = [s["path"] for s in Run.open(run.path).manifest["sources"]]
     assert "raw/breadcrumbs/plain/failures.77.jsonl" in paths and not any("program." in p for p in paths)
@@ -462,7 +463,7 @@ def test_timeline_without_kernels_falls_back_to_ncu_durations(samples_dir):
     """What a crashed nsys pass leaves (NVTX ranges, no kernel table) beside an ncu report: the GEMMs are timed
     by ncu's kernel durations, as the run's reason says."""
     from tracekit.analyzers.explain import explain
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.frames import SPECS
 
     frames = load_frames(open_run(samples_dir / "h200-capture-gemm"))

@@ -15,8 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyzers.importer import load_frames
 from tracekit.analyzers.ranks import analyze_ranks
+from tracekit.analyzers.store import load_frames
 from tracekit.collectors import tools
 from tracekit.collectors.capture import capture
 from tracekit.collectors.ranks import (

@@ -10,7 +10,7 @@ import pytest
 from _report_data import FAILURE_TEXTS, bench_rows, bench_run, failure, measurement, probe_run
 
 from tracekit.analyzers.compare import compare_runs
-from tracekit.analyzers.importer import load_frames
+from tracekit.analyzers.store import load_frames
 from tracekit.bundle import write_bundle
 from tracekit.cli import main
 
@@ -155,7 +155,8 @@ def test_bench_sample_against_its_bundle_and_a_slower_copy(
     real record, time scaled, re-imported) fails the gate on that GEMM alone; its 120 failures match up."""
     import shutil
 
-    from tracekit.analyzers.importer import import_into, open_run
+    from tracekit.analyzers.importer import import_into
+    from tracekit.analyzers.store import open_run
 
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
     src = samples_dir / "h200-bench-gemm"

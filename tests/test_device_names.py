@@ -71,7 +71,7 @@ def _shared_rows(shared: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def _sample_rows(samples: Path) -> dict[str, list[dict[str, Any]]]:
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run, read_frame
     from tracekit.records import gpu_of
 
     found: dict[str, list[dict[str, Any]]] = {}
@@ -81,7 +81,7 @@ def _sample_rows(samples: Path) -> dict[str, list[dict[str, Any]]]:
         run = open_run(folder)
         gpu = gpu_of(run.manifest.get("environment"))
         rows = [{"name": gpu.name, "compute_capability": gpu.compute_capability, "sm_count": gpu.sm_count}]
-        frames = {f: run.read_frame(f) for f in ("devices", "ncu") if run.frame_layout(f) is not None}
+        frames = {f: read_frame(run, f) for f in ("devices", "ncu") if run.frame_layout(f) is not None}
         found[folder.name] = rows + _rows(frames)
     return found
 

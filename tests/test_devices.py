@@ -149,7 +149,7 @@ def test_sm120_limits() -> None:
 def test_devices_of_real_reports_match_the_catalog(shared_data: Path) -> None:
     """Every GPU named in the third-party and probe ncu reports matches an entry whose SM count and opt-in
     shared memory per block agree with what the report's device attributes say."""
-    from tracekit.analyzers.ncu import read_ncu_report
+    from tracekit.analyzers.readers.ncu.report import read_ncu_report
 
     reports = [
         "h200-probe/probe.ncu-rep",

@@ -203,7 +203,7 @@ def test_gemm_summary_schema(shared_data: Path) -> None:
 
 def test_third_party_reports_without_shapes(shared_data: Path) -> None:
     from tracekit.analyzers.importer import combine
-    from tracekit.analyzers.ncu import read_ncu_report
+    from tracekit.analyzers.readers.ncu.report import read_ncu_report
 
     # CUTLASS int8 GEMMs on an A100 80GB PCIe, profiled with ncu's default clock control (clocks near base).
     fr = combine([read_ncu_report(shared_data / "thirdparty/panjd123-cutlass/report.ncu-rep")])
@@ -230,7 +230,7 @@ def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
     as a power-capped clock; the numbers are DEVICE.md's sustained H200 plateau."""
     import importlib.util
 
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
     from tracekit.collectors.nvml import NvmlSample
     from tracekit.collectors.ranges import gemm_name
     from tracekit.run import Run

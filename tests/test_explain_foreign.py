@@ -15,7 +15,7 @@ from _explain_data import frames
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.gemm import Shape, build_cases
 from tracekit.analyzers.importer import combine, read_file
-from tracekit.analyzers.ncu_csv import read_ncu_csv
+from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.devices import match_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -340,7 +340,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
 
 
 def test_occupancy_limiter_is_named_with_its_amount(samples_dir: Path) -> None:
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     run = open_run(samples_dir / "h200-planted-d-smem-occupancy")
     (wf,) = explain(load_frames(run), gemm_filter="triton-bf16", environment=run.manifest.get("environment"))

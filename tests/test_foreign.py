@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.explain import Waterfall, explain
-from tracekit.analyzers.importer import load_frames, open_run
+from tracekit.analyzers.store import load_frames, open_run
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 

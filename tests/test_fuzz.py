@@ -250,7 +250,7 @@ def test_every_table_malformed_is_refused_in_one_line(shared_data: Path, tmp_pat
 
 def test_device_name_not_utf8_is_kept_visibly(shared_data: Path, tmp_path: Path) -> None:
     """A GPU name whose bytes are not UTF-8: the device row stays, the bad bytes shown as U+FFFD, and said."""
-    from tracekit.analyzers.nsys import read_nsys_sqlite
+    from tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite
 
     path = tmp_path / "probe.sqlite"
     path.write_bytes((shared_data / "h200-probe/probe.sqlite").read_bytes())
@@ -266,7 +266,7 @@ def test_device_name_not_utf8_is_kept_visibly(shared_data: Path, tmp_path: Path)
 def test_ncu_values_past_their_column_are_null_and_counted() -> None:
     """A bit flip in a report's launch metrics (a grid of 5,460,000,000 blocks, 1e300 registers): the kernel
     stays, those values are null and counted, the rest of the row is kept."""
-    from tracekit.analyzers.ncu import frames_from_actions
+    from tracekit.analyzers.readers.ncu.report import frames_from_actions
 
     action = {
         "range": 0,

@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.importer import combine
-from tracekit.analyzers.kineto import read_kineto
-from tracekit.analyzers.torch_ops import GEMM_OPS, op_shape
+from tracekit.analyzers.readers.kineto.reader import read_kineto
+from tracekit.analyzers.readers.torch_ops import GEMM_OPS, op_shape
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 PROBE = "h200-probe/torch_trace.json.gz"
@@ -289,7 +289,7 @@ def test_nested_calls_keep_the_inner_shape(tmp_path: Path) -> None:
     ],
 )
 def test_signatures(name: str, dims: list, types: list | None, expected: tuple) -> None:
-    """Operand layouts that the shared traces do not hold (PyTorch's signatures, analyzers/torch_ops.py)."""
+    """Operand layouts that the shared traces do not hold (PyTorch's signatures, analyzers/readers/torch_ops.py)."""
     shape = op_shape(name, dims, types)
     assert shape is not None
     assert (shape.m, shape.n, shape.k, shape.batch) == expected

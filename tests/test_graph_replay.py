@@ -23,8 +23,9 @@ import pytest
 
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.gemm.graph_replay import NO_SHAPE_NOTE
-from tracekit.analyzers.importer import combine, load_frames, open_run
-from tracekit.analyzers.kineto import read_kineto
+from tracekit.analyzers.importer import combine
+from tracekit.analyzers.readers.kineto.reader import read_kineto
+from tracekit.analyzers.store import load_frames, open_run
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"

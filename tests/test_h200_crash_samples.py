@@ -111,7 +111,7 @@ def test_report_and_tui_show_the_crash_whole(tmp_path: Path) -> None:
     assert "signal: SIGSEGV" in text and "GEMM call in flight:" in text and "crash_segv.py:184" in text
     assert "Fatal Python error: Segmentation fault" in text and "in __torch_function__" in text
 
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.tui.screens.failures import failure_content
 
     frames = load_frames(open_run(SAMPLES / "h200-crash-segv-in-gemm"))
@@ -148,7 +148,7 @@ def test_capture_ranges_profiled_only_the_matching_range() -> None:
     data = _show("h200-ranges-attn")
     run = json.loads((SAMPLES / "h200-ranges-attn/run.json").read_text())
     assert run["capture"]["ncu"]["ranges"] == "attn"
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     ncu = load_frames(open_run(SAMPLES / "h200-ranges-attn"))["ncu"]
     assert data["ncu_kernel_count"] == 2 and set(ncu["nvtx_range"].to_list()) == {"attn_proj"}

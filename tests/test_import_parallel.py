@@ -17,6 +17,7 @@ from polars.testing import assert_frame_equal
 
 from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.parallel import _Local, import_parallel, raw_names
+from tracekit.analyzers.store import read_frame
 from tracekit.cli import main
 from tracekit.errors import EXIT_INCOMPLETE, EXIT_MISSING_TOOL, TracekitError
 from tracekit.frames import SPECS
@@ -83,7 +84,7 @@ def _assert_same_run(serial: Path, parallel: Path, given: str | None = None) -> 
     assert sorted(p.name for p in a.raw_dir.iterdir()) == sorted(p.name for p in b.raw_dir.iterdir())
     assert not [p for p in b.frames_dir.iterdir() if p.name.startswith(".")]  # no staging left behind
     for name in SPECS:
-        fa, fb = a.read_frame(name), b.read_frame(name)
+        fa, fb = read_frame(a, name), read_frame(b, name)
         assert isinstance(fa, pl.DataFrame) and isinstance(fb, pl.DataFrame)
         key = SPECS[name].columns[0].name
         assert_frame_equal(fa.sort(key, nulls_last=True), fb.sort(key, nulls_last=True))
@@ -113,7 +114,7 @@ def test_parallel_import_makes_the_same_run(job: tuple[list[Path], Path], tmp_pa
         ["kernels", "memops", "ranges", "ncu", "devices"], "rank"
     )
     # rank 5 comes from two files: its partition holds both, ids placed as the serial import places them
-    assert run.read_frame("kernels").filter(pl.col("rank") == 5)["source"].unique().sort().to_list() == [
+    assert read_frame(run, "kernels").filter(pl.col("rank") == 5)["source"].unique().sort().to_list() == [
         "rank5-1.json.gz",
         "rank5.json.gz",
     ]

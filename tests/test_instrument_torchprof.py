@@ -24,7 +24,7 @@ print("mm done", flush=True)
 def test_instrumented_gemms_are_ranges_under_the_torch_profiler(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pl = pytest.importorskip("polars")
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
     from tracekit.collectors.capture import capture
     from tracekit.run import Run
 

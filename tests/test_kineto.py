@@ -16,8 +16,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tracekit.analyzers.base import Extract
-from tracekit.analyzers.kineto import is_kineto_trace, read_kineto, short_kernel_name
+from tracekit.analyzers.readers.base import Extract
+from tracekit.analyzers.readers.kineto.reader import is_kineto_trace, read_kineto, short_kernel_name
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 

@@ -1,7 +1,7 @@
 """GEMM operators of other people's PyTorch-profiler traces are explained with achieved TFLOP/s (issue 17).
 
 The Kineto reader turns each ``aten::mm / addmm / linear / bmm ...`` call into a range with the M, N, K its
-``Input Dims`` give (analyzers/torch_ops.py); the explainer makes the innermost such range holding a GEMM kernel a
+``Input Dims`` give (analyzers/readers/torch_ops.py); the explainer makes the innermost such range holding a GEMM kernel a
 case. Checked on every shared trace with GEMM ops: at least 90% of the innermost GEMM ops belong to a case with
 achieved TFLOP/s, and a few cases against shapes read by hand from the raw JSON."""
 

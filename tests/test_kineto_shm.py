@@ -1,4 +1,4 @@
-"""Chunk text through shared memory (``kineto_shm``): the ring itself, and reads that use it, fall back from it
+"""Chunk text through shared memory (analyzers/readers/kineto/shm.py): the ring itself, and reads that use it, fall back from it
 (no room, a chunk too big for a slot) and leave nothing behind in /dev/shm."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_kineto_stream import _kernel  # the same kernel events as the streaming tests
 
-from tracekit.analyzers import kineto_shm
-from tracekit.analyzers.kineto import WHOLE, read_kineto
+from tracekit.analyzers.readers.kineto import shm as kineto_shm
+from tracekit.analyzers.readers.kineto.reader import WHOLE, read_kineto
 
 pytestmark = pytest.mark.skipif(not Path(kineto_shm.SHM_DIR).is_dir(), reason="no /dev/shm on this system")
 
@@ -132,15 +132,16 @@ def test_without_shared_memory_the_pipe_gives_the_same(
 def test_a_read_task_decodes_in_its_own_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A parallel import's read task (a Ray task is no ``multiprocessing`` child) reads a large trace in its own
     process: it has one core, and one decoding process per core of the node would oversubscribe it."""
-    from tracekit.analyzers import kineto_stream
+    from tracekit.analyzers import workers
     from tracekit.analyzers.parallel import ReadJob, read_task
+    from tracekit.analyzers.readers.kineto import stream as kineto_stream
 
-    monkeypatch.setattr(kineto_stream, "POOL_MIN_BYTES", 0)  # every file counts as large
+    monkeypatch.setattr(workers, "POOL_MIN_BYTES", 0)  # every file counts as large
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(8)))
-    assert kineto_stream.default_workers(1) == 8
-    with kineto_stream.in_one_process():
-        assert kineto_stream.default_workers(1) == 1
-    assert kineto_stream.default_workers(1) == 8
+    assert workers.default_workers(1) == 8
+    with workers.in_one_process():
+        assert workers.default_workers(1) == 1
+    assert workers.default_workers(1) == 8
 
     pools: list[int] = []
     real = kineto_stream.Decoder.__init__
@@ -151,7 +152,8 @@ def test_a_read_task_decodes_in_its_own_process(tmp_path: Path, monkeypatch: pyt
 
     monkeypatch.setattr(kineto_stream.Decoder, "__init__", init)
     src = _trace(tmp_path)
-    job = ReadJob(0, str(src), str(tmp_path / "raw" / src.name), str(tmp_path / "stage"), True)
+    raw = tmp_path / "raw" / src.name
+    job = ReadJob(0, str(src), str(raw), f"raw/{src.name}", True, stage=str(tmp_path / "stage"))
     (tmp_path / "raw").mkdir()
     res = read_task(job)
     assert res.imported and res.rows["kernels"] == 400

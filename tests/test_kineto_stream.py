@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers.kineto import WHOLE, read_kineto
-from tracekit.analyzers.kineto_stream import Chunk, default_workers, stream_chunks
+from tracekit.analyzers.readers.kineto.reader import WHOLE, read_kineto
+from tracekit.analyzers.readers.kineto.stream import Chunk, stream_chunks
+from tracekit.analyzers.workers import default_workers
 from tracekit.errors import UnreadableFileError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +266,10 @@ def test_chunks_stay_near_their_size() -> None:
 
 
 def test_worker_processes_only_for_large_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for both: an import reads one file per core; one file's decode starts workers only when large,
+    at most 8."""
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
+    assert default_workers() == 16
     assert default_workers(1 << 20) == 1
     assert default_workers(1 << 40) == 8
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
@@ -279,7 +283,7 @@ def test_a_script_without_a_main_guard_still_reads(shared_data: Path, tmp_path: 
     calling process, with the same result."""
     script = tmp_path / "no_guard.py"
     script.write_text(
-        "import sys\nfrom tracekit.analyzers.kineto import read_kineto\n"
+        "import sys\nfrom tracekit.analyzers.readers.kineto.reader import read_kineto\n"
         f"ex = read_kineto(sys.argv[1], workers=2, chunk_bytes={64 << 10})\n"
         "print(ex.frame('kernels').height)\n"
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.importer import combine
-from tracekit.analyzers.kineto import read_kineto
-from tracekit.analyzers.nsys import read_nsys_sqlite
+from tracekit.analyzers.readers.kineto.reader import read_kineto
+from tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite
 from tracekit.frames import MEMOPS
 
 _KINDS = {"gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}

@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 from _moe_data import make_moe_run
 
-from tracekit.analyzers.importer import load_frames
 from tracekit.analyzers.moe import analyze_moe, expert_histogram, tile_from_kernel, whatif
+from tracekit.analyzers.store import load_frames
 from tracekit.collectors import moe_ranges as MR
 from tracekit.collectors import ranges
 from tracekit.collectors.moe import GLM5, MOE_KEYS, build_cases, read_routing_file, route_counts
@@ -406,7 +406,7 @@ def test_tui_moe_screen_shows_histogram_of_the_highlighted_launch(real):
 # --- the H200 capture (samples/h200-moe: `tracekit capture --nsys -- tracekit bench moe`, moe_session.sh) ----------
 @pytest.fixture(scope="module")
 def h200():
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     run = open_run(Path(__file__).resolve().parents[1] / "samples" / "h200-moe")
     frames = load_frames(run)

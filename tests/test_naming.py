@@ -49,3 +49,39 @@ def test_canonical_dtypes() -> None:
     assert naming.canonical_dtype("torch.float8_e4m3fn") == "e4m3"
     assert naming.canonical_dtype("torch.float4_e2m1fn_x2") == "e2m1"
     assert naming.DTYPE_BITS["e2m1"] == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("gemm/bf16/M=1024,N=2048,K=6144", {"a": "bf16", "out": "bf16", "M": "1024", "scale": None}),
+        ("gemm/fp8/M=16,N=6144,K=6144", {"a": "e4m3", "out": "bf16", "K": "6144", "scale": "tensorwise"}),
+        ("gemm/fp4/M=1,N=2,K=3", {"a": "e2m1", "out": "bf16", "scale": None}),
+        ("gemm/bf16/M=1,N=2", None),
+        ("gemm/bf16/M=1,N=2,K=x", None),
+        ("gemm/bf16/M=1,N=2,K=3,B=4", None),
+        ("gemm bf16 M=1", None),
+    ],
+)
+def test_one_legacy_parser_for_the_importer_and_the_explainer(name: str, fields: dict | None) -> None:
+    """The shared probe's older range names: the ranges frame (importer) and the GEMM cases (explainer) read
+    them through the same parser, so the frame's dtypes and scale are the ones the cases use."""
+    import polars as pl
+
+    from tracekit.analyzers.gemm.names import parse_gemm_name
+    from tracekit.analyzers.importer import parse_range_names
+    from tracekit.frames import RANGES
+
+    decoded = naming.decode_legacy(name)
+    if fields is None:
+        assert decoded is None and parse_gemm_name(name) is None
+        return
+    assert decoded is not None and decoded.kind == "gemm"
+    assert {k: decoded.fields.get(k) for k in fields} == fields
+    row = parse_range_names(RANGES.conform(pl.DataFrame({"range_id": [0], "name": [name]}))).row(
+        0, named=True
+    )
+    case = parse_gemm_name(name)
+    assert case is not None
+    for key in ("backend", "op", "m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "scale"):
+        assert row[key] == case[key], key

@@ -1,4 +1,4 @@
-"""Nsight Compute readers: .ncu-rep (analyzers/ncu.py) and CSV exports (analyzers/ncu_csv.py), on real files."""
+"""Nsight Compute readers: .ncu-rep (analyzers/readers/ncu/report.py) and CSV exports (analyzers/readers/ncu/csv_export.py), on real files."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers import ncu as ncu_mod
-from tracekit.analyzers._ncu_columns import function_name, to_base
-from tracekit.analyzers.ncu import check_structure, clock_control, is_ncu_report, read_ncu_report
-from tracekit.analyzers.ncu_csv import read_ncu_csv, sniff_ncu_csv
+from tracekit.analyzers.readers.ncu import report as ncu_mod
+from tracekit.analyzers.readers.ncu.columns import function_name, to_base
+from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv, sniff_ncu_csv
+from tracekit.analyzers.readers.ncu.report import (
+    check_structure,
+    clock_control,
+    is_ncu_report,
+    read_ncu_report,
+)
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, NCU, NCU_METRICS, NCU_RULES
 

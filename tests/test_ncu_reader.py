@@ -117,7 +117,7 @@ def test_a_reader_on_the_callers_own_path_reaches_the_reader_process(
     rep = _report(samples_dir, tmp_path)
     code = (
         f"import sys\nsys.path.append({str(extras)!r})\n"
-        "from tracekit.analyzers.ncu import read_ncu_report\n"
+        "from tracekit.analyzers.readers.ncu.report import read_ncu_report\n"
         f"print(read_ncu_report({str(rep)!r}).frame('ncu').height)\n"
     )
     site = tmp_path / "site"

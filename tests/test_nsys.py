@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers.nsys import is_nsys_sqlite, read_nsys_sqlite
+from tracekit.analyzers.readers.nsys.reader import is_nsys_sqlite, read_nsys_sqlite
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
@@ -444,8 +444,8 @@ def test_nvtx_op_shapes_match_per_name_parse(shared_data: Path) -> None:
     """Each range's GEMM fields equal parsing its own name (the op before the first comma, stripped, must be a
     GEMM op; names with text before the op are not PyTorch's): the vectorised pre-filter drops none and adds
     none."""
-    from tracekit.analyzers.nsys import _nvtx_op_shapes
-    from tracekit.analyzers.torch_ops import GEMM_OPS, nvtx_op_shape
+    from tracekit.analyzers.readers.nsys.reader import _nvtx_op_shapes
+    from tracekit.analyzers.readers.torch_ops import GEMM_OPS, nvtx_op_shape
 
     base = read_nsys_sqlite(shared_data / PROBE).frames["ranges"]
     ranges = pl.concat([base] * 2).head(len(_OP_NAMES)).with_columns(pl.Series("name", _OP_NAMES))
@@ -481,7 +481,7 @@ def test_a_read_leaves_no_huge_address_space_behind(samples_dir: Path, tmp_path:
     path = tmp_path / "nsys.sqlite"
     path.write_bytes(lzma.decompress((samples_dir / "h200-capture-gemm/raw/nsys.sqlite.xz").read_bytes()))
     code = (
-        "import sys\nfrom tracekit.analyzers.nsys import read_nsys_sqlite\n"
+        "import sys\nfrom tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite\n"
         "ex = read_nsys_sqlite(sys.argv[1], engine='adbc')\n"
         "size = [l for l in open('/proc/self/status') if l.startswith('VmSize:')][0].split()[1]\n"
         "print(ex.frame('kernels').height, int(size) // 1024)\n"

@@ -20,8 +20,8 @@ import polars as pl
 import pytest
 
 from tracekit.analyzers.importer import combine
-from tracekit.analyzers.nsys import read_nsys_sqlite
-from tracekit.analyzers.torch_ops import nvtx_op_shape
+from tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite
+from tracekit.analyzers.readers.torch_ops import nvtx_op_shape
 
 NSYS_AI = "thirdparty/nsys-ai/h100_2gpu_1s.sqlite"
 PROBE = "h200-probe/probe.sqlite"

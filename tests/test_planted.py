@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.explain import explain
-from tracekit.analyzers.importer import load_frames, open_run
+from tracekit.analyzers.store import load_frames, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = json.loads((ROOT / "benchmarks" / "planted" / "expected.json").read_text())

@@ -12,8 +12,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers.importer import combine, import_files, load_frames, read_file
+from tracekit.analyzers.importer import combine, import_files, read_file
 from tracekit.analyzers.ranks import analyze_ranks, label_extract, rank_from_name, run_ranks
+from tracekit.analyzers.store import load_frames, read_frame, write_frame, write_frames
 from tracekit.frames import SPECS
 from tracekit.run import HIVE_NULL, Run
 
@@ -128,16 +129,16 @@ def test_multi_rank_frames_are_hive_partitioned(runs: dict[str, Path]) -> None:
         assert parts == [f"{name}/rank=0/part-0.parquet", f"{name}/rank=1/part-0.parquet"]
         # the rank lives in the folder name only (hive): the file itself has no rank column
         assert "rank" not in pl.read_parquet_schema(frames_dir / name / "rank=0" / "part-0.parquet")
-        df = run.read_frame(name)
+        df = read_frame(run, name)
         assert df.columns == [c.name for c in SPECS[name].columns]
         assert df.schema == SPECS[name].schema
     # frames without rows (no devices in these exports) and without a rank column stay single files
     assert (frames_dir / "devices.parquet").is_file() and (frames_dir / "measurements.parquet").is_file()
     assert run.manifest["frames"]["partitioned"] == {"kernels": "rank", "memops": "rank", "ranges": "rank"}
-    lazy = run.read_frame("kernels", lazy=True)
+    lazy = read_frame(run, "kernels", lazy=True)
     assert isinstance(lazy, pl.LazyFrame)
     assert_frame_equal(
-        lazy.filter(pl.col("rank") == 1).collect(), run.read_frame("kernels").filter(pl.col("rank") == 1)
+        lazy.filter(pl.col("rank") == 1).collect(), read_frame(run, "kernels").filter(pl.col("rank") == 1)
     )
 
 
@@ -149,18 +150,18 @@ def test_partitioned_round_trip_and_layout_switch(shared_data: Path, tmp_path: P
         pl.when(pl.col("kernel_id") == 0).then(None).otherwise(pl.col("rank")).alias("rank")
     )
     run = Run.create(tmp_path / "r")
-    run.write_frames(frames, partition_by="rank")
+    write_frames(run, frames, partition_by="rank")
     assert (run.frame_dir("kernels") / f"rank={HIVE_NULL}" / "part-0.parquet").is_file()
-    back = run.read_frame("kernels")
+    back = read_frame(run, "kernels")
     assert_frame_equal(back.sort("kernel_id"), frames["kernels"].sort("kernel_id"))
     assert back["rank"].null_count() == 1
     assert run.frames_current()
-    run.write_frames(frames)  # the same run rebuilt unpartitioned: the folders go
+    write_frames(run, frames)  # the same run rebuilt unpartitioned: the folders go
     assert run.frame_layout("kernels") == "file" and not run.frame_dir("kernels").exists()
-    assert_frame_equal(run.read_frame("kernels"), frames["kernels"])
+    assert_frame_equal(read_frame(run, "kernels"), frames["kernels"])
     assert not [p for p in run.frames_dir.iterdir() if p.name.startswith(".")]  # no temporary leftovers
     with pytest.raises(ValueError, match="rank"):
-        run.write_frame("kernels", frames["kernels"], partition_by="device")
+        write_frame(run, "kernels", frames["kernels"], partition_by="device")
 
 
 def test_single_process_run_keeps_one_file_per_frame(shared_data: Path, tmp_path: Path) -> None:
@@ -222,7 +223,7 @@ def test_bundle_of_a_multi_rank_run(runs: dict[str, Path], tmp_path: Path) -> No
     assert "frames/kernels/rank=1/part-0.parquet" in names
     opened = open_bundle(tmp_path / "b.zip", cache_dir=tmp_path / "cache")
     assert opened.frame_layout("kernels") == "partitioned"
-    assert_frame_equal(opened.read_frame("kernels"), run.read_frame("kernels"))
+    assert_frame_equal(read_frame(opened, "kernels"), read_frame(run, "kernels"))
 
 
 # --- merging per-rank files -----------------------------------------------------------------------------------------------

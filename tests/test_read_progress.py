@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers import importer
-from tracekit.analyzers.base import reporting_progress
-from tracekit.analyzers.kineto import read_kineto
+from tracekit.analyzers.readers.base import reporting_progress
+from tracekit.analyzers.readers.kineto.reader import read_kineto
 
 DF_INDEX = "thirdparty/hta/df_index_resolver__df_index_resolver.json.gz"
 
@@ -44,7 +44,7 @@ def test_import_prints_progress_lines_for_long_reads(
 ) -> None:
     monkeypatch.setattr(importer, "PROGRESS_FIRST_S", 0.0)
     monkeypatch.setattr(importer, "PROGRESS_EVERY_S", 0.0)
-    monkeypatch.setattr("tracekit.analyzers.kineto.CHUNK_BYTES", 4 << 20)
+    monkeypatch.setattr("tracekit.analyzers.readers.kineto.reader.CHUNK_BYTES", 4 << 20)
     lines: list[str] = []
     importer.import_files([shared_data / DF_INDEX], tmp_path / "run", on_event=lines.append)
     progress = [ln for ln in lines if "% (" in ln]

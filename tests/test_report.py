@@ -24,8 +24,8 @@ from _report_data import (
 )
 from markdown_it import MarkdownIt
 
-from tracekit.analyzers.importer import load_frames
 from tracekit.analyzers.report import GITHUB_COMMENT_LIMIT, build_report, md_code, md_text, write_report
+from tracekit.analyzers.store import load_frames
 from tracekit.cli import main
 
 MD = MarkdownIt("commonmark").enable("table")
@@ -264,7 +264,7 @@ def test_samples_report(samples_dir: Path, tmp_path: Path) -> None:
     runs = sample_runs(samples_dir)
     if not runs:
         pytest.skip("no sample runs under samples/ yet")
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     for path in runs:
         run = open_run(path)
@@ -287,7 +287,7 @@ def test_bench_sample_report_holds_every_fp4_failure_in_full(samples_dir: Path, 
     """The glm5 sweep on the H200: 48 GEMMs and 120 failures (FP4 unsupported on SM 9.0, FlashInfer's JIT build
     failing). The Markdown fits one GitHub comment by grouping the failures and showing the slowest GEMMs'
     waterfalls, never by cutting an error text or a table row."""
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     run = open_run(samples_dir / "h200-bench-gemm")
     frames = load_frames(run)
@@ -326,7 +326,7 @@ def test_bench_sample_report_holds_every_fp4_failure_in_full(samples_dir: Path, 
 def test_capture_sample_report_environment_and_reproduce(samples_dir: Path, tmp_path: Path) -> None:
     """`tracekit capture --nsys --ncu -- tracekit bench gemm ...`: the report says how to capture it again, the
     ncu settings (clock control none), the versions, and ncu's findings with its link markup as words."""
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     run = open_run(samples_dir / "h200-capture-gemm")
     out = tmp_path / "cap.md"

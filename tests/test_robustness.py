@@ -26,6 +26,10 @@ from markdown_it import MarkdownIt
 
 from tracekit.run import Run
 
+pytestmark = (
+    pytest.mark.slow
+)  # the session fixture runs ~150 CLI processes: CI runs it, `-m "not slow"` skips it
+
 # import: expected exit code and a fragment of the one line it prints (exit 2) per corpus file
 EXPECT_IMPORT: dict[str, tuple[int, str | None]] = {
     "truncated-half.ncu-rep": (2, "past the end of the file"),

@@ -13,7 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyzers.importer import import_into, load_frames, open_run
+from tracekit.analyzers.importer import import_into
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

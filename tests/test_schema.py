@@ -17,7 +17,8 @@ import pytest
 from polars.testing import assert_series_equal
 
 from tracekit import schema
-from tracekit.analyzers.importer import frames_in_memory, import_into, load_frames, open_run
+from tracekit.analyzers.importer import import_into
+from tracekit.analyzers.store import frames_in_memory, load_frames, open_run, read_frame
 from tracekit.frames import SPECS, migrate, polars_dtype
 from tracekit.run import Run
 
@@ -137,14 +138,14 @@ def test_migration_equals_a_fresh_import(tmp_path: Path) -> None:
     old = load_frames(open_run(sample))
     for frame, column in (("ncu", "nvtx_stack"), ("ranges", "fields"), ("failures", "versions")):
         assert pl.read_parquet(new.frame_path(frame)).schema[column] == NESTED[(frame, column)]
-        assert_series_equal(old[frame][column], new.read_frame(frame)[column])  # type: ignore[index]
+        assert_series_equal(old[frame][column], read_frame(new, frame)[column])  # type: ignore[index]
     assert old["ncu"]["nvtx_stack"].drop_nulls().len() == 30
 
 
 def test_failure_versions_from_an_older_worker_read_as_nested(tmp_path: Path) -> None:
     """A failure row whose versions are JSON text (as benchmark workers wrote them) and one whose versions are an
     object (as they write them now) import into the same nested value."""
-    from tracekit.analyzers.importer import read_jsonl_records
+    from tracekit.analyzers.readers.jsonl import read_jsonl_records
 
     rows = [
         {"backend": "b", "kind": "crashed", "error_type": "E", "message": "m", "versions": text}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.flops import counted_flops
-from tracekit.analyzers.ncu_csv import read_ncu_csv
+from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.analyzers.taxonomy import CLASSES, classify_name, classify_op, load_table, split_name
 
 PROBE = Path(__file__).resolve().parents[1] / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"

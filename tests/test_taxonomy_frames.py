@@ -13,7 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyzers.importer import combine, load_frames, open_run, read_file
+from tracekit.analyzers.importer import combine, read_file
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.analyzers.taxonomy.frames import TENSOR_PIPE_MIN_PCT, classify_frames
 from tracekit.frames import SPECS
 
@@ -126,8 +127,8 @@ def test_tensor_counters_make_an_unknown_kernel_a_gemm(shared_data: Path) -> Non
     (sm__ops_path_tensor_src_*) are GEMMs by ``counters``; the FP32 SIMT GEMMs (FFMA only) and the split-K
     reduces stay unknown. The esmm SGEMM ladder (FFMA only, unknown names) stays other; the CUTLASS int8 report's
     kernels are GEMMs by their template arguments."""
-    from tracekit.analyzers.ncu import read_ncu_report
-    from tracekit.analyzers.ncu_csv import read_ncu_csv
+    from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
+    from tracekit.analyzers.readers.ncu.report import read_ncu_report
 
     probe = combine([read_ncu_csv(ROOT / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv")])
     named = probe["ncu"].select("kernel_class", "kernel_family", "demangled_name").rows()

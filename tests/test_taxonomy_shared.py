@@ -17,7 +17,8 @@ import pytest
 
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.gemm import build_cases, dtype_class
-from tracekit.analyzers.importer import combine, detect_kind, load_frames, open_run, read_file
+from tracekit.analyzers.importer import combine, detect_kind, read_file
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.analyzers.taxonomy import classify_name
 from tracekit.errors import TracekitError
 

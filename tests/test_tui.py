@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tracekit.analyzers.store import write_frames
 from tracekit.frames import SPECS
 from tracekit.run import Run
 
@@ -168,7 +169,7 @@ def make_nasty_run(path: Path) -> Path:
         )
     frames = {name: spec.empty() for name, spec in SPECS.items()}
     frames["kernels"] = SPECS["kernels"].conform(pl.DataFrame(rows))
-    run.write_frames(frames)
+    write_frames(run, frames)
     _fix_created(run)
     return path
 

@@ -3,7 +3,7 @@
 These need nothing outside the checkout, so they are the TUI's tests in CI (the ones in test_tui.py on the
 imported probe skip without ../shared). Assertions hold what the samples' files hold (the capture's own
 measurements, the FP4 error texts the H200 gave); where the GEMM analysis sets a number, they check relations
-(the 4096 GEMMs are faster than the M=16 ones) rather than the figure, which analyzers/gemm.py may refine.
+(the 4096 GEMMs are faster than the M=16 ones) rather than the figure, which analyzers/gemm/ may refine.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from test_tui import run_async, table_text, wait_loaded
 
-from tracekit.analyzers.importer import load_frames, open_run
+from tracekit.analyzers.store import load_frames, open_run
 from tracekit.run import MANIFEST
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

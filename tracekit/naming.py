@@ -110,6 +110,31 @@ def decode(name: str) -> RangeName | None:
     return RangeName(tokens[0], fields)
 
 
+def decode_legacy(name: str) -> RangeName | None:
+    """An older probe's GEMM range name, ``gemm/<dtype>/M=1024,N=2048,K=6144`` (the shared H200 probe's captures
+    predate the codec), as the ``gemm`` range it stands for: backend ``torch-<dtype>``, op ``mm``, both operands
+    of that dtype, bf16 out for FP8 and FP4, tensorwise-scaled FP8; None for any other name."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != "gemm":
+        return None
+    dims: dict[str, str] = {}
+    for item in parts[2].split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key not in ("M", "N", "K") or not value.isdigit():
+            return None
+        dims[key] = value
+    if len(dims) != 3:
+        return None
+    dtype = canonical_dtype(parts[1])
+    dtype = {"fp8": "e4m3"}.get(dtype, dtype)
+    fields = {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype}
+    fields["out"] = "bf16" if dtype in ("e4m3", "e2m1") else dtype
+    fields.update(dims)
+    if dtype == "e4m3":
+        fields["scale"] = "tensorwise"
+    return RangeName("gemm", fields)
+
+
 # --- element types -----------------------------------------------------------------------------------------
 
 DTYPE_BITS: dict[str, float] = {

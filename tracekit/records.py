@@ -15,7 +15,7 @@ in bare GPU environments, build their rows here.
 - :class:`Failure`: one line of ``raw/failures.jsonl``, the columns of the ``failures`` frame but its id.
 - :class:`MoeRow`: one line of ``raw/moe.jsonl``, the columns of the ``moe`` frame but its id.
 - :class:`NcuAction` (with :class:`NcuRule`): one profiled kernel as Nsight Compute's reader process hands it over
-  (analyzers/_ncu_worker.py -> analyzers/ncu.py).
+  (analyzers/readers/ncu/worker.py -> analyzers/readers/ncu/report.py).
 """
 
 from __future__ import annotations

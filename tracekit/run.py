@@ -14,9 +14,9 @@ Layout::
 Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
 leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. The manifest is read and
 written through its typed record (tracekit/records.py ``RunRecord``): a field of the wrong type is refused in one
-line, keys this tracekit does not know are kept. Frames of the previous schema version are migrated on read
-(tracekit/frames.py ``migrate``), in memory. This module imports polars only when frames are read or written, so
-collectors can create runs where polars is absent.
+line, keys this tracekit does not know are kept. This module says where each frame's files lie and whether they
+are current; reading and writing them is the frames store's (analyzers/store.py): this module imports no polars,
+so collectors create runs where polars is absent.
 """
 
 from __future__ import annotations
@@ -32,15 +32,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tracekit._version import MIGRATES_FROM, SCHEMA_VERSION, __version__
 from tracekit.errors import RunNotFoundError, SchemaError, StorageError
 from tracekit.records import RecordError, RunRecord, check_manifest, decode_json, encode_manifest
 from tracekit.schema import SCHEMAS
-
-if TYPE_CHECKING:  # polars is imported lazily: collectors write runs on GPU machines that lack it
-    import polars as pl
 
 MANIFEST = "run.json"
 FORMAT = "tracekit-run"
@@ -49,7 +46,8 @@ PARTITION_KEY = "rank"
 """The only partition key: frames of a multi-rank run are written one folder per rank."""
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """The folder name of rows whose key is null (Hive's, and what polars, DuckDB and Spark read as null)."""
-_PART_FILE = "part-0.parquet"
+PART_FILE = "part-0.parquet"
+"""The one file of each partition folder."""
 
 STATUS_CAPTURING = "capturing"
 STATUS_COMPLETE = "complete"
@@ -71,7 +69,8 @@ def atomic_path(target: Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def _storage_error(target: Path, exc: BaseException) -> StorageError:
+def storage_error(target: Path, exc: BaseException) -> StorageError:
+    """The StorageError of a failed write of ``target``."""
     detail = getattr(exc, "strerror", None) or str(exc)
     return StorageError(
         f"cannot write {target} ({detail})",
@@ -85,7 +84,7 @@ def write_json_atomic(target: Path, obj: Any) -> None:
         with atomic_path(target) as tmp:
             tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
     except OSError as exc:
-        raise _storage_error(target, exc) from exc
+        raise storage_error(target, exc) from exc
 
 
 def sha256_file(path: Path, limit: int | None = None) -> str:
@@ -295,74 +294,16 @@ class Run:
                         out.append((p.relative_to(self.path).as_posix(), p))
         return sorted(out)
 
-    def _write_partitioned(self, name: str, df: pl.DataFrame, key: str) -> None:
-        """One folder per value of ``key`` (the column dropped from the files), swapped in with two renames."""
-        self.frames_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=self.frames_dir))
-        old: Path | None = None
-        try:
-            for (value,), part in df.partition_by(key, as_dict=True, maintain_order=True).items():
-                sub = tmp / f"{key}={HIVE_NULL if value is None else value}"
-                sub.mkdir()
-                part.drop(key).write_parquet(sub / _PART_FILE, compression="zstd", statistics=True)
-            target = self.frame_dir(name)
-            if target.exists():
-                old = self.frames_dir / f".{name}.old-{secrets.token_hex(3)}"
-                os.replace(target, old)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        self.frame_path(name).unlink(missing_ok=True)
-
-    def write_frame(self, name: str, df: pl.DataFrame, *, partition_by: str | None = None) -> None:
-        """Write one frame atomically: one file, or with ``partition_by`` (a column of the frame, which must be
-        ``rank``) one folder per value. An empty frame is always one file."""
-        if name not in SCHEMAS:
-            raise ValueError(f"unknown frame {name!r}")
-        if partition_by is not None and partition_by != PARTITION_KEY:
-            raise ValueError(f"frames are partitioned by {PARTITION_KEY!r} only, not {partition_by!r}")
-        import polars as pl
-
-        partitioned = partition_by is not None and partition_by in df.columns and df.height > 0
-        target = self.frame_dir(name) if partitioned else self.frame_path(name)
-        try:
-            if partitioned:
-                self._write_partitioned(name, df, partition_by)  # type: ignore[arg-type]
-            else:
-                with atomic_path(self.frame_path(name)) as tmp:
-                    df.write_parquet(tmp, compression="zstd", statistics=True)
-                shutil.rmtree(self.frame_dir(name), ignore_errors=True)
-        except (OSError, pl.exceptions.ComputeError) as exc:  # polars reports a failed write as ComputeError
-            raise _storage_error(target, exc) from exc
-
-    def write_frames(self, frames: dict[str, pl.DataFrame], *, partition_by: str | None = None) -> None:
-        """Write all frames (those with a ``partition_by`` column partitioned by it), then record in the manifest
-        that they are current and how each is laid out."""
-        partitioned: dict[str, str] = {}
-        for name, df in frames.items():
-            self.write_frame(name, df, partition_by=partition_by)
-            if self.frame_layout(name) == "partitioned":
-                partitioned[name] = str(partition_by)
-        self.manifest["frames"] = {
-            "schema_version": SCHEMA_VERSION,
-            "built_unix": time.time(),
-            "rows": {name: df.height for name, df in frames.items()},
-            "partitioned": partitioned,
-        }
-        self.save()
-
     def frames_current(self) -> bool:
         """The frames on disk are of this tracekit's schema version, and all there."""
-        return self._frames_version() == SCHEMA_VERSION
+        return self.frames_version() == SCHEMA_VERSION
 
     def frames_migratable(self) -> bool:
-        """The frames on disk are of an earlier version that :meth:`read_frame` migrates on read (their JSON
+        """The frames on disk are of an earlier version that the frames store migrates on read (their JSON
         text columns decoded into nested ones, in memory), and all there: they need no rebuild from raw/."""
-        return self._frames_version() in MIGRATES_FROM
+        return self.frames_version() in MIGRATES_FROM
 
-    def _frames_version(self) -> int | None:
+    def frames_version(self) -> int | None:
         """The schema version of the frames on disk, None when the manifest names none or a frame it lists is
         missing."""
         info = self.manifest.get("frames") or {}
@@ -370,41 +311,3 @@ class Run:
         if not isinstance(version, int):
             return None
         return version if all(self.frame_layout(n) is not None for n in (info.get("rows") or {})) else None
-
-    def read_frame(self, name: str, *, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
-        """A frame as written (either layout, columns in the schema's order); an empty frame of the right schema
-        if the run has none of that kind. Frames of a version in ``MIGRATES_FROM`` come back migrated to this
-        version (JSON text columns as lists and structs), in memory: the files are not touched."""
-        import polars as pl
-
-        from tracekit.frames import SPECS
-
-        spec = SPECS[name]
-        layout = self.frame_layout(name)
-        if layout is None:
-            empty = spec.empty()
-            return empty.lazy() if lazy else empty
-        path = self.frame_path(name) if layout == "file" else self.frame_dir(name)
-        try:
-            migratable = self.frames_migratable()
-            if layout == "file":
-                scan = pl.scan_parquet(path)
-            else:
-                key_type = spec.schema.get(PARTITION_KEY, pl.Int32)
-                scan = pl.scan_parquet(
-                    path / "*" / "*.parquet", hive_partitioning=True, hive_schema={PARTITION_KEY: key_type}
-                )
-                have = set(scan.collect_schema().names()) if migratable else None
-                scan = scan.select([c for c in spec.schema.names() if have is None or c in have])
-            if migratable:
-                from tracekit.frames import migrate
-
-                # JSON text of an earlier version decoded, columns added since as nulls: in memory only
-                migrated = spec.conform(migrate(name, scan.collect()))
-                return migrated.lazy() if lazy else migrated
-            return scan if lazy else scan.collect()
-        except Exception as exc:  # polars raises several types for corrupt parquet
-            raise SchemaError(
-                f"frame {path} cannot be read ({type(exc).__name__}: {exc})",
-                f"rebuild it from raw/ with `tracekit import --rebuild {self.path}`",
-            ) from exc

@@ -14,7 +14,7 @@ version 5 held JSON text there, and tracekit/frames.py ``migrate`` decodes it on
 
 ``rank`` (kernels, ranges, ncu, devices): the distributed rank, filled at import from the file itself (Kineto's
 ``distributedInfo``), its name (``nsys.rank3.sqlite``, as ``tracekit capture --ranks`` writes) or, in an Nsight
-Systems export of a whole process tree, the process that launched the kernels (analyzers/ranks.py); null in a
+Systems export of a whole process tree, the process that launched the kernels (analyzers/ranks/labels.py); null in a
 single-process run. Bump ``SCHEMA_VERSION`` (tracekit/_version.py) whenever a column changes: runs whose frames
 are older are rebuilt from ``raw/`` (or, from the previous version, migrated on read).
 
@@ -114,6 +114,8 @@ KERNELS = FrameSchema(
         Column(
             "smem_bytes", I64, "static + dynamic shared memory per block, bytes (Kineto gives only this sum)"
         ),
+        Column("blocks_per_sm", F64, "grid CTAs per SM, as the PyTorch profiler gives it; null if not given"),
+        Column("est_occupancy_pct", F64, "occupancy %, the PyTorch profiler's estimate; null if unknown"),
         Column("launch_tid", I64, "thread that made the launch call, from the runtime API record"),
         Column("launch_start_ns", I64, "start of the launch call on the CPU, ns"),
         Column("range_id", I64, "innermost enclosing range (ranges.range_id), null if none"),
@@ -196,7 +198,7 @@ RANGES = FrameSchema(
             "range_kind",
             STR,
             "tracekit range kind (gemm, aux, moe, step); gemm-op for a PyTorch GEMM op (aten::mm, addmm, bmm, "
-            "linear, _scaled_mm, ...: analyzers/torch_ops.py); null for other ranges",
+            "linear, _scaled_mm, ...: analyzers/readers/torch_ops.py); null for other ranges",
         ),
         Column("backend", STR, "GEMM backend, e.g. torch-bf16, flashinfer-fp4"),
         Column("op", STR, "entry point, e.g. mm, scaled_mm, mm_fp4"),
@@ -408,7 +410,7 @@ MEASUREMENTS = FrameSchema(
 
 GEMMS = FrameSchema(
     "gemms",
-    "The analysis result per GEMM (analyzers/gemm.py, analyzers/explain.py): one row per GEMM range name in its "
+    "The analysis result per GEMM (analyzers/gemm/, analyzers/explain.py): one row per GEMM range name in its "
     "parent range, measurement, or profiled kernel without a GEMM range. Times are per launch.",
     (
         Column("gemm_id", I64, "index of the GEMM in this analysis"),
@@ -491,7 +493,7 @@ GEMMS = FrameSchema(
 MOE = FrameSchema(
     "moe",
     "Grouped (MoE) launches timed by ``tracekit bench moe``: one row per backend x routing case, read from "
-    "``raw/moe*.jsonl`` (collectors/moe.py, docs/MOE.md). The per-expert counts ride along as a list.",
+    "``raw/moe*.jsonl`` (collectors/moe/worker.py, docs/MOE.md). The per-expert counts ride along as a list.",
     (
         Column("moe_id", I64, "id within the run"),
         Column("range", STR, "tracekit ``moe`` range name of the launch"),
@@ -565,7 +567,7 @@ MOE_ROUTING = FrameSchema(
 
 MOE_LAUNCHES = FrameSchema(
     "moe_launches",
-    "The analysis per grouped launch (analyzers/moe.py): from ``moe`` rows (benchmark) or ``moe`` ranges with "
+    "The analysis per grouped launch (analyzers/moe/): from ``moe`` rows (benchmark) or ``moe`` ranges with "
     "their kernels and routing sidecar (timeline). Times are per launch.",
     (
         Column("launch_id", I64, "index of the launch in this analysis"),
@@ -625,7 +627,7 @@ MOE_LAUNCHES = FrameSchema(
 
 MOE_EXPERTS = FrameSchema(
     "moe_experts",
-    "Per expert of each analysed launch (analyzers/moe.py); only experts with at least one row.",
+    "Per expert of each analysed launch (analyzers/moe/); only experts with at least one row.",
     (
         Column("launch_id", I64, "moe_launches.launch_id"),
         Column("expert", I64, "expert index"),
@@ -649,7 +651,7 @@ MOE_EXPERTS = FrameSchema(
 
 MOE_WHATIF = FrameSchema(
     "moe_whatif",
-    "Rows per expert needed to reach a share of peak, read off a measured TFLOP/s-vs-M curve (analyzers/moe.py).",
+    "Rows per expert needed to reach a share of peak, read off a measured TFLOP/s-vs-M curve (analyzers/moe/).",
     (
         Column("backend", STR, "backend the curve belongs to"),
         Column("curve", STR, "expert (each expert's GEMM timed alone) | launch (uniform-routing launches)"),

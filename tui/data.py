@@ -118,7 +118,7 @@ class RunData:
 
 def load_run(path: Path | str) -> RunData:
     """Open a run folder or bundle and read all its frames (rebuilding them from raw/ when stale)."""
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.analyzers.summary import devices
 
     path = Path(path)
@@ -348,14 +348,14 @@ def compare_data(
 
 # --- MoE ------------------------------------------------------------------------------------------------------------
 def moe_analysis(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> Any:
-    """The run's grouped launches, per-expert rows and what-if (analyzers/moe.py ``MoeAnalysis``)."""
+    """The run's grouped launches, per-expert rows and what-if (analyzers/moe/ ``MoeAnalysis``)."""
     from tracekit.analyzers.moe import analyze_moe
 
     return analyze_moe(frames, environment=environment)
 
 
 def moe_histogram(experts: pl.DataFrame, launch_id: int) -> list[dict[str, Any]]:
-    """One launch's experts binned by rows (analyzers/moe.py ``expert_histogram``)."""
+    """One launch's experts binned by rows (analyzers/moe/ ``expert_histogram``)."""
     from tracekit.analyzers.moe import expert_histogram
 
     return expert_histogram(experts, launch_id)

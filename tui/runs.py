@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit.analyzers.store import read_frame
 from tracekit.errors import RunNotFoundError, TracekitError
 from tracekit.records import gpu_of
 from tracekit.run import MANIFEST, Run
@@ -75,7 +76,7 @@ def _frame_gpu(run: Run) -> str | None:
     if run.frame_layout("devices") is None:
         return None
     try:
-        frame = run.read_frame("devices", lazy=True).select("name").collect()
+        frame = read_frame(run, "devices", lazy=True).select("name").collect()
     except Exception:  # a damaged frame: the picker shows "–", opening the run says what is wrong
         return None
     names = frame["name"].drop_nulls().unique(maintain_order=True)

@@ -9,12 +9,13 @@ through :func:`clean` (:func:`tracekit.text.clean`, tabs widened for the screen:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.cells import cell_len, set_cell_size
 
 from tracekit import text as _text
+from tracekit.numbers import cell as num  # noqa: F401 - the UI's cells
+from tracekit.numbers import time_us  # noqa: F401
 
 ELLIPSIS = "…"
 
@@ -35,36 +36,3 @@ def fit(text: str, width: int, justify: str = "left") -> str:
     if justify == "right":
         return " " * (width - cell_len(text)) + text
     return set_cell_size(text, width)
-
-
-def num(value: Any, digits: int | None = None) -> str:
-    """A number for a table cell: ``–`` for missing, thousands separators for large values."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "–"
-        if digits is not None:
-            return f"{value:,.{digits}f}"
-        if abs(value) >= 100:
-            return f"{value:,.0f}"
-        if abs(value) >= 10:
-            return f"{value:.1f}"
-        if abs(value) >= 1:
-            return f"{value:.2f}"
-        return f"{value:.3g}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}" if abs(value) >= 100_000 else str(value)
-    return clean(value)
-
-
-def time_us(ns: Any) -> str:
-    """Nanoseconds shown as microseconds (``12.3``) or milliseconds (``1.42 ms``) when long."""
-    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
-        return "–"
-    us = float(ns) / 1e3
-    if us >= 10_000:
-        return f"{us / 1e3:,.1f} ms"
-    if us >= 100:
-        return f"{us:,.0f}"
-    return f"{us:.1f}"

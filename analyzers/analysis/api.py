@@ -7,7 +7,8 @@ and gives a :class:`Run`: its ``frames`` (polars DataFrames by name, the schemas
 Errors are the CLI's: a missing path, a damaged or foreign file raises a :class:`tracekit.errors.TracekitError`
 subclass whose ``exit_code`` and ``one_line()`` are what the command line prints.
 
-Frames are read through :func:`_read_frames`, the one place that knows where they come from.
+Frames are read through the frames store (analyzers/store.py: ``load_frames``, ``scan_frame``,
+``file_in_memory``), the one place that knows where they come from.
 """
 
 from __future__ import annotations
@@ -27,35 +28,19 @@ __all__ = ["Run", "analyze", "load"]
 
 
 def _read_frames(run: RunDir) -> dict[str, pl.DataFrame]:
-    """Every frame of a run folder or opened bundle (rebuilt in memory from raw/ when stale; never written)."""
-    from ..importer import load_frames
+    """Every frame of a run folder or opened bundle (the frames store: rebuilt in memory from raw/ when stale;
+    never written)."""
+    from ..store import load_frames
 
     return load_frames(run)
 
 
 def _import_file(path: Path) -> tuple[RunDir, dict[str, pl.DataFrame]]:
     """A raw profiler file read in memory into frames, with a run object that lives only in memory (its path is
-    the file's; nothing is written there)."""
-    from ..importer import combine, read_file
-    from ..ranks import label_extract
+    the file's; nothing is written there): the frames store's :func:`~tracekit.analyzers.store.file_in_memory`."""
+    from ..store import file_in_memory
 
-    extract = read_file(path)
-    record: dict[str, Any] = {
-        "path": path.name,
-        "kind": extract.kind,
-        "status": "partial" if extract.partial else "ok",
-        "message": None,
-    }
-    record.update(label_extract(extract, path.name))
-    frames = combine([extract])
-    manifest = {
-        "status": "complete",
-        "partial": bool(extract.partial),
-        "sources": [record],
-        "import_warnings": list(extract.warnings),
-        "capture": {"imported_from": [str(path)]},
-    }
-    return RunDir(path, manifest), frames
+    return file_in_memory(path)
 
 
 def _device(device: str | DeviceSpec | None) -> DeviceSpec | None:
@@ -100,8 +85,14 @@ class Run:
         return self._frames
 
     def scan(self, name: str) -> pl.LazyFrame:
-        """One frame as a polars LazyFrame (KeyError for a name no schema defines)."""
-        return self.frames[name].lazy()
+        """One frame as a polars LazyFrame (KeyError for a name no schema defines): from the frames already read,
+        else through the frames store, which scans the run's files where they are current (a filter reads only
+        the rows it keeps) and gives the migrated or rebuilt frame otherwise."""
+        if self._frames is not None:
+            return self._frames[name].lazy()
+        from ..store import scan_frame
+
+        return scan_frame(self._run, name)
 
     def analyze(
         self, device: str | DeviceSpec | None = None, calibration: str | Path | dict[str, Any] | None = None
@@ -127,7 +118,7 @@ def load(path: str | Path) -> Run:
     if p.is_file() and p.suffix.lower() != ".zip":
         run, frames = _import_file(p)
         return Run(run, frames)
-    from ..importer import open_run
+    from ..store import open_run
 
     return Run(open_run(p))
 

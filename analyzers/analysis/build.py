@@ -318,7 +318,7 @@ def analyze_run(
     (:func:`tracekit.devices.find_calibration`: ``calibration`` a path or a loaded profile, else the one the run
     carries or the cached one of its GPU) and ``device`` (``--device``)."""
     if frames is None:
-        from ..importer import load_frames
+        from ..store import load_frames
 
         frames = load_frames(run)
     if isinstance(calibration, dict):

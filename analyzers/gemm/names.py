@@ -13,35 +13,14 @@ from ..taxonomy import classify_name, signature_rate_class
 
 
 # --- names, dtypes and bytes --------------------------------------------------------------------------------------
-def _legacy_fields(name: str) -> dict[str, str] | None:
-    """The probe's older names: ``gemm/<dtype>/M=1024,N=2048,K=6144``."""
-    parts = name.split("/")
-    if len(parts) != 3 or parts[0] != "gemm":
-        return None
-    dims = dict(item.partition("=")[::2] for item in parts[2].split(","))
-    if set(dims) != {"M", "N", "K"} or not all(v.isdigit() for v in dims.values()):
-        return None
-    dtype = {"fp8": "e4m3", "fp4": "e2m1"}.get(parts[1], naming.canonical_dtype(parts[1]))
-    out = "bf16" if dtype in ("e4m3", "e2m1") else dtype
-    scale = "tensorwise" if dtype == "e4m3" else None
-    return {"backend": f"torch-{parts[1]}", "op": "mm", "a": dtype, "b": dtype, "out": out, **dims} | (
-        {"scale": scale} if scale else {}
-    )
-
-
 def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
     """GEMM fields of a range name (tracekit's codec, or the legacy probe form); None for other names."""
     if not name:
         return None
-    decoded = naming.decode(name)
-    if decoded is not None:
-        if decoded.kind != "gemm":
-            return None
-        f = decoded.fields
-    else:
-        f = _legacy_fields(name)
-        if f is None:
-            return None
+    decoded = naming.decode(name) or naming.decode_legacy(name)
+    if decoded is None or decoded.kind != "gemm":
+        return None
+    f = decoded.fields
 
     def as_int(key: str) -> int | None:
         v = f.get(key)

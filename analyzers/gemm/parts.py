@@ -67,6 +67,8 @@ class KernelInfo:
     block: int | None = None
     registers: int | None = None
     smem_bytes: int | None = None
+    blocks_per_sm: float | None = None  # CTAs of the grid per SM, as the PyTorch profiler wrote it
+    est_occupancy_pct: float | None = None  # achieved occupancy as the PyTorch profiler estimates it (no ncu)
 
     @classmethod
     def from_row(cls, row: dict[str, Any], name: str | None = None) -> KernelInfo:
@@ -91,11 +93,16 @@ class KernelInfo:
             block=int(block) if block else None,
             registers=row.get("registers_per_thread"),
             smem_bytes=int(smem) if smem else None,
+            blocks_per_sm=row.get("blocks_per_sm"),
+            est_occupancy_pct=row.get("est_occupancy_pct"),
         )
 
     def fill(self, other: KernelInfo) -> None:
         """Take what this one does not know from ``other`` (the same kernel seen by another tool)."""
-        for f in ("name", "family", "kernel_class", "grid", "block", "registers", "smem_bytes"):
+        for f in (
+            "name", "family", "kernel_class", "grid", "block", "registers", "smem_bytes", "blocks_per_sm",
+            "est_occupancy_pct",
+        ):  # fmt: skip
             if getattr(self, f) is None:
                 setattr(self, f, getattr(other, f))
 

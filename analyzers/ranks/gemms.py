@@ -106,6 +106,15 @@ _GEMM_SCHEMA = {
 }
 
 
+_COMPARED = {
+    "achieved_occupancy_pct": "achieved occupancy %",
+    "est_occupancy_pct": "occupancy % (estimated by the PyTorch profiler)",
+    "tensor_pipe_pct": "tensor pipe %",
+    "waves": "waves",
+}
+"""Evidence of a factor that :func:`_why` names when two ranks differ in it, with its label."""
+
+
 def _why(key: str, slow: int, fast: int, wfs: dict[tuple[str, int], Any]) -> str | None:
     """Which waterfall factor the slowest rank loses more in than the fastest, in words."""
     a, b = wfs.get((key, slow)), wfs.get((key, fast))
@@ -128,9 +137,9 @@ def _why(key: str, slow: int, fast: int, wfs: dict[tuple[str, int], Any]) -> str
         details.append(f"SM clock {ea['sm_clock_hz'] / 1e6:.0f} vs {eb['sm_clock_hz'] / 1e6:.0f} MHz")
     if ea.get("power_w") and eb.get("power_w"):
         details.append(f"power {ea['power_w']:.0f} vs {eb['power_w']:.0f} W")
-    for key_ in ("achieved_occupancy_pct", "tensor_pipe_pct", "waves"):
+    for key_, label in _COMPARED.items():
         if ea.get(key_) is not None and eb.get(key_) is not None and ea[key_] != eb[key_]:
-            details.append(f"{key_.replace('_pct', ' %').replace('_', ' ')} {ea[key_]:.3g} vs {eb[key_]:.3g}")
+            details.append(f"{label} {ea[key_]:.3g} vs {eb[key_]:.3g}")
     cause = fa[name].cause
     return text + (f" ({cause})" if cause else "") + (": " + ", ".join(details) if details else "")
 

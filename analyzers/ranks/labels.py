@@ -10,7 +10,7 @@ import polars as pl
 
 from tracekit.frames import SPECS
 
-from ..base import Extract
+from ..readers.base import Extract
 
 RANKED_FRAMES = ("kernels", "memops", "ranges", "ncu", "devices")
 """Frames with a ``rank`` column (tracekit/frames.py); a multi-rank run writes them partitioned by rank."""

@@ -7,15 +7,13 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.numbers import millis as _ms
+
 from .kernels import _mean_skew
 
 STRAGGLER_MIN_PCT = 1.0
 """A rank is named the straggler only when what sets it apart is at least this share (%) of the ranks' time: the
 extra time the others wait in collectives, as a share of the span; without collectives, the extra kernel time."""
-
-
-def _ms(ns: float | None) -> str:
-    return "?" if ns is None else f"{ns / 1e6:.3f} ms"
 
 
 def _short(name: str, limit: int = 90) -> str:

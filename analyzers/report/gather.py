@@ -270,7 +270,7 @@ def build_report(
     ``top`` with the most GPU time; None: all), Nsight Compute's findings per distinct finding and the failures
     grouped. ``device`` overrides the GPU the files name (``--device``)."""
     if frames is None:
-        from ..importer import load_frames
+        from ..store import load_frames
 
         frames = load_frames(run)
     if analysis is None:

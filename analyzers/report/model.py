@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .text import _f
+from tracekit.numbers import figure as _fmt  # noqa: F401 - the report's numbers (sections.py)
 
 # --- the document: blocks shared by the Markdown and HTML writers -----------------------------------------------------
 Inline = list[tuple[str, str]]
@@ -82,15 +82,6 @@ LEVELS: tuple[Detail, ...] = (
     Detail("top", True, 10, 1, 3, 3, 20, 500, 120),
     Detail("top", True, 5, 0, 0, 0, 10, 300, 100),
 )
-
-
-def _fmt(value: Any, digits: int = 1) -> str:
-    v = _f(value)
-    if v is None:
-        return "–"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:,.{digits}f}"
 
 
 def _shape(r: dict[str, Any]) -> str:

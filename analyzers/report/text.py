@@ -7,6 +7,7 @@ import html
 import re
 from typing import Any
 
+from tracekit.numbers import finite as _f  # noqa: F401 - the report modules' number check
 from tracekit.text import clean
 
 
@@ -55,14 +56,3 @@ def _fence(text: str) -> str:
 
 def _html_attr_safe(text: str) -> str:
     return html.escape(text, quote=True)
-
-
-# --- the report as data -----------------------------------------------------------------------------------------------
-def _f(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if v == v and v not in (float("inf"), float("-inf")) else None

@@ -118,11 +118,19 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         )
     theo = theoretical_occupancy_pct(case)
     ach = row.get("achieved_occupancy_pct")
+    est = (
+        case.kernel.est_occupancy_pct if ach is None else None
+    )  # measured by Nsight Compute wins over an estimate
     per_sm, limiter = ctas_per_sm(case)
     if theo is not None:
         ev["theoretical_occupancy_pct"] = round(theo, 2)
     if ach is not None:
         ev["achieved_occupancy_pct"] = round(float(ach), 2)
+    if est is not None:
+        # the PyTorch profiler's, from the launch configuration
+        ev["est_occupancy_pct"] = round(float(est), 2)
+        if case.kernel.blocks_per_sm is not None:
+            ev["blocks_per_sm"] = round(float(case.kernel.blocks_per_sm), 3)
     if per_sm is not None and limiter:
         ev["ctas_per_sm"] = per_sm
         ev["occupancy_limiter"] = limiter
@@ -161,19 +169,28 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         name, v, _ = stalls[0]
         parts.append(f"the top stall is {name} ({STALL_MEANING.get(name, name)}, {v:.1f})")
     if theo is not None:
-        occ = (
-            f"occupancy {float(ach):.0f}% of a {theo:.0f}% theoretical"
-            if ach is not None
-            else f"theoretical occupancy {theo:.0f}%"
-        )
+        if ach is not None:
+            occ = f"occupancy {float(ach):.0f}% of a {theo:.0f}% theoretical"
+        elif est is not None:
+            occ = f"occupancy {float(est):.0f}% (estimated by the PyTorch profiler) of a {theo:.0f}% theoretical"
+        else:
+            occ = f"theoretical occupancy {theo:.0f}%"
         if limiter:
             occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
         parts.append(occ)
+    elif est is not None:
+        parts.append(f"occupancy {float(est):.0f}% (estimated by the PyTorch profiler)")
     if "stages_that_fit" in ev and not memory_bound and "shared_mem" in (limiter or ""):
         # how many pipeline stages the shared memory holds matters where it limits occupancy (evidence always)
+        limit_kib = f"{ev['smem_per_block_limit_bytes'] / 1024:.0f} KiB"
+        used = ev.get("smem_per_block_bytes")
         parts.append(
-            f"{ev.get('smem_per_block_bytes', 0) / 1024:.0f} KiB of {ev['smem_per_block_limit_bytes'] / 1024:.0f} "
-            f"KiB shared memory per CTA; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
+            (
+                f"{used / 1024:.0f} KiB of {limit_kib} shared memory per CTA"
+                if used
+                else f"shared memory per CTA unknown (the profile does not say; the limit is {limit_kib})"
+            )
+            + f"; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
             + (f" (the kernel uses {ev['stages']})" if "stages" in ev else "")
         )
 

@@ -1,5 +1,7 @@
-"""The class columns of the ``kernels`` and ``ncu`` frames (:func:`classify_frames`), called once where the
-importer combines the readers' frames and once where frames of an earlier schema are loaded.
+"""The class columns of the ``kernels`` and ``ncu`` frames: decided once per import for the whole run
+(:func:`class_table`, the importer's ``enrich_context``) and joined onto its rows (:func:`with_classes`, the
+importer's ``enrich``), or in memory on frames of an earlier schema as they are loaded (:func:`classify_frames`,
+:func:`classify_on_load`).
 
 Decision order, per kernel:
 
@@ -29,7 +31,17 @@ from tracekit.frames import SPECS
 from ..flops import counted_flops, is_counter_metric
 from .names import classify_name, classify_op, op_key, split_name
 
-__all__ = ["CLASS_COLUMNS", "TENSOR_PIPE_MIN_PCT", "classify_frames", "classify_on_load", "ncu_evidence"]
+__all__ = [
+    "CLASSIFIED",
+    "CLASS_COLUMNS",
+    "TENSOR_PIPE_MIN_PCT",
+    "class_table",
+    "classify_frames",
+    "classify_on_load",
+    "ncu_evidence",
+    "with_classes",
+    "with_launch_ops",
+]
 
 CLASS_COLUMNS = ("kernel_class", "kernel_family", "class_source")
 """The columns :func:`classify_frames` sets on ``kernels`` and ``ncu``."""
@@ -104,30 +116,57 @@ def _decide(name: str | None, op: str | None, evidence: dict[str, str]) -> tuple
     return cls, family, source
 
 
-def _classified(
-    df: pl.DataFrame, name_col: pl.Expr, op_col: pl.Expr, evidence: dict[str, str]
-) -> pl.DataFrame:
-    """``df`` with the class columns, decided once per distinct (name, op)."""
-    # nulls become a key no name holds, so the join needs no null-matching option
-    keyed = df.with_columns(
-        name_col.cast(pl.String).fill_null(_NONE).alias("__name"),
-        op_col.cast(pl.String).fill_null(_NONE).alias("__op"),
+_KEYS: dict[str, tuple[Callable[[list[str]], pl.Expr], Callable[[list[str]], pl.Expr]]] = {
+    "kernels": (lambda cols: pl.col("name"), lambda cols: pl.col("launch_op")),
+    "ncu": (
+        lambda cols: pl.coalesce("demangled_name", "name") if "demangled_name" in cols else pl.col("name"),
+        lambda cols: pl.col("nvtx_range") if "nvtx_range" in cols else pl.lit(None, pl.String),
+    ),
+}
+"""Per classified frame, the expressions of each row's kernel name and of what names its launching op (the
+kernels' ``launch_op``; the ncu row's innermost NVTX range, an op where it is a profiler op range), given the
+frame's columns."""
+
+CLASSIFIED = tuple(_KEYS)
+"""The frames that carry the class columns."""
+
+
+def _keyed(frame: str, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` with its rows' (name, op) keys as ``__name`` / ``__op`` (nulls as a key no name holds, so the
+    join needs no null-matching option)."""
+    cols = lf.collect_schema().names()
+    name, op = (key(cols) for key in _KEYS[frame])
+    return lf.with_columns(
+        name.cast(pl.String).fill_null(_NONE).alias("__name"),
+        op.cast(pl.String).fill_null(_NONE).alias("__op"),
     )
-    pairs = keyed.select("__name", "__op").unique()
+
+
+def class_table(frame: str, lf: pl.LazyFrame, evidence: dict[str, str]) -> pl.DataFrame:
+    """The class columns of ``frame`` (``kernels`` or ``ncu``), decided once per distinct (name, op) key of
+    ``lf``'s rows: the lookup :func:`with_classes` joins back. Small (a million launches hold a few hundred keys)
+    and picklable: the import decides the whole run's keys once and hands the table to every write task."""
+    pairs = _keyed(frame, lf).select("__name", "__op").unique().collect()
+    as_op = _op_of_range if frame == "ncu" else (lambda o: o)
     decided = [
-        _decide(None if n == _NONE else n, None if o == _NONE else o, evidence) for n, o in pairs.iter_rows()
+        _decide(None if n == _NONE else n, None if o == _NONE else as_op(o), evidence)
+        for n, o in pairs.iter_rows()
     ]
-    lookup = pairs.with_columns(
+    return pairs.with_columns(
         pl.Series("kernel_class", [d[0] for d in decided], dtype=pl.String),
         pl.Series("kernel_family", [d[1] for d in decided], dtype=pl.String),
         pl.Series("class_source", [d[2] for d in decided], dtype=pl.String),
     )
-    drop = [c for c in CLASS_COLUMNS if c in keyed.columns]
-    return (
-        keyed.drop(drop)
-        .join(lookup, on=["__name", "__op"], how="left", maintain_order="left")
-        .drop("__name", "__op")
-    )
+
+
+def with_classes(frame: str, lf: pl.LazyFrame, table: pl.DataFrame) -> pl.LazyFrame:
+    """``lf`` (rows of ``frame``) with its class columns from ``table`` (:func:`class_table` of rows holding
+    these): replaced where the frame has them, in their place, else added last. Holds for any subset of the rows
+    the table was decided from (a rank's part of a frame)."""
+    cols = lf.collect_schema().names()
+    order = [*cols, *(c for c in CLASS_COLUMNS if c not in cols)]
+    keyed = _keyed(frame, lf).drop([c for c in CLASS_COLUMNS if c in cols])
+    return keyed.join(table.lazy(), on=["__name", "__op"], how="left", maintain_order="left").select(order)
 
 
 def _launch_ops(kernels: pl.DataFrame, ranges: pl.DataFrame | None) -> pl.Series:
@@ -155,6 +194,14 @@ def _launch_ops(kernels: pl.DataFrame, ranges: pl.DataFrame | None) -> pl.Series
     return pl.select(pl.coalesce(have.cast(pl.String), ranged)).to_series().rename("launch_op")
 
 
+def with_launch_ops(kernels: pl.DataFrame, ranges: pl.DataFrame | None) -> pl.DataFrame:
+    """``kernels`` with ``launch_op`` completed from op ranges (:func:`_launch_ops`): ``ranges`` are those the
+    kernels' ``range_id`` points into (one file's, where the import settles each file on its own)."""
+    if "name" not in kernels.columns:
+        return kernels
+    return kernels.with_columns(_launch_ops(kernels, ranges))
+
+
 def classify_frames(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     """``frames`` with ``kernel_class``, ``kernel_family`` and ``class_source`` on ``kernels`` and ``ncu``, and
     ``kernels.launch_op`` completed from op ranges (see the module docstring). Other frames are returned as
@@ -163,24 +210,12 @@ def classify_frames(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     evidence = ncu_evidence(frames)
     kernels = frames.get("kernels")
     if kernels is not None and "name" in kernels.columns:
-        launch = _launch_ops(kernels, frames.get("ranges"))
-        kernels = kernels.with_columns(launch)
-        out["kernels"] = _classified(kernels, pl.col("name"), pl.col("launch_op"), evidence)
-    ncu = frames.get("ncu")
-    if ncu is not None and "name" in ncu.columns:
-        name = pl.coalesce("demangled_name", "name") if "demangled_name" in ncu.columns else pl.col("name")
-        ranges = ncu["nvtx_range"] if "nvtx_range" in ncu.columns else None
-        op_map = {
-            n: o
-            for n in (ranges.drop_nulls().unique().to_list() if ranges is not None else [])
-            if (o := _op_of_range(n))
-        }
-        op = (
-            pl.col("nvtx_range").replace_strict(op_map, default=None, return_dtype=pl.String)
-            if op_map
-            else pl.lit(None, pl.String)
-        )
-        out["ncu"] = _classified(ncu, name, op, evidence)
+        out["kernels"] = with_launch_ops(kernels, frames.get("ranges"))
+    for frame in CLASSIFIED:
+        df = out.get(frame)
+        if df is not None and "name" in df.columns:
+            lf = df.lazy()
+            out[frame] = with_classes(frame, lf, class_table(frame, lf, evidence)).collect()
     return out
 
 

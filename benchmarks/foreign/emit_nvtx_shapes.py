@@ -1,5 +1,5 @@
 """PyTorch GEMMs of known shape inside ``torch.autograd.profiler.emit_nvtx(record_shapes=True)``: an Nsight Systems
-capture of it holds the NVTX range text tracekit parses into M, N, K (analyzers/torch_ops.py). No tracekit import.
+capture of it holds the NVTX range text tracekit parses into M, N, K (analyzers/readers/torch_ops.py). No tracekit import.
 
     nsys profile -t cuda,nvtx -s none --cpuctxsw=none --export=sqlite -o emit_nvtx_shapes \
         python3 benchmarks/foreign/emit_nvtx_shapes.py

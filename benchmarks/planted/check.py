@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tracekit.analyzers.explain import explain
-from tracekit.analyzers.importer import load_frames, open_run
+from tracekit.analyzers.store import load_frames, open_run
 
 EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
 

@@ -40,7 +40,7 @@ def _script(tmp_path: Path) -> Path:
 
 
 def _ncu_report_module():
-    from tracekit.analyzers.ncu import reader_path
+    from tracekit.analyzers.readers.ncu.report import reader_path
 
     extras = reader_path()  # the installed package, else an Nsight Compute install's extras/python
     if extras is not None and extras not in sys.path:
@@ -186,7 +186,7 @@ def test_capture_bench_under_torch_profiler_traces_its_workers(tmp_path):
     input sets, every kernel in its range), a segment file each in the run's raw/; no warm-up launches, no timed
     graph replays."""
     pl = pytest.importorskip("polars")
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
 
     cmd = [sys.executable, "-m", "tracekit", "bench", "gemm", "--backends", "torch-bf16"]
     cmd += ["--shapes", "256x2048x6144", "--repeats", "10", "--warmup", "3"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracekit.analyzers.importer import import_into
+from tracekit.analyzers.store import read_frame
 from tracekit.collectors import tools
 from tracekit.collectors.capture import capture
 from tracekit.errors import MissingToolError
@@ -85,7 +86,7 @@ def _quiet(stream: str, data: bytes) -> None:
 
 def _failures(run: Run) -> list[dict]:
     import_into(run)
-    return Run.open(run.path).read_frame("failures").to_dicts()
+    return read_frame(Run.open(run.path), "failures").to_dicts()
 
 
 def test_segfault_under_nsys_and_ncu_names_the_call(tmp_path):
@@ -112,7 +113,7 @@ def test_segfault_under_nsys_and_ncu_names_the_call(tmp_path):
     for tool in ("nsys", "ncu"):
         err = (run.raw_dir / f"program.{tool}.stderr").read_text()
         assert "==PROF==" not in err and "[2/2]" not in err
-    kernels = Run.open(run.path).read_frame("kernels").height
+    kernels = read_frame(Run.open(run.path), "kernels").height
     print(f"timeline kernels kept with --crash-flush profiler-stop: {kernels}")
 
 
@@ -136,7 +137,7 @@ def test_ranges_profile_only_the_matching_user_ranges(tmp_path):
         on_output=_quiet,
     )
     import_into(run)
-    ncu = Run.open(run.path).read_frame("ncu")
+    ncu = read_frame(Run.open(run.path), "ncu")
     ranges = set(ncu["nvtx_range"].drop_nulls().to_list())
     assert ncu.height >= 2, run.manifest.get("incomplete_reason")
     assert all("attn" in r for r in ranges) and not any("mlp" in r for r in ranges)

@@ -33,7 +33,7 @@ print("done", flush=True)
 
 def test_instrumented_gemms_are_found_under_the_torch_profiler(tmp_path: Path) -> None:
     pl = pytest.importorskip("polars")
-    from tracekit.analyzers.importer import load_frames
+    from tracekit.analyzers.store import load_frames
 
     script = tmp_path / "plain_mm.py"
     script.write_text(SCRIPT)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracekit.analyzers.importer import load_frames
 from tracekit.analyzers.moe import analyze_moe
+from tracekit.analyzers.store import load_frames
 from tracekit.collectors.bench import run_sweep
 from tracekit.collectors.moe import GLM5, MoeSettings
 

@@ -90,8 +90,9 @@ def test_two_ranks_on_one_gpu_under_nsys(tmp_path: Path) -> None:
     assert gemm_kernels[1] > gemm_kernels[0]  # rank 1's planted extra GEMMs
 
     pytest.importorskip("polars", reason="the merge needs polars (carried in .whl by gpu_session.sh setup)")
-    from tracekit.analyzers.importer import import_into, load_frames
+    from tracekit.analyzers.importer import import_into
     from tracekit.analyzers.ranks import analyze_ranks
+    from tracekit.analyzers.store import load_frames
 
     summary = import_into(run)
     assert summary["ranks"] == [0, 1] and not summary["failed"]

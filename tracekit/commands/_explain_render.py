@@ -149,18 +149,29 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         span = mid.span_ns if mid is not None else t.span_ns.median
         unit, scale = ("ms", 1e6) if (span or 0) >= 1e6 else ("µs", 1e3)
         per = ""
+
+        def v(ns: float) -> str:  # three significant figures past 100 of the unit: the line fits 80 columns
+            return f"{ns / scale:,.0f}" if ns / scale >= 100 else f"{ns / scale:,.1f}"
+
         if mid is not None:
             per = _join(
                 [
-                    f"GEMM {mid.gemm_ns / scale:,.1f}",
-                    f"aux {mid.aux_ns / scale:,.1f}" if mid.aux_ns else None,
-                    f"gap {mid.gap_ns / scale:,.1f}" if mid.gap_ns else None,
+                    f"GEMM {v(mid.gemm_ns)}",
+                    f"aux {v(mid.aux_ns)}" if mid.aux_ns else None,
+                    f"gap {v(mid.gap_ns)}" if mid.gap_ns else None,
                 ],
                 " + ",
             )
-        call = f"per call {ns_text(span)}" + (f" = {per} {unit}" if "+" in per else "")
+        # the calls' total span (GEMM, auxiliary kernels and the gaps inside the calls), then one real call's parts
+        if t.calls == 1:
+            call = f": {per} {unit}" if "+" in per else ""
+        elif "+" in per and span is not None:
+            call = f"median {v(span)} = {per} {unit}"
+        else:
+            call = f"median {ns_text(span)}"
         calls = f"{t.calls:,} call{'s' if t.calls != 1 else ''}"
-        lines.append((f"GPU time {ns_text(t.span_ns_total)}{share}, {calls}; {call}", ""))
+        sep = "" if call.startswith(":") or not call else ", "
+        lines.append((f"{calls} in {ns_text(t.span_ns_total)}{share}{sep}{call}", ""))
     if t.calls_without_kernel:
         lines.append((f"{t.calls_without_kernel} call(s) without their GEMM kernel left out", "yellow"))
     rates = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tracekit import numbers
 from tracekit.text import clean
 
 if TYPE_CHECKING:  # polars is imported only where frames are drawn: capture runs on machines without it
@@ -18,20 +19,6 @@ def safe(value: Any, width: int | None = None) -> str:
     if width is not None and len(text) > width:
         text = text[: width - 1] + "…"
     return text
-
-
-def fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if value != value:
-            return "–"
-        if abs(value) >= 100:
-            return f"{value:,.0f}"
-        if abs(value) >= 1:
-            return f"{value:.2f}"
-        return f"{value:.3g}"
-    return str(value)
 
 
 def frame_table(
@@ -52,7 +39,7 @@ def frame_table(
     from rich.text import Text
 
     widths = widths or {}
-    cells = {c: [safe(fmt(v), widths.get(c, 60)) for v in df[c].to_list()] for c in df.columns}
+    cells = {c: [safe(numbers.table(v), widths.get(c, 60)) for v in df[c].to_list()] for c in df.columns}
     numeric = {c: df.schema[c].is_numeric() for c in df.columns}
 
     def need(c: str) -> int:

@@ -15,6 +15,7 @@ import click
 
 from tracekit.commands._options import gpu_option, out_option, stall_timeout_option
 from tracekit.errors import BadInputError, IncompleteError, MissingToolError
+from tracekit.numbers import formatted
 
 _KINDS_HELP = """\b
 Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
@@ -305,12 +306,12 @@ def _print_table(result: Any) -> None:
             str(r["m"]),
             str(r["n"]),
             str(r["k"]),
-            _num(r["time_us"], ".1f"),
-            f"{_num(r['time_us_p10'], '.1f')}–{_num(r['time_us_p90'], '.1f')}",
-            _num(r["tflops"], ".1f"),
-            _num(r["rel_error"], ".2g"),
-            _num(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
-            _num(r["power_w"], ".0f"),
+            formatted(r["time_us"], "{:.1f}", ""),
+            f"{formatted(r['time_us_p10'], '{:.1f}', '')}–{formatted(r['time_us_p90'], '{:.1f}', '')}",
+            formatted(r["tflops"], "{:.1f}", ""),
+            formatted(r["rel_error"], "{:.2g}", ""),
+            formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
+            formatted(r["power_w"], "{:.0f}", ""),
             _status(r["status"]),
         )
     console.print(table)
@@ -477,10 +478,10 @@ def _print_moe_table(result: Any) -> None:
             str(r["rows"]),
             f"{r['active']}/{r['experts']}",
             str(max(r["counts"] or [0])),
-            _num(r["time_us"], ".1f"),
-            _num(r["tflops"], ".1f"),
-            _num(r["rel_error"], ".2g"),
-            _num(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, ".0f"),
+            formatted(r["time_us"], "{:.1f}", ""),
+            formatted(r["tflops"], "{:.1f}", ""),
+            formatted(r["rel_error"], "{:.2g}", ""),
+            formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
             _status(r["status"]),
         )
     console.print(table)
@@ -517,11 +518,6 @@ def _sweep(out: Path, settings: Any, total: int, verb: str, environment: dict[st
     except KeyboardInterrupt:
         click.echo(f"tracekit: interrupted; partial results kept in {out} (marked incomplete)", err=True)
         raise
-
-
-def _num(x: Any, fmt: str) -> str:
-    """A number formatted, or '' when missing."""
-    return "" if x is None else format(x, fmt)
 
 
 def _status(status: str) -> Any:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def current_frames(run: Run, scratch: Path) -> Run:
     """``run`` when its frames on disk are current, else a copy in ``scratch`` with its frames rebuilt from raw/
     in memory and written there (never into the run): what :func:`tracekit.bundle.write_bundle` packs."""
-    from tracekit.analyzers.importer import frames_copy, frames_in_memory, load_frames
+    from tracekit.analyzers.store import frames_copy, frames_in_memory, load_frames
 
     load_frames(run)
     return frames_copy(run, scratch) if frames_in_memory(run) else run
@@ -39,7 +39,7 @@ def bundle(run: Path, out: Path, raw: bool) -> None:
       tracekit bundle samples/h200-gemm-probe -o h200-probe-full.zip --raw
       tracekit show h200-probe.zip
     """
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
     from tracekit.bundle import write_bundle
 
     r = open_run(run)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tracekit.errors import RegressionError
+from tracekit.numbers import formatted
 
 _STYLE = {
     "regression": "bold red",
@@ -17,10 +18,6 @@ _STYLE = {
     "noise": "dim",
     "unchanged": "dim",
 }
-
-
-def _num(value: Any, fmt: str = "{:,.2f}") -> str:
-    return "–" if value is None else fmt.format(value)
 
 
 def _render(result: dict[str, Any], base: str, new: str) -> None:
@@ -47,16 +44,16 @@ def _render(result: dict[str, Any], base: str, new: str) -> None:
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in result["gemms"]:
         moved = ", ".join(
-            f"{m['factor']} {_num(m['base'], '{:.2f}')}→{_num(m['new'], '{:.2f}')}"
+            f"{m['factor']} {formatted(m['base'], '{:.2f}')}→{formatted(m['new'], '{:.2f}')}"
             for m in r.get("factors_moved") or []
         )
-        tfl = f"{_num(r.get('base_tflops'), '{:,.0f}')}→{_num(r.get('new_tflops'), '{:,.0f}')}"
+        tfl = f"{formatted(r.get('base_tflops'), '{:,.0f}')}→{formatted(r.get('new_tflops'), '{:,.0f}')}"
         table.add_row(
             Text(safe(r["gemm"], 60)),
-            _num(r.get("base_time_us")),
-            _num(r.get("new_time_us")),
-            _num(r.get("time_change_pct"), "{:+.1f}%"),
-            _num(r.get("noise_pct"), "{:.1f}%"),
+            formatted(r.get("base_time_us")),
+            formatted(r.get("new_time_us")),
+            formatted(r.get("time_change_pct"), "{:+.1f}%"),
+            formatted(r.get("noise_pct"), "{:.1f}%"),
             tfl,
             Text(r["status"], style=_STYLE.get(r["status"], "")),
             Text(safe(moved or r.get("error") or "", 80)),
@@ -117,7 +114,7 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
     """
     from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.compare import compare_runs
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
 
     rb, rn = open_run(base), open_run(new)
     fb, fn = load_frames(rb), load_frames(rn)

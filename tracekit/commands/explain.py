@@ -54,7 +54,7 @@ def analysis_of(run: Path, device_name: str | None, calibration: Path | None) ->
     """The Analysis of RUN as explain, report, show and view build it (``--device`` and ``--calibration``),
     with the device notes on stderr (stdout carries only data)."""
     from tracekit.analyzers.analysis import analyze_run
-    from tracekit.analyzers.importer import open_run
+    from tracekit.analyzers.store import open_run
 
     device = resolve_device(device_name)  # a bad name fails before the run is read
     analysis = analyze_run(open_run(run), device=device, calibration=calibration, breakdown="devices")

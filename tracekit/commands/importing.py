@@ -75,7 +75,8 @@ def import_(
       tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
       tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """
-    from tracekit.analyzers.importer import import_files, import_into, open_run
+    from tracekit.analyzers.importer import import_files, import_into
+    from tracekit.analyzers.store import open_run
     from tracekit.errors import EXIT_INCOMPLETE, BadInputError
 
     def progress(msg: str) -> None:
@@ -90,7 +91,8 @@ def import_(
         run = open_run(rebuild)
         summary = import_into(run, progress)
     elif executor == "ray" or (len(files) > 1 and workers != 1):
-        from tracekit.analyzers.parallel import default_workers, import_parallel
+        from tracekit.analyzers.parallel import import_parallel
+        from tracekit.analyzers.workers import default_workers
 
         if executor == "ray" or min(workers or default_workers(), len(files)) > 1:
             run, summary = import_parallel(

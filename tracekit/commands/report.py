@@ -71,8 +71,8 @@ def report(
       tracekit report samples/h200-counter-probe --device h200 -o ticket.md   # CSV exports name no GPU
     """
     from tracekit.analyzers.analysis import analyze_run
-    from tracekit.analyzers.importer import load_frames, open_run
     from tracekit.analyzers.report import build_report, write_report
+    from tracekit.analyzers.store import load_frames, open_run
 
     count = top_count(top, show_all)
     device = resolve_device(device_name)

@@ -52,7 +52,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     """
     from tracekit.analyzers import summary as S
     from tracekit.analyzers.analysis import analyze_run
-    from tracekit.analyzers.importer import load_frames, open_run
+    from tracekit.analyzers.store import load_frames, open_run
     from tracekit.commands.explain import resolve_device
 
     device = resolve_device(device_name)

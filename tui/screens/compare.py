@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
+from tracekit.numbers import formatted
 from tracekit.tui.data import Analysis, Comparison, RunData, compare_data, load_run
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
@@ -72,7 +73,7 @@ def pair_content(d: dict[str, Any], a_name: str, b_name: str) -> Content:
     factors that moved, both verdicts, and the error of a broken GEMM."""
 
     def us(v: Any) -> str:
-        return "–" if v is None else f"{v:,.2f} µs"
+        return formatted(v, "{:,.2f} µs")
 
     def spread(v: Any) -> str:
         if not v or v[0] is None or v[1] is None:

@@ -1,6 +1,6 @@
 """MoE: every grouped launch (efficiency, padding, hot expert, verdict) and, for the highlighted one, its expert
 histogram (experts binned by rows: share of rows and of time, median % of peak, how many are memory-bound) and the
-what-if rows. A worker runs the analysis (analyzers/moe.py) and posts :class:`MoeScreen.MoeAnalyzed`; the screen only
+what-if rows. A worker runs the analysis (analyzers/moe/) and posts :class:`MoeScreen.MoeAnalyzed`; the screen only
 draws."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Footer, Static
 
+from tracekit.numbers import formatted
 from tracekit.tui.data import moe_analysis, moe_histogram
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
@@ -23,7 +24,7 @@ from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 
 def _pct(v: Any, r: dict[str, Any]) -> str:
-    return "–" if v is None else f"{v:.2f}"
+    return formatted(v, "{:.2f}")
 
 
 LAUNCH_COLUMNS = [

@@ -1,7 +1,7 @@
 """Ranks of a multi-GPU run side by side: kernel time per rank (GEMM, communication, compute, idle), the straggler
 and why, and with ``g`` the same GEMM on every rank.
 
-The cross-rank analysis (analyzers/ranks.py, through :func:`tracekit.tui.data.rank_analysis`) runs in a thread
+The cross-rank analysis (analyzers/ranks/, through :func:`tracekit.tui.data.rank_analysis`) runs in a thread
 worker that posts :class:`RanksScreen.RanksCompared`; a failure posts :class:`RanksScreen.RanksFailed`.
 """
 
@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 
 from tracekit.analyzers.ranks import RankAnalysis
 from tracekit.errors import TracekitError
+from tracekit.numbers import formatted
 from tracekit.tui.data import RunData, rank_analysis
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.screens.dialogs import TextScreen, fields_content
@@ -28,7 +29,7 @@ from tracekit.tui.widgets.frame_table import Col, FrameTable
 
 
 def _ms(value: Any, row: dict[str, Any] | None = None) -> str:
-    return "–" if value is None else f"{value / 1e6:,.2f}"
+    return formatted(None if value is None else value / 1e6)
 
 
 RANK_COLUMNS = [

@@ -5,7 +5,7 @@ decoded it): kernels, launches (runtime / driver calls that carry the ``correlat
 thread that launched it), CPU annotations (``user_annotation``, and older traces' ``ProfilerStep#N`` operators),
 GPU annotations and the ``cpu_op`` events of PyTorch GEMM operators. Everything that depends on one event alone
 is computed here (times to integer ns, ids, streams, op shapes), so the parent only concatenates and joins
-(``kineto_frames``). Times are relative to the trace's base time, which may only be known once the file's end
+(``frames.py``). Times are relative to the trace's base time, which may only be known once the file's end
 is read; the parent adds it.
 """
 
@@ -21,8 +21,8 @@ import polars as pl
 
 from tracekit.frames import RANGES
 
-from .kineto_decode import _Event
-from .torch_ops import GEMM_OPS, op_shape
+from ..torch_ops import GEMM_OPS, op_shape
+from .decode import _Event
 
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
 MEMOP_CATS = {"gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}
@@ -55,6 +55,8 @@ class _Args(msgspec.Struct, gc=False):
     block: Any = None
     registers: Any = msgspec.field(default=None, name="registers per thread")
     smem: Any = msgspec.field(default=None, name="shared memory")
+    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     external_id: Any = msgspec.field(default=None, name="External id")
     bytes: Any = None
 
@@ -118,7 +120,7 @@ class Part:
     ops: pl.DataFrame
     cpu_ops: pl.DataFrame
     """Every ``cpu_op`` (2021-era: ``Operator``) event: name, pid, tid, start and duration, to find the op that
-    launched each kernel (``kineto_frames``)."""
+    launched each kernel (``frames.py``)."""
     memops: pl.DataFrame
     """``gpu_memcpy`` / ``gpu_memset`` events (2021-era: ``Memcpy`` / ``Memset``)."""
 
@@ -204,7 +206,30 @@ def _kernels(kernels: list[_Event]) -> pl.DataFrame:
             "block_z": int_series(bz, pl.Int32),
             "registers_per_thread": int_series([a.registers for a in args], pl.Int32),
             "smem_bytes": int_series([a.smem for a in args]),
+            "blocks_per_sm": _estimates([a.blocks_per_sm for a in args]),
+            "est_occupancy_pct": _estimates([_occupancy(a) for a in args]),
         }
+    )
+
+
+OCCUPANCY_SMEM_LIMIT = 48 * 1024
+"""Shared memory per block (bytes) above which Kineto's occupancy estimate is 0 whatever the kernel does: its
+calculator (``kernelOccupancy``, DeviceProperties.cpp) uses the default per-block limit, not the opt-in one the
+kernel was launched under, so no CTA fits. In the 20 shared PyTorch-profiler traces that carry the estimate, all
+3,726 kernels above the limit read 0; below it, only grids too small to fill 0.5% of the thread slots do."""
+
+
+def _occupancy(a: _Args) -> Any:
+    """Kineto's ``est. achieved occupancy %``, or None where it cannot hold (see :data:`OCCUPANCY_SMEM_LIMIT`)."""
+    smem = a.smem
+    return None if type(smem) is int and smem > OCCUPANCY_SMEM_LIMIT else a.occupancy
+
+
+def _estimates(values: list[Any]) -> pl.Series:
+    """Kineto's launch estimates (``blocks per SM``, ``est. achieved occupancy %``) as floats; a negative one (its
+    value when the device's properties were unknown: -1, -99) or anything not a number as null."""
+    return pl.Series(
+        [float(v) if type(v) in (int, float) and v >= 0 else None for v in values], dtype=pl.Float64
     )
 
 

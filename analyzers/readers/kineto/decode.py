@@ -2,7 +2,7 @@
 
 msgspec decodes into small typed structs that name only the fields tracekit uses (``_Event``); other fields, and
 the ``args`` of events that are not kept, are skipped without building Python objects for them (``args`` stays
-raw text until ``kineto_part`` decodes it for the events it keeps). The read of df_index_resolver (53 MB of JSON,
+raw text until ``part.py`` decodes it for the events it keeps). The read of df_index_resolver (53 MB of JSON,
 216k events) decodes in 0.23 s, where ``orjson.loads`` alone takes 0.93 s and the stdlib ``json.loads`` 1.35 s.
 
 A document is one of two forms: ``"list"`` (``[event, ...]``: a chunk of the event array, or a trace written as a
@@ -38,7 +38,7 @@ class _Event(msgspec.Struct, gc=False):
     name: Any = None
     pid: Any = None
     tid: Any = None
-    ts: msgspec.Raw = msgspec.Raw(b"")  # the number's text, parsed exactly in kineto_part.times_ns
+    ts: msgspec.Raw = msgspec.Raw(b"")  # the number's text, parsed exactly in part.times_ns
     dur: msgspec.Raw = msgspec.Raw(b"")
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only for the events that are kept
 

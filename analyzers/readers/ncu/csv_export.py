@@ -28,9 +28,9 @@ import polars as pl
 from tracekit.errors import UnreadableFileError
 from tracekit.naming import DOMAIN
 
-from . import _ncu_columns as cols
-from .base import Extract, source_name
-from .ncu import ncu_frames
+from ..base import Extract, source_name
+from . import columns as cols
+from .report import ncu_frames
 
 _FIXED = frozenset(
     [
@@ -152,6 +152,10 @@ def _head_lines(path: Path) -> tuple[list[str], int] | None:
             chunk = f.read(_SNIFF_BYTES)
     except OSError:
         return None
+    return _lines_of(chunk)
+
+
+def _lines_of(chunk: bytes) -> tuple[list[str], int] | None:
     if b"\x00" in chunk[:4096]:
         return None
     text = chunk.decode("utf-8-sig", errors="replace")
@@ -164,7 +168,15 @@ def _head_lines(path: Path) -> tuple[list[str], int] | None:
 
 def sniff_ncu_csv(path: Path) -> str | None:
     """``"raw"`` or ``"details"`` for a Nsight Compute CSV export, None for anything else (content, not name)."""
-    found = _head_lines(Path(path))
+    return _sniff(_head_lines(Path(path)))
+
+
+def sniff_csv_head(head: bytes) -> str | None:
+    """:func:`sniff_ncu_csv` of a file's first MiB."""
+    return _sniff(_lines_of(head[:_SNIFF_BYTES]))
+
+
+def _sniff(found: tuple[list[str], int] | None) -> str | None:
     if found is None:
         return None
     lines, i = found

@@ -1,7 +1,7 @@
 """memcpy / memset operations of an Nsight Systems SQLite export (CUPTI_ACTIVITY_KIND_MEMCPY and
 CUPTI_ACTIVITY_KIND_MEMSET) -> the ``memops`` frame: device, stream, bytes and direction (``copyKind``), named as
 Nsight Systems labels them (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``) and linked to their runtime API
-call as kernels are (analyzers/nsys.py, which reads the tables with its kernels)."""
+call as kernels are (``reader.py``, which reads the tables with its kernels in one pass over the export)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import polars as pl
 
 from tracekit.frames import MEMOPS
 
-from ._nsys_db import _Db, _Query
-from .nsys import _col, _fit, _link_launches
+from .db import _Db, _Query
+from .reader import _col, _fit, _link_launches
 
 __all__ = ["MEMCPY_TABLE", "MEMSET_TABLE", "memop_query", "read_memops"]
 

@@ -1,4 +1,4 @@
-"""Read-only SQLite access for Nsight Systems exports (analyzers/nsys.py): typed polars frames from queries,
+"""Read-only SQLite access for Nsight Systems exports (``reader.py``): typed polars frames from queries,
 through the ADBC driver where installed (Arrow batches, fast) or the standard library's sqlite3, the big tables
 in rowid chunks. A value of the wrong type (a damaged export) is read as null and counted in ``_Db.lost``."""
 

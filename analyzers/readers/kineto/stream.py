@@ -9,11 +9,11 @@ compact ``Part``. The last chunk also holds the array's end and the metadata aft
 A cut is found by a byte pattern, so it may fall inside a string or a nested value; then the chunk before it does
 not decode (it ends inside that string or value) and is decoded again joined with the next one: the text itself
 says which cuts were right. A chunk that does not decode for any other reason is damage: its complete events
-before the damage are kept (``kineto_decode.salvage``), the rest of the file is not read, and the result is
+before the damage are kept (``decode.salvage``), the rest of the file is not read, and the result is
 partial, as a file cut short is.
 
 Plain files are read by the workers themselves (each its own byte range); gzipped ones are inflated by the
-parent, which hands each chunk's text over in shared memory (``kineto_shm``; through the pipe where there is
+parent, which hands each chunk's text over in shared memory (``shm.py``; through the pipe where there is
 none). Each process decodes from one reused buffer (``_scratch``). A file of one chunk, or ``workers=1``, is
 decoded in the calling process.
 """
@@ -27,19 +27,19 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 
-from . import kineto_shm
-from .kineto_decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
-from .kineto_part import Part, make_part
-from .kineto_source import TraceText
+from . import shm as kineto_shm
+from .decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
+from .part import Part, make_part
+from .text import TraceText
 
 CHUNK_BYTES = 32 << 20
 """Text per chunk: a worker holds a few of these and their decoded events at a time."""
 BLOCK_BYTES = 4 << 20
 """Text read (or inflated) per step: a chunk is cut in the block that takes it past ``CHUNK_BYTES``, so a chunk
-holds less than the two together, which sizes the shared-memory slots (``kineto_shm``)."""
+holds less than the two together, which sizes the shared-memory slots (``shm.py``)."""
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _CUT_TRIES = 4096
@@ -52,7 +52,7 @@ class Chunk:
     """Part of the event array: ``length`` bytes of the text from ``offset``; its events end at ``body`` (the
     rest is the comma and blanks before the next chunk). ``data`` holds at least ``length`` bytes of text (one
     string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range) or when
-    the text is in a shared-memory slot (``shm``: the block's name and the offset, ``kineto_shm``). The last
+    the text is in a shared-memory slot (``shm``: the block's name and the offset, ``shm.py``). The last
     chunk runs to the end of the file."""
 
     offset: int
@@ -302,47 +302,12 @@ def _worker_start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def default_workers(estimated_bytes: int) -> int:
-    """Worker processes for a file of about ``estimated_bytes`` of text: none (decode here) for a small file,
-    inside a worker process or a task (``in_one_process``: whoever runs it already spreads files over the cores)
-    or on one core; else one per core, at most ``MAX_WORKERS`` (each holds ~0.4 GB)."""
-    if estimated_bytes < POOL_MIN_BYTES or _ONE_PROCESS or multiprocessing.parent_process() is not None:
-        return 1
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return min(cores, MAX_WORKERS)
-
-
-_ONE_PROCESS: list[bool] = []
-
-
-@contextmanager
-def in_one_process() -> Iterator[None]:
-    """Within this block, reads decode in the calling process by default. For one file per core run by
-    something that is not a ``multiprocessing`` child (a Ray task is started by Ray's own worker pool): a task
-    given one CPU must not start one decoding process per core of its node."""
-    _ONE_PROCESS.append(True)
-    try:
-        yield
-    finally:
-        _ONE_PROCESS.pop()
-
-
-POOL_MIN_BYTES = 128 << 20
-"""Files with less text than this are decoded in the calling process: starting workers costs ~1 s."""
-MAX_WORKERS = 8
-"""Each worker holds a few chunks and their events (~0.4 GB). On this project's 2-core machine two workers read
-1M kernels in 10.6-14.5 s against 16-22 s in one process (docs/BENCHMARKS.md)."""
-
-
 class Decoder:
     """Decodes jobs in order: in ``workers`` spawned processes, or here when ``workers`` is 1. At most two jobs
     per worker are in flight, so memory is bounded by the workers, not by the file.
 
     ``slot_bytes``: the largest chunk text the caller hands over; the workers then get the text through shared
-    memory (``kineto_shm``) instead of the pipe."""
+    memory (``shm.py``) instead of the pipe."""
 
     def __init__(self, workers: int, slot_bytes: int | None = None) -> None:
         self.workers = workers

@@ -25,7 +25,7 @@ Where each column comes from (the columns themselves are documented in tracekit/
     ranges that ``torch.autograd.profiler.emit_nvtx`` writes around PyTorch GEMM ops (``"aten::mm, seq = 3,
     op_id = 7, sizes = [[1024, 6144], [6144, 2048]]"``): those get ``range_kind="gemm-op"``, ``op`` and, with
     ``record_shapes=True``, ``m`` / ``n`` / ``k`` / ``batch`` from ``sizes`` (``shape_source="nvtx-record-shapes"``;
-    the text has no dtypes). See analyzers/torch_ops.py.
+    the text has no dtypes). See analyzers/readers/torch_ops.py.
 ``devices`` (TARGET_INFO_GPU, else TARGET_INFO_CUDA_DEVICE)
     One row per GPU: CUDA ordinal, name, ``computeMajor.computeMinor``, SM count, memory, shared memory per
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
@@ -51,9 +51,9 @@ import polars as pl
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
-from ._nsys_db import _Db, _Query, _uri
-from .base import Extract, fit_frame, source_name
-from .torch_ops import GEMM_OPS, nvtx_op_shape
+from ..base import Extract, fit_frame, source_name
+from ..torch_ops import GEMM_OPS, nvtx_op_shape
+from .db import _Db, _Query, _uri
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
 
@@ -409,7 +409,7 @@ def _read_ranges(
 
 
 def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/torch_ops.py). Only names that
+    """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/readers/torch_ops.py). Only names that
     start with a GEMM op are parsed, and each distinct (op, sizes) once: an emit_nvtx capture holds a range per op
     call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
     if ranges.height == 0:
@@ -566,7 +566,8 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
         makers["nvtx"] = lambda: _nvtx_query(db, ids)
-    from .nsys_memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+    # imported here: memops.py imports this module's helpers
+    from .memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
 
     for key, table in (("memcpy", MEMCPY_TABLE), ("memset", MEMSET_TABLE)):
         if table in tables:

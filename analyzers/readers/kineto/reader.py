@@ -2,10 +2,10 @@
 devices.
 
 Parsing streams: the text is never held whole (a 1M-kernel trace is 2.5 GB of JSON). The file is read as blocks
-(gzip inflated on the way: ``kineto_source``); the event array is cut into chunks at event boundaries and each
-chunk is decoded by msgspec into typed structs naming only the fields used (``kineto_decode``), reduced to
-columns of the events the frames need (``kineto_part``), in worker processes on all cores for a large file
-(``kineto_stream``); the parent joins the columns into frames (``kineto_frames``). Peak memory is bounded by the
+(gzip inflated on the way: ``text.py``); the event array is cut into chunks at event boundaries and each
+chunk is decoded by msgspec into typed structs naming only the fields used (``decode.py``), reduced to
+columns of the events the frames need (``part.py``), in worker processes on all cores for a large file
+(``stream.py``); the parent joins the columns into frames (``frames.py``). Peak memory is bounded by the
 workers' chunks plus the frames themselves, not by the file. Files that are not strict JSON (``NaN``,
 ``Infinity``, integers past 64 bits) fall back to the stdlib parser, chunk by chunk.
 
@@ -33,6 +33,10 @@ kernels column                         Kineto source
                                        dynamicSharedMemory`` (summed in Kineto's ``metadataJson``), so
                                        ``static_smem_bytes`` and ``dynamic_smem_bytes`` stay null: the split is
                                        not in the file. On AMD it is the group segment size.
+``blocks_per_sm``                      ``args["blocks per SM"]`` (grid size / the device's SM count)
+``est_occupancy_pct``                  ``args["est. achieved occupancy %"]``: the profiler's estimate from the
+                                       launch configuration; null above 48 KiB of shared memory per block, where
+                                       it is 0 whatever the kernel does (``part.py`` ``OCCUPANCY_SMEM_LIMIT``)
 ``short_name``                         the function name: return type, template arguments, parameters and
                                        namespaces dropped
 ``launch_op``                          name of the innermost ``cpu_op`` (``Operator``) event open on the launching
@@ -45,7 +49,7 @@ steps have category ``Operator``) become ``kind="annotation"`` rows with the eve
 ``tid`` = the stream (the event's tid), and ``pid`` from the CPU annotation with the same ``External id``.
 ``parent_id``, ``depth`` and the GEMM fields are left null: the importer parses names and the join nests ranges.
 ``cpu_op`` (2021-era: ``Operator``) events of PyTorch GEMM operators (``aten::mm``, ``addmm``, ``bmm``,
-``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``, ...: analyzers/torch_ops.py) become
+``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``, ``_grouped_mm``, ...: analyzers/readers/torch_ops.py) become
 ``kind="op"``, ``range_kind="gemm-op"`` rows with ``m``, ``n``, ``k``, ``batch`` and dtypes from ``Input Dims`` /
 ``Input type`` (``shape_source="kineto-input-dims"``; null without ``record_shapes``) and ``flops`` from the
 trace's own ``flops`` arg (``with_flops``). They nest like annotations, so a kernel launched by cuBLAS inside
@@ -63,21 +67,15 @@ from __future__ import annotations
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from tracekit.analyzers.base import Extract, read_progress, source_name
 from tracekit.errors import UnreadableFileError
 
-from . import kineto_frames
-from .kineto_decode import Meta, Notes, first_byte, gc_paused
-from .kineto_frames import short_kernel_name
-from .kineto_part import make_part
-from .kineto_source import (
-    MAX_GZIP_BYTES,
-    MAX_GZIP_RATIO,
-    MIN_GZIP_ALLOWANCE,
-    TraceText,
-    is_kineto_trace,
-)
-from .kineto_stream import (
+from ...workers import default_workers
+from ..base import Extract, read_progress, source_name
+from . import frames as kineto_frames
+from .decode import Meta, Notes, first_byte, gc_paused
+from .frames import short_kernel_name
+from .part import make_part
+from .stream import (
     BLOCK_BYTES,
     CHUNK_BYTES,
     Chunk,
@@ -86,10 +84,16 @@ from .kineto_stream import (
     Head,
     Job,
     collect,
-    default_workers,
     find_array,
     range_chunks,
     stream_chunks,
+)
+from .text import (
+    MAX_GZIP_BYTES,
+    MAX_GZIP_RATIO,
+    MIN_GZIP_ALLOWANCE,
+    TraceText,
+    is_kineto_trace,
 )
 
 __all__ = [
@@ -110,7 +114,7 @@ WHOLE = 1 << 62
 def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | None = None) -> Extract:
     """Read a PyTorch-profiler trace into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``workers``: processes that decode chunks (default ``kineto_stream.default_workers``: one per core, at most
+    ``workers``: processes that decode chunks (default ``tracekit.analyzers.workers.default_workers``: one per core, at most
     8, for a file of 128 MB of text or more, else none, and none inside a worker process); ``chunk_bytes``: text
     per chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
 

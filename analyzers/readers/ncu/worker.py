@@ -1,6 +1,6 @@
 """Read a .ncu-rep with ``ncu_report`` and print what tracekit needs as one JSON document on stdout.
 
-Run as a separate process by ``tracekit.analyzers.ncu`` (``python _ncu_worker.py REPORT``) because Nsight
+Run as a separate process by ``tracekit.analyzers.readers.ncu.report`` (``python worker.py REPORT``) because Nsight
 Compute's reader aborts the whole interpreter on some damaged files (a protobuf ``Check failed`` -> SIGABRT);
 in a child process that becomes a clean error. This file imports only the standard library and ``ncu_report``
 (no polars, no tracekit) so the child starts in well under 0.1 s.

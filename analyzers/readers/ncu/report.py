@@ -5,13 +5,13 @@ Reading goes in three steps, each for a reason seen on real files:
 1. ``check_structure`` walks the report's block layout (magic ``NVR\\0``, length-prefixed protobuf headers and
    payloads) without decoding it. ``ncu_report.load_report`` does not fail on a truncated, empty or foreign
    file: it returns an empty or partial report silently, so truncation is caught here, with the byte offset.
-2. ``ncu_report`` itself runs in a child process (``_ncu_worker.py``): on some bit-flipped files it aborts the
+2. ``ncu_report`` itself runs in a child process (``worker.py``): on some bit-flipped files it aborts the
    interpreter (protobuf ``Check failed: count >= 0`` -> SIGABRT), which in the child becomes a clean error.
    The child costs about 0.08 s (interpreter + ``ncu_report`` import).
 3. The kernels that come back are checked against the structure (one per result record, none without
    metrics: a damaged record loads as a kernel with zero metrics).
 
-Columns come from ``_ncu_columns`` (candidate metric names per column, units to ns / Hz / bytes).
+Columns come from ``columns.py`` (candidate metric names per column, units to ns / Hz / bytes).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from tracekit.installs import newest_first, versioned_dirs
 from tracekit.naming import DOMAIN
 from tracekit.records import NcuAction, NcuReaderOutput
 
-from . import _ncu_columns as cols
-from .base import Extract, fit_frame, fit_rows, source_name
+from ..base import Extract, fit_frame, fit_rows, source_name
+from . import columns as cols
 
 MAGIC = b"NVR\x00"
 """First four bytes of every .ncu-rep (Nsight Compute 2019.x to 2025.x)."""
 
-_WORKER = Path(__file__).with_name("_ncu_worker.py")
+_WORKER = Path(__file__).with_name("worker.py")
 _HINT = "re-copy the file, or re-capture it with ncu; check it opens with `ncu -i FILE --page raw`"
 
 
@@ -319,7 +319,7 @@ def _load_isolated(path: Path, timeout_s: float) -> list[dict]:
 
 
 def _load_in_process(path: Path) -> list[NcuAction]:
-    from . import _ncu_worker
+    from . import worker as _ncu_worker
 
     extra = reader_path()
     if extra is not None and extra not in sys.path:

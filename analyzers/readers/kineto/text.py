@@ -167,7 +167,13 @@ def is_kineto_trace(path: Path) -> bool:
                 text = head + f.read(_SNIFF_BYTES - len(head))
     except (OSError, _zlib.error):
         return False
-    text = text.lstrip()
+    return looks_like_trace(text)
+
+
+def looks_like_trace(head: bytes) -> bool:
+    """True if the first MiB of a file's text looks like a Chrome-trace JSON: an object with a ``traceEvents``
+    key, or an array of events."""
+    text = head[:_SNIFF_BYTES].lstrip()
     if text[:1] not in (b"{", b"["):
         return False
     return b'"traceEvents"' in text or (text[:1] == b"[" and b'"ph"' in text[:4096])

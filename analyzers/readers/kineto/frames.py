@@ -13,11 +13,11 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.analyzers.base import fit_rows
 from tracekit.frames import DEVICES, KERNELS, MEMOPS, RANGES
 
-from .join import assign_innermost
-from .kineto_part import Part, as_int
+from ...join import assign_innermost
+from ..base import fit_rows
+from .part import Part, as_int
 
 
 def short_kernel_name(name: str) -> str:
@@ -158,6 +158,8 @@ def _kernels(
         "block_z",
         "registers_per_thread",
         "smem_bytes",
+        "blocks_per_sm",
+        "est_occupancy_pct",
         pl.col("l_tid").alias("launch_tid"),
         (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
         pl.col("l_op").alias("launch_op"),

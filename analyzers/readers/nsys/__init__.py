@@ -1,0 +1,66 @@
+"""Nsight Systems: SQLite exports (``nsys export --type sqlite``) to kernels, memcpy / memset operations, NVTX
+ranges and devices (``reader.py``, the memcpy / memset tables in ``memops.py``, its SQL in ``db.py``); ``.nsys-rep``
+reports are recognised and refused with the export command.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracekit.errors import UnreadableFileError
+
+from ..protocol import FormatReader, ReadOptions
+
+if TYPE_CHECKING:
+    from ..base import Extract
+    from ..source import Source
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class SqliteExportReader(FormatReader):
+    """Any SQLite database: an Nsight Systems export is read; any other gets the precise reason it is not one
+    (truncated, malformed, another program's database) from :meth:`check`."""
+
+    kind = "nsys"
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(SQLITE_MAGIC)
+
+    def check(self, source: Source) -> None:
+        from .reader import _check_file, is_nsys_sqlite
+
+        path = source.file()
+        if not is_nsys_sqlite(path):
+            _check_file(path)  # raises the precise reason: truncated, malformed, not an nsys export
+
+    def read(self, source: Source, options: ReadOptions) -> Extract:
+        from .reader import read_nsys_sqlite
+
+        return read_nsys_sqlite(source.file(), engine=options.engine)
+
+
+class ReportReader(FormatReader):
+    """An Nsight Systems report (.nsys-rep, .qdstrm): not read itself, only through its SQLite export."""
+
+    kind = "nsys-rep"
+    suffixes = (".nsys-rep",)
+
+    def sniff(self, head: bytes) -> bool:
+        return head.startswith(b"QDSTRM") or b"nsys" in head[:16].lower()
+
+    def check(self, source: Source) -> None:
+        plain = source.path.with_name(source.name)  # a compressed report: the name nsys needs it under
+        raise UnreadableFileError(
+            source.path,
+            "is an Nsight Systems report; tracekit reads its SQLite export",
+            f"run `nsys export --type sqlite -o {plain.with_suffix('.sqlite')} {plain}` and import the .sqlite",
+        )
+
+    def read(self, source: Source, options: ReadOptions) -> Extract:
+        self.check(source)
+        raise AssertionError("unreachable")
+
+
+SQLITE = SqliteExportReader()
+REPORT = ReportReader()

@@ -171,7 +171,8 @@ def time_headline(
             line += f", {100 * gemm_ns / gpu_ns:.0f}% of {ns_text(gpu_ns)} in all kernels"
         elif gpu_ns:
             line += f" (Nsight Compute replay times; all kernels on the timeline: {ns_text(gpu_ns)})"
-        if gpu_ns and span_ns > gpu_ns:  # the cards' times (call spans) add up past every kernel's time: say why
+        # the cards' times (call spans) add up past every kernel's time: say why
+        if gpu_ns and span_ns > gpu_ns:
             line += f"; their calls span {ns_text(span_ns)} with auxiliary kernels and idle gaps"
     elif gpu_ns:
         line += f"; all kernels: {ns_text(gpu_ns)}"

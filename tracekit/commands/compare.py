@@ -110,7 +110,7 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
     Examples:
       tracekit compare samples/h200-capture-seed samples/h200-capture-gemm
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --gate  # exit 5: bf16 M=4096 regressed
-      tracekit compare samples/h200-capture-seed samples/h200-capture-gemm --json | jq '.gemms[] | select(.status=="regression")'
+      tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --json | jq '.gemms[] | select(.status=="regression")'
     """
     from tracekit.analyzers.analysis import analyze_run
     from tracekit.analyzers.compare import compare_runs

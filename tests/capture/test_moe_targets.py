@@ -14,6 +14,7 @@ import pytest
 
 from tracekit.collectors import moe_ranges as MR
 from tracekit.collectors.instrument import TARGETS
+from tracekit.collectors.instrument_targets import Arg
 
 
 class FakeTensor:
@@ -271,3 +272,40 @@ def test_every_moe_row_is_covered() -> None:
     covered = {p.values[0] for p in CASES}
     moe = {t.label for t in TARGETS if t.record is not None}
     assert moe == covered
+
+
+def test_a_new_moe_entry_point_is_one_row(tmp_path: Path) -> None:
+    """A made-up grouped GEMM ``toy.grouped(x [M, K], w [E, N, K], sizes)`` named by one :class:`Grouped` row:
+    the name, the cache key and the sidecar's counts all come from the row."""
+    row = MR.moe_entry(
+        "toy",
+        "grouped",
+        MR.Grouped(
+            "toy-{family}",
+            "toy_grouped",
+            (("a", Arg(0, "x")), ("b", Arg(1, "w"))),
+            "mk,enk",
+            MR.Counts("sizes", Arg(2, "sizes")),
+            out=Arg(None, "out_dtype"),
+            scale="blockwise-1x128.128x128",
+        ),
+    )
+    args = (T((13, 64), FP8), T((4, 32, 64), FP8), SIZES)
+    described = row.describe(args, {"out_dtype": F32})
+    assert described is not None
+    name = described[1]()
+    assert name == (
+        "moe backend=toy-fp8 op=toy_grouped E=4 M=13 N=32 K=64 a=e4m3 b=e4m3 out=fp32 scale=blockwise-1x128.128x128"
+    )
+    recorder = MR.RoutingRecorder(tmp_path / "routing.jsonl", "nsys")
+    previous = MR.set_recorder(recorder)
+    try:
+        assert row.record is not None
+        row.record(args, {}, _Scope(name))
+    finally:
+        MR.set_recorder(previous)
+        recorder.close()
+    (line,) = [json.loads(x) for x in (tmp_path / "routing.jsonl").read_text().splitlines()]
+    assert (line["counts_from"], line["counts"], line["experts"]) == ("sizes", [5, 0, 7, 1], 4)
+    with pytest.raises(ValueError, match="unknown layout"):
+        MR.Grouped("toy", "toy", (("a", Arg(0, "x")), ("b", Arg(1, "w"))), "mk,xyz", MR.Counts("unknown"))

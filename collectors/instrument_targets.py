@@ -225,7 +225,8 @@ class ScaleBlocks:
 
 
 _HALF = ("bf16", "fp16")
-_FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
+FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
+"""A dtype's family in backend names (``{family}`` in a backend template): fp4, fp8, else the dtype itself."""
 
 
 @dataclass(frozen=True)
@@ -350,7 +351,7 @@ def describe(spec: Gemm | Quantize, label: str) -> Describe:
             if da == "e2m1":  # FP4 is packed two to a byte
                 k *= 2
             out = dtype_name(out_dtype) if out_dtype is not None else (out_default or da)
-            backend = template.format(a=da, family=_FAMILY.get(da, da), impl=impl)
+            backend = template.format(a=da, family=FAMILY.get(da, da), impl=impl)
             scale = rule.name(scale_key, da, m, n, k) if rule is not None else scale_key
             fields = {**extra, "impl": impl} if impl_field else extra
             return ranges.gemm_name(backend, op, m, n, k, da, db, out, scale, **fields)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tracekit.collectors import ranges
-from tracekit.collectors.instrument_targets import Arg, Target, dtype_name, shape_of
+from tracekit.collectors.instrument_targets import FAMILY, Arg, Target, dtype_name, shape_of
 
 __all__ = [
     "ENV_ROUTING",
@@ -368,8 +368,6 @@ class Grouped:
             raise ValueError(f"MoE target op {self.op!r}: operands need the roles 'a' and 'b'")
 
 
-_FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
-
 Launch = tuple[Any, Callable[[], str], str, Any, int]
 """A grouped launch as read: (cache key, name builder, counts kind, counts tensor or list, experts)."""
 
@@ -413,7 +411,7 @@ def read_launch(spec: Grouped) -> Callable[[tuple[Any, ...], dict[str, Any]], La
                 scale = spec.scale
         except AttributeError:
             return None
-        backend = spec.backend.format(a=da, family=_FAMILY.get(da, da))
+        backend = spec.backend.format(a=da, family=FAMILY.get(da, da))
         key = (spec.op, backend, tuple(shapes.items()), da, db, out, scale, tuple(opt.values()))
         e, m, n, k, fields = found.e, found.m, found.n, found.k, found.fields
 

@@ -59,11 +59,11 @@ from tracekit.collectors import breadcrumb as _B
 from tracekit.collectors import ranges
 from tracekit.collectors.instrument_targets import GEMM_TARGETS, Target
 from tracekit.collectors.instrument_targets import scale_layout as scale_layout  # public here too
-from tracekit.collectors.moe_ranges import moe_targets
+from tracekit.collectors.moe_ranges import MOE_TARGETS
 
-TARGETS: tuple[Target, ...] = GEMM_TARGETS + moe_targets()
+TARGETS: tuple[Target, ...] = GEMM_TARGETS + MOE_TARGETS
 """Every entry point ``instrument()`` knows, in the order it wraps them: the dense table
-(tracekit.collectors.instrument_targets), then the grouped / MoE entry points (tracekit.collectors.moe_ranges)."""
+(tracekit.collectors.instrument_targets), then the grouped / MoE table (tracekit.collectors.moe_ranges.MOE_TARGETS)."""
 
 __all__ = ["TARGETS", "instrument", "instrumented", "site_dir", "uninstrument"]
 

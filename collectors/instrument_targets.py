@@ -2,8 +2,8 @@
 of torch, FlashInfer, sgl-kernel and quantize functions saying which arguments give the GEMM's operands, M, N, K
 (a named operand layout), dtypes, output dtype, scale layout and implementation, and one function,
 :func:`describe`, that reads an entry and a call into the range name. collectors/instrument.py wraps them (and the
-grouped / MoE entry points of collectors/moe_ranges.py, which read their calls with this module's helpers); this
-module only describes.
+grouped / MoE rows of collectors/moe_ranges.py, :data:`~tracekit.collectors.moe_ranges.MOE_TARGETS`: the same
+:class:`Target` rows with a ``Grouped`` entry, read with this module's helpers); this module only describes.
 
 A table entry that names an argument the call lacks is a :class:`MissingArgument` (one line: the entry point,
 the argument, its position); an entry that cannot be read (an unknown layout, a backend template naming an
@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.collectors import ranges
 from tracekit.naming import canonical_dtype
+
+if TYPE_CHECKING:  # moe_ranges builds its rows with this module: a runtime import would be a cycle
+    from tracekit.collectors.moe_ranges import Grouped
 
 # --- helpers (collectors/moe_ranges.py reads its calls with them too) ---------------------------------------
 
@@ -222,7 +225,8 @@ class ScaleBlocks:
 
 
 _HALF = ("bf16", "fp16")
-_FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
+FAMILY = {"e2m1": "fp4", "e4m3": "fp8", "e5m2": "fp8"}
+"""A dtype's family in backend names (``{family}`` in a backend template): fp4, fp8, else the dtype itself."""
 
 
 @dataclass(frozen=True)
@@ -347,7 +351,7 @@ def describe(spec: Gemm | Quantize, label: str) -> Describe:
             if da == "e2m1":  # FP4 is packed two to a byte
                 k *= 2
             out = dtype_name(out_dtype) if out_dtype is not None else (out_default or da)
-            backend = template.format(a=da, family=_FAMILY.get(da, da), impl=impl)
+            backend = template.format(a=da, family=FAMILY.get(da, da), impl=impl)
             scale = rule.name(scale_key, da, m, n, k) if rule is not None else scale_key
             fields = {**extra, "impl": impl} if impl_field else extra
             return ranges.gemm_name(backend, op, m, n, k, da, db, out, scale, **fields)
@@ -396,8 +400,8 @@ class Target:
     record: Callable[[tuple[Any, ...], dict[str, Any], Any], None] | None = None
     """Called after each wrapped launch with (args, kwargs, scope): MoE targets record their per-expert token
     counts in the routing sidecar (tracekit.collectors.moe_ranges)."""
-    spec: Gemm | Quantize | None = None
-    """The table entry ``describe`` reads (None for the MoE entry points, described by functions)."""
+    spec: Gemm | Quantize | Grouped | None = None
+    """The table entry ``describe`` reads (a ``Grouped`` entry for the MoE rows of collectors/moe_ranges.py)."""
 
     @property
     def label(self) -> str:

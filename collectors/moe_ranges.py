@@ -1,6 +1,6 @@
 """Ranges for grouped / MoE GEMMs, and the routing sidecar that records how many tokens each expert got.
 
-``tracekit.instrument()`` wraps these entry points where their packages import (see ``moe_targets``):
+``tracekit.instrument()`` wraps these entry points where their packages import (one :data:`MOE_TARGETS` row each):
 
 =======================================  ===========================================================================
 torch ``_grouped_mm``                    2D x 3D (rows of all experts stacked, ``offs`` = cumulative group ends) and
@@ -37,24 +37,24 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracekit.collectors import ranges
-from tracekit.collectors.instrument_targets import Target, arg, dtype_name, shape_of
+from tracekit.collectors.instrument_targets import FAMILY, Arg, Target, dtype_name, shape_of
 
 __all__ = [
     "ENV_ROUTING",
+    "GROUPED_LAYOUTS",
+    "MOE_TARGETS",
+    "Counts",
+    "Grouped",
     "RoutingRecorder",
     "counts_from",
-    "describe_cutlass_fused_moe",
-    "describe_grouped_mm",
-    "describe_scaled_grouped_mm",
-    "describe_sgl_fp4_group_mm",
-    "describe_sgl_fp8_blockwise_grouped",
-    "describe_trtllm_fp4_moe",
     "get_recorder",
-    "moe_targets",
+    "moe_entry",
+    "read_launch",
     "set_recorder",
 ]
 
@@ -229,234 +229,320 @@ def set_recorder(recorder: RoutingRecorder | None) -> RoutingRecorder | None:
     return previous
 
 
-# --- describe: (args, kwargs) -> (cache key, name builder, counts kind, counts tensor, experts) -------------------
-Described = tuple[Any, Callable[[], str], str, Any, int]
+# --- the table: one row per grouped / MoE entry point ------------------------------------------------------------
+@dataclass(frozen=True)
+class Counts:
+    """Where a launch's tokens per expert are: ``kind`` as in :func:`counts_from` (``offsets``, ``sizes``,
+    ``ids``) read from ``arg``, or ``unknown`` (routing happens inside the kernel). With ``key`` the argument is a
+    dict holding the tensor under that key; ``dict_from`` is the first position where that dict may sit when the
+    call does not pass it by keyword (positions vary between releases)."""
+
+    kind: str
+    arg: Arg | None = None
+    key: str | None = None
+    dict_from: int | None = None
 
 
-def _moe_name(
-    backend: str,
-    op: str,
-    e: int,
-    m: int | None,
-    n: int,
-    k: int,
-    a: str,
-    b: str,
-    out: str,
-    scale: str | None = None,
-    **extra: Any,
-) -> Callable[[], str]:
-    return lambda: ranges.moe_name(backend, op, e, m, n, k, a, b, out, scale, **extra)  # type: ignore[arg-type]
+@dataclass(frozen=True)
+class ScaleByDtype:
+    """The scale layout from the dtype of A's scale (``torch._scaled_grouped_mm``): e8m0 block scales are
+    ``mxfp4-1x32`` / ``mxfp8-1x32``, other FP4 scales ``nvfp4-1x16``, anything else ``rowwise``; no scale
+    tensor reads as fp32."""
+
+    scale_a: Arg
+
+    def name(self, da: str, sa_dtype: str) -> str:
+        if da == "e2m1":
+            return "mxfp4-1x32" if sa_dtype == "ue8m0" else "nvfp4-1x16"
+        return "mxfp8-1x32" if sa_dtype == "ue8m0" else "rowwise"
 
 
-def describe_grouped_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """``torch._grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None)``: 2D x 3D (MoE forward) and
-    3D x 3D (batched); ragged-K 2D x 2D (weight gradients) is not a MoE launch and is left alone."""
-    a, b = arg(args, kwargs, 0, "mat_a"), arg(args, kwargs, 1, "mat_b")
-    offs, out_dtype = arg(args, kwargs, 2, "offs"), arg(args, kwargs, 4, "out_dtype")
-    sa, sb = shape_of(a), shape_of(b)
-    da, db = dtype_name(a.dtype), dtype_name(b.dtype)
-    out = dtype_name(out_dtype) if out_dtype is not None else da
-    if len(sa) == 2 and len(sb) == 3:
-        e, m, k, n = sb[0], sa[0], sa[1], sb[2]
-        key = ("grouped_mm", sa, sb, da, db, out)
-        return key, _moe_name(f"torch-{da}", "grouped_mm", e, m, n, k, da, db, out), "offsets", offs, e
-    if len(sa) == 3 and len(sb) == 3:
-        e, mg, k, n = sa[0], sa[1], sa[2], sb[2]
-        key = ("grouped_mm3", sa, sb, da, db, out)
-        return (
-            key,
-            _moe_name(f"torch-{da}", "grouped_mm", e, e * mg, n, k, da, db, out),
-            "counts",
-            [mg] * e,
-            e,
-        )
-    return None
+class GroupShape(NamedTuple):
+    """What a :data:`GROUPED_LAYOUTS` entry reads from the operand shapes: experts, routed rows (None: unknown),
+    one expert's N and K, extra name fields, the rows of each expert when all are equal (batched 3D x 3D: the
+    counts need no tensor), and B's dtype where the shapes decide it (packed FP4 weights)."""
+
+    e: int
+    m: int | None
+    n: int
+    k: int
+    fields: dict[str, Any]
+    equal_rows: int | None = None
+    b: str | None = None
 
 
-def _grouped_scale(da: str, sa_dtype: str) -> str:
-    if da == "e2m1":
-        return "mxfp4-1x32" if sa_dtype == "ue8m0" else "nvfp4-1x16"
-    if sa_dtype == "ue8m0":
-        return "mxfp8-1x32"
-    return "rowwise"
-
-
-def describe_scaled_grouped_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """``torch._scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scale_result=None,
-    out_dtype=None, use_fast_accum=False)``: fp8 rowwise (fp32 scales), mxfp8 / fp4 block scales."""
-    a, b = arg(args, kwargs, 0, "mat_a"), arg(args, kwargs, 1, "mat_b")
-    scale_a = arg(args, kwargs, 2, "scale_a")
-    offs, out_dtype = arg(args, kwargs, 4, "offs"), arg(args, kwargs, 7, "out_dtype")
-    sa, sb = shape_of(a), shape_of(b)
-    da, db = dtype_name(a.dtype), dtype_name(b.dtype)
-    scale = _grouped_scale(da, dtype_name(scale_a.dtype) if scale_a is not None else "fp32")
-    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
+def _stacked_or_batched(s: dict[str, tuple[int, ...]], da: str, opt: dict[str, Any]) -> GroupShape | None:
+    sa, sb = s["a"], s["b"]
     packed = 2 if da == "e2m1" else 1
-    family = "fp4" if da == "e2m1" else ("fp8" if da in ("e4m3", "e5m2") else da)
     if len(sa) == 2 and len(sb) == 3:
-        e, m, k, n = sb[0], sa[0], sa[1] * packed, sb[2]
-        key = ("scaled_grouped_mm", sa, sb, da, db, out, scale)
-        name = _moe_name(f"torch-{family}", "scaled_grouped_mm", e, m, n, k, da, db, out, scale)
-        return key, name, "offsets", offs, e
+        return GroupShape(sb[0], sa[0], sb[2], sa[1] * packed, {})
     if len(sa) == 3 and len(sb) == 3:
-        e, mg, k, n = sa[0], sa[1], sa[2] * packed, sb[2]
-        key = ("scaled_grouped_mm3", sa, sb, da, db, out, scale)
-        name = _moe_name(f"torch-{family}", "scaled_grouped_mm", e, e * mg, n, k, da, db, out, scale)
-        return key, name, "counts", [mg] * e, e
+        return GroupShape(sa[0], sa[0] * sa[1], sb[2], sa[2] * packed, {}, equal_rows=sa[1])
     return None
 
 
-def describe_cutlass_fused_moe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """FlashInfer ``cutlass_fused_moe(input [T, H], token_selected_experts [T, topk], token_final_scales,
-    fc1_expert_weights [E, 2I, H], fc2_expert_weights [E, H, I], output_dtype, quant_scales, ...)``. FP4 / INT4
-    weights are packed two to a byte along their last dimension."""
-    x = arg(args, kwargs, 0, "input")
-    ids = arg(args, kwargs, 1, "token_selected_experts")
-    w1, w2 = arg(args, kwargs, 3, "fc1_expert_weights"), arg(args, kwargs, 4, "fc2_expert_weights")
-    out_dtype = arg(args, kwargs, 5, "output_dtype")
-    s1, s2, sx, si = shape_of(w1), shape_of(w2), shape_of(x), shape_of(ids)
+def _stacked_b_either(s: dict[str, tuple[int, ...]], da: str, opt: dict[str, Any]) -> GroupShape | None:
+    sa, sb = s["a"], s["b"]
+    if len(sa) != 2 or len(sb) != 3:
+        return None
+    k = sa[1]
+    return GroupShape(sb[0], sa[0], sb[2] if sb[1] == k else sb[1], k, {})
+
+
+def _stacked_nk(s: dict[str, tuple[int, ...]], da: str, opt: dict[str, Any]) -> GroupShape | None:
+    sa, sb = s["a"], s["b"]
+    if len(sa) != 2 or len(sb) != 3:
+        return None
+    return GroupShape(sb[0], sa[0], sb[1], sa[1] * (2 if da == "e2m1" else 1), {})
+
+
+def _fused_mlp(s: dict[str, tuple[int, ...]], da: str, opt: dict[str, Any]) -> GroupShape | None:
+    s1, s2, sx, si = s["b"], s["w2"], s["a"], s["ids"]
     if len(s1) != 3 or len(s2) != 3 or len(si) != 2:
         return None
     e, n, k = s1[0], s1[1], s2[1]
     packed = s1[2] != k
-    inter = s2[2] * (2 if packed else 1)
     t, topk = sx[0], si[1]
-    da = dtype_name(x.dtype)
-    db = "e2m1" if packed else dtype_name(w1.dtype)
-    da = "e2m1" if da == "uint8" else da
-    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
-    key = ("cutlass_fused_moe", sx, si, s1, s2, da, db, out)
-    name = _moe_name(
-        "flashinfer-cutlass", "cutlass_fused_moe", e, t * topk, n, k, da, db, out, T=t, topk=topk, I=inter
-    )
-    return key, name, "ids", ids, e
+    fields = {"T": t, "topk": topk, "I": s2[2] * (2 if packed else 1)}
+    return GroupShape(e, t * topk, n, k, fields, b="e2m1" if packed else None)
 
 
-def describe_trtllm_fp4_moe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """FlashInfer ``trtllm_fp4_block_scale_moe(routing_logits [T, E], routing_bias, hidden_states, ...,
-    gemm1_weights [E_local, 2I, H/2], ...)``: routing runs inside the kernel, so only the shape is named (M is the
-    routed rows when ``top_k`` is passed by keyword) and the counts are recorded as unknown."""
-    logits = arg(args, kwargs, 0, "routing_logits")
-    x = arg(args, kwargs, 2, "hidden_states")
-    w1 = arg(args, kwargs, 4, "gemm1_weights")
-    topk = kwargs.get("top_k")
-    sl, sx, s1 = shape_of(logits), shape_of(x), shape_of(w1)
+def _routed_in_kernel(s: dict[str, tuple[int, ...]], da: str, opt: dict[str, Any]) -> GroupShape | None:
+    sl, s1 = s["logits"], s["b"]
     if len(sl) != 2 or len(s1) != 3:
         return None
     t, e = sl
-    e = int(kwargs.get("num_experts") or e)
-    n, k = s1[1], s1[2] * 2
-    da = "e2m1" if dtype_name(x.dtype) == "uint8" else dtype_name(x.dtype)
+    topk = opt.get("topk")
+    n = s1[1]
     m = t * int(topk) if topk else None
-    key = ("trtllm_fp4_moe", sl, sx, s1, topk)
-    name = _moe_name(
-        "flashinfer-trtllm",
-        "trtllm_fp4_block_scale_moe",
-        e,
-        m,
-        n,
-        k,
-        da,
-        "e2m1",
-        "bf16",
-        "nvfp4-1x16",
-        T=t,
-        topk=topk,
-        I=n // 2,
-    )
-    return key, name, "counts", None, e
+    return GroupShape(int(opt.get("experts") or e), m, n, s1[2] * 2, {"T": t, "topk": topk, "I": n // 2})
 
 
-def describe_sgl_fp8_blockwise_grouped(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """sgl-kernel ``fp8_blockwise_scaled_grouped_mm(output, [a_ptrs, b_ptrs, out_ptrs, a_scales_ptrs,
-    b_scales_ptrs,] a, b, scales_a, scales_b, stride_a, stride_b, stride_c, layout_sfa, layout_sfb, problem_sizes,
-    expert_offsets[, workspace])``: the pointer arguments came in later releases, so positions follow the count."""
-    newer = len(args) >= 17 or "a_ptrs" in kwargs
-    ia, ib, ip = (6, 7, 15) if newer else (1, 2, 10)
-    a, b = arg(args, kwargs, ia, "a"), arg(args, kwargs, ib, "b")
-    sizes = arg(args, kwargs, ip, "problem_sizes")
-    sa, sb = shape_of(a), shape_of(b)
-    if len(sa) != 2 or len(sb) != 3:
-        return None
-    k = sa[1]
-    e = sb[0]
-    n = sb[2] if sb[1] == k else sb[1]
-    key = ("sgl_fp8_blockwise_grouped", sa, sb)
-    name = _moe_name(
-        "sgl-fp8",
-        "fp8_blockwise_scaled_grouped_mm",
-        e,
-        sa[0],
-        n,
-        k,
-        dtype_name(a.dtype),
-        dtype_name(b.dtype),
-        "bf16",
-        "blockwise-1x128.128x128",
-    )
-    return key, name, "sizes", sizes, e
+Layout = Callable[[dict[str, tuple[int, ...]], str, dict[str, Any]], GroupShape | None]
+
+GROUPED_LAYOUTS: dict[str, Layout] = {
+    "mk,ekn|emk,ekn": _stacked_or_batched,
+    "mk,ekn|enk": _stacked_b_either,
+    "mk,enk": _stacked_nk,
+    "fused-mlp": _fused_mlp,
+    "routed-in-kernel": _routed_in_kernel,
+}
+"""How E, M, N, K come from the operand shapes (each layout returns None for shapes it does not take).
+``mk,ekn|emk,ekn``: A [M, K] (all experts' rows stacked) x B [E, K, N], or batched A [E, M_e, K] x B [E, K, N]
+(M = E x M_e); ``mk,ekn|enk``: A [M, K] x B [E, K, N] or [E, N, K]; ``mk,enk``: A [M, K] x B [E, N, K];
+``fused-mlp``: the whole expert MLP, A [T, H], ``ids`` [T, topk], B (fc1) [E, N = 2I, H], ``w2`` [E, H, I] (FP4 /
+INT4 weights packed two to a byte along their last dimension), M = T x topk; ``routed-in-kernel``: ``logits``
+[T, E], B [E, N = 2I, K/2], M = T x topk when ``topk`` is known, E overridden by the ``experts`` option. FP4 A
+is packed two to a byte: K is twice its stored columns wherever A is ``e2m1``."""
 
 
-def describe_sgl_fp4_group_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Described | None:
-    """sgl-kernel ``cutlass_fp4_group_mm(a_fp4 [M, K/2], b_fp4 [E, N, K/2], a_blockscale, b_blockscale, alphas,
-    out_dtype, [device,] params)`` with ``params["problem_sizes"]`` (E x 3)."""
-    a, b = arg(args, kwargs, 0, "a_fp4"), arg(args, kwargs, 1, "b_fp4")
-    out_dtype = arg(args, kwargs, 5, "out_dtype")
-    params = kwargs.get("params")
-    if params is None:
-        params = next((x for x in args[6:] if isinstance(x, dict)), None)
-    sa, sb = shape_of(a), shape_of(b)
-    if len(sa) != 2 or len(sb) != 3:
-        return None
-    e, n, k = sb[0], sb[1], sa[1] * 2
-    out = dtype_name(out_dtype) if out_dtype is not None else "bf16"
-    sizes = params.get("problem_sizes") if isinstance(params, dict) else None
-    key = ("sgl_fp4_group_mm", sa, sb, out)
-    name = _moe_name("sgl-fp4", "cutlass_fp4_group_mm", e, sa[0], n, k, "e2m1", "e2m1", out, "nvfp4-1x16")
-    return key, name, "sizes", sizes, e
+@dataclass(frozen=True)
+class Grouped:
+    """How one grouped / MoE entry point's arguments name its range (``moe backend=.. op=.. E M N K a b out
+    [scale] [T topk I]``, tracekit.collectors.ranges.moe_name) and where its per-expert counts are.
+
+    ``operands`` are the tensors the ``layout`` reads, by role (``a`` and ``b`` always: A's and B's dtypes come
+    from them); ``options`` are plain arguments the layout reads (``topk``, ``experts``). ``backend`` is a template
+    (``{a}`` A's dtype, ``{family}`` fp4 / fp8 / A's dtype). ``dtypes`` fixes A's or B's dtype name where the
+    tensors are packed bytes (None: read it); with ``bytes_fp4`` a uint8 A is FP4 (``e2m1``). The output dtype is
+    ``out``'s, else ``out_default`` (``a``: A's dtype). ``shift`` = (by, args, keyword): a later signature with
+    ``by`` more leading arguments, recognised by at least ``args`` positional arguments or by ``keyword``."""
+
+    backend: str
+    op: str
+    operands: tuple[tuple[str, Arg], ...]
+    layout: str
+    counts: Counts
+    options: tuple[tuple[str, Arg], ...] = ()
+    dtypes: tuple[str | None, str | None] = (None, None)
+    bytes_fp4: bool = False
+    out: Arg | None = None
+    out_default: str = "bf16"
+    scale: str | ScaleByDtype | None = None
+    shift: tuple[int, int, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in GROUPED_LAYOUTS:
+            raise ValueError(f"MoE target op {self.op!r}: unknown layout {self.layout!r}")
+        if not {"a", "b"} <= {role for role, _arg in self.operands}:
+            raise ValueError(f"MoE target op {self.op!r}: operands need the roles 'a' and 'b'")
 
 
-def moe_targets() -> tuple[Target, ...]:
-    """The MoE entry points as ``instrument`` targets (tracekit.collectors.instrument.TARGETS puts them after the
-    dense ones)."""
-
-    def t(package: str, path: str, fn: Callable[..., Described | None], torch_like: bool = False) -> Target:
-        return Target(package, path, _naming_only(fn), torch_like=torch_like, record=_recording(fn))
-
-    return (
-        t("torch", "_grouped_mm", describe_grouped_mm, True),
-        t("torch", "_scaled_grouped_mm", describe_scaled_grouped_mm, True),
-        t("flashinfer", "cutlass_fused_moe", describe_cutlass_fused_moe),
-        t("flashinfer", "fused_moe.cutlass_fused_moe", describe_cutlass_fused_moe),
-        t("flashinfer", "trtllm_fp4_block_scale_moe", describe_trtllm_fp4_moe),
-        t("flashinfer", "fused_moe.trtllm_fp4_block_scale_moe", describe_trtllm_fp4_moe),
-        t("sgl_kernel", "fp8_blockwise_scaled_grouped_mm", describe_sgl_fp8_blockwise_grouped),
-        t("sgl_kernel", "cutlass_fp4_group_mm", describe_sgl_fp4_group_mm),
-    )
+Launch = tuple[Any, Callable[[], str], str, Any, int]
+"""A grouped launch as read: (cache key, name builder, counts kind, counts tensor or list, experts)."""
 
 
-def _naming_only(fn: Callable[..., Described | None]) -> Callable[..., Any]:
-    """Adapts a MoE describe to instrument's (key, name builder) contract."""
+def _shifted(a: Arg, by: int) -> Arg:
+    return a if not by or a.index is None else Arg(a.index + by, a.name, a.default)
+
+
+def read_launch(spec: Grouped) -> Callable[[tuple[Any, ...], dict[str, Any]], Launch | None]:
+    """The reader of one :class:`Grouped` entry: given a call's (args, kwargs), None for a call it does not name
+    (shapes its layout does not take, something not a tensor), else the launch (:data:`Launch`)."""
+    layout = GROUPED_LAYOUTS[spec.layout]
+    fixed_a, fixed_b = spec.dtypes
+
+    def read(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Launch | None:
+        by = 0
+        if spec.shift is not None:
+            n_args, keyword = spec.shift[1], spec.shift[2]
+            by = spec.shift[0] if len(args) >= n_args or keyword in kwargs else 0
+        tensors = {role: _shifted(a, by).get(args, kwargs) for role, a in spec.operands}
+        opt = {name: a.get(args, kwargs) for name, a in spec.options}
+        try:
+            shapes = {role: shape_of(t) for role, t in tensors.items()}
+            da = fixed_a or dtype_name(tensors["a"].dtype)
+            if spec.bytes_fp4 and da == "uint8":
+                da = "e2m1"
+            found = layout(shapes, da, opt)
+            if found is None:
+                return None
+            db = fixed_b or found.b or dtype_name(tensors["b"].dtype)
+            out_dtype = spec.out.get(args, kwargs) if spec.out is not None else None
+            out = (
+                dtype_name(out_dtype)
+                if out_dtype is not None
+                else (da if spec.out_default == "a" else spec.out_default)
+            )
+            if isinstance(spec.scale, ScaleByDtype):
+                scale_a = spec.scale.scale_a.get(args, kwargs)
+                scale = spec.scale.name(da, dtype_name(scale_a.dtype) if scale_a is not None else "fp32")
+            else:
+                scale = spec.scale
+        except AttributeError:
+            return None
+        backend = spec.backend.format(a=da, family=FAMILY.get(da, da))
+        key = (spec.op, backend, tuple(shapes.items()), da, db, out, scale, tuple(opt.values()))
+        e, m, n, k, fields = found.e, found.m, found.n, found.k, found.fields
+
+        def build() -> str:
+            return ranges.moe_name(backend, spec.op, e, m, n, k, da, db, out, scale, **fields)  # type: ignore[arg-type]
+
+        if found.equal_rows is not None:
+            return key, build, "counts", [found.equal_rows] * e, e
+        counts = spec.counts
+        if counts.kind == "unknown" or counts.arg is None:
+            return key, build, "counts", None, e
+        tensor = _shifted(counts.arg, by).get(args, kwargs)
+        if counts.key is not None:
+            if tensor is None and counts.dict_from is not None:
+                tensor = next((x for x in args[counts.dict_from :] if isinstance(x, dict)), None)
+            tensor = tensor.get(counts.key) if isinstance(tensor, dict) else None
+        return key, build, counts.kind, tensor, e
+
+    return read
+
+
+def moe_entry(package: str, path: str, spec: Grouped, torch_like: bool = False) -> Target:
+    """A :data:`MOE_TARGETS` row: the entry point, its table entry, the range name read from it and, after each
+    launch, its counts handed to the process's routing recorder."""
+    read = read_launch(spec)
 
     def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        found = fn(args, kwargs)
+        found = read(args, kwargs)
         return None if found is None else (found[0], found[1])
-
-    return describe
-
-
-def _recording(fn: Callable[..., Described | None]) -> Callable[..., None]:
-    """After a wrapped launch: hand its counts to the process's recorder (nothing when none is set up)."""
 
     def record(args: tuple[Any, ...], kwargs: dict[str, Any], scope: Any) -> None:
         recorder = get_recorder()
         if recorder is None:
             return
-        found = fn(args, kwargs)
-        if found is None:
-            return
-        _key, _build, kind, tensor, experts = found
-        recorder.record(scope.name, kind, tensor, experts)
+        found = read(args, kwargs)
+        if found is not None:
+            recorder.record(scope.name, found[2], found[3], found[4])
 
-    return record
+    return Target(package, path, describe, torch_like=torch_like, record=record, spec=spec)
+
+
+_GROUPED_MM = Grouped(
+    "torch-{a}",
+    "grouped_mm",
+    (("a", Arg(0, "mat_a")), ("b", Arg(1, "mat_b"))),
+    "mk,ekn|emk,ekn",
+    Counts("offsets", Arg(2, "offs")),
+    out=Arg(4, "out_dtype"),
+    out_default="a",
+)
+# _scaled_grouped_mm(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scale_result=None, out_dtype=None,
+#                    use_fast_accum=False): fp8 rowwise (fp32 scales), mxfp8 / fp4 block scales
+_SCALED_GROUPED_MM = Grouped(
+    "torch-{family}",
+    "scaled_grouped_mm",
+    (("a", Arg(0, "mat_a")), ("b", Arg(1, "mat_b"))),
+    "mk,ekn|emk,ekn",
+    Counts("offsets", Arg(4, "offs")),
+    out=Arg(7, "out_dtype"),
+    scale=ScaleByDtype(Arg(2, "scale_a")),
+)
+# cutlass_fused_moe(input [T, H], token_selected_experts [T, topk], token_final_scales, fc1_expert_weights
+#                   [E, 2I, H], fc2_expert_weights [E, H, I], output_dtype, quant_scales, ...)
+_CUTLASS_FUSED_MOE = Grouped(
+    "flashinfer-cutlass",
+    "cutlass_fused_moe",
+    (
+        ("a", Arg(0, "input")),
+        ("ids", Arg(1, "token_selected_experts")),
+        ("b", Arg(3, "fc1_expert_weights")),
+        ("w2", Arg(4, "fc2_expert_weights")),
+    ),
+    "fused-mlp",
+    Counts("ids", Arg(1, "token_selected_experts")),
+    bytes_fp4=True,
+    out=Arg(5, "output_dtype"),
+)
+# trtllm_fp4_block_scale_moe(routing_logits [T, E], routing_bias, hidden_states, ..., gemm1_weights
+#                            [E_local, 2I, H/2], ...): routing inside the kernel, M known only with top_k by keyword
+_TRTLLM_FP4_MOE = Grouped(
+    "flashinfer-trtllm",
+    "trtllm_fp4_block_scale_moe",
+    (("logits", Arg(0, "routing_logits")), ("a", Arg(2, "hidden_states")), ("b", Arg(4, "gemm1_weights"))),
+    "routed-in-kernel",
+    Counts("unknown"),
+    options=(("topk", Arg(None, "top_k")), ("experts", Arg(None, "num_experts"))),
+    dtypes=(None, "e2m1"),
+    bytes_fp4=True,
+    scale="nvfp4-1x16",
+)
+
+MOE_TARGETS: tuple[Target, ...] = (
+    moe_entry("torch", "_grouped_mm", _GROUPED_MM, torch_like=True),
+    moe_entry("torch", "_scaled_grouped_mm", _SCALED_GROUPED_MM, torch_like=True),
+    moe_entry("flashinfer", "cutlass_fused_moe", _CUTLASS_FUSED_MOE),
+    moe_entry("flashinfer", "fused_moe.cutlass_fused_moe", _CUTLASS_FUSED_MOE),
+    moe_entry("flashinfer", "trtllm_fp4_block_scale_moe", _TRTLLM_FP4_MOE),
+    moe_entry("flashinfer", "fused_moe.trtllm_fp4_block_scale_moe", _TRTLLM_FP4_MOE),
+    # fp8_blockwise_scaled_grouped_mm(output, [a_ptrs, b_ptrs, out_ptrs, a_scales_ptrs, b_scales_ptrs,] a, b,
+    #     scales_a, scales_b, stride_a, stride_b, stride_c, layout_sfa, layout_sfb, problem_sizes, expert_offsets
+    #     [, workspace]): the pointer arguments came in later releases
+    moe_entry(
+        "sgl_kernel",
+        "fp8_blockwise_scaled_grouped_mm",
+        Grouped(
+            "sgl-fp8",
+            "fp8_blockwise_scaled_grouped_mm",
+            (("a", Arg(1, "a")), ("b", Arg(2, "b"))),
+            "mk,ekn|enk",
+            Counts("sizes", Arg(10, "problem_sizes")),
+            scale="blockwise-1x128.128x128",
+            shift=(5, 17, "a_ptrs"),
+        ),
+    ),
+    # cutlass_fp4_group_mm(a_fp4 [M, K/2], b_fp4 [E, N, K/2], a_blockscale, b_blockscale, alphas, out_dtype,
+    #     [device,] params) with params["problem_sizes"] (E x 3)
+    moe_entry(
+        "sgl_kernel",
+        "cutlass_fp4_group_mm",
+        Grouped(
+            "sgl-fp4",
+            "cutlass_fp4_group_mm",
+            (("a", Arg(0, "a_fp4")), ("b", Arg(1, "b_fp4"))),
+            "mk,enk",
+            Counts("sizes", Arg(None, "params"), key="problem_sizes", dict_from=6),
+            dtypes=("e2m1", "e2m1"),
+            out=Arg(5, "out_dtype"),
+            scale="nvfp4-1x16",
+        ),
+    ),
+)
+"""The grouped / MoE entry points ``instrument()`` knows, in the order it wraps them (after the dense ones:
+tracekit.collectors.instrument.TARGETS). A new one is one row: its :class:`Grouped` entry names the arguments,
+the layout, the counts and the dtypes."""

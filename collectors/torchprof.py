@@ -73,7 +73,7 @@ records (``--ops``); inherited by the profiled worker processes of a tracekit be
 OPS_CHOICES = ("ranges", "shapes", "all")
 """``ranges``: ``record_function`` ranges only. ``shapes``: those and every ATen operator with its input shapes
 (``record_shapes``), so GEMM operators (``aten::mm``, ``addmm``, ``_scaled_mm``, ...) carry ``Input Dims`` and
-their kernels get M, N, K and FLOPs (analyzers/torch_ops.py); also the GEMM operators a CUDA graph recorded while
+their kernels get M, N, K and FLOPs (analyzers/readers/torch_ops.py); also the GEMM operators a CUDA graph recorded while
 it was captured, whose shapes its replayed kernels take. ``all``: every operator, without shapes."""
 
 

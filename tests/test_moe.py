@@ -82,10 +82,16 @@ class FakeTensor:
         return self._values
 
 
+def _read_row(op: str, args, kwargs):
+    """(cache key, name builder, counts kind, counts tensor, experts) of a call, as the MoE table row reads it."""
+    row = next(t for t in MR.MOE_TARGETS if t.spec.op == op)
+    return MR.read_launch(row.spec)(args, kwargs)
+
+
 def test_grouped_mm_name_and_offsets():
     x, w = FakeTensor((20, 6144)), FakeTensor((4, 6144, 4096))
     offs = FakeTensor((4,), "torch.int32", [5, 5, 17, 20])
-    _key, build, kind, tensor, experts = MR.describe_grouped_mm((x, w), {"offs": offs})
+    _key, build, kind, tensor, experts = _read_row("grouped_mm", (x, w), {"offs": offs})
     assert build() == "moe backend=torch-bf16 op=grouped_mm E=4 M=20 N=4096 K=6144 a=bf16 b=bf16 out=bf16"
     assert (kind, experts) == ("offsets", 4)
     assert MR.counts_from(kind, tensor.tolist(), experts) == [5, 0, 12, 3]
@@ -95,13 +101,13 @@ def test_scaled_grouped_mm_rowwise_and_fused_moe_names():
     x = FakeTensor((32, 6144), "torch.float8_e4m3fn")
     w = FakeTensor((256, 6144, 4096), "torch.float8_e4m3fn")
     sa = FakeTensor((32,), "torch.float32")
-    _k, build, *_ = MR.describe_scaled_grouped_mm((x, w, sa, FakeTensor((256, 4096), "torch.float32")), {})
+    _k, build, *_ = _read_row("scaled_grouped_mm", (x, w, sa, FakeTensor((256, 4096), "torch.float32")), {})
     assert build() == (
         "moe backend=torch-fp8 op=scaled_grouped_mm E=256 M=32 N=4096 K=6144 a=e4m3 b=e4m3 out=bf16 scale=rowwise"
     )
     ids = FakeTensor((3, 8), "torch.int32", [[0, 1, 2, 3, 4, 5, 6, 7]] * 3)
     args = (FakeTensor((3, 6144)), ids, None, FakeTensor((256, 4096, 6144)), FakeTensor((256, 6144, 2048)))
-    _k, build, kind, tensor, e = MR.describe_cutlass_fused_moe(args, {"output_dtype": "torch.bfloat16"})
+    _k, build, kind, tensor, e = _read_row("cutlass_fused_moe", args, {"output_dtype": "torch.bfloat16"})
     assert build() == (
         "moe backend=flashinfer-cutlass op=cutlass_fused_moe E=256 M=24 N=4096 K=6144 a=bf16 b=bf16 out=bf16 "
         "T=3 topk=8 I=2048"
@@ -113,7 +119,7 @@ def test_sgl_fp4_group_mm_reads_problem_sizes():
     a, b = FakeTensor((40, 3072), "torch.uint8"), FakeTensor((8, 4096, 3072), "torch.uint8")
     sizes = FakeTensor((8, 3), "torch.int32", [[5, 4096, 6144]] * 8)
     args = (a, b, None, None, None, "torch.bfloat16", "cuda", {"problem_sizes": sizes})
-    _k, build, kind, tensor, e = MR.describe_sgl_fp4_group_mm(args, {})
+    _k, build, kind, tensor, e = _read_row("cutlass_fp4_group_mm", args, {})
     assert build().startswith("moe backend=sgl-fp4 op=cutlass_fp4_group_mm E=8 M=40 N=4096 K=6144 a=e2m1")
     assert MR.counts_from(kind, tensor.tolist(), e) == [5] * 8
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import re
 import shutil
 import signal
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tracekit.collectors.env import fingerprint
 from tracekit.errors import BadInputError, SignalInterrupt
 from tracekit.run import Run, new_run_name
 
@@ -241,23 +241,9 @@ def _describe_exit(code: int) -> str:
 
 
 def _fingerprint() -> dict[str, Any]:
-    """The environment fingerprint (``tracekit.collectors.env.fingerprint``), or a minimal one if that module is
-    missing or fails: a capture must not die for want of a GPU name."""
-    fallback: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }
-    try:
-        from tracekit.collectors.env import fingerprint
-    except ImportError as exc:
-        fallback["fingerprint_error"] = f"tracekit.collectors.env unavailable: {exc}"
-        return fallback
-    try:
-        result = fingerprint()
-    except Exception as exc:  # a fingerprint is evidence, not a prerequisite
-        fallback["fingerprint_error"] = f"{type(exc).__name__}: {exc}"
-        return fallback
-    return dict(result) if isinstance(result, dict) else {**fallback, "fingerprint": result}
+    """The environment fingerprint of this process's GPU 0 (``tracekit.collectors.env.fingerprint``, the one
+    ``tracekit bench`` takes in its worker): it never raises, so a capture never dies for want of a GPU name."""
+    return fingerprint()
 
 
 def _reserve_run_dir(out: Path | str | None, runs_dir: Path | str, label: str) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import failures as F
+from tracekit.collectors.env import unanswered
 from tracekit.collectors.failures import FAILURE_KEYS
 from tracekit.collectors.torchprof import (
     DEFAULT_TRACE_REPEATS,
@@ -176,11 +177,10 @@ def _tail(path: Path, limit: int = 20000) -> str:
 
 
 def take_fingerprint(python: str, device: int, out: Path, timeout: float = 120.0) -> dict[str, Any]:
-    """The environment fingerprint (``tracekit.collectors.env.fingerprint``), taken in a worker so this process
-    never imports torch or initialises CUDA; the worker's event line is left in ``out``. Never raises: what went
-    wrong is the ``fingerprint_error`` field."""
-    from tracekit.collectors.env import _host, library_versions
-
+    """The environment fingerprint (``tracekit.collectors.env.fingerprint``, the one ``tracekit capture`` takes in
+    its own process), taken in a worker running ``python`` so this process never imports torch or initialises
+    CUDA; the worker's event line is left in ``out``. Never raises: a worker that does not answer gives
+    ``env.unanswered`` (the same keys, what only the worker could read None, the reason in ``fingerprint_error``)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         python,
@@ -197,15 +197,11 @@ def take_fingerprint(python: str, device: int, out: Path, timeout: float = 120.0
         with err.open("wb") as ferr:
             subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=ferr, timeout=timeout, check=False)
     except (subprocess.TimeoutExpired, OSError) as exc:
-        return {
-            **_host(),
-            "versions": library_versions(),
-            "fingerprint_error": f"{type(exc).__name__}: {exc}",
-        }
+        return unanswered(f"{type(exc).__name__}: {exc}")
     for event in _LineReader(out).read():
         if event.get("event") == "fingerprint":
             return event.get("environment") or {}
-    return {**_host(), "versions": library_versions(), "fingerprint_error": _tail(err, 4000) or "no output"}
+    return unanswered(_tail(err, 4000) or "no output")
 
 
 class _BackendRun:

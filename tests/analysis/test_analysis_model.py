@@ -79,7 +79,7 @@ def test_the_documented_json_schema_is_current() -> None:
 
     from tracekit.analyzers.analysis.model import ANALYSIS_SCHEMA_VERSION, json_schema
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "analysis.schema.json"
+    path = Path(__file__).resolve().parents[2] / "docs" / "analysis.schema.json"
     assert json.loads(path.read_text()) == json.loads(json.dumps(json_schema())), (
         'regenerate: python -c "import json; from tracekit.analyzers.analysis.model import json_schema; '
         "open('docs/analysis.schema.json', 'w').write(json.dumps(json_schema(), indent=1, sort_keys=True) + '\\n')\""

@@ -1,5 +1,5 @@
 """The step breakdown against HolisticTraceAnalysis on HTA's own test traces, without HTA installed: HTA's numbers
-(version and outputs) were saved to tests/data/hta-breakdown.json by benchmarks/hta_compare.py --write-peers.
+(version and outputs) were saved to tests/analysis/data/hta-breakdown.json by benchmarks/hta_compare.py --write-peers.
 
 Compared like with like (docs/BREAKDOWN.md): tracekit on the rows HTA keeps
 (analyzers/breakdown/peers.py), shares of the span. Idle, compute, non-compute and communication agree within

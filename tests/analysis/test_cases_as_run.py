@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 
 import tracekit
-from tests._explain_data import frames
+from tests.support.explain_data import frames
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.gemm.ranges import resolve_ranges
 from tracekit.analyzers.importer import combine, read_file
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _frames(shared: Path, rel: str) -> dict[str, pl.DataFrame]:

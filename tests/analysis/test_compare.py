@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from _report_data import FAILURE_TEXTS, bench_rows, bench_run, failure, measurement, probe_run
 
+from tests.support.report_data import FAILURE_TEXTS, bench_rows, bench_run, failure, measurement, probe_run
 from tracekit.analyzers.compare import compare_runs
 from tracekit.analyzers.store import load_frames
 from tracekit.bundle import write_bundle

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from _explain_data import H200, frames, ncu_row, probe_frames, timeline
 from click.testing import CliRunner
 
+from tests.support.explain_data import H200, frames, ncu_row, probe_frames, timeline
 from tracekit.analyzers.explain import explain, explain_case, gemm_summary
 from tracekit.analyzers.gemm import build_cases
 from tracekit.frames import SPECS
@@ -235,7 +235,7 @@ def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
     from tracekit.collectors.ranges import gemm_name
     from tracekit.run import Run
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "planted" / "_common.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "planted" / "_common.py"
     spec = importlib.util.spec_from_file_location("planted_common", path)
     common = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(common)

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from _explain_data import frames
 
+from tests.support.explain_data import frames
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.gemm import Shape, build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.devices import match_device
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
 H200 = match_device("NVIDIA H200")
 _SHAPE = re.compile(r"probe_(?P<dtype>[a-z0-9]+)_M(?P<m>\d+)_N(?P<n>\d+)_K(?P<k>\d+)$")
@@ -301,7 +301,7 @@ def test_a_capture_with_only_op_ranges_and_no_shapes_explains_gemm_kernels_by_na
 
 def test_counted_flops_over_measured_dram_bytes_place_a_gemm_on_the_roofline(shared_data: Path) -> None:
     """probe.ncu-rep holds DRAM throughput but no tensor counters: give each foreign-named case the FLOPs the
-    counters measure for a shape that fits its tiles (2*M*N*K, tests/test_flops.py) and the roofline decides."""
+    counters measure for a shape that fits its tiles (2*M*N*K, tests/analysis/test_flops.py) and the roofline decides."""
     from tracekit.analyzers.explain import explain_case
     from tracekit.analyzers.flops import CountedFlops
 

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests._explain_data import frames
+from tests.support.explain_data import frames
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.taxonomy import names as taxonomy_names
 

@@ -12,7 +12,7 @@ import pytest
 from tracekit.analyzers.flops import counted_flops, is_counter_metric
 from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 
-PROBE = Path(__file__).resolve().parents[1] / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
+PROBE = Path(__file__).resolve().parents[2] / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
 _SHAPE = re.compile(r"probe_(?P<dtype>[a-z0-9]+)_M(?P<m>\d+)_N(?P<n>\d+)_K(?P<k>\d+)/")
 
 

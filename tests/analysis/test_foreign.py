@@ -12,7 +12,7 @@ import pytest
 from tracekit.analyzers.explain import Waterfall, explain
 from tracekit.analyzers.store import load_frames, open_run
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 # run -> range -> (M, N, K, dtype class, verdict: "X" must be the verdict's factor, "not X" must not be)
 EXPECTED: dict[str, dict[str, tuple[int, int, int, str, str | None]]] = {

@@ -21,7 +21,7 @@ from tracekit.analyzers.importer import combine
 from tracekit.analyzers.readers.kineto.reader import read_kineto
 from tracekit.analyzers.readers.torch_ops import GEMM_OPS, op_shape
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 PROBE = "h200-probe/torch_trace.json.gz"
 B200 = "thirdparty/tracelens/b200__eager_trace.json.gz"
 TIMESFORMER = "thirdparty/tracelens/h100__facebook_timesformer-base-finetuned-k400__1016002.json.gz"

@@ -27,7 +27,7 @@ from tracekit.analyzers.importer import combine
 from tracekit.analyzers.readers.kineto.reader import read_kineto
 from tracekit.analyzers.store import load_frames, open_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 HTA_GRAPHS = SHARED / "thirdparty/hta/negative_queue_length_values_check__rank0.json.gz"
 NSYS_GRAPH = ROOT / "samples/h200-foreign-eager_host_gaps"

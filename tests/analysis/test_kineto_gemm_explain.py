@@ -15,7 +15,7 @@ import pytest
 from tracekit.analyzers.gemm import build_cases, is_gemm_kernel
 from tracekit.analyzers.importer import combine, read_file
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TRACES = [
     "thirdparty/tracelens/b200__eager_trace.json.gz",
     "thirdparty/tracelens/h100__Falconsai_nsfw_image_detection__1016002.json.gz",

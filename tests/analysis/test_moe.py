@@ -10,8 +10,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from _moe_data import make_moe_run
 
+from tests.support.moe_data import make_moe_run
 from tracekit.analyzers.moe import analyze_moe, expert_histogram, tile_from_kernel, whatif
 from tracekit.analyzers.store import load_frames
 from tracekit.collectors import moe_ranges as MR
@@ -21,7 +21,7 @@ from tracekit.collectors.worker import MEASUREMENT_KEYS
 from tracekit.errors import BadInputError
 from tracekit.frames import SPECS
 
-PLUGINS = Path(__file__).with_name("bench_plugins.py")
+PLUGINS = Path(__file__).resolve().parents[1] / "support" / "bench_plugins.py"
 
 
 # --- routing ------------------------------------------------------------------------------------------------------
@@ -408,7 +408,7 @@ def test_tui_moe_screen_shows_histogram_of_the_highlighted_launch(real):
 def h200():
     from tracekit.analyzers.store import open_run
 
-    run = open_run(Path(__file__).resolve().parents[1] / "samples" / "h200-moe")
+    run = open_run(Path(__file__).resolve().parents[2] / "samples" / "h200-moe")
     frames = load_frames(run)
     return run, frames, analyze_moe(frames, environment=run.manifest["environment"])
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _explain_data import make_case, ncu_row, probe_frames
 
+from tests.support.explain_data import make_case, ncu_row, probe_frames
 from tracekit.analyzers.gemm import GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
 from tracekit.analyzers.rules.aux import aux, splitk
 from tracekit.analyzers.rules.clock import clock, throttle_names

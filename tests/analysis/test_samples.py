@@ -17,7 +17,7 @@ from tracekit.analyzers.importer import import_into
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 RUNS = sorted(p.parent for p in SAMPLES.glob("*/run.json"))
 
 
@@ -203,7 +203,7 @@ def test_reader_that_stops_early_is_not_an_error() -> None:
     import subprocess
     import sys
 
-    run = Path(__file__).resolve().parents[1] / "samples" / "h200-capture-gemm"
+    run = Path(__file__).resolve().parents[2] / "samples" / "h200-capture-gemm"
     with subprocess.Popen(
         [sys.executable, "-m", "tracekit", "explain", str(run)],
         stdout=subprocess.PIPE,

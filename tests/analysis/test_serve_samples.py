@@ -15,7 +15,7 @@ import pytest
 
 import tracekit
 
-SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 SERVE_NCU = SAMPLES / "h100-serve-nsys-ncu"
 SERVE_TORCH = SAMPLES / "h100-serve-torchprof"
 LOOP = SAMPLES / "h100-layer-loop"

@@ -13,7 +13,7 @@ from tracekit.analyzers.flops import counted_flops
 from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.analyzers.taxonomy import CLASSES, classify_name, classify_op, load_table, split_name
 
-PROBE = Path(__file__).resolve().parents[1] / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
+PROBE = Path(__file__).resolve().parents[2] / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
 
 
 def test_every_example_of_the_table_classifies_to_its_own_entry() -> None:
@@ -260,7 +260,7 @@ def test_counter_probe_dtypes_match_the_name_table() -> None:
 
 
 def test_docs_name_every_family_class_and_decoder() -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "KERNELS.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "KERNELS.md").read_text()
     table = load_table()
     assert all(f"`{f.family}`" in doc for f in table.families)
     assert all(f"`{c}`" in doc for c in CLASSES)

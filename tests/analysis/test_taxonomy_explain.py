@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests._explain_data import H200, frames, make_case
+from tests.support.explain_data import H200, frames, make_case
 from tracekit.analyzers.explain import explain, explain_case
 from tracekit.analyzers.gemm import GemmCase, Timing, build_cases
 from tracekit.analyzers.importer import combine, read_file
@@ -263,7 +263,7 @@ def test_nvjet_names_give_bf16_and_fp8_peaks_without_a_shape(shared_data: Path) 
     """The probe's GEMMs outside any range (warm-up launches on the timeline of a capture whose ranges the user
     named) have no shape: their rate class comes from cuBLAS's nvjet code (tst bf16, qqtst fp8), so the H200's
     peak is known ("dtype unknown", "no tensor peak known for NVIDIA H200" before)."""
-    from tests.test_explain_foreign import _foreign
+    from tests.analysis.test_explain_foreign import _foreign
 
     h200 = lookup_device("h200")
     fr = _foreign(_read(shared_data, "h200-probe/probe.sqlite"))

@@ -18,7 +18,7 @@ from tracekit.analyzers.store import load_frames, open_run
 from tracekit.analyzers.taxonomy.frames import TENSOR_PIPE_MIN_PCT, classify_frames
 from tracekit.frames import SPECS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 ALEXNET = "thirdparty/hta/critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz"
 

@@ -22,7 +22,7 @@ from tracekit.analyzers.store import load_frames, open_run
 from tracekit.analyzers.taxonomy import classify_name
 from tracekit.errors import TracekitError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 
 CLASS_COUNTS: dict[str, dict[str, int]] = {

@@ -26,7 +26,7 @@ from tracekit.collectors.worker import MEASUREMENT_KEYS, quantile
 from tracekit.errors import BadInputError
 from tracekit.run import Run
 
-PLUGINS = Path(__file__).with_name("bench_plugins.py")
+PLUGINS = Path(__file__).resolve().parents[1] / "support" / "bench_plugins.py"
 
 # Real error texts seen on the H200 (DEVICE.md "FP4 on this GPU: real failures to record").
 REAL = [

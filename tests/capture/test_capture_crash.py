@@ -28,7 +28,7 @@ PY = sys.executable
 
 # What a test program runs first: a breadcrumb writer in the wrapper's first file format (v1: 64 slots x 512 bytes,
 # state byte then JSON then NUL padding; still read), written by the program itself since the wrapper is not part
-# of this test (tests/test_breadcrumb.py covers the wrapper's v2 files).
+# of this test (tests/capture/test_breadcrumb.py covers the wrapper's v2 files).
 CRUMBS = r"""
 import json, os, time, threading
 _dir = os.environ["TRACEKIT_BREADCRUMB_DIR"]

@@ -382,7 +382,7 @@ def test_real_torchrun_on_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed.run", reason="needs torch (a CPU build is enough)")
     from tracekit.analyzers.importer import import_into
 
-    script = Path(__file__).resolve().parents[1] / "samples/scripts/tp_gemm_gloo.py"
+    script = Path(__file__).resolve().parents[2] / "samples/scripts/tp_gemm_gloo.py"
     steps, warmup = 3, 2
     cmd = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29400 + os.getpid() % 500),
            str(script), "--device", "cpu", "--steps", str(steps), "--warmup", str(warmup), "--m", "64",

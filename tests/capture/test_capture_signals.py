@@ -147,7 +147,7 @@ def test_help_and_readme_document_the_exit_codes():
     )
     text = " ".join(proc.stdout.split())
     assert "143 SIGTERM" in text and "129 SIGHUP" in text
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "| 143 |" in readme and "| 129 |" in readme
 
 

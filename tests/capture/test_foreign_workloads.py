@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOREIGN = ROOT / "benchmarks" / "foreign"
 EXPECTED = json.loads((FOREIGN / "EXPECTED.json").read_text())
 WORKLOADS = {name: w for name, w in EXPECTED.items() if not name.startswith("_") and "ranges" in w}

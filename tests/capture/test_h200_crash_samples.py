@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _show(name: str) -> dict:

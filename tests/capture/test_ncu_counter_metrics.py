@@ -12,7 +12,7 @@ import pytest
 
 from tracekit.collectors import tools
 
-METRICS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ncu-metrics"
+METRICS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ncu-metrics"
 
 
 def _counters(chip: str) -> list[str]:

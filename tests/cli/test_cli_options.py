@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 
-PLUGINS = Path(__file__).with_name("bench_plugins.py")
+PLUGINS = Path(__file__).resolve().parents[1] / "support" / "bench_plugins.py"
 
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

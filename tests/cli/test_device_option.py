@@ -28,7 +28,7 @@ def _tracekit(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def rtx_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
     if not (shared / RTX50).is_dir():
         pytest.skip(f"{shared / RTX50} is absent (it sits beside the checkout on project machines)")
     csvs = sorted((shared / RTX50).glob("kernel_*_ncu.*.csv"))
@@ -163,7 +163,7 @@ def test_device_wins_over_the_named_gpu(shared_data: Path, tmp_path: Path) -> No
 def test_help_teaches_device(command: str) -> None:
     out = _tracekit(command, "--help").stdout
     assert "--device NAME" in out
-    # an example gives a catalog GPU to a run whose files name none (tests/test_help_examples.py runs it)
+    # an example gives a catalog GPU to a run whose files name none (tests/cli/test_help_examples.py runs it)
     assert any(
         "--device h200" in ln and "samples/h200-counter-probe" in ln
         for ln in out.splitlines()
@@ -204,7 +204,7 @@ def test_two_exports_of_one_report_count_each_launch_once(rtx_run: Path) -> None
 
 def test_one_export_alone_keeps_its_kernel(tmp_path: Path) -> None:
     """A metrics-only export read without its details twin is not dropped."""
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / RTX50
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / RTX50
     if not shared.is_dir():
         pytest.skip(f"{shared} is absent")
     proc = _tracekit(
@@ -251,7 +251,7 @@ def test_devices_md_is_generated_from_the_catalog() -> None:
     """docs/DEVICES.md is `tracekit devices --markdown`: it cannot drift from tracekit/data/devices.json."""
     from tracekit.commands.devices import catalog_markdown
 
-    doc = Path(__file__).resolve().parents[1] / "docs" / "DEVICES.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "DEVICES.md"
     assert doc.read_text() == catalog_markdown(), "regenerate: tracekit devices --markdown > docs/DEVICES.md"
     assert _tracekit("devices", "--markdown").stdout == catalog_markdown()
 

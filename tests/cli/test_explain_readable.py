@@ -15,7 +15,7 @@ import pytest
 
 import tracekit
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _run(*args: str, columns: int = 100) -> str:

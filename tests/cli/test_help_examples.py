@@ -24,7 +24,7 @@ import pytest
 
 from tracekit.cli import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 PY = sys.executable
 # a shell function, so that the examples run this checkout's tracekit whatever is on PATH

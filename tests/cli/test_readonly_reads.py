@@ -23,7 +23,7 @@ from tracekit.analyzers.importer import import_into
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 RUNS = sorted(p.parent for p in SAMPLES.glob("*/run.json"))
 
 

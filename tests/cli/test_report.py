@@ -12,7 +12,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from _report_data import (
+from markdown_it import MarkdownIt
+
+from tests.support.report_data import (
     FAILURE_TEXTS,
     HOSTILE_TRACEBACK,
     bench_rows,
@@ -22,8 +24,6 @@ from _report_data import (
     probe_run,
     sample_runs,
 )
-from markdown_it import MarkdownIt
-
 from tracekit.analyzers.report import GITHUB_COMMENT_LIMIT, build_report, md_code, md_text, write_report
 from tracekit.analyzers.store import load_frames
 from tracekit.cli import main

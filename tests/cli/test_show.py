@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import _robustness_corpus as C
 import polars as pl
 import pytest
 
+from tests.support import robustness_corpus as C
 from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main

@@ -19,7 +19,7 @@ import tracekit
 from tracekit.errors import RunNotFoundError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _numbers(analysis: tracekit.Analysis) -> list[tuple]:

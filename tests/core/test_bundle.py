@@ -10,8 +10,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _report_data import probe_run
 
+from tests.support.report_data import probe_run
 from tracekit.bundle import Limits, open_bundle, write_bundle
 from tracekit.cli import main
 from tracekit.errors import BadInputError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tracekit", "collectors", "analyzers", "tui")
 MAX_LINES = 700
 NOT_YET_SPLIT: dict[str, str] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAPPING = {"tracekit": "tracekit", "collectors": "tracekit/collectors", "analyzers": "tracekit/analyzers"}
 MAPPING["tui"] = "tracekit/tui"
 DATA_SUFFIXES = {".py", ".json", ".tcss", ".typed", ".zip"}

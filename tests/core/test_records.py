@@ -18,7 +18,7 @@ from tracekit.cli import main
 from tracekit.collectors.failures import failure_record
 from tracekit.run import Run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 MANIFESTS = sorted(SAMPLES.glob("**/run.json"))
 ROW_FILES = sorted(p for p in SAMPLES.glob("*/raw/*.jsonl"))

@@ -22,7 +22,7 @@ from tracekit.analyzers.store import frames_in_memory, load_frames, open_run, re
 from tracekit.frames import SPECS, migrate, polars_dtype
 from tracekit.run import Run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 RUNS = sorted(p.parent for p in SAMPLES.glob("*/run.json"))
 # the samples whose frames schema 4 wrote (most of them; later captures were imported by a later schema)

@@ -1,4 +1,4 @@
-"""A seeded fuzz campaign: real profiler files damaged (tests/_fuzz_corpus.py), each through ``tracekit import``.
+"""A seeded fuzz campaign: real profiler files damaged (tests/support/fuzz_corpus.py), each through ``tracekit import``.
 
 Every damaged copy of the shared files (nsys SQLite exports, Kineto traces, an ncu report, ncu CSV exports;
 byte flips, truncation, a duplicated chunk, SQL-level damage: dropped tables, NULLs, wrong types, malformed
@@ -16,7 +16,7 @@ case would cost ~1 s of imports each). The contract, per case:
 The damaged files that broke tracekit before the readers were fixed (exit 1, a polars abort, 47 s to answer)
 are kept by name in ``REGRESSIONS`` and run in a subprocess, as a user runs them (an abort there fails one test;
 in this process it would end the session). A case is rebuilt from its name alone:
-``_fuzz_corpus.by_name(SHARED, "probe.sqlite~pages-363104290").make(path)``. About 170 cases; the file takes
+``fuzz_corpus.by_name(SHARED, "probe.sqlite~pages-363104290").make(path)``. About 170 cases; the file takes
 ~30 s on two cores.
 """
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import _fuzz_corpus as F
 import pytest
 
+from tests.support import fuzz_corpus as F
 from tracekit.run import Run
 
 CASE_LIMIT_S = 20.0

@@ -11,7 +11,7 @@ import pytest
 from tracekit.analyzers.explain import explain
 from tracekit.analyzers.store import load_frames, open_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = json.loads((ROOT / "benchmarks" / "planted" / "expected.json").read_text())
 RUNS = {
     "a_clock": "h200-planted-a-clock",

@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import _robustness_corpus as C
 import pytest
 from markdown_it import MarkdownIt
 
+from tests.support import robustness_corpus as C
 from tracekit.run import Run
 
 pytestmark = (

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "h200-bench-gemm" / "raw" / "measurements.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "h200-bench-gemm" / "raw" / "measurements.jsonl"
 
 
 def _import(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ LARGE_INT = "thirdparty/hta/large_integer_trace__rank-70.Mar_25_20_48_12.2861.pt
 
 def _all_traces() -> list[str]:
     """Names the cases only; the ``shared_data`` fixture skips them where the folder is absent."""
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
     if not shared.is_dir():
         return [PROBE]
     return sorted(p.relative_to(shared).as_posix() for p in shared.rglob("*.json.gz"))
@@ -157,7 +157,7 @@ def test_probe_ranges(shared_data: Path) -> None:
     assert gpu["device"].to_list() == [0] * 5 and gpu["tid"].to_list() == [7] * 5
     assert gpu["pid"].to_list() == [1751] * 5  # through the CPU annotation's External id
     assert r["range_id"].to_list() == list(range(r.height))
-    # 10 annotations and the trace's 8 GEMM ops (3 matmul, 3 mm, 2 _scaled_mm: tests/test_gemm_ops.py)
+    # 10 annotations and the trace's 8 GEMM ops (3 matmul, 3 mm, 2 _scaled_mm: tests/analysis/test_gemm_ops.py)
     assert r.height == 18 and r.filter(pl.col("kind") == "op").height == 8
     notes = pl.concat([cpu, gpu])
     assert notes["parent_id"].null_count() == 10 and notes["m"].null_count() == 10

@@ -23,7 +23,7 @@ from tracekit.analyzers.readers.kineto.stream import Chunk, stream_chunks
 from tracekit.analyzers.workers import default_workers
 from tracekit.errors import UnreadableFileError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 PROBE = "h200-probe/torch_trace.json.gz"
 DF_INDEX = "thirdparty/hta/df_index_resolver__df_index_resolver.json.gz"

@@ -113,7 +113,7 @@ def test_nvtx_counts_match_push_pop_plus_start_end_rows(shared_data: Path, extra
         assert ranges.filter(pl.col("kind") == "start_end").height == counts.get(60, 0)
         assert ranges["range_id"].to_list() == list(range(ranges.height))
         assert ranges["name"].null_count() == 0, rel
-        # Left for the join and the importer, except emit_nvtx's PyTorch GEMM ops (tests/test_nvtx_shapes.py)
+        # Left for the join and the importer, except emit_nvtx's PyTorch GEMM ops (tests/readers/test_nvtx_shapes.py)
         plain = ranges.filter(pl.col("range_kind").is_null() | (pl.col("range_kind") != "gemm-op"))
         for col in ("parent_id", "depth", "range_kind", "m", "n", "k"):
             assert plain[col].null_count() == plain.height

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.store import load_frames
 
-SAMPLE_EXPORT = Path(__file__).resolve().parents[1] / "samples/h200-capture-gemm/raw/nsys.sqlite.xz"
+SAMPLE_EXPORT = Path(__file__).resolve().parents[2] / "samples/h200-capture-gemm/raw/nsys.sqlite.xz"
 STREAMS = (7, 13)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tracekit.cli import main
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 FILES = sorted(p for p in SHARED.rglob("*") if p.is_file()) if SHARED.is_dir() else []
 
 

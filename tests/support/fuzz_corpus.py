@@ -1,4 +1,4 @@
-"""Seeded damage for tests/test_fuzz.py: real profiler files (../shared/data) damaged the ways files get damaged.
+"""Seeded damage for tests/corpus/test_fuzz.py: real profiler files (../shared/data) damaged the ways files get damaged.
 
 Each ``Mutant`` is one damaged copy of one real file, written by ``make(dst)`` from a seed, so a failing case is
 reproduced by its name alone (``probe.sqlite~sql-null-17``). Damage by format:
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 # (format, path under ../shared/data, mutants in the test suite's campaign): small real files of each format
 # tracekit reads; the big Kineto trace (75k events, 1.1 MB gzip) gets fewer cases, it costs ~0.5 s each

@@ -1,4 +1,4 @@
-"""The bad-input corpus of tests/test_robustness.py and benchmarks/robustness_table.py, built from real files.
+"""The bad-input corpus of tests/corpus/test_robustness.py and benchmarks/robustness_table.py, built from real files.
 
 Every case is made from a real profile (the H200 probe under ../shared/data, or the committed sample runs'
 xz-compressed raw files) by truncating, flipping bits, editing tables or replacing the content behind the name.
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
 SAMPLES = ROOT / "samples"
 TIME_LIMIT_S = 30.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_tui import table_text, wait_loaded
+from tests.tui.test_tui import table_text, wait_loaded
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
 

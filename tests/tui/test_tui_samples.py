@@ -20,7 +20,7 @@ from test_tui import run_async, table_text, wait_loaded
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.run import MANIFEST
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 CAPTURE = SAMPLES / "h200-capture-gemm"
 BENCH = SAMPLES / "h200-bench-gemm"
 PROBE = SAMPLES / "h200-gemm-probe"

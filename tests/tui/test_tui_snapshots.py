@@ -4,7 +4,7 @@
 at 80x24 and the overview at 200x50. The other groups use the H200 probe imported from ../shared (skipped where
 absent) and the runs built in test_tui.py from tracekit's JSONL records. Creation times are fixed (the samples'
 are in their run.json), so the snapshots are stable. Update after a deliberate change, or after the GEMM
-analysis changes a number, with ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the report
+analysis changes a number, with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and look at the report
 before committing.
 """
 
@@ -18,7 +18,7 @@ from test_tui import make_measured_run, make_nasty_run, probe_run, wait_loaded  
 
 from tracekit.tui.app import make_app
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 @pytest.fixture(scope="module")

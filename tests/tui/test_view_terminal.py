@@ -18,7 +18,7 @@ from tracekit.errors import RunNotFoundError
 from tracekit.tui.runs import first_target
 
 PY = sys.executable
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "h200-gemm-probe"
 
 

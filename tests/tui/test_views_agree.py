@@ -17,7 +17,7 @@ from test_tui import run_async, wait_loaded
 
 from tracekit.cli import main
 
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 RUNS = ["h200-capture-gemm", "h200-foreign-simt_smem", "h200-foreign-eager_host_gaps"]
 
 

@@ -20,13 +20,17 @@ pytestmark = pytest.mark.skipif(not Path(kineto_shm.SHM_DIR).is_dir(), reason="n
 
 
 def _blocks() -> set[str]:
-    return {n for n in os.listdir(kineto_shm.SHM_DIR) if not n.startswith("sem.")}
+    """This process's shared-memory blocks (other programs, other test runs, make their own meanwhile)."""
+    return {n for n in os.listdir(kineto_shm.SHM_DIR) if n.startswith(kineto_shm.block_prefix())}
 
 
 def test_ring_slots_carry_text_and_come_back() -> None:
     ring = kineto_shm.Ring.make(2, 64)
     assert ring is not None
     name = ring.shm.name
+    assert (
+        name.lstrip("/") in _blocks()
+    )  # the block carries this process's prefix, so the checks below see it
     try:
         a = ring.put([b"0123", b"456789"], 8)
         b = ring.put(b"x" * 64, 64)

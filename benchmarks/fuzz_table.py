@@ -1,11 +1,11 @@
-"""Run tests/test_fuzz.py's seeded campaign of damaged files, larger, and print what tracekit answered.
+"""Run tests/corpus/test_fuzz.py's seeded campaign of damaged files, larger, and print what tracekit answered.
 
 Usage: python benchmarks/fuzz_table.py [--scale 3] [--seed 18] > fuzz.md
 
 One row per format and damage kind: how many damaged files imported whole (exit 0), in part (exit 4, marked
 partial), were refused with one line (exit 2), or broke tracekit (anything else: a bug), and the slowest case.
 Each run that imported also goes through ``show --json``; a failure there counts as broken. The cases that
-broke are listed by name, so ``_fuzz_corpus.by_name`` rebuilds them. Needs ../shared/data.
+broke are listed by name, so ``fuzz_corpus.by_name`` rebuilds them. Needs ../shared/data.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import _fuzz_corpus as F
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import fuzz_corpus as F
 
 
 def _call(*args: str | Path) -> int:

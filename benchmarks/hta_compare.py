@@ -4,9 +4,9 @@ the difference in percentage points.
 
 HTA runs where it is importable (``pip install holistictraceanalysis``), or in another interpreter that has it
 (``--hta-python``: tracekit and HTA need not share an environment); without either, HTA's numbers come from the
-peers file that ``--write-peers`` saved (tests/data/hta-breakdown.json, what the CPU test compares against).
+peers file that ``--write-peers`` saved (tests/analysis/data/hta-breakdown.json, what the CPU test compares against).
 
-    python benchmarks/hta_compare.py --hta-python /path/to/hta-venv/bin/python --write-peers tests/data/hta-breakdown.json
+    python benchmarks/hta_compare.py --hta-python /path/to/hta-venv/bin/python --write-peers tests/analysis/data/hta-breakdown.json
     python benchmarks/hta_compare.py                      # HTA's numbers from the peers file
 
 Like with like (docs/BREAKDOWN.md): tracekit is run on the kernels and memcpy / memset rows HTA
@@ -29,7 +29,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "data" / "thirdparty" / "hta"
-PEERS = ROOT / "tests" / "data" / "hta-breakdown.json"
+PEERS = ROOT / "tests" / "analysis" / "data" / "hta-breakdown.json"
 SHARES = ("idle", "compute", "non_compute", "communication")
 
 

@@ -169,7 +169,7 @@ def shared_files() -> list[Path]:
 
 
 def rank_job(shared: Path, tmp: Path) -> list[Path]:
-    """The files of tests/test_import_parallel.py's job: ranks from names, from the files, from one export's
+    """The files of tests/readers/test_import_parallel.py's job: ranks from names, from the files, from one export's
     processes, a truncated and a damaged file, repeated names, tracekit's JSONL and an ncu report."""
     inp = tmp / "in"
     (inp / "other").mkdir(parents=True)

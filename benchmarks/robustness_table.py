@@ -1,4 +1,4 @@
-"""Run the bad-input corpus of tests/test_robustness.py through the CLI and print docs/ROBUSTNESS.md's table.
+"""Run the bad-input corpus of tests/corpus/test_robustness.py through the CLI and print docs/ROBUSTNESS.md's table.
 
 Usage: python benchmarks/robustness_table.py [--shared ../shared/data] > table.md
 
@@ -22,8 +22,8 @@ import time
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import _robustness_corpus as C
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support import robustness_corpus as C
 
 
 def _clean(text: str, base: Path) -> str:

@@ -261,7 +261,7 @@ def encode_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
 # --- JSONL rows --------------------------------------------------------------------------------------------------
 class Measurement(msgspec.Struct, kw_only=True):
     """One GEMM timed by tracekit's benchmark (``raw/measurements.jsonl``); the columns of the ``measurements``
-    frame but ``measurement_id``, in order (tests/test_records.py keeps the two in step)."""
+    frame but ``measurement_id``, in order (tests/core/test_records.py keeps the two in step)."""
 
     range: str | None = None
     backend: str | None = None

@@ -5,7 +5,7 @@ vocabulary is tracekit/schema_types.py). This module imports only the standard l
 take the keys of the JSONL rows they write from the same declaration the analyzers read; tracekit/frames.py builds
 the polars dtypes from it (``conform`` casts and orders columns, adding missing ones as nulls) and the run stores
 the frames as ``frames/<name>.parquet`` (a run of several distributed ranks stores the frames with a ``rank``
-column hive-partitioned, ``frames/<name>/rank=<r>/part-0.parquet``: tracekit/run.py). ``tests/test_schema.py``
+column hive-partitioned, ``frames/<name>/rank=<r>/part-0.parquet``: tracekit/run.py). ``tests/core/test_schema.py``
 checks that importing it pulls in no polars, and the ``schema`` import-linter contract (pyproject.toml) too.
 
 Types are polars' names: ``Int64``, ``Int32``, ``Float64``, ``String``, ``Boolean``; nested values are

@@ -111,7 +111,7 @@ GEMMs under nsys and ncu; the README's first example)."""
 
 def packaged_sample() -> Path:
     """The default sample as a bundle inside the package (tracekit/data), for installs without samples/;
-    tests/test_tui_samples.py checks that it holds the committed sample's manifest and frames."""
+    tests/tui/test_tui_samples.py checks that it holds the committed sample's manifest and frames."""
     import tracekit
 
     return Path(tracekit.__file__).resolve().parent / "data" / f"{DEFAULT_SAMPLE}.zip"

@@ -1,5 +1,5 @@
 """The selection HolisticTraceAnalysis makes before its breakdowns, to compare like with like
-(benchmarks/hta_compare.py, tests/test_breakdown_hta.py).
+(benchmarks/hta_compare.py, tests/analysis/test_breakdown_hta.py).
 
 HTA (``hta/common/trace.py``, ``_filter_irrelevant_gpu_kernels``) keeps, in a trace whose symbol table holds two
 or more ``ProfilerStep`` names, only the GPU events whose correlation id belongs to a CPU event that started

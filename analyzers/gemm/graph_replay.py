@@ -4,7 +4,7 @@ it, with the captured shape where one matches, else ``FLOPs unknown (CUDA graph 
 
 A replay (``cudaGraphLaunch``) is one launch call whose kernels all carry its correlation id: CUPTI's runtime
 record links every kernel of the graph to the call, so the join already puts them in the innermost range open on
-the launching thread (Kineto and nsys alike; tests/test_graph_replay.py checks both on real files). Such kernels
+the launching thread (Kineto and nsys alike; tests/analysis/test_graph_replay.py checks both on real files). Such kernels
 have no PyTorch operator of their own: the operators ran once, while the graph was captured, and launched no
 kernel then (stream capture records launches instead of running them). A trace recorded with operators and
 shapes (``capture --torch-profiler``, ``--torch-ops shapes``) holds those operators, each with ``Input Dims`` and

@@ -1,6 +1,6 @@
 """GEMM operators rated both ways: tracekit's kernel rate and TraceLens's definition, from the same calls
 (AMD-AGI/TraceLens rates each PyTorch GEMM op from its ``Input Dims``; docs/CASES.md compares the two on the
-shared traces, tests/test_tracelens.py against TraceLens's own numbers in shared/data/peers).
+shared traces, tests/analysis/test_tracelens.py against TraceLens's own numbers in shared/data/peers).
 
 The two differ by definition only:
 

@@ -55,7 +55,7 @@ def test_instrumented_gemms_are_found_under_the_torch_profiler(tmp_path: Path) -
 def test_a_killed_process_leaves_the_breadcrumbs_of_its_cuda_gemms(tmp_path: Path) -> None:
     """The real instrument wrapper on CUDA tensors, installed by sitecustomize as under capture: after a SIGKILL the
     breadcrumb file holds the process's last GEMM call with its shape, state and caller line (the CPU tests kill a
-    process inside a call: tests/test_breadcrumb.py)."""
+    process inside a call: tests/capture/test_breadcrumb.py)."""
     script = tmp_path / "dies.py"
     script.write_text(
         "import os, signal, torch\n"

@@ -186,7 +186,7 @@ class _Progress:
 
 def _import(run: Any, progress: _Progress) -> tuple[dict[str, Any] | None, str | None]:
     """Build the run's frames with the importer; polars missing (a bare GPU environment, where the capture itself
-    needs none: tests/test_capture_without_polars.py) is a warning, not a failure."""
+    needs none: tests/capture/test_capture_without_polars.py) is a warning, not a failure."""
     try:
         from tracekit.analyzers.importer import import_into
     except ImportError as exc:  # polars (the importer always ships)

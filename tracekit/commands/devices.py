@@ -48,7 +48,7 @@ def _matches(dev: DeviceSpec, query: str) -> bool:
 
 
 def catalog_markdown() -> str:
-    """docs/DEVICES.md, generated from the packaged catalog (tests/test_devices.py checks the file equals it)."""
+    """docs/DEVICES.md, generated from the packaged catalog (tests/core/test_devices.py checks the file equals it)."""
     from tracekit.devices import load_catalog
 
     archs, devices = load_catalog(packaged_only=True)
@@ -56,7 +56,7 @@ def catalog_markdown() -> str:
         "# Device catalog",
         "",
         "Generated from `tracekit/data/devices.json` by `tracekit devices --markdown > docs/DEVICES.md`; do not edit",
-        "by hand (tests/test_devices.py fails when this file and the JSON disagree).",
+        "by hand (tests/core/test_devices.py fails when this file and the JSON disagree).",
         "",
         "Peaks are dense (not 2:4 sparse) TFLOP/s (TOP/s for int8) per input class, at the clock each entry's tensor",
         "peaks are quoted at. fp16/bf16/fp8 are the FP32-accumulate rates. fp32 is the",

@@ -15,6 +15,7 @@ default is 64 MB), falls back to the pipe: slower, never wrong.
 from __future__ import annotations
 
 import os
+import secrets
 from contextlib import suppress
 from multiprocessing.shared_memory import SharedMemory
 
@@ -25,6 +26,17 @@ kills the process with SIGBUS instead of raising an error."""
 
 _OPEN: dict[str, SharedMemory] = {}
 """Blocks this process has made or attached, by name (a worker attaches each once)."""
+
+
+def block_name(pid: int | None = None) -> str:
+    """A new block's name, ``tk<pid>_<8 hex>`` (short enough for macOS' 31 characters): a block left in /dev/shm
+    names the process that made it, and a test can tell its own blocks from other programs' ``psm_*`` ones."""
+    return f"{block_prefix(pid)}{secrets.token_hex(4)}"
+
+
+def block_prefix(pid: int | None = None) -> str:
+    """The name prefix of every block the process ``pid`` (default: this one) makes."""
+    return f"tk{os.getpid() if pid is None else pid}_"
 
 
 class Ring:
@@ -47,8 +59,8 @@ class Ring:
         if st.f_bavail * st.f_frsize < HEADROOM * size:
             return None
         try:
-            shm = SharedMemory(create=True, size=size)
-        except (OSError, ValueError):
+            shm = SharedMemory(name=block_name(), create=True, size=size)
+        except (OSError, ValueError):  # FileExistsError included: the pipe carries the text instead
             return None
         return cls(shm, slots, slot_bytes)
 

@@ -33,7 +33,7 @@ Where each column comes from (the columns themselves are documented in tracekit/
 Files are opened read-only (``mode=ro``) and never changed. The big tables are read through the ADBC SQLite
 driver straight into Arrow, in rowid chunks on a few threads (several times faster than ``sqlite3`` rows, which
 build a Python object per value); without ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same
-queries and gives the same frames (tests/test_nsys.py checks that on every export), and a query the driver cannot
+queries and gives the same frames (tests/readers/test_nsys.py checks that on every export), and a query the driver cannot
 type is re-run through ``sqlite3`` with a warning.
 """
 

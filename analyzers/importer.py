@@ -40,7 +40,7 @@ from tracekit.errors import BadInputError, StorageError, TracekitError, Unreadab
 from tracekit.frames import SPECS
 from tracekit.run import PARTITION_KEY, Run, atomic_path, new_run_name, sha256_file
 
-from .join import assign_ranges, nest_ranges
+from .join import nest_and_assign
 from .ranks import RANKED_FRAMES, label_extract
 from .readers import registry
 from .readers.base import Extract, reporting_progress
@@ -379,9 +379,13 @@ def settle(ex: Extract) -> dict[str, pl.DataFrame]:
     frames = {name: SPECS[name].conform(df) for name, df in ex.frames.items() if name in SPECS}
     for name, spec in SPECS.items():
         frames.setdefault(name, spec.empty())
-    frames["ranges"] = parse_range_names(nest_ranges(frames["ranges"]))
-    frames["kernels"] = with_launch_ops(assign_ranges(frames["kernels"], frames["ranges"]), frames["ranges"])
-    frames["memops"] = assign_ranges(frames["memops"], frames["ranges"])
+    # one sort of the ranges nests them and places the kernels and memops (assigning needs no nesting)
+    ranges, placed = nest_and_assign(
+        frames["ranges"], {"kernels": frames["kernels"], "memops": frames["memops"]}
+    )
+    frames["ranges"] = parse_range_names(ranges)
+    frames["kernels"] = with_launch_ops(placed["kernels"], frames["ranges"])
+    frames["memops"] = placed["memops"]
     return {name: SPECS[name].conform(df) for name, df in frames.items()}
 
 

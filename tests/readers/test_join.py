@@ -7,7 +7,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracekit.analyzers.join import assign_ranges, nest_ranges
+from tracekit.analyzers.join import assign_ranges, nest_and_assign, nest_ranges
 from tracekit.frames import KERNELS, RANGES
 
 
@@ -252,3 +252,10 @@ def test_nesting_and_join_match_brute_force_with_ties(case: tuple[list[dict], li
     if krows:
         out = assign_ranges(kernels_frame(krows), ranges)
         assert out["range_id"].to_list() == expected
+    # the import's one pass: nesting and both point frames (kernels split in two here) on one timeline
+    half = len(krows) // 2
+    nested, placed = nest_and_assign(
+        ranges, {"a": kernels_frame(krows[:half]), "b": kernels_frame(krows[half:])}
+    )
+    assert nested.sort("range_id").equals(got)
+    assert [*placed["a"]["range_id"], *placed["b"]["range_id"]] == expected

@@ -131,6 +131,25 @@ def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame) -> pl.DataFrame
     return chosen.join(found, on="__pt", how="left", maintain_order="left").drop("__pt")
 
 
+def _device_columns(source: str, rank: int | None, single_pid: int | None) -> list[pl.Expr | str]:
+    """The columns kernels and memops both begin with: the file, its rank, the launching process (the trace's
+    only CPU process when the row has no launch event), and where on the GPU the row ran."""
+    return [
+        pl.lit(source, pl.String).alias("source"),
+        pl.lit(rank, pl.Int32).alias("rank"),
+        pl.when(pl.col("linked")).then(pl.col("l_pid")).otherwise(pl.lit(single_pid, pl.Int64)).alias("pid"),
+        "device",
+        "context",
+        "stream",
+        "correlation_id",
+    ]
+
+
+def _launch_columns(base_ns: int) -> list[pl.Expr]:
+    """The launching thread and the launch call's start (on the capture's clock) of kernels and memops."""
+    return [pl.col("l_tid").alias("launch_tid"), (pl.col("l_ts") + base_ns).alias("launch_start_ns")]
+
+
 def _kernels(
     k: pl.DataFrame, chosen: pl.DataFrame, base_ns: int, single_pid: int | None, source: str, rank: int | None
 ) -> pl.DataFrame:
@@ -139,13 +158,7 @@ def _kernels(
     short = pl.Series([short_kernel_name(n) for n in names.to_list()], dtype=pl.String)
     start = pl.col("start_rel") + base_ns
     df = k.select(
-        pl.lit(source, pl.String).alias("source"),
-        pl.lit(rank, pl.Int32).alias("rank"),
-        pl.when(pl.col("linked")).then(pl.col("l_pid")).otherwise(pl.lit(single_pid, pl.Int64)).alias("pid"),
-        "device",
-        "context",
-        "stream",
-        "correlation_id",
+        *_device_columns(source, rank, single_pid),
         "name",
         pl.col("name").replace_strict(names, short, return_dtype=pl.String).alias("short_name"),
         start.alias("start_ns"),
@@ -160,8 +173,7 @@ def _kernels(
         "smem_bytes",
         "blocks_per_sm",
         "est_occupancy_pct",
-        pl.col("l_tid").alias("launch_tid"),
-        (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+        *_launch_columns(base_ns),
         pl.col("l_op").alias("launch_op"),
     )
     df = (
@@ -180,13 +192,7 @@ def _memops(
     m = m.join(chosen, left_on="correlation_id", right_on="corr", how="left", maintain_order="left")
     start = pl.col("start_rel") + base_ns
     df = m.select(
-        pl.lit(source, pl.String).alias("source"),
-        pl.lit(rank, pl.Int32).alias("rank"),
-        pl.when(pl.col("linked")).then(pl.col("l_pid")).otherwise(pl.lit(single_pid, pl.Int64)).alias("pid"),
-        "device",
-        "context",
-        "stream",
-        "correlation_id",
+        *_device_columns(source, rank, single_pid),
         "kind",
         "name",
         "copy_kind",
@@ -194,8 +200,7 @@ def _memops(
         start.alias("start_ns"),
         pl.col("dur").alias("duration_ns"),
         (start + pl.col("dur")).alias("end_ns"),
-        pl.col("l_tid").alias("launch_tid"),
-        (pl.col("l_ts") + base_ns).alias("launch_start_ns"),
+        *_launch_columns(base_ns),
     )
     df = (
         df.sort("start_ns", "stream", nulls_last=True, maintain_order=True)

@@ -122,6 +122,9 @@ def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None)
     range names with the longest GPU windows (all with None): ``key``, rank, device, ``w0``, ``w1``; and how many
     range names hold GPU work."""
     spans = rows.group_by(_KEYS).agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
+    spans = spans.sort(
+        _KEYS, nulls_last=True
+    )  # group_by's order is the hash's: devices in rank order, every run
     spans = spans.select(pl.lit(None, pl.String).alias("key"), *_KEYS, "w0", "w1")
     if ranges is None or ranges.height == 0:
         return spans, 0

@@ -215,3 +215,21 @@ def test_no_kernels_no_slices(shared_data: Path) -> None:
         )
     )
     assert b.empty and b.to_dict()["devices"] == []
+
+
+def test_devices_come_in_rank_order() -> None:
+    """Sixteen ranks' GPUs are listed rank 0 first: the device spans were grouped without an order (polars' hash
+    order put them out of order every time at 16 ranks, and ``explain --json`` of the two-rank gloo sample listed
+    r1 first in about one build of three)."""
+    n = 16
+    kernels = pl.DataFrame(
+        {
+            "rank": [r for r in range(n) for _ in range(3)],
+            "device": [0] * (3 * n),
+            "start_ns": [10 * i for i in range(3 * n)],
+            "end_ns": [10 * i + 5 for i in range(3 * n)],
+            "kernel_class": ["gemm"] * (3 * n),
+        }
+    )
+    ranks = [s.rank for s in breakdown({"kernels": kernels}, with_ranges=False, memops=False).devices]
+    assert ranks == list(range(n))

@@ -218,7 +218,8 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
     if memory is None and not (run.frames_current() or run.frames_migratable()):
         from .importer import _raw_files, build
 
-        built = run.record.frames is not None or bool(run.frame_files())
+        said = run.record.frames
+        built = (said is not None and said != FramesInfo()) or bool(run.frame_files())
         if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
             # rebuilding from nothing would replace the run's frames with empty ones
             raise RunNotFoundError(

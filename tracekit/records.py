@@ -9,7 +9,7 @@ Imports only the standard library and msgspec (a dependency of the core), never 
 in bare GPU environments, build their rows here.
 
 - :class:`RunRecord` with :class:`Environment` (and its :class:`Gpu`), :class:`Capture` (and its
-  :class:`CapturePass`), :class:`Source`, :class:`FramesInfo`, :class:`Event`, :class:`Bundle`: ``run.json``
+  :class:`CapturePass`, :class:`NcuCapture`, :class:`NsysCapture`, :class:`TorchCapture`), :class:`Source`, :class:`FramesInfo`, :class:`Event`, :class:`Bundle`: ``run.json``
   (tracekit/run.py). Frozen: code reads them from ``Run.record`` and changes the manifest through ``Run``'s
   methods, which keep the file's own layout (key order, nulls, unknown keys).
 - :class:`Measurement`: one line of ``raw/measurements.jsonl`` (and ``raw/moe_curve.jsonl``), the columns of the
@@ -40,12 +40,15 @@ __all__ = [
     "Measurement",
     "MoeRow",
     "NcuAction",
+    "NcuCapture",
     "NcuReaderOutput",
     "NcuRule",
+    "NsysCapture",
     "RecordError",
     "RunRecord",
     "Source",
     "SourceRank",
+    "TorchCapture",
     "check_manifest",
     "decode_json",
     "encode_manifest",
@@ -123,6 +126,49 @@ class CapturePass(msgspec.Struct, kw_only=True, frozen=True):
     """An ncu pass: bound, kernels profiled, --ncu-budget (collectors/capture/budget.py); unset for the others."""
 
 
+class NcuCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The ncu pass a capture was asked for (``capture.ncu``, collectors/capture/driver.py): the ncu found, what
+    it collects and which launches it profiles."""
+
+    path: str | None = None
+    version: str | None = None
+    found_via: str | None = None
+    clock_control: str | None = None
+    sections: list[str] | None = None
+    metrics: list[str] | None = None
+    nvtx_include: str | None = None
+    ranges: str | None = None
+    max_per_range: int | None = None
+    per_launch_config: int | None = None
+    bound_mode: str | None = None
+    launch_count: int | None = None
+    budget_s: float | None = None
+    extra: list[str] | None = None
+
+
+class NsysCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The nsys pass a capture was asked for (``capture.nsys``): the nsys found and its options."""
+
+    path: str | None = None
+    version: str | None = None
+    found_via: str | None = None
+    trace: str | None = None
+    cuda_graph_trace: str | None = None
+    libs: str | None = None
+    extra: list[str] | None = None
+    crash_flush: str | None = None
+
+
+class TorchCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The PyTorch-profiler pass a capture was asked for (``capture.torch_profiler``)."""
+
+    python: str | None = None
+    activities: list[str] | None = None
+    cpu_events: str | None = None
+    trace_repeats: int | str | None = None
+    """Repeats traced per measurement, or ``all``."""
+
+
 class Capture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """How the run was made: the capture's tools and passes, or the files an import read. Settings of the tool
     that made it (a benchmark's shapes, ncu's sections) ride along as their own keys."""
@@ -131,9 +177,9 @@ class Capture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     instrument: bool | None = None
     timeout_s: float | None = None
     cwd: str | None = None
-    ncu: dict[str, Any] | None = None
-    nsys: dict[str, Any] | None = None
-    torch_profiler: dict[str, Any] | None = None
+    ncu: NcuCapture | None = None
+    nsys: NsysCapture | None = None
+    torch_profiler: TorchCapture | None = None
     passes: list[CapturePass] | None = None
     imported_from: list[str] | None = None
     ranks: dict[str, Any] | None = None

@@ -13,7 +13,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec
-from tracekit.records import RunRecord, gpu_of
+from tracekit.records import NcuCapture, RunRecord, gpu_of
 from tracekit.run import Run
 
 from .text import _clean, _f
@@ -68,8 +68,8 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
 
 def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     cap = run.record.capture
-    ncu = cap.ncu or {}
-    clock = ncu.get("clock_control")
+    ncu = cap.ncu or NcuCapture()
+    clock = ncu.clock_control
     clock_from = "capture settings" if clock else None
     if not clock and frames["ncu"].height:
         seen = sorted(frames["ncu"]["clock_control"].drop_nulls().unique().to_list())
@@ -84,9 +84,9 @@ def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
         "instrument": cap.instrument,
         "ncu_clock_control": clock,
         "ncu_clock_control_from": clock_from,
-        "ncu_sections": ncu.get("sections"),
-        "ncu_nvtx_include": ncu.get("nvtx_include"),
-        "ncu_max_per_range": ncu.get("max_per_range"),
+        "ncu_sections": ncu.sections,
+        "ncu_nvtx_include": ncu.nvtx_include,
+        "ncu_max_per_range": ncu.max_per_range,
         "passes": passes,
         "imported_from": imported or None,
         "sources": [
@@ -114,9 +114,9 @@ def reproduce_command(record: RunRecord) -> dict[str, Any]:
         for tool, flag in (("ncu", "--ncu"), ("nsys", "--nsys"), ("torch", "--torch-profiler")):
             if tool in tools:
                 flags.append(flag)
-        ncu = cap.ncu or {}
-        if "ncu" in tools and ncu.get("clock_control"):
-            flags += ["--clock-control", str(ncu["clock_control"])]
+        clock_control = cap.ncu.clock_control if cap.ncu is not None else None
+        if "ncu" in tools and clock_control:
+            flags += ["--clock-control", clock_control]
         if cap.instrument:
             flags.append("--instrument")
         note = f"run from {cap.cwd}" if cap.cwd else None

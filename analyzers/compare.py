@@ -21,6 +21,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.records import Environment
+
 __all__ = ["DEFAULT_THRESHOLD_PCT", "FACTOR_MOVE", "GemmPoint", "compare_runs", "gemm_points"]
 
 DEFAULT_THRESHOLD_PCT = 5.0
@@ -193,8 +195,8 @@ def compare_runs(
     new: dict[str, pl.DataFrame],
     *,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-    base_environment: dict[str, Any] | None = None,
-    new_environment: dict[str, Any] | None = None,
+    base_environment: Environment | dict[str, Any] | None = None,
+    new_environment: Environment | dict[str, Any] | None = None,
     base_analysis: Any = None,
     new_analysis: Any = None,
 ) -> dict[str, Any]:

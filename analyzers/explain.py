@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.devices import DeviceSpec, peak_note
+from tracekit.records import Environment
 
 from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
 from .rules import NO_LOSS, Factor
@@ -369,7 +370,7 @@ def explain(
     *,
     calibration: dict[str, Any] | None = None,
     gemm_filter: str | None = None,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
 ) -> list[Waterfall]:
     """Waterfalls for every GEMM of a run (those whose name, range, kernel or backend contain ``gemm_filter``);
@@ -382,7 +383,7 @@ def gemm_summary(
     frames: dict[str, pl.DataFrame],
     *,
     calibration: dict[str, Any] | None = None,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
 ) -> pl.DataFrame:
     """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""

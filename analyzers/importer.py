@@ -564,10 +564,9 @@ def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult])
     forget(run)  # frames read before this import are not the run's any more
     summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
     ranks = ranks_of(results)
-    run.manifest["sources"] = [r.record for r in results if r.record is not None]
+    run.set_sources([r.record for r in results if r.record is not None])
     write_frames(run, frames, partition_by=PARTITION_KEY if len(ranks) >= 2 else None)
-    run.manifest["partial"] = summary["partial"]
-    run.manifest["import_warnings"] = summary["warnings"]
+    run.mark_partial(summary["partial"], summary["warnings"])
     run.save()
     return {"run": str(run.path), **summary, "ranks": ranks}
 

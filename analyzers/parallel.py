@@ -50,6 +50,7 @@ import polars as pl
 from tracekit._version import SCHEMA_VERSION
 from tracekit.errors import BadInputError, MissingToolError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
+from tracekit.records import FramesInfo
 from tracekit.run import (
     HIVE_NULL,
     PARTITION_KEY,
@@ -498,19 +499,15 @@ def import_parallel(
     failed = [{"path": r.record["path"], "message": r.failed} for r in results if r.failed and r.record]
     warnings = [w for r in results for w in r.warnings] + unexported_reports(run.raw_dir)
     partial = bool(failed) or any(r.partial for r in results)
-    run.manifest["sources"] = [r.record for r in results if r.record is not None]
-    run.manifest["frames"] = {
-        "schema_version": SCHEMA_VERSION,
-        "built_unix": time.time(),
-        "rows": rows,
-        "partitioned": partitioned,
-    }
-    run.manifest["partial"] = partial
-    run.manifest["import_warnings"] = warnings
+    run.set_sources([r.record for r in results if r.record is not None])
+    run.set_frames(
+        FramesInfo(schema_version=SCHEMA_VERSION, built_unix=time.time(), rows=rows, partitioned=partitioned)
+    )
+    run.mark_partial(partial, warnings)
     run.save()
     return run, {
         "run": str(run.path),
-        "files": len(run.manifest["sources"]),
+        "files": len(run.record.sources),
         "imported": sum(r.imported for r in results),
         "failed": failed,
         "warnings": warnings,

@@ -12,7 +12,6 @@ hive-partitioned, ``frames/<name>/rank=<r>/part-0.parquet`` (docs/RANKS.md). Eve
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -25,11 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit._version import CLASSES_SINCE, SCHEMA_VERSION
 from tracekit.errors import RunNotFoundError, SchemaError
 from tracekit.frames import SPECS, migrate
+from tracekit.records import FramesInfo
 from tracekit.run import HIVE_NULL, PART_FILE, PARTITION_KEY, Run, atomic_path, storage_error
 
 from .ranks import run_ranks
@@ -114,12 +115,14 @@ def write_frames(run: Run, frames: dict[str, pl.DataFrame], *, partition_by: str
         raise
     pool.shutdown()
     partitioned = {n: str(partition_by) for n in frames if run.frame_layout(n) == "partitioned"}
-    run.manifest["frames"] = {
-        "schema_version": SCHEMA_VERSION,
-        "built_unix": time.time(),
-        "rows": {name: df.height for name, df in frames.items()},
-        "partitioned": partitioned,
-    }
+    run.set_frames(
+        FramesInfo(
+            schema_version=SCHEMA_VERSION,
+            built_unix=time.time(),
+            rows={name: df.height for name, df in frames.items()},
+            partitioned=partitioned,
+        )
+    )
     run.save()
 
 
@@ -172,7 +175,9 @@ def open_run(path: Path | str) -> Run:
     return Run.open(path)
 
 
-_MEMORY: dict[tuple[Any, ...], tuple[dict[str, pl.DataFrame], dict[str, Any]]] = {}
+_MEMORY: dict[
+    tuple[Any, ...], tuple[dict[str, pl.DataFrame], tuple[list[dict[str, Any]], bool, list[str], FramesInfo]]
+] = {}
 """Frames rebuilt in memory for stale runs, keyed by the run's path and its raw files' (name, size, mtime):
 a TUI reload or a compare of a run with itself rebuilds once per process. Holds a few runs at most."""
 _MEMORY_MAX = 4
@@ -197,7 +202,7 @@ def forget(run: Run) -> None:
 
 def frames_in_memory(run: Run) -> bool:
     """True when :func:`load_frames` served ``run``'s frames from an in-memory rebuild (its frames on disk are
-    missing or stale); ``run.manifest["frames"]`` then describes the rebuilt frames, not the files."""
+    missing or stale); ``run.record.frames`` then describes the rebuilt frames, not the files."""
     return run in _SERVED
 
 
@@ -206,14 +211,15 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
     on read (their JSON text columns decoded, columns added since null, :func:`read_frame`; the kernel classes
     computed where they predate them, analyzers/taxonomy); frames that are missing or older are rebuilt from raw/ in
     memory, never written into the run: every read (show, explain, view, report, compare, bundle) leaves the run
-    byte-identical, also a read-only one. ``run.manifest`` (in memory only) then carries the rebuilt sources,
+    byte-identical, also a read-only one. ``run.record`` (in memory only) then carries the rebuilt sources,
     ``partial`` and ``import_warnings`` as an import would have written them."""
     wanted = list(names) if names is not None else list(SPECS)
     memory = _SERVED.get(run)
     if memory is None and not (run.frames_current() or run.frames_migratable()):
         from .importer import _raw_files, build
 
-        built = run.manifest.get("frames") or bool(run.frame_files())
+        said = run.record.frames
+        built = (said is not None and said != FramesInfo()) or bool(run.frame_files())
         if not _raw_files(run) and (built or not run.frames_dir.is_dir()):
             # rebuilding from nothing would replace the run's frames with empty ones
             raise RunNotFoundError(
@@ -224,22 +230,25 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
         cached = _MEMORY.get(key)
         if cached is None:
             frames, sources, summary = build(run)
-            facts = {
-                "sources": sources,
-                "partial": summary["partial"],
-                "import_warnings": summary["warnings"],
-                "frames": {
-                    "schema_version": SCHEMA_VERSION,
-                    "in_memory": True,
-                    "rows": {name: df.height for name, df in frames.items()},
-                    "partitioned": {},
-                },
-            }
+            facts = (
+                sources,
+                summary["partial"],
+                summary["warnings"],
+                FramesInfo(
+                    schema_version=SCHEMA_VERSION,
+                    rows={name: df.height for name, df in frames.items()},
+                    partitioned={},
+                    in_memory=True,
+                ),
+            )
             if len(_MEMORY) >= _MEMORY_MAX:
                 _MEMORY.pop(next(iter(_MEMORY)))
             cached = _MEMORY[key] = (frames, facts)
         memory = dict(cached[0])
-        run.manifest.update(json.loads(json.dumps(cached[1], default=str)))
+        sources, partial, warnings, info = cached[1]
+        run.set_sources(sources)
+        run.mark_partial(partial, warnings)
+        run.set_frames(info)
         _SERVED[run] = memory
     if memory is not None:
         return {name: memory[name] if name in memory else SPECS[name].empty() for name in wanted}
@@ -281,21 +290,20 @@ def file_in_memory(path: Path) -> tuple[Run, dict[str, pl.DataFrame]]:
     record.update(label_extract(extract, path.name))
     warnings = list(extract.warnings)
     frames = combine([extract])
-    manifest = {
-        "status": "complete",
-        "partial": bool(extract.partial),
-        "sources": [record],
-        "import_warnings": warnings,
-        "capture": {"imported_from": [str(path)]},
-    }
-    return Run(path, manifest), frames
+    run = Run.in_memory(path, imported_from=[str(path)])
+    run.set_sources([record])
+    run.mark_partial(bool(extract.partial), warnings)
+    return run, frames
 
 
 def frames_copy(run: Run, folder: Path) -> Run:
     """A scratch run in ``folder`` (a temporary folder the caller owns) holding ``run``'s frames as written files
     and its manifest: how ``bundle`` packs a run whose frames were rebuilt in memory, without writing into it."""
     frames = load_frames(run)
-    copy = Run(Path(folder), json.loads(json.dumps(run.manifest, default=str)))
+    copy = run.moved(folder)
     write_frames(copy, frames, partition_by=PARTITION_KEY if len(run_ranks(frames)) >= 2 else None)
-    copy.manifest["frames"]["in_memory"] = False
+    written = copy.record.frames
+    copy.set_frames(
+        msgspec.structs.replace(written, in_memory=False) if written else FramesInfo(in_memory=False)
+    )
     return copy

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.records import gpu_of
+from tracekit.records import RunRecord, gpu_of
 from tracekit.run import Run
 
 _CRASH_FIELDS = (
@@ -44,7 +44,7 @@ def devices(frames: dict[str, pl.DataFrame], run: Run | None = None) -> list[dic
         add(*row)
     for row in frames["failures"].select("device_name", "compute_capability").unique().iter_rows():
         add(row[0], row[1], None)
-    gpu = gpu_of(run.manifest.get("environment") if run else None)
+    gpu = gpu_of(run.record.environment if run else None)
     if gpu.name:
         add(gpu.name, gpu.compute_capability, gpu.sm_count)
     # The same GPU can appear with and without a name in different files; prefer fully named entries.
@@ -196,17 +196,18 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         [pl.col(c) if c in frames["failures"].columns else pl.lit(None).alias(c) for c in wanted]
     )
     info = analysis.run
+    record = run.record
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "analysis_schema_version": analysis.schema_version,
         "run": {
             "path": str(run.path),
             "status": run.status,
-            "partial": bool(run.manifest.get("partial")),
-            "incomplete_reason": run.manifest.get("incomplete_reason"),
-            "created": run.manifest.get("created"),
-            "command": run.manifest.get("command"),
-            "ncu_pass": ncu_pass(run.manifest),
+            "partial": bool(record.partial),
+            "incomplete_reason": record.incomplete_reason,
+            "created": record.created,
+            "command": record.command,
+            "ncu_pass": ncu_pass(record),
         },
         "kernel_count": info.kernel_count,
         "range_count": info.range_count,
@@ -215,8 +216,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         "gemms": [case_row(c) for c in analysis.cases],
         "failures": _records(failures),
         "sources": [
-            {k: s.get(k) for k in ("path", "kind", "status", "message")}
-            for s in run.manifest.get("sources", [])
+            {"path": s.path, "kind": s.kind, "status": s.status, "message": s.message} for s in record.sources
         ],
     }
     if analysis.breakdown is not None:
@@ -234,12 +234,10 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     return out
 
 
-def ncu_pass(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def ncu_pass(record: RunRecord) -> dict[str, Any] | None:
     """What the capture's ncu pass profiled (run.json ``capture.passes[].ncu``): ``bound`` (what it was told to
     profile), ``profiled`` (kernels, from ncu's own lines), ``kernels`` (launches profiled per kernel name) and,
     with ``--ncu-budget``, ``budget`` (``spent``, ``spent_at_s``, ``stopped_by``, ``not_profiled``, ...). None
     for a run without one (an import, or a capture from before it was recorded)."""
-    capture = manifest.get("capture")
-    passes = capture.get("passes") if isinstance(capture, dict) else None
-    found = [p["ncu"] for p in passes or [] if isinstance(p, dict) and isinstance(p.get("ncu"), dict)]
+    found = [p.ncu for p in record.capture.passes or [] if isinstance(p.ncu, dict)]
     return found[-1] if found else None

@@ -193,10 +193,10 @@ def main() -> int:
             except MissingToolError as exc:
                 notes[label] = exc.one_line()
                 continue
-            walls[label].append(sum(p["wall_s"] for p in run.manifest["capture"]["passes"]))
+            walls[label].append(sum(p.wall_s or 0.0 for p in run.record.capture.passes or []))
             if len(walls["plain"]) == round_ + 1:
                 paired[label].append(walls[label][-1] / walls["plain"][-1])
-            notes[label] = run.manifest.get("incomplete_reason") or "ok"
+            notes[label] = run.record.incomplete_reason or "ok"
             sizes[label] = _size(run.raw_dir) / 1e6
             last_run[label] = run.path
     plain_s = statistics.median(walls["plain"]) if walls["plain"] else None

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import BadInputError, SchemaError
+from tracekit.records import Bundle
 from tracekit.run import MANIFEST, Run, atomic_path
 from tracekit.text import has_control
 
@@ -272,7 +273,7 @@ def open_bundle(path: Path | str, *, cache_dir: Path | None = None, limits: Limi
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
     run = Run.open(final)
-    run.manifest.setdefault("bundle", {})["opened_from"] = str(bundle)
+    run.note_opened_from(bundle)
     return run
 
 
@@ -365,7 +366,7 @@ def write_bundle(
         readable = (
             packed.frames_current() or packed.frames_migratable()
         )  # the previous version migrates on read
-        if not readable or (packed.manifest.get("frames") or {}).get("in_memory"):
+        if not readable or (packed.record.frames is not None and packed.record.frames.in_memory):
             raise SchemaError(
                 f"the frames of {run.path} are missing or older than this tracekit's schema",
                 f"bundle it with `tracekit bundle {run.path} -o FILE.zip`, which rebuilds them from raw/",
@@ -374,9 +375,7 @@ def write_bundle(
         members = [(rel, p) for rel, p in packed.frame_files() if _FRAME_MEMBER.match(rel)]
         if raw:
             members += _raw_members(run, warnings)
-        manifest = json.loads(json.dumps(packed.manifest, default=str))
-        manifest.pop("bundle", None)  # a bundle of a run opened from a bundle says where it came from, last
-        manifest["bundle"] = {"from": run.name, "raw": raw}
+        manifest = packed.bundled_manifest(Bundle(from_=run.name, raw=raw))
         _write_zip(out, manifest, members)
     return {
         "path": str(out),

@@ -629,7 +629,7 @@ def find_calibration(
     devices = frames.get("devices")
     if devices is not None and devices.height and "name" in devices.columns:
         names += [str(n) for n in devices["name"].drop_nulls().to_list()[:1]]
-    name = gpu_of(run.manifest.get("environment")).name
+    name = gpu_of(run.record.environment).name
     if name:
         names.append(name)
     for name in names:

@@ -9,7 +9,9 @@ Imports only the standard library and msgspec (a dependency of the core), never 
 in bare GPU environments, build their rows here.
 
 - :class:`RunRecord` with :class:`Environment` (and its :class:`Gpu`), :class:`Capture` (and its
-  :class:`CapturePass`), :class:`Source`, :class:`FramesInfo`, :class:`Event`: ``run.json`` (tracekit/run.py).
+  :class:`CapturePass`, :class:`NcuCapture`, :class:`NsysCapture`, :class:`TorchCapture`), :class:`Source`, :class:`FramesInfo`, :class:`Event`, :class:`Bundle`: ``run.json``
+  (tracekit/run.py). Frozen: code reads them from ``Run.record`` and changes the manifest through ``Run``'s
+  methods, which keep the file's own layout (key order, nulls, unknown keys).
 - :class:`Measurement`: one line of ``raw/measurements.jsonl`` (and ``raw/moe_curve.jsonl``), the columns of the
   ``measurements`` frame (tracekit/schema.py) but its id.
 - :class:`Failure`: one line of ``raw/failures.jsonl``, the columns of the ``failures`` frame but its id.
@@ -27,6 +29,7 @@ import msgspec
 
 __all__ = [
     "ROWS",
+    "Bundle",
     "Capture",
     "CapturePass",
     "Environment",
@@ -37,12 +40,15 @@ __all__ = [
     "Measurement",
     "MoeRow",
     "NcuAction",
+    "NcuCapture",
     "NcuReaderOutput",
     "NcuRule",
+    "NsysCapture",
     "RecordError",
     "RunRecord",
     "Source",
     "SourceRank",
+    "TorchCapture",
     "check_manifest",
     "decode_json",
     "encode_manifest",
@@ -71,7 +77,7 @@ class Gpu(msgspec.Struct, kw_only=True, omit_defaults=True):
     pci_bus_id: str | None = None
 
 
-class Environment(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Environment(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """The environment fingerprint (collectors/env.py): GPU, driver, CUDA, library versions, host."""
 
     gpu_name: str | None = None
@@ -84,6 +90,9 @@ class Environment(msgspec.Struct, kw_only=True, omit_defaults=True):
     gpu: dict[str, Any] | str | None = None
     """The nested form of the GPU fields (``{"gpu_name": ...}``), where a run holds them so (:func:`gpu_of`)."""
     cuda_runtime: str | None = None
+    cuda: str | None = None
+    """The CUDA version where an environment recorded by hand or by another tool names it so (read when
+    ``cuda_runtime`` is absent)."""
     cuda_available: bool | None = None
     device_count: int | None = None
     driver: str | None = None
@@ -99,8 +108,9 @@ class Environment(msgspec.Struct, kw_only=True, omit_defaults=True):
     fingerprint_error: str | None = None
 
 
-class CapturePass(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One profiler pass of ``tracekit capture``: the command it ran and how it ended."""
+class CapturePass(msgspec.Struct, kw_only=True, frozen=True):
+    """One profiler pass of ``tracekit capture``: the command it ran and how it ended. Every field is written,
+    null included, as the capture records a pass; ``ncu`` only for an ncu pass."""
 
     tool: str | None = None
     argv: list[str] | None = None
@@ -112,12 +122,54 @@ class CapturePass(msgspec.Struct, kw_only=True, omit_defaults=True):
     files: list[str] | None = None
     status: str | None = None
     reason: str | None = None
-    ncu: dict[str, Any] | None = (
-        None  # an ncu pass: bound, kernels profiled, --ncu-budget (collectors/capture/budget.py)
-    )
+    ncu: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    """An ncu pass: bound, kernels profiled, --ncu-budget (collectors/capture/budget.py); unset for the others."""
 
 
-class Capture(msgspec.Struct, kw_only=True, omit_defaults=True):
+class NcuCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The ncu pass a capture was asked for (``capture.ncu``, collectors/capture/driver.py): the ncu found, what
+    it collects and which launches it profiles."""
+
+    path: str | None = None
+    version: str | None = None
+    found_via: str | None = None
+    clock_control: str | None = None
+    sections: list[str] | None = None
+    metrics: list[str] | None = None
+    nvtx_include: str | None = None
+    ranges: str | None = None
+    max_per_range: int | None = None
+    per_launch_config: int | None = None
+    bound_mode: str | None = None
+    launch_count: int | None = None
+    budget_s: float | None = None
+    extra: list[str] | None = None
+
+
+class NsysCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The nsys pass a capture was asked for (``capture.nsys``): the nsys found and its options."""
+
+    path: str | None = None
+    version: str | None = None
+    found_via: str | None = None
+    trace: str | None = None
+    cuda_graph_trace: str | None = None
+    libs: str | None = None
+    extra: list[str] | None = None
+    crash_flush: str | None = None
+
+
+class TorchCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """The PyTorch-profiler pass a capture was asked for (``capture.torch_profiler``)."""
+
+    python: str | None = None
+    activities: list[str] | None = None
+    cpu_events: str | None = None
+    trace_repeats: int | str | None = None
+    """Repeats traced per measurement, or ``all``."""
+
+
+class Capture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """How the run was made: the capture's tools and passes, or the files an import read. Settings of the tool
     that made it (a benchmark's shapes, ncu's sections) ride along as their own keys."""
 
@@ -125,15 +177,15 @@ class Capture(msgspec.Struct, kw_only=True, omit_defaults=True):
     instrument: bool | None = None
     timeout_s: float | None = None
     cwd: str | None = None
-    ncu: dict[str, Any] | None = None
-    nsys: dict[str, Any] | None = None
-    torch_profiler: dict[str, Any] | None = None
+    ncu: NcuCapture | None = None
+    nsys: NsysCapture | None = None
+    torch_profiler: TorchCapture | None = None
     passes: list[CapturePass] | None = None
     imported_from: list[str] | None = None
     ranks: dict[str, Any] | None = None
 
 
-class SourceRank(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SourceRank(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """A rank a raw file holds, with the process and device behind it where the file tells."""
 
     rank: int | None = None
@@ -141,7 +193,7 @@ class SourceRank(msgspec.Struct, kw_only=True, omit_defaults=True):
     device: int | None = None
 
 
-class Source(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Source(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """One raw file of the run: where it is, its hash, the kind read from its content and how its import went."""
 
     path: str
@@ -156,7 +208,7 @@ class Source(msgspec.Struct, kw_only=True, omit_defaults=True):
     ranks: list[SourceRank] | None = None
 
 
-class FramesInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+class FramesInfo(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """The frames the run holds: their schema version, when they were built, rows per frame, which are
     partitioned (and by which key), and whether they were rebuilt in memory only (a read of a stale run)."""
 
@@ -167,7 +219,7 @@ class FramesInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     in_memory: bool | None = None
 
 
-class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """One timestamped step of a capture (``Run.log``), so an interrupted capture says how far it got."""
 
     time_unix: float | None = None
@@ -176,7 +228,16 @@ class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
     level: str | None = None
 
 
-class RunRecord(msgspec.Struct, kw_only=True):
+class Bundle(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
+    """Where a run came from as a bundle (tracekit/bundle.py): the run it was packed from and whether its raw
+    files came along (written into the bundle's run.json); the zip it was opened from (in memory only)."""
+
+    from_: str | None = msgspec.field(default=None, name="from")
+    raw: bool | None = None
+    opened_from: str | None = None
+
+
+class RunRecord(msgspec.Struct, kw_only=True, frozen=True):
     """``run.json``: the run's manifest. The fields ``Run.create`` writes are always present; ``partial``,
     ``import_warnings`` and ``bundle`` only once an import or a bundle set them."""
 
@@ -195,7 +256,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     events: list[Event] = msgspec.field(default_factory=list)
     partial: bool | msgspec.UnsetType = msgspec.UNSET
     import_warnings: list[str] | msgspec.UnsetType = msgspec.UNSET
-    bundle: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    bundle: Bundle | msgspec.UnsetType = msgspec.UNSET
 
 
 def gpu_of(environment: Environment | dict[str, Any] | None) -> Gpu:

@@ -12,9 +12,13 @@ Layout::
                         ``polars.scan_parquet(..., hive_partitioning=True)``, DuckDB or Spark (docs/RANKS.md)
 
 Every write is atomic (a temporary file in the same folder, then ``os.replace``), so a crash or Ctrl-C never
-leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. The manifest is read and
-written through its typed record (tracekit/records.py ``RunRecord``): a field of the wrong type is refused in one
-line, keys this tracekit does not know are kept. This module says where each frame's files lie and whether they
+leaves a half-written manifest or frame. Nothing is pickled: parquet and JSON only. Code reads the manifest as its
+typed record, :attr:`Run.record` (tracekit/records.py ``RunRecord``), and changes it through ``Run``'s methods
+(:meth:`Run.set_environment`, :meth:`Run.set_passes`, :meth:`Run.set_sources`, :meth:`Run.set_frames`,
+:meth:`Run.mark_partial`, :meth:`Run.mark`, :meth:`Run.log` ...), each checking what it is given through the record.
+The run keeps the manifest's own JSON beside the record, so a read-modify-write leaves run.json as it was apart
+from the change: key order, nulls and keys this tracekit does not know (a newer or foreign writer's) are kept. A
+field of the wrong type is refused in one line. This module says where each frame's files lie and whether they
 are current; reading and writing them is the frames store's (analyzers/store.py): this module imports no polars,
 so collectors create runs where polars is absent.
 """
@@ -29,14 +33,27 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from tracekit._version import MIGRATES_FROM, SCHEMA_VERSION, __version__
 from tracekit.errors import RunNotFoundError, SchemaError, StorageError
-from tracekit.records import RecordError, RunRecord, check_manifest, decode_json, encode_manifest
+from tracekit.records import (
+    Bundle,
+    CapturePass,
+    Environment,
+    FramesInfo,
+    RecordError,
+    RunRecord,
+    Source,
+    check_manifest,
+    decode_json,
+    encode_manifest,
+)
 from tracekit.schema import SCHEMAS
 
 MANIFEST = "run.json"
@@ -95,6 +112,21 @@ def sha256_file(path: Path, limit: int | None = None) -> str:
     return h.hexdigest()
 
 
+_Part = TypeVar("_Part", bound=msgspec.Struct)
+
+
+def _plain(value: msgspec.Struct | Mapping[str, Any], record: type[_Part], what: str) -> dict[str, Any]:
+    """``value`` as run.json holds it, checked through ``record``: a record encoded (its defaults left out, as
+    its type says), a mapping copied as plain data in its own key order, nulls kept. Raises SchemaError (a
+    tracekit bug: the caller built it) on a field of the wrong type."""
+    plain = msgspec.to_builtins(value, enc_hook=str)
+    try:
+        msgspec.convert(plain, record, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SchemaError(f"cannot record the run's {what}: {exc}", "report this as a tracekit bug") from exc
+    return plain
+
+
 def new_run_name(label: str = "run") -> str:
     """A name unique even for two captures started in the same second: time, label, random suffix."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -103,11 +135,16 @@ def new_run_name(label: str = "run") -> str:
 
 
 class Run:
-    """A run directory on disk. Create with :meth:`create`, open with :meth:`open`."""
+    """A run directory on disk. Create with :meth:`create`, open with :meth:`open`. Read its manifest as
+    :attr:`record`; change it through the methods of the manifest section (in memory, then :meth:`save`;
+    :meth:`log`, :meth:`mark` and :meth:`add_source` save at once)."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: dict[str, Any], record: RunRecord | None = None) -> None:
+        """A run at ``path`` whose manifest is ``manifest`` (run.json's plain data, kept as given: the run
+        owns it from here on); ``record`` its typed record where the caller checked it already."""
         self.path = path
-        self.manifest = manifest
+        self._manifest = manifest
+        self._record = record
 
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -154,6 +191,23 @@ class Run:
         return run
 
     @classmethod
+    def in_memory(cls, path: Path | str, *, imported_from: Sequence[str]) -> Run:
+        """A run that lives only in memory (``tracekit.load`` of a raw file: its path is the file's, nothing is
+        written): complete, its capture naming ``imported_from``; its sources set by the caller."""
+        manifest = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "status": STATUS_COMPLETE,
+            "capture": {"imported_from": [str(p) for p in imported_from]},
+        }
+        return cls(Path(path), manifest)
+
+    def moved(self, path: Path | str) -> Run:
+        """This run's manifest (a copy) at another folder, nothing written: a scratch copy (``bundle`` packs a run
+        whose frames were rebuilt in memory through one)."""
+        return Run(Path(path), json.loads(json.dumps(self._manifest, default=str)), self._record)
+
+    @classmethod
     def open(cls, path: Path | str) -> Run:
         """Open an existing run folder, checking its manifest."""
         path = Path(path)
@@ -182,10 +236,10 @@ class Run:
                 "upgrade tracekit (pip install -U tracekit)",
             )
         try:
-            check_manifest(manifest)
+            record = check_manifest(manifest)
         except RecordError as exc:
             raise SchemaError(f"{mpath}: {exc}", "re-import the raw files into a new run") from exc
-        return cls(path, manifest)
+        return cls(path, manifest, record)
 
     # -- paths ---------------------------------------------------------------------------------------------
     @property
@@ -200,25 +254,84 @@ class Run:
     def name(self) -> str:
         """The run's name: its folder's, or for a bundle opened into the cache (a folder named by the zip's
         hash) the name of the run it was packed from."""
-        bundle = self.manifest.get("bundle")
-        if isinstance(bundle, dict) and isinstance(bundle.get("from"), str) and bundle["from"].strip():
-            return bundle["from"]
+        bundle = self.record.bundle
+        if isinstance(bundle, Bundle) and bundle.from_ and bundle.from_.strip():
+            return bundle.from_
         return self.path.name
 
     @property
     def status(self) -> str:
-        return str(self.manifest.get("status", STATUS_COMPLETE))
+        return self.record.status
 
     # -- manifest ------------------------------------------------------------------------------------------
     @property
     def record(self) -> RunRecord:
-        """The manifest as a typed record (tracekit/records.py): environment, capture, sources, frames."""
-        return check_manifest(self.manifest)
+        """The manifest as a typed record (tracekit/records.py): environment, capture and its passes, sources,
+        frames, bundle. Frozen: change the manifest through this class's methods."""
+        if self._record is None:
+            try:
+                self._record = check_manifest(self._manifest)
+            except RecordError as exc:
+                raise SchemaError(
+                    f"{self.path / MANIFEST}: {exc}", "re-import the raw files into a new run"
+                ) from exc
+        return self._record
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A copy of the manifest as plain JSON data, as run.json holds it (keys this tracekit does not know
+        included): for the Python API (``tracekit.Run.manifest``) and tests. Code reads :attr:`record`;
+        changing the copy changes nothing."""
+        return json.loads(json.dumps(self._manifest, default=str))
+
+    def _set(self, key: str, value: Any) -> None:
+        """Set one top-level key of the manifest (in memory; a new key goes last, as a dict keeps it)."""
+        self._manifest[key] = value
+        self._record = None
+
+    def set_environment(self, environment: Environment | Mapping[str, Any]) -> None:
+        """Record the environment fingerprint (collectors/env.py), as given (its keys' order and nulls kept)."""
+        self._set("environment", _plain(environment, Environment, "environment"))
+
+    def set_passes(self, passes: Sequence[CapturePass]) -> None:
+        """Record the capture's passes so far (``capture.passes``), replacing those recorded."""
+        capture = self._manifest.get("capture")
+        capture = dict(capture) if isinstance(capture, dict) else {}
+        capture["passes"] = [_plain(p, CapturePass, "capture pass") for p in passes]
+        self._set("capture", capture)
+
+    def set_sources(self, sources: Sequence[Source | Mapping[str, Any]]) -> None:
+        """Record the run's raw files (``sources``) as the import read them, replacing those recorded."""
+        self._set("sources", [_plain(s, Source, "source") for s in sources])
+
+    def set_frames(self, frames: FramesInfo) -> None:
+        """Record the frames the run holds (``frames``: schema version, rows, partitioned, in memory)."""
+        self._set("frames", _plain(frames, FramesInfo, "frames"))
+
+    def mark_partial(self, partial: bool, warnings: Sequence[str]) -> None:
+        """Record how an import went: ``partial`` (a file failed or was cut short) and its warnings."""
+        self._set("partial", bool(partial))
+        self._set("import_warnings", [str(w) for w in warnings])
+
+    def note_opened_from(self, bundle: Path | str) -> None:
+        """Note the zip this run was opened from (``bundle.opened_from``, in memory only: reports name it)."""
+        held = self._manifest.get("bundle")
+        held = dict(held) if isinstance(held, dict) else {}
+        held["opened_from"] = str(bundle)
+        self._set("bundle", held)
+
+    def bundled_manifest(self, bundle: Bundle) -> dict[str, Any]:
+        """The manifest a bundle of this run holds (plain data): this run's, its ``bundle`` key replaced by
+        ``bundle`` (last: a bundle of a run opened from a bundle says where it came from)."""
+        manifest = self.manifest
+        manifest.pop("bundle", None)
+        manifest["bundle"] = _plain(bundle, Bundle, "bundle")
+        return manifest
 
     def save(self) -> None:
         """Write the manifest, checked through :class:`RunRecord` (unknown keys kept), in one rename."""
         try:
-            manifest = encode_manifest(self.manifest)
+            manifest = encode_manifest(self._manifest)
         except RecordError as exc:
             raise SchemaError(
                 f"cannot save {self.path / MANIFEST}: {exc}", "report this as a tracekit bug"
@@ -227,21 +340,24 @@ class Run:
 
     def log(self, phase: str, message: str, **extra: Any) -> None:
         """Append a timestamped event to the manifest (and save), so an interrupted capture says how far it got."""
-        self.manifest.setdefault("events", []).append(
+        self._manifest.setdefault("events", []).append(
             {"time_unix": time.time(), "phase": phase, "message": message, **extra}
-        )
+        )  # in place: a sweep logs thousands of steps (the save checks the event through the record)
+        self._record = None
         self.save()
 
     def mark(self, status: str, reason: str | None = None) -> None:
-        self.manifest["status"] = status
-        self.manifest["incomplete_reason"] = reason
+        """Record the run's status and why it is incomplete (and save)."""
+        self._set("status", status)
+        self._set("incomplete_reason", reason)
         self.save()
 
-    def add_source(self, record: dict[str, Any]) -> None:
-        """Record one raw file (``path`` relative to the run) with its kind and import status."""
-        sources = self.manifest.setdefault("sources", [])
-        sources[:] = [s for s in sources if s.get("path") != record.get("path")]
-        sources.append(record)
+    def add_source(self, record: Source | Mapping[str, Any]) -> None:
+        """Record one raw file (``path`` relative to the run) with its kind and import status (and save)."""
+        plain = _plain(record, Source, "source")
+        sources = self._manifest.get("sources")
+        kept = [s for s in sources if s.get("path") != plain.get("path")] if isinstance(sources, list) else []
+        self._set("sources", [*kept, plain])
         self.save()
 
     def add_raw(self, src: Path, *, name: str | None = None, move: bool = False) -> Path:
@@ -277,7 +393,8 @@ class Run:
         (a rebuild that switched layouts was interrupted between its two steps)."""
         has_file, has_dir = self.frame_path(name).is_file(), self.frame_dir(name).is_dir()
         if has_file and has_dir:
-            said = ((self.manifest.get("frames") or {}).get("partitioned") or {}).get(name)
+            frames = self.record.frames
+            said = frames is not None and bool((frames.partitioned or {}).get(name))
             return "partitioned" if said else "file"
         return "file" if has_file else "partitioned" if has_dir else None
 
@@ -306,8 +423,9 @@ class Run:
     def frames_version(self) -> int | None:
         """The schema version of the frames on disk, None when the manifest names none or a frame it lists is
         missing."""
-        info = self.manifest.get("frames") or {}
-        version = info.get("schema_version")
-        if not isinstance(version, int):
+        info = self.record.frames
+        if info is None or not isinstance(info.schema_version, int):
             return None
-        return version if all(self.frame_layout(n) is not None for n in (info.get("rows") or {})) else None
+        return (
+            info.schema_version if all(self.frame_layout(n) is not None for n in (info.rows or {})) else None
+        )

@@ -22,6 +22,7 @@ import polars as pl
 from tracekit.analyzers.analysis.model import Analysis as TypedAnalysis
 from tracekit.devices import DeviceSpec, find_calibration
 from tracekit.errors import BadInputError
+from tracekit.records import Environment, RunRecord
 from tracekit.run import Run
 from tracekit.tui.runs import (
     DEFAULT_SAMPLE,
@@ -84,19 +85,22 @@ __all__ = [
 # --- one run ----------------------------------------------------------------------------------------------------
 @dataclass
 class RunData:
-    """A run opened for viewing: its manifest, every frame, the devices it saw."""
+    """A run opened for viewing: the run (its manifest as :attr:`record`), every frame, the devices it saw."""
 
     path: Path
     name: str
-    manifest: dict[str, Any]
+    run: Run
     frames: dict[str, pl.DataFrame]
     devices: list[dict[str, Any]]
 
     @property
+    def record(self) -> RunRecord:
+        """The run's manifest, typed (tracekit/records.py)."""
+        return self.run.record
+
+    @property
     def status(self) -> str:
-        return str(self.manifest.get("status", "complete")) + (
-            " (partial)" if self.manifest.get("partial") else ""
-        )
+        return self.record.status + (" (partial)" if self.record.partial else "")
 
     @property
     def device_label(self) -> str:
@@ -124,9 +128,7 @@ def load_run(path: Path | str) -> RunData:
     path = Path(path)
     run = open_run(path)
     frames = load_frames(run)
-    return RunData(
-        path=run.path, name=run.name, manifest=run.manifest, frames=frames, devices=devices(frames, run)
-    )
+    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))
 
 
 Analysis = TypedAnalysis
@@ -136,7 +138,7 @@ Analysis = TypedAnalysis
 def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
     """The profile ``tracekit explain`` would use for this run (:func:`tracekit.devices.find_calibration`)."""
     try:
-        return find_calibration(Run(data.path, data.manifest), data.frames)
+        return find_calibration(data.run, data.frames)
     except BadInputError:  # a broken cached profile must not stop the viewer; the explainer runs without it
         return None, None
 
@@ -150,7 +152,7 @@ def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
     cal, cal_source = _calibration(data)
     return analyze_frames(
         data.frames,
-        run=Run(data.path, data.manifest),
+        run=data.run,
         device=device,
         calibration=cal,
         calibration_source=cal_source,
@@ -163,7 +165,7 @@ def step_breakdown(data: RunData, *, with_ranges: bool = True) -> Any:
     (analyzers/breakdown ``Breakdown``)."""
     from tracekit.analyzers.breakdown import breakdown, memops_recorded
 
-    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.manifest))
+    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.record))
 
 
 _RANK_COLUMNS = {
@@ -209,7 +211,7 @@ def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
             notes=list(r.notes),
         )
     cal, _ = _calibration(data)
-    return analyze_ranks(data.frames, environment=data.manifest.get("environment"), calibration=cal)
+    return analyze_ranks(data.frames, environment=data.record.environment, calibration=cal)
 
 
 def rank_count(frames: dict[str, pl.DataFrame]) -> int:
@@ -295,8 +297,8 @@ def compare_data(
         a.frames,
         b.frames,
         threshold_pct=DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct,
-        base_environment=a.manifest.get("environment"),
-        new_environment=b.manifest.get("environment"),
+        base_environment=a.record.environment,
+        new_environment=b.record.environment,
         base_analysis=a_analysis if a_analysis is not None else analyze(a),
         new_analysis=b_analysis if b_analysis is not None else analyze(b),
     )
@@ -347,7 +349,7 @@ def compare_data(
 
 
 # --- MoE ------------------------------------------------------------------------------------------------------------
-def moe_analysis(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> Any:
+def moe_analysis(frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None) -> Any:
     """The run's grouped launches, per-expert rows and what-if (analyzers/moe/ ``MoeAnalysis``)."""
     from tracekit.analyzers.moe import analyze_moe
 

@@ -58,16 +58,15 @@ def _entry(path: Path, where: str) -> RunEntry | None:
         run = Run.open(path)
     except TracekitError:  # not a run, damaged or newer than this tracekit: opening it would say why
         return None
-    manifest = run.manifest
-    created_unix = manifest.get("created_unix")
+    record = run.record
     return RunEntry(
         path=path,
         name=path.name,
-        created=manifest.get("created"),
-        created_unix=float(created_unix) if isinstance(created_unix, int | float) else 0.0,
-        status=str(manifest.get("status", "complete")) + (" (partial)" if manifest.get("partial") else ""),
+        created=record.created,
+        created_unix=float(record.created_unix) if record.created_unix is not None else 0.0,
+        status=record.status + (" (partial)" if record.partial else ""),
         where=where,
-        gpu=gpu_of(manifest.get("environment")).name or _frame_gpu(run),
+        gpu=gpu_of(record.environment).name or _frame_gpu(run),
     )
 
 

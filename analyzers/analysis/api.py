@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracekit.devices import DeviceSpec
+from tracekit.records import RunRecord
 from tracekit.run import Run as RunDir
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def _device(device: str | DeviceSpec | None) -> DeviceSpec | None:
 
 
 class Run:
-    """A run opened by :func:`load`: ``path``, ``name``, ``manifest`` (run.json as a dict), ``frames`` and
-    :meth:`analyze`. Frames are read on first use, the analysis built on first call (and kept per device and
+    """A run opened by :func:`load`: ``path``, ``name``, ``record`` (run.json typed), ``manifest`` (run.json as a
+    dict), ``frames`` and :meth:`analyze`. Frames are read on first use, the analysis built on first call (and kept per device and
     calibration)."""
 
     def __init__(self, run: RunDir, frames: dict[str, pl.DataFrame] | None = None) -> None:
@@ -73,7 +74,13 @@ class Run:
         return self._run.name
 
     @property
+    def record(self) -> RunRecord:
+        """run.json as its typed record (:class:`tracekit.records.RunRecord`): environment, capture, sources."""
+        return self._run.record
+
+    @property
     def manifest(self) -> dict[str, Any]:
+        """A copy of run.json as plain data (keys this tracekit does not know included)."""
         return self._run.manifest
 
     @property

@@ -15,7 +15,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec, candidates_line, find_calibration, match_device
-from tracekit.records import gpu_of
+from tracekit.records import Environment, gpu_of
 from tracekit.run import Run
 
 from .convert import case_from_gemm, device_info
@@ -47,7 +47,7 @@ def _unique_ids(cases: list[Case]) -> list[Case]:
 def case_list(
     frames: dict[str, pl.DataFrame],
     *,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
     calibration: dict[str, Any] | None = None,
 ) -> list[Case]:
@@ -113,7 +113,9 @@ def _devices(frames: dict[str, pl.DataFrame], run: Run | None, device: DeviceSpe
 
 
 def _ranks(
-    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None, calibration: dict[str, Any] | None
+    frames: dict[str, pl.DataFrame],
+    environment: Environment | dict[str, Any] | None,
+    calibration: dict[str, Any] | None,
 ) -> RankSummary | None:
     from ..ranks import analyze_ranks
 
@@ -135,7 +137,9 @@ def _ranks(
     )
 
 
-def _moe(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> MoeSummary | None:
+def _moe(
+    frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None
+) -> MoeSummary | None:
     has_rows = frames.get("moe") is not None and frames["moe"].height > 0
     ranges = frames.get("ranges")
     has_ranges = ranges is not None and ranges.height and ranges.filter(pl.col("range_kind") == "moe").height
@@ -156,7 +160,9 @@ def _moe(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) ->
     )
 
 
-def _named_gpus(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None) -> set[str]:
+def _named_gpus(
+    frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None
+) -> set[str]:
     """Every GPU name the run's files and environment give."""
     names: set[str] = set()
     for frame, col in (("devices", "name"), ("ncu", "device_name")):
@@ -170,7 +176,9 @@ def _named_gpus(frames: dict[str, pl.DataFrame], environment: dict[str, Any] | N
 
 
 def device_notes(
-    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None, device: DeviceSpec | None
+    frames: dict[str, pl.DataFrame],
+    environment: Environment | dict[str, Any] | None,
+    device: DeviceSpec | None,
 ) -> list[str]:
     """One line each: the GPU ``--device`` replaced (when the run names another), or, without ``--device``, the
     catalog GPUs a run that names no GPU but a compute capability may have run on (with the ``--device`` hint)."""
@@ -197,17 +205,11 @@ def device_notes(
 
 
 def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame], **extra: Any) -> RunInfo:
-    manifest = run.manifest if run is not None else {}
-    command = manifest.get("command")
+    record = run.record if run is not None else None
+    command = record.command if record is not None else None
     sources = [
-        SourceInfo(
-            **{
-                k: (str(s[k]) if s.get(k) is not None else None)
-                for k in ("path", "kind", "status", "message")
-            }
-        )
-        for s in manifest.get("sources") or []
-        if isinstance(s, dict)
+        SourceInfo(path=s.path, kind=s.kind, status=s.status, message=s.message)
+        for s in (record.sources if record is not None else [])
     ]
 
     def height(name: str) -> int:
@@ -218,9 +220,9 @@ def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame]
         path=str(run.path) if run is not None else str(path or ""),
         name=run.name if run is not None else (Path(path).name if path else None),
         status=run.status if run is not None else None,
-        partial=bool(manifest.get("partial")),
-        incomplete_reason=manifest.get("incomplete_reason") or None,
-        created=str(manifest["created"]) if manifest.get("created") else None,
+        partial=bool(record is not None and record.partial),
+        incomplete_reason=(record.incomplete_reason or None) if record is not None else None,
+        created=(record.created or None) if record is not None else None,
         command=[str(c) for c in command] if isinstance(command, list) else None,
         tracekit_version=__version__,
         sources=sources,
@@ -257,7 +259,7 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
         frames,
         range_limit=None if scope == "all" else RANGE_LIMIT,
         with_ranges=scope in ("top", "all"),
-        memops=memops_recorded(run.manifest if run is not None else None),
+        memops=memops_recorded(run.record if run is not None else None),
     )
     if not result.devices:
         return None
@@ -279,7 +281,7 @@ def analyze_frames(
 ) -> Analysis:
     """The Analysis of a run's frames (``run`` gives the manifest: status, command, environment, sources);
     ``breakdown`` says how much of the step breakdown it holds (:data:`BREAKDOWN_SCOPES`)."""
-    environment = run.manifest.get("environment") if run is not None else None
+    environment = run.record.environment if run is not None else None
     cases = case_list(frames, environment=environment, device=device, calibration=calibration)
     notes = device_notes(frames, environment, device)
     info = _run_info(

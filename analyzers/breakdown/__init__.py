@@ -30,6 +30,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.records import RunRecord
+
 from ..taxonomy.frames import classify_frames
 from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
@@ -261,11 +263,11 @@ def _slices(
     return out_devices, out_ranges, names
 
 
-def memops_recorded(manifest: dict[str, Any] | None) -> bool:
+def memops_recorded(record: RunRecord | None) -> bool:
     """Whether a run's frames hold its memcpy / memset rows: False for a run imported before the memops frame
     existed (its manifest's ``frames.rows`` does not name it), whose frames are migrated on read without them."""
-    rows = ((manifest or {}).get("frames") or {}).get("rows")
-    return not isinstance(rows, dict) or "memops" in rows
+    rows = record.frames.rows if record is not None and record.frames is not None else None
+    return rows is None or "memops" in rows
 
 
 def breakdown(

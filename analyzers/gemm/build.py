@@ -9,6 +9,7 @@ import polars as pl
 
 from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
+from tracekit.records import Environment
 
 from .case import GemmCase, _gemm_key, settle_rate
 from .graph_replay import captured_ops, replay_kernel_shapes
@@ -164,7 +165,7 @@ def build_cases(
     frames: dict[str, pl.DataFrame],
     *,
     calibration: dict[str, Any] | None = None,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     device: DeviceSpec | None = None,
     kernel_shapes: dict[int, tuple[str, tuple] | None] | None = None,
 ) -> list[GemmCase]:

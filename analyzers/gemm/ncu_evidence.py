@@ -19,7 +19,7 @@ import polars as pl
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
-from tracekit.records import gpu_of
+from tracekit.records import Environment, gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
@@ -36,7 +36,7 @@ NCU_DETAIL = "Nsight Compute: duration of each profiled launch (kernel replay)"
 
 # --- devices ------------------------------------------------------------------------------------------------------
 def device_from_frames(
-    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None
+    frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None
 ) -> DeviceSpec | None:
     dev = frames.get("devices")
     if dev is not None and dev.height:

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.frames import SPECS
+from tracekit.records import Environment
 
 from ..gemm import device_from_frames
 from .experts import _analyze_launch
@@ -34,7 +35,7 @@ class MoeAnalysis:
 def analyze_moe(
     frames: dict[str, pl.DataFrame],
     *,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     targets: tuple[float, ...] = DEFAULT_TARGETS,
     ep_batch: float = DEFAULT_EP_BATCH,
 ) -> MoeAnalysis:

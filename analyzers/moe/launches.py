@@ -12,6 +12,7 @@ import polars as pl
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec
+from tracekit.records import Environment
 
 from ..gemm import classify_kernel, device_from_frames, dtype_class
 
@@ -255,7 +256,7 @@ def _range_launches(frames: dict[str, pl.DataFrame], device: DeviceSpec | None) 
 
 
 def launch_cases(
-    frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None = None
+    frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None = None
 ) -> list[MoeLaunch]:
     """Every grouped launch of a run with its evidence (see the module docstring for the sources)."""
     device = device_from_frames(frames, environment)

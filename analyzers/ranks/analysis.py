@@ -9,6 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.records import Environment
+
 from .gemms import _GEMM_SCHEMA, _case_rows, _kernel_rows, _spread
 from .kernels import _collectives, _mean_skew, _role_sums, _roles, _steps
 from .labels import run_ranks
@@ -62,7 +64,7 @@ class RankAnalysis:
 def analyze_ranks(
     frames: dict[str, pl.DataFrame],
     *,
-    environment: dict[str, Any] | None = None,
+    environment: Environment | dict[str, Any] | None = None,
     calibration: dict[str, Any] | None = None,
 ) -> RankAnalysis | None:
     """The cross-rank analysis of a run; None when the run holds fewer than two ranks."""

@@ -13,7 +13,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec
-from tracekit.records import gpu_of
+from tracekit.records import NcuCapture, RunRecord, gpu_of
 from tracekit.run import Run
 
 from .text import _clean, _f
@@ -37,11 +37,11 @@ _LIBS = (
 def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     from ..summary import devices
 
-    env = run.manifest.get("environment") or {}
+    env = run.record.environment
     gpu = gpu_of(env)
     devs = devices(frames, run)
     dev = devs[0] if devs else {}
-    versions = {k: v for k, v in (env.get("versions") or {}).items() if v}
+    versions = {k: v for k, v in (env.versions or {}).items() if v}
     versions_source = "run.json" if versions else None
     if not versions and frames["failures"].height:
         for pairs in frames["failures"]["versions"].drop_nulls().to_list():
@@ -55,56 +55,53 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
         "compute_capability": gpu.compute_capability or dev.get("compute_capability"),
         "sm_count": gpu.sm_count or dev.get("sm_count"),
         "gpus_in_run": devs if len(devs) > 1 else None,
-        "driver": env.get("driver"),
-        "cuda": env.get("cuda_runtime") or env.get("cuda"),
-        "max_sm_clock_hz": env.get("max_sm_clock_hz"),
-        "default_power_limit_w": env.get("default_power_limit_w"),
+        "driver": env.driver,
+        "cuda": env.cuda_runtime or env.cuda,
+        "max_sm_clock_hz": env.max_sm_clock_hz,
+        "default_power_limit_w": env.default_power_limit_w,
         "versions": versions,
         "versions_source": versions_source,
-        "python": env.get("python"),
-        "platform": env.get("platform"),
+        "python": env.python,
+        "platform": env.platform,
     }
 
 
 def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    cap = run.manifest.get("capture") or {}
-    ncu = cap.get("ncu") if isinstance(cap.get("ncu"), dict) else {}
-    clock = ncu.get("clock_control")
+    cap = run.record.capture
+    ncu = cap.ncu or NcuCapture()
+    clock = ncu.clock_control
     clock_from = "capture settings" if clock else None
     if not clock and frames["ncu"].height:
         seen = sorted(frames["ncu"]["clock_control"].drop_nulls().unique().to_list())
         if seen:
             clock, clock_from = ", ".join(seen), "the Nsight Compute report"
     passes = [
-        {"tool": p.get("tool"), "argv": p.get("argv"), "status": p.get("status"), "reason": p.get("reason")}
-        for p in cap.get("passes") or []
-        if isinstance(p, dict)
+        {"tool": p.tool, "argv": p.argv, "status": p.status, "reason": p.reason} for p in cap.passes or []
     ]
-    imported = [Path(str(p)).name for p in cap.get("imported_from") or []]
+    imported = [Path(str(p)).name for p in cap.imported_from or []]
     return {
-        "tools": cap.get("tools"),
-        "instrument": cap.get("instrument"),
+        "tools": cap.tools,
+        "instrument": cap.instrument,
         "ncu_clock_control": clock,
         "ncu_clock_control_from": clock_from,
-        "ncu_sections": ncu.get("sections"),
-        "ncu_nvtx_include": ncu.get("nvtx_include"),
-        "ncu_max_per_range": ncu.get("max_per_range"),
+        "ncu_sections": ncu.sections,
+        "ncu_nvtx_include": ncu.nvtx_include,
+        "ncu_max_per_range": ncu.max_per_range,
         "passes": passes,
         "imported_from": imported or None,
         "sources": [
-            {k: s.get(k) for k in ("path", "kind", "status", "message")}
-            for s in run.manifest.get("sources") or []
-            if isinstance(s, dict)
+            {"path": s.path, "kind": s.kind, "status": s.status, "message": s.message}
+            for s in run.record.sources
         ],
     }
 
 
-def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The shell command that reproduces a run's capture, and a note on how sure that is."""
-    cmd = manifest.get("command")
-    cap = manifest.get("capture") or {}
+def reproduce_command(record: RunRecord) -> dict[str, Any]:
+    """The shell command that reproduces a run's capture (from its manifest), and a note on how sure that is."""
+    cmd = record.command
+    cap = record.capture
     cmd = [str(c) for c in cmd] if isinstance(cmd, list) else None
-    tools = cap.get("tools") or []
+    tools = cap.tools or []
     bench = None
     if (
         cmd
@@ -117,12 +114,12 @@ def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
         for tool, flag in (("ncu", "--ncu"), ("nsys", "--nsys"), ("torch", "--torch-profiler")):
             if tool in tools:
                 flags.append(flag)
-        ncu = cap.get("ncu") if isinstance(cap.get("ncu"), dict) else {}
-        if "ncu" in tools and ncu.get("clock_control"):
-            flags += ["--clock-control", str(ncu["clock_control"])]
-        if cap.get("instrument"):
+        clock_control = cap.ncu.clock_control if cap.ncu is not None else None
+        if "ncu" in tools and clock_control:
+            flags += ["--clock-control", clock_control]
+        if cap.instrument:
             flags.append("--instrument")
-        note = f"run from {cap.get('cwd')}" if cap.get("cwd") else None
+        note = f"run from {cap.cwd}" if cap.cwd else None
         if bench:
             note = (
                 "tracekit's own benchmark under "
@@ -134,7 +131,7 @@ def reproduce_command(manifest: dict[str, Any]) -> dict[str, Any]:
         return {"command": shlex.join(bench), "note": "tracekit's own benchmark"}
     if cmd:
         return {"command": shlex.join(cmd), "note": "the command recorded in run.json"}
-    imported = [Path(str(p)).name for p in cap.get("imported_from") or []]
+    imported = [Path(str(p)).name for p in cap.imported_from or []]
     if imported:
         return {
             "command": shlex.join(["tracekit", "import", *imported, "-o", "RUN"]),
@@ -280,6 +277,7 @@ def build_report(
             frames, run=run, device=device, calibration=calibration, calibration_source=calibration_source
         )
     data = analysis.to_builtins()
+    record = run.record  # after load_frames: a rebuild in memory sets the run's sources and import warnings
     cases = data["cases"]
     numbered = [(i, c) for i, c in enumerate(cases, 1) if case_matches(c, gemm_filter)]
     cards = numbered if top is None else numbered[:top]
@@ -291,18 +289,18 @@ def build_report(
             "tracekit_version": __version__,
             "run": {
                 "name": run.name,
-                "bundle": (run.manifest.get("bundle") or {}).get("opened_from"),
+                "bundle": record.bundle.opened_from if record.bundle else None,
                 "status": run.status,
-                "partial": bool(run.manifest.get("partial")),
-                "incomplete_reason": run.manifest.get("incomplete_reason"),
-                "created": run.manifest.get("created"),
-                "tracekit_version": run.manifest.get("tracekit_version"),
-                "schema_version": run.manifest.get("schema_version"),
-                "import_warnings": run.manifest.get("import_warnings") or [],
+                "partial": bool(record.partial),
+                "incomplete_reason": record.incomplete_reason,
+                "created": record.created,
+                "tracekit_version": record.tracekit_version,
+                "schema_version": record.schema_version,
+                "import_warnings": record.import_warnings or [],
             },
             "environment": _environment(run, frames),
             "capture": _capture(run, frames),
-            "reproduce": reproduce_command(run.manifest),
+            "reproduce": reproduce_command(record),
             "calibration": analysis.run.calibration,
             "gemm_filter": gemm_filter,
             "top": top,

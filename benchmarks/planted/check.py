@@ -21,7 +21,7 @@ EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
 def check(script: str, run_path: str) -> bool:
     want = EXPECTED[script]
     run = open_run(run_path)
-    wfs = explain(load_frames(run), gemm_filter=want["gemm"], environment=run.manifest.get("environment"))
+    wfs = explain(load_frames(run), gemm_filter=want["gemm"], environment=run.record.environment)
     if not wfs:
         print(f"{script}: no GEMM matching {want['gemm']!r} in {run_path}")
         return False

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from tracekit.collectors.env import fingerprint
 from tracekit.errors import BadInputError, SignalInterrupt
+from tracekit.records import CapturePass
 from tracekit.run import Run, new_run_name
 
 ENV_RUN_DIR = "TRACEKIT_RUN_DIR"
@@ -128,20 +129,21 @@ class PassResult:
     def ok(self) -> bool:
         return self.reason is None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tool": self.tool,
-            "argv": self.argv,
-            "exit_code": self.exit_code,
-            "wall_s": round(self.wall_s, 3),
-            "timed_out": self.timed_out,
-            "interrupted": self.interrupted,
-            "signal": _signal_name(self.signum) if self.interrupted and self.signum else None,
-            "files": self.files,
-            "status": "ok" if self.ok else "incomplete",
-            "reason": self.reason,
+    def as_record(self) -> CapturePass:
+        """The pass as run.json records it (``capture.passes[]``)."""
+        return CapturePass(
+            tool=self.tool,
+            argv=self.argv,
+            exit_code=self.exit_code,
+            wall_s=round(self.wall_s, 3),
+            timed_out=self.timed_out,
+            interrupted=self.interrupted,
+            signal=_signal_name(self.signum) if self.interrupted and self.signum else None,
+            files=self.files,
+            status="ok" if self.ok else "incomplete",
+            reason=self.reason,
             **({"ncu": self.ncu} if self.ncu is not None else {}),
-        }
+        )
 
 
 # --- helpers --------------------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def _run_passes(
         log("start", "setup", f"run folder {run.path}")
         for warning in plan.warnings:
             log("warning", "setup", warning)
-        run.manifest["environment"] = _fingerprint()
+        run.set_environment(_fingerprint())
         run.save()
         log("done", "setup", "environment recorded")
         for tool in plan.passes:
@@ -113,12 +113,12 @@ def _run_passes(
                 program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
             )
             results.append(result)
-            run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+            run.set_passes([r.as_record() for r in results])
             run.save()
             if result.interrupted:
                 raise KeyboardInterrupt
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_as_interrupts)
-        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        run.set_passes([r.as_record() for r in results])
         where = results[-1].tool if results else "setup"
         last = results[-1] if results and results[-1].interrupted else None
         signum = last.signum if last is not None and last.signum else getattr(exc, "signum", signal.SIGINT)
@@ -128,7 +128,7 @@ def _run_passes(
         run.mark(STATUS_INCOMPLETE, reason)
         raise CaptureInterrupted(run, signum) from None
     except BaseException as exc:
-        run.manifest["capture"]["passes"] = [r.as_dict() for r in results]
+        run.set_passes([r.as_record() for r in results])
         reason = f"capture failed: {type(exc).__name__}: {exc}"
         # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
         with contextlib.suppress(OSError, StorageError):

@@ -384,7 +384,7 @@ def run_sweep(
             run.log("fingerprint", "environment read by the GPU check before the run")
             fingerprint.parent.mkdir(parents=True, exist_ok=True)
             fingerprint.write_text(json.dumps({"event": "fingerprint", "environment": environment}) + "\n")
-        run.manifest["environment"] = environment
+        run.set_environment(environment)
         run.save()
         emit(SweepEvent("sweep_started", data={"backends": list(plan.backends), "shapes": list(plan.cases)}))
         for backend in plan.backends:

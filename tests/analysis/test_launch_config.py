@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pytest
 
@@ -163,7 +164,8 @@ def test_a_schema_6_run_reads_without_a_rebuild_the_estimates_unknown(
     pl.read_parquet(path).drop("blocks_per_sm", "est_occupancy_pct").with_columns(
         pl.lit("written", pl.String).alias("class_source")
     ).write_parquet(path)
-    run.manifest["frames"]["schema_version"] = 6
+    assert run.record.frames is not None
+    run.set_frames(msgspec.structs.replace(run.record.frames, schema_version=6))
     run.save()
     old = Run.open(run.path)
     assert old.frames_migratable()

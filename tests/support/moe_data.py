@@ -66,7 +66,7 @@ def make_moe_run(
     """A complete run at ``path``: raw/moe.jsonl (grouped bf16 / fp8 and the bf16 loop), raw/moe_curve.jsonl (the
     loop's per-expert curve), an H200 environment. Frames are built on first load."""
     run = Run.create(path, command=["tracekit", "bench", "moe"], capture={"tool": "tracekit bench moe"})
-    run.manifest["environment"] = dict(H200_ENV)
+    run.set_environment(dict(H200_ENV))
     run.save()
     cases = build_cases(config, tokens, routing, seed=0)
     moe_rows, curve_rows, curve = [], [], {}

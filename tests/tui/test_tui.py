@@ -17,7 +17,7 @@ import pytest
 
 from tracekit.analyzers.store import write_frames
 from tracekit.frames import SPECS
-from tracekit.run import Run
+from tracekit.run import MANIFEST, Run, write_json_atomic
 
 
 def run_async(fn: Any) -> Any:
@@ -43,11 +43,16 @@ FLASHINFER_AUTO = "No suitable auto backends found for mm_fp4"
 FLASHINFER_CUTLASS = "mm_fp4 does not support backend 'cutlass' with capability 90"
 
 
+def _edit_manifest(path: Path, **changes: Any) -> None:
+    """Replace top-level keys of the run.json at ``path`` (as another tool writing it would)."""
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest.update(changes)
+    write_json_atomic(path / MANIFEST, manifest)
+
+
 def _fix_created(run: Run) -> Run:
-    run.manifest["created"] = FIXED_CREATED
-    run.manifest["created_unix"] = 1_800_000_000.0
-    run.save()
-    return run
+    _edit_manifest(run.path, created=FIXED_CREATED, created_unix=1_800_000_000.0)
+    return Run.open(run.path)
 
 
 def make_measured_run(path: Path, *, speedup: float = 1.0) -> Path:
@@ -459,9 +464,7 @@ def test_no_argument_opens_newest_sample(
     samples.mkdir()
     (samples / "old").symlink_to(nasty_run)
     newer = make_measured_run(samples / "new")
-    r = Run.open(newer)
-    r.manifest["created_unix"] = 1_900_000_000.0
-    r.save()
+    _edit_manifest(newer, created_unix=1_900_000_000.0)
     monkeypatch.setattr(runs, "samples_dir", lambda: samples)
     # neither samples/h200-gemm-probe nor its packaged copy: the newest sample (test_tui_samples.py has both)
     monkeypatch.setattr(runs, "packaged_sample", lambda: tmp_path / "absent.zip")
@@ -507,8 +510,7 @@ def test_picker_lists_runs_read_through_run(samples_dir: Path, tmp_path: Path) -
         (tmp_path / "runs" / name).mkdir()
         (tmp_path / "runs" / name / "run.json").write_text(text)
     newer = Run.create(tmp_path / "runs" / "newer")
-    newer.manifest["schema_version"] = 10**6
-    newer.save()
+    _edit_manifest(newer.path, schema_version=10**6)
     listed = find_runs([tmp_path / "runs"])
     assert [(e.name, e.gpu, e.status) for e in listed] == [("good", "NVIDIA B200", "complete")]
     assert listed[0].path == good.path

@@ -478,11 +478,13 @@ def capture(
         progress.close()
     if import_problem:
         progress.event(_Event("warning", "import", import_problem))
-    passes = run.manifest.get("capture", {}).get("passes", [])
+    import msgspec
+
+    passes = msgspec.to_builtins(run.record.capture.passes or [])
     data = {
         "run": str(run.path),
         "status": run.status,
-        "incomplete_reason": run.manifest.get("incomplete_reason"),
+        "incomplete_reason": run.record.incomplete_reason,
         "interrupted": interrupted is not None,
         "signal": _signal_name(interrupted),
         "passes": passes,

@@ -122,8 +122,8 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
         fb,
         fn,
         threshold_pct=threshold,
-        base_environment=rb.manifest.get("environment"),
-        new_environment=rn.manifest.get("environment"),
+        base_environment=rb.record.environment,
+        new_environment=rn.record.environment,
         base_analysis=analyze_run(rb, fb, breakdown="none"),
         new_analysis=analyze_run(rn, fn, breakdown="none"),
     )

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from tracekit.numbers import formatted
+from tracekit.records import Environment
 from tracekit.tui.data import moe_analysis, moe_histogram
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
@@ -105,7 +106,7 @@ class MoeScreen(FrameScreen):
             """What-if rows (MOE_WHATIF)."""
 
     def __init__(
-        self, frames: dict[str, pl.DataFrame], environment: dict[str, Any] | None, run_name: str
+        self, frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None, run_name: str
     ) -> None:
         super().__init__(LAUNCH_COLUMNS, empty_text="analysing grouped launches…")
         self.frames = frames

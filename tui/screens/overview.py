@@ -82,7 +82,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
     sep = ("  ·  ", "$text-muted")
     status_tone = "$warning" if d.status != "complete" else "$success"
     fail_part = (f"{fails:,} failures" if fails else "no failures", "bold $error" if fails else "$text-muted")
-    created = _short_created(d.manifest.get("created"))
+    created = _short_created(d.record.created)
     name = clean(d.name)
     fixed = cell_len(d.status) + cell_len(fail_part[0]) + 2 * 5
     if created and fixed + cell_len(name) + 5 + cell_len(created) <= width:
@@ -322,7 +322,7 @@ class OverviewScreen(FrameScreen):
             from tracekit.tui.screens.moe import MoeScreen
 
             d = self.data
-            self.app.push_screen(MoeScreen(d.frames, d.manifest.get("environment"), d.name))  # type: ignore[union-attr]
+            self.app.push_screen(MoeScreen(d.frames, d.record.environment, d.name))  # type: ignore[union-attr]
 
     def action_plot(self) -> None:
         if self._ready() and self.analysis is not None:

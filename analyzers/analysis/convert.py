@@ -148,6 +148,21 @@ def _shape(gc: Any) -> Shape | None:
     )
 
 
+def _kernel(k: Any) -> KernelRef:
+    """A case's :class:`~tracekit.analyzers.gemm.KernelInfo` as a :class:`KernelRef` (a named kernel with no class
+    is the case's main kernel: ``gemm``). The PyTorch profiler's blocks per SM and estimated occupancy are not
+    copied: the in-kernel factor's evidence carries them where Nsight Compute measured no occupancy."""
+    return KernelRef(
+        name=_text(k.name),
+        family=_text(k.family),
+        kernel_class=_text(k.kernel_class) or ("gemm" if k.name else None),
+        grid=k.grid,
+        block=k.block,
+        registers=k.registers,
+        smem_bytes=k.smem_bytes,
+    )
+
+
 def _ncu(gc: Any) -> NcuEvidence | None:
     part = gc.ncu
     if part is None:
@@ -259,15 +274,6 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
     counted = gc.counted
     per_call = _finite(gc.flops)
     k = gc.kernel
-    kernel = KernelRef(
-        name=_text(k.name),
-        family=_text(k.family),
-        kernel_class=_text(k.kernel_class) or ("gemm" if k.name else None),
-        grid=k.grid,
-        block=k.block,
-        registers=k.registers,
-        smem_bytes=k.smem_bytes,
-    )
     calls = max(gc.timing.calls, 1)
     aux = [
         AuxKernel(
@@ -290,7 +296,7 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
         position=gc.position,
         backend=_text(gc.backend),
         op=_text(gc.op),
-        kernel=kernel,
+        kernel=_kernel(k),
         shape=_shape(gc),
         flops=FlopsInfo(
             per_call=per_call,

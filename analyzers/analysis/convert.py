@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from tracekit.devices import DeviceSpec
+from tracekit.numbers import finite as _finite
 
 from .model import (
     AuxKernel,
@@ -61,16 +62,6 @@ def case_id(*key: Any) -> str:
     from ..gemm import case_id as gemm_case_id
 
     return gemm_case_id(*key)
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _text(value: Any) -> str | None:

@@ -43,6 +43,8 @@ _DECOMPRESSED = re.compile(r"/tmp/tracekit-raw-[A-Za-z0-9_]+/")
 """A temporary folder holding a decompressed copy of a raw file, which some error messages name."""
 RESNET = "thirdparty/kineto-tbplugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
 RTX50 = "thirdparty/llm-perf-opt-rtx50"
+DAMAGED = b"\x00not a trace\xff" * 64
+"""A file no reader can read."""
 
 
 def _mask(obj: Any) -> Any:
@@ -168,24 +170,25 @@ def shared_files() -> list[Path]:
     return sorted(p for p in SHARED.rglob("*") if p.is_file())
 
 
-def rank_job(shared: Path, tmp: Path) -> list[Path]:
-    """The files of tests/readers/test_import_parallel.py's job: ranks from names, from the files, from one export's
-    processes, a truncated and a damaged file, repeated names, tracekit's JSONL and an ncu report."""
+def rank_job(shared: Path, samples: Path, tmp: Path) -> list[Path]:
+    """A many-rank job's files as they arrive, copied under ``tmp/in`` where a name or the content is made up: ranks
+    from names, from the file, from the processes of one export; a truncated and a damaged file, repeated names,
+    tracekit's JSONL and an Nsight Compute report. tests/readers/test_import_parallel.py imports this job too."""
     inp = tmp / "in"
     (inp / "other").mkdir(parents=True)
     files = []
     for rank in (4, 5):
         files.append(inp / f"rank{rank}.json.gz")
         shutil.copy(shared / RESNET, files[-1])
-    files.append(inp / "other" / "rank5.json.gz")
+    files.append(inp / "other" / "rank5.json.gz")  # the same name twice: raw/ numbers the second copy
     shutil.copy(shared / RESNET, files[-1])
-    truncated = inp / "rank6.json.gz"
+    truncated = inp / "rank6.json.gz"  # read in part: the run is partial, its kernels are kept
     truncated.write_bytes((shared / RESNET).read_bytes()[:300_000])
     files.append(truncated)
-    damaged = inp / "rank7.json.gz"
-    damaged.write_bytes(b"\x00not a trace\xff" * 64)
+    damaged = inp / "rank7.json.gz"  # unreadable: recorded as failed, the others kept
+    damaged.write_bytes(DAMAGED)
     files.append(damaged)
-    gloo = SAMPLES / "h200-ranks-gloo/raw"
+    gloo = samples / "h200-ranks-gloo/raw"
     files += [gloo / "nsys.rank0.sqlite.xz", gloo / "nsys.rank1.sqlite.xz", gloo / "nsys.rank1.nsys-rep.xz"]
     files += [
         shared / "thirdparty/nsys-ai/mfu_2gpu_before.sqlite",
@@ -193,13 +196,14 @@ def rank_job(shared: Path, tmp: Path) -> list[Path]:
         shared / "thirdparty/hta/nccl_parser_config__nccl_data.json.gz",
     ]
     files += [
-        SAMPLES / "h200-bench-gemm/raw/failures.jsonl",
-        SAMPLES / "h200-bench-gemm/raw/measurements.jsonl",
+        samples / "h200-bench-gemm/raw/failures.jsonl",
+        samples / "h200-bench-gemm/raw/measurements.jsonl",
     ]
+    # the same failures recorded by two passes: kept once across the files
     files.append(inp / "other" / "failures.jsonl")
-    shutil.copy(SAMPLES / "h200-bench-gemm/raw/failures.jsonl", files[-1])
+    shutil.copy(samples / "h200-bench-gemm/raw/failures.jsonl", files[-1])
     ncu = inp / "ncu.rank2.ncu-rep.xz"
-    shutil.copy(SAMPLES / "h200-capture-gemm/raw/ncu.ncu-rep.xz", ncu)
+    shutil.copy(samples / "h200-capture-gemm/raw/ncu.ncu-rep.xz", ncu)
     files.append(ncu)
     return files
 
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             ]
             job_dir = tmp / "job"
-            job_files = rank_job(SHARED, job_dir)
+            job_files = rank_job(SHARED, SAMPLES, job_dir)
             multi += [
                 ("multi:rank job --workers 1", job_files, ("--workers", "1"), ()),
                 ("multi:rank job --workers 2", job_files, ("--workers", "2"), ()),

@@ -77,6 +77,21 @@ def time_us(ns: Any) -> str:
     return f"{us:.1f}"
 
 
+def duration(ns: Any) -> str:
+    """A duration in the unit that reads best, for the explain cards and the report: ``812 ns``, ``14.6 µs``,
+    ``2.93 ms``, ``1.20 s``."""
+    v = finite(ns)
+    if v is None:
+        return MISSING
+    if v >= 1e9:
+        return f"{v / 1e9:,.2f} s"
+    if v >= 1e6:
+        return f"{v / 1e6:,.2f} ms"
+    if v >= 1e3:
+        return f"{v / 1e3:,.1f} µs"
+    return f"{v:,.0f} ns"
+
+
 def figure(value: Any, digits: int = 1) -> str:
     """A number in a report (Markdown, HTML): whole from 100, else ``digits`` decimals, thousands separated."""
     v = finite(value)

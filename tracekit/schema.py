@@ -85,6 +85,20 @@ PACKAGE_VERSION = StructOf((("package", STR), ("version", STR)))
 FIELD = StructOf((("key", STR), ("value", STR)))
 """One ``key=value`` field of a tracekit range name."""
 
+KERNEL_CLASS = (
+    Column(
+        "kernel_class",
+        STR,
+        "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
+        "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+    ),
+    Column(
+        "kernel_family", STR, "library family of tracekit/data/kernel_classes.json that matched, null if none"
+    ),
+    Column("class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"),
+)
+"""A kernel's place in the taxonomy (analyzers/taxonomy/frames.py), the last columns of ``kernels`` and ``ncu``."""
+
 KERNELS = FrameSchema(
     "kernels",
     "One row per kernel launch on a timeline (Nsight Systems or the PyTorch profiler).",
@@ -125,20 +139,7 @@ KERNELS = FrameSchema(
             "CPU op that launched the kernel: Kineto's innermost cpu_op on the launching thread, or an emit_nvtx "
             "op range (aten::silu); null where unknown",
         ),
-        Column(
-            "kernel_class",
-            STR,
-            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
-            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
-        ),
-        Column(
-            "kernel_family",
-            STR,
-            "library family of tracekit/data/kernel_classes.json that matched, null if none",
-        ),
-        Column(
-            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
-        ),
+        *KERNEL_CLASS,
     ),
 )
 
@@ -282,20 +283,7 @@ NCU = FrameSchema(
         Column("tensor_pipe_metric", STR, "which metric gave tensor_pipe_pct"),
         Column("issue_active_pct", F64, "issue slots busy, %"),
         Column("clock_control", STR, "ncu clock control the report was taken with, if known"),
-        Column(
-            "kernel_class",
-            STR,
-            "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
-            "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
-        ),
-        Column(
-            "kernel_family",
-            STR,
-            "library family of tracekit/data/kernel_classes.json that matched, null if none",
-        ),
-        Column(
-            "class_source", STR, "what decided kernel_class: name | template | op | counters | tensor-pipe"
-        ),
+        *KERNEL_CLASS,
     ),
 )
 

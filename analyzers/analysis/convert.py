@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from tracekit.devices import DeviceSpec
+from tracekit.numbers import finite as _finite
 
 from .model import (
     AuxKernel,
@@ -61,16 +62,6 @@ def case_id(*key: Any) -> str:
     from ..gemm import case_id as gemm_case_id
 
     return gemm_case_id(*key)
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _text(value: Any) -> str | None:
@@ -145,6 +136,21 @@ def _shape(gc: Any) -> Shape | None:
         dtype_out=_text(s.dtype_out),
         scale=_text(s.scale),
         source=_text(s.source),
+    )
+
+
+def _kernel(k: Any) -> KernelRef:
+    """A case's :class:`~tracekit.analyzers.gemm.KernelInfo` as a :class:`KernelRef` (a named kernel with no class
+    is the case's main kernel: ``gemm``). The PyTorch profiler's blocks per SM and estimated occupancy are not
+    copied: the in-kernel factor's evidence carries them where Nsight Compute measured no occupancy."""
+    return KernelRef(
+        name=_text(k.name),
+        family=_text(k.family),
+        kernel_class=_text(k.kernel_class) or ("gemm" if k.name else None),
+        grid=k.grid,
+        block=k.block,
+        registers=k.registers,
+        smem_bytes=k.smem_bytes,
     )
 
 
@@ -259,15 +265,6 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
     counted = gc.counted
     per_call = _finite(gc.flops)
     k = gc.kernel
-    kernel = KernelRef(
-        name=_text(k.name),
-        family=_text(k.family),
-        kernel_class=_text(k.kernel_class) or ("gemm" if k.name else None),
-        grid=k.grid,
-        block=k.block,
-        registers=k.registers,
-        smem_bytes=k.smem_bytes,
-    )
     calls = max(gc.timing.calls, 1)
     aux = [
         AuxKernel(
@@ -290,7 +287,7 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
         position=gc.position,
         backend=_text(gc.backend),
         op=_text(gc.op),
-        kernel=kernel,
+        kernel=_kernel(k),
         shape=_shape(gc),
         flops=FlopsInfo(
             per_call=per_call,

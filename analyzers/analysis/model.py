@@ -66,6 +66,8 @@ class Dist(_S):
     p90: float | None = None
 
 
+# KernelRef and Shape are the case model's KernelInfo and Shape (analyzers/gemm/parts.py) field for field, but for
+# the PyTorch profiler's occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
 class KernelRef(_S):
     """The GEMM's own kernel: its name and launch configuration (None = unknown, never 0).
 

@@ -81,6 +81,38 @@ def _call_rows(owned: pl.DataFrame, main: pl.Expr, splitk: pl.Expr) -> pl.DataFr
     )
 
 
+def _longest_as_main(rows: pl.DataFrame, key: str, eligible: pl.Expr) -> tuple[pl.DataFrame, pl.Series]:
+    """``rows`` with ``_main`` also set on the longest ``eligible`` kernel (of equals, the lowest kernel id) of each
+    call (``key``) that has no GEMM kernel (``_main``), and those calls' keys: both kinds of call take their GEMM
+    kernel by this one rule."""
+    none = (
+        rows.filter(pl.col(key).is_not_null())
+        .group_by(key)
+        .agg(pl.col("_main").any().alias("_any"))
+        .filter(~pl.col("_any"))[key]
+    )
+    if not none.len():
+        return rows, none
+    longest = (
+        rows.filter(pl.col(key).is_in(none.implode()) & eligible)
+        .group_by(key)
+        .agg(
+            pl.col("kernel_id")
+            .sort_by(["duration_ns", "kernel_id"], descending=[True, False])
+            .first()
+            .alias("_l")
+        )
+    )
+    rows = (
+        rows.join(longest, on=key, how="left")
+        .with_columns(
+            (pl.col("_main") | (pl.col("kernel_id") == pl.col("_l")).fill_null(False)).alias("_main")
+        )
+        .drop("_l")
+    )
+    return rows, none
+
+
 def _with_gaps(calls: pl.DataFrame, rows: pl.DataFrame, group: list[str]) -> pl.DataFrame:
     """``calls`` with the gap and pauses inside each: the idle stretches of its sequence (``rows`` of every
     kernel of the range instances, in ``group`` order) after its first row up to its last one."""
@@ -120,21 +152,7 @@ def tracekit_calls(ks: pl.DataFrame, ranges: pl.DataFrame) -> tuple[pl.DataFrame
             "_main"
         ),
     )
-    none = rows.group_by("owner").agg(pl.col("_main").any().alias("_any")).filter(~pl.col("_any"))["owner"]
-    if none.len():
-        longest = (
-            rows.filter(pl.col("owner").is_in(none.implode()))
-            .group_by("owner")
-            .agg(
-                pl.col("kernel_id")
-                .sort_by(["duration_ns", "kernel_id"], descending=[True, False])
-                .first()
-                .alias("_l")
-            )
-        )
-        rows = rows.join(longest, on="owner", how="left").with_columns(
-            (pl.col("_main") | (pl.col("kernel_id") == pl.col("_l")).fill_null(False)).alias("_main")
-        )
+    rows, _ = _longest_as_main(rows, "owner", pl.lit(True))
     splitk = ~pl.col("_main") & ~pl.col("aux_in_gemm") & (pl.col("cls") == "splitk-reduce").fill_null(False)
     rows = rows.with_columns(splitk.alias("_splitk"))
     calls = _call_rows(rows, pl.col("_main"), pl.col("_splitk"))
@@ -237,30 +255,8 @@ def user_calls(ks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     known = {n: classify_name(n).known for n in rows["name"].drop_nulls().unique().to_list()}
     unknown = [n for n, k in known.items() if not k]
     rows = rows.with_columns(gemm.alias("_main"))
-    no_main = (
-        rows.filter(pl.col("call_of").is_not_null())
-        .group_by("call_of")
-        .agg(pl.col("_main").any().alias("_any"))
-        .filter(~pl.col("_any"))["call_of"]
-    )
+    rows, no_main = _longest_as_main(rows, "call_of", pl.col("name").is_in(unknown))
     if no_main.len():
-        longest = (
-            rows.filter(pl.col("call_of").is_in(no_main.implode()) & pl.col("name").is_in(unknown))
-            .group_by("call_of")
-            .agg(
-                pl.col("kernel_id")
-                .sort_by(["duration_ns", "kernel_id"], descending=[True, False])
-                .first()
-                .alias("_l")
-            )
-        )
-        rows = (
-            rows.join(longest, on="call_of", how="left")
-            .with_columns(
-                (pl.col("_main") | (pl.col("kernel_id") == pl.col("_l")).fill_null(False)).alias("_main")
-            )
-            .drop("_l")
-        )
         # kernels of a call with no GEMM kernel (sampled out) are free again; the call is counted apart
         lost = (
             rows.filter(pl.col("call_of").is_not_null())

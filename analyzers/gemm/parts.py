@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .names import min_bytes
@@ -99,12 +99,9 @@ class KernelInfo:
 
     def fill(self, other: KernelInfo) -> None:
         """Take what this one does not know from ``other`` (the same kernel seen by another tool)."""
-        for f in (
-            "name", "family", "kernel_class", "grid", "block", "registers", "smem_bytes", "blocks_per_sm",
-            "est_occupancy_pct",
-        ):  # fmt: skip
-            if getattr(self, f) is None:
-                setattr(self, f, getattr(other, f))
+        for f in fields(self):
+            if getattr(self, f.name) is None:
+                setattr(self, f.name, getattr(other, f.name))
 
 
 @dataclass(frozen=True)

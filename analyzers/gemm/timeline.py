@@ -32,7 +32,7 @@ from .calls import aggregate, tracekit_calls, user_calls
 from .case import GemmCase, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
 from .names import parse_gemm_name
-from .parts import KernelInfo, Shape
+from .parts import KernelInfo, Shape, Timing
 from .ranges import resolve_ranges
 from .user_ranges import _GEMM_RANGE, range_key
 
@@ -52,6 +52,25 @@ def fold_range(name: str | None) -> str | None:
     if name is None:
         return None
     return context_key(range_key(name))
+
+
+def _cases_in_launch_order(
+    calls: pl.DataFrame, keys: dict[int, tuple], aux_rows: pl.DataFrame, starts: pl.DataFrame
+) -> tuple[pl.DataFrame, dict[tuple, int], dict[int, Timing]]:
+    """Calls whose owners share a key (``keys``: owner -> case key) are one case, numbered in the order of the
+    case's first launch; returns the calls with their ``case``, the key -> case number map (to count a case's
+    calls that launched no kernel) and each case's timing. tracekit's ranges and the user's ranges key their calls
+    differently but number and time them alike."""
+    order = calls.sort("first")["owner"].to_list()
+    case_of: dict[tuple, int] = {}
+    for owner in order:
+        case_of.setdefault(keys[owner], len(case_of))
+    calls = calls.with_columns(
+        pl.col("owner")
+        .replace_strict({o: case_of[keys[o]] for o in order}, return_dtype=pl.Int64)
+        .alias("case")
+    )
+    return calls, case_of, aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
 
 
 @dataclass
@@ -256,16 +275,7 @@ def _tracekit_cases(
         shape = () if own.get(name) else tuple(r.get(c) for c in _SHAPE)
         keys[r["range_id"]] = (name if own.get(name) else range_key(name), ctx.get(r["_pname"]), shape)
         rows[r["range_id"]] = r
-    order = calls.sort("first")["owner"].to_list()
-    case_of: dict[tuple, int] = {}
-    for rid in order:
-        case_of.setdefault(keys[rid], len(case_of))
-    calls = calls.with_columns(
-        pl.col("owner")
-        .replace_strict({rid: case_of[keys[rid]] for rid in order}, return_dtype=pl.Int64)
-        .alias("case")
-    )
-    timings = aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
+    calls, case_of, timings = _cases_in_launch_order(calls, keys, aux_rows, starts)
     firsts = (
         calls.sort("first")
         .group_by("case", maintain_order=True)
@@ -382,16 +392,7 @@ def _user_cases(
             "replay": replay is not None,
             "replayed": replayed,
         }
-    order = calls.sort("first")["owner"].to_list()
-    case_of: dict[tuple, int] = {}
-    for owner in order:
-        case_of.setdefault(keys[owner], len(case_of))
-    calls = calls.with_columns(
-        pl.col("owner")
-        .replace_strict({o: case_of[keys[o]] for o in order}, return_dtype=pl.Int64)
-        .alias("case")
-    )
-    timings = aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
+    calls, _, timings = _cases_in_launch_order(calls, keys, aux_rows, starts)
     firsts = (
         calls.sort("first")
         .group_by("case", maintain_order=True)

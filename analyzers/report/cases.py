@@ -8,23 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracekit.numbers import duration as ns_text
+
 from ..analysis.headline import time_headline
 from .model import Bullets, Detail, Heading, Image, Inline, Para, Table, _fmt
 from .text import _f, _one_line, md_text
-
-
-def ns_text(ns: Any) -> str:
-    """A duration in the unit that reads best (``14.6 µs``, ``2.93 ms``)."""
-    v = _f(ns)
-    if v is None:
-        return "–"
-    if v >= 1e9:
-        return f"{v / 1e9:,.2f} s"
-    if v >= 1e6:
-        return f"{v / 1e6:,.2f} ms"
-    if v >= 1e3:
-        return f"{v / 1e3:,.1f} µs"
-    return f"{v:,.0f} ns"
 
 
 def case_label(c: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..summary import crash_evidence
-from .gather import _LIBS
+from .gather import _LIBS, _first_line
 from .model import (
     Bullets,
     Code,
@@ -242,13 +242,6 @@ def _crash_parts(f: dict[str, Any]) -> list[str]:
     head = [f"{label}: {_one_line(text)}" for label, text in evidence if "\n" not in text]
     blocks = [f"{label}:\n{_clean(text)}" for label, text in evidence if "\n" in text]
     return (["\n".join(head)] if head else []) + blocks
-
-
-def _first_line(text: Any) -> str:
-    for line in _clean(text).split("\n"):
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def _failure_text(f: dict[str, Any], d: Detail) -> str:

@@ -86,3 +86,42 @@ def test_the_documented_json_schema_is_current() -> None:
     )
     doc = (path.parent / "ANALYSIS.md").read_text()
     assert f"schema_version {ANALYSIS_SCHEMA_VERSION}" in doc
+
+
+KERNEL_NOT_IN_THE_MODEL = {"blocks_per_sm", "est_occupancy_pct"}
+"""What the case model knows of a kernel that the Analysis does not carry (the in-kernel factor's evidence does)."""
+
+
+def _every_field_set(cls: type) -> object:
+    """An instance of a dataclass with every field set to a value of its type, no two alike."""
+    from dataclasses import fields
+
+    values: dict[str, object] = {}
+    for i, f in enumerate(fields(cls)):
+        kind = str(f.type)
+        values[f.name] = i + 2 if kind.startswith("int") else i + 0.5 if kind.startswith("float") else f"v{i}"
+    return cls(**values)
+
+
+def test_the_model_shape_and_kernel_are_the_case_parts_field_for_field() -> None:
+    """The Analysis model's Shape and KernelRef hold the fields of the case model's Shape and KernelInfo, in the
+    same order (the model imports without polars, so it is not built from them): a field added to one side only,
+    or one the conversion leaves behind, fails here."""
+    from dataclasses import asdict, fields
+    from types import SimpleNamespace
+
+    from tracekit.analyzers.analysis import model
+    from tracekit.analyzers.analysis.convert import _kernel, _shape
+    from tracekit.analyzers.gemm import KernelInfo, Shape
+
+    assert [f.name for f in fields(Shape)] == list(model.Shape.__struct_fields__)
+    shape = _every_field_set(Shape)
+    assert msgspec.structs.asdict(_shape(SimpleNamespace(shape=shape))) == asdict(shape)  # type: ignore[arg-type]
+
+    kept = [f.name for f in fields(KernelInfo) if f.name not in KERNEL_NOT_IN_THE_MODEL]
+    assert kept == list(model.KernelRef.__struct_fields__)
+    # a name listed here that left the case model fails too
+    assert KERNEL_NOT_IN_THE_MODEL.issubset(f.name for f in fields(KernelInfo))
+    kernel = _every_field_set(KernelInfo)
+    want = {k: v for k, v in asdict(kernel).items() if k not in KERNEL_NOT_IN_THE_MODEL}  # type: ignore[call-overload]
+    assert msgspec.structs.asdict(_kernel(kernel)) == want

@@ -8,15 +8,11 @@ name no sample and are only checked not to name a run that does not exist."""
 
 from __future__ import annotations
 
-import os
 import re
-import select
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -145,60 +141,17 @@ def test_help_examples_naming_samples_run(command: str, tmp_path: Path) -> None:
         assert proc.stdout.strip() or proc.stderr.strip(), f"{line!r} printed nothing"
 
 
-def _drain(fd: int, seconds: float) -> bytes:
-    out = b""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if ready:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:  # the terminal closed: the UI has exited
-                break
-    return out
-
-
 VIEW = [line for name, line in EXAMPLES if name == "view" and _names_sample(line)]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 @pytest.mark.parametrize("line", VIEW)
-def test_view_examples_naming_samples_open_and_quit(line: str, tmp_path: Path) -> None:
-    import fcntl
-    import struct
-    import termios
-
+def test_view_examples_naming_samples_open_and_quit(line: str, tmp_path: Path, terminal) -> None:
     _copy_samples([line], tmp_path)
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
-    proc = subprocess.Popen(
-        [PY, "-m", "tracekit", *_words(line)[1:]],
-        stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    try:
-        painted, deadline = b"", time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None:
-            chunk = _drain(master, 1.0)
-            painted += chunk
-            if len(painted) > 2000 and not chunk:  # the first screen is drawn and the UI has gone quiet
-                break
-        assert proc.poll() is None, f"{line!r} exited {proc.returncode} before drawing:\n{painted[-2000:]!r}"
-        for _ in range(
-            3
-        ):  # q quits from any screen; once the UI has let go of the terminal, wait for the exit
-            os.write(master, b"q")
-            _drain(master, 1.0)
-            try:
-                proc.wait(timeout=20)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        assert proc.returncode == 0, f"{line!r}: {proc.returncode}\n{painted[-2000:]!r}"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        os.close(master)
+    ui = terminal([PY, "-m", "tracekit", *_words(line)[1:]], cwd=tmp_path)
+    painted = ui.painted(lambda out: len(out) > 2000)  # the first screen is drawn and the UI has gone quiet
+    assert ui.proc.poll() is None, (
+        f"{line!r} exited {ui.proc.returncode} before drawing:\n{painted[-2000:]!r}"
+    )
+    # q quits from any screen; once the UI has let go of the terminal, wait for the exit
+    assert ui.quit() == 0, f"{line!r}: {ui.proc.returncode}\n{painted[-2000:]!r}"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,47 +22,14 @@ from tracekit.errors import EXIT_INCOMPLETE, EXIT_MISSING_TOOL, TracekitError
 from tracekit.frames import SPECS
 from tracekit.run import Run
 
-RESNET = "thirdparty/kineto-tbplugin/resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
-"""A Kineto trace without ``distributedInfo``: its copies take their rank from the file name."""
+BENCHMARKS = next(p / "benchmarks" for p in Path(__file__).resolve().parents if (p / "benchmarks").is_dir())
+sys.path.insert(0, str(BENCHMARKS))
+from json_fingerprint import DAMAGED, rank_job  # noqa: E402  (the job the fingerprint imports too)
 
 
 def _damaged(path: Path) -> Path:
-    path.write_bytes(b"\x00not a trace\xff" * 64)
+    path.write_bytes(DAMAGED)
     return path
-
-
-def _rank_files(shared: Path, samples: Path, tmp: Path) -> list[Path]:
-    """A job's files as they arrive: ranks from names, from the file, from the processes of one export."""
-    inp = tmp / "in"
-    (inp / "other").mkdir(parents=True)
-    files = []
-    for rank in (4, 5):
-        files.append(inp / f"rank{rank}.json.gz")
-        shutil.copy(shared / RESNET, files[-1])
-    files.append(inp / "other" / "rank5.json.gz")  # the same name twice: raw/ numbers the second copy
-    shutil.copy(shared / RESNET, files[-1])
-    truncated = inp / "rank6.json.gz"  # read in part: the run is partial, its kernels are kept
-    truncated.write_bytes((shared / RESNET).read_bytes()[:300_000])
-    files.append(truncated)
-    files.append(_damaged(inp / "rank7.json.gz"))  # unreadable: recorded as failed, the others kept
-    gloo = samples / "h200-ranks-gloo/raw"
-    files += [gloo / "nsys.rank0.sqlite.xz", gloo / "nsys.rank1.sqlite.xz", gloo / "nsys.rank1.nsys-rep.xz"]
-    files += [
-        shared / "thirdparty/nsys-ai/mfu_2gpu_before.sqlite",
-        shared / "thirdparty/hta/with_gpu_user_annotation__step_based_trace_2543932.json.gz",
-        shared / "thirdparty/hta/nccl_parser_config__nccl_data.json.gz",
-    ]
-    files += [
-        samples / "h200-bench-gemm/raw/failures.jsonl",
-        samples / "h200-bench-gemm/raw/measurements.jsonl",
-    ]
-    # the same failures recorded by two passes: kept once across the files
-    files.append(inp / "other" / "failures.jsonl")
-    shutil.copy(samples / "h200-bench-gemm/raw/failures.jsonl", files[-1])
-    ncu = inp / "ncu.rank2.ncu-rep.xz"
-    shutil.copy(samples / "h200-capture-gemm/raw/ncu.ncu-rep.xz", ncu)
-    files.append(ncu)
-    return files
 
 
 def _assert_same_run(serial: Path, parallel: Path, given: str | None = None) -> None:
@@ -96,7 +62,7 @@ def job(
     shared_data: Path, samples_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[list[Path], Path]:
     tmp = tmp_path_factory.mktemp("job")
-    files = _rank_files(shared_data, samples_dir, tmp)
+    files = rank_job(shared_data, samples_dir, tmp)
     run, _ = import_files(files, tmp / "serial")
     return files, run.path
 

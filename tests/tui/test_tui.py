@@ -343,6 +343,11 @@ async def test_kernel_names_are_data_never_markup(nasty_run: Path) -> None:
         assert screen.table.row_count == 10
         await pilot.press("escape", "g")
         await wait_loaded(pilot)
+        # a group's dialog: its launches and times, and its share of GPU time
+        await pilot.press("enter")
+        await pilot.pause()
+        body = str(app.screen.query_one("#dialog-body").render())
+        assert "launches: " in body and "min / max: " in body and "share of GPU time: " in body
         assert screen.table.row_count == 4
         assert {screen.table.row(i)["launches"] for i in range(4)} == {10}
 

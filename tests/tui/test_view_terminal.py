@@ -5,11 +5,8 @@ file: Textual's input thread read the empty stdin in a loop)."""
 from __future__ import annotations
 
 import os
-import select
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -68,56 +65,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _drain(fd: int, seconds: float) -> bytes:
-    out = b""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if ready:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:  # the terminal closed: the UI has exited
-                break
-    return out
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to read a process's CPU time")
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason="samples/h200-gemm-probe is not in this checkout")
-def test_view_idle_in_a_pseudo_terminal_uses_almost_no_cpu():
-    import fcntl
-    import struct
-    import termios
-
-    # a pseudo-terminal of 100x30 on the UI's stdin, stdout and stderr (started by subprocess, not pty.fork: a
-    # fork of this multi-threaded process is deprecated)
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30"}
-    proc = subprocess.Popen(
-        [PY, "-m", "tracekit", "view", str(SAMPLE)],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    try:
-        # wait until the overview has painted and gone quiet (its data is read by a worker after the first paint)
-        painted, deadline = b"", time.monotonic() + 90
-        while time.monotonic() < deadline:
-            chunk = _drain(master, 1.0)
-            painted += chunk
-            if b"h200" in painted.lower() and not chunk:
-                break
-        assert b"h200" in painted.lower(), painted[-2000:]
-        before = _cpu_seconds(proc.pid)
-        _drain(master, 5.0)
-        used = _cpu_seconds(proc.pid) - before
-        assert used < 0.5, f"view used {used:.2f} s of CPU in 5 s idle"
-        os.write(master, b"q")
-        deadline = time.monotonic() + 10
-        while proc.poll() is None and time.monotonic() < deadline:
-            _drain(master, 0.5)
-        assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        os.close(master)
+def test_view_idle_in_a_pseudo_terminal_uses_almost_no_cpu(terminal):
+    ui = terminal([PY, "-m", "tracekit", "view", str(SAMPLE)])
+    # wait until the overview has painted and gone quiet (its data is read by a worker after the first paint)
+    painted = ui.painted(lambda out: b"h200" in out.lower())
+    assert b"h200" in painted.lower(), painted[-2000:]
+    before = _cpu_seconds(ui.proc.pid)
+    ui.drain(5.0)
+    used = _cpu_seconds(ui.proc.pid) - before
+    assert used < 0.5, f"view used {used:.2f} s of CPU in 5 s idle"
+    assert ui.quit(tries=1, wait=10) == 0

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracekit.numbers import duration as ns_text
+
 NO_LOSS = 0.995
 """A factor at or above this value loses nothing worth naming (analyzers/analysis)."""
 SAID = 0.95
@@ -21,19 +23,6 @@ of a model-scale run stays a dozen lines; --json and ``tracekit view`` hold ever
 BAR = 30
 WIDE = 180
 """Terminal width from which every factor's sentence sits in a ``why`` column beside the bars."""
-
-
-def ns_text(ns: float | None) -> str:
-    """A duration in the unit that reads best: ``812 ns``, ``14.6 µs``, ``2.93 ms``, ``1.20 s``."""
-    if ns is None:
-        return "–"
-    if ns >= 1e9:
-        return f"{ns / 1e9:,.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:,.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:,.1f} µs"
-    return f"{ns:,.0f} ns"
 
 
 def _bar(value: float, width: int = BAR) -> str:

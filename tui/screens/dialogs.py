@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tracekit.tui.keys import HELP
-from tracekit.tui.text import clean
+from tracekit.tui.text import clean, time_us
 
 
 class HelpScreen(ModalScreen[None]):
@@ -85,6 +85,18 @@ def fields_content(pairs: list[tuple[str, Any]], *, whole: set[str] | None = Non
         else:
             parts += [(f"{key}: ", "bold"), text, "\n"]
     return Content.assemble(*parts)
+
+
+def kernel_group_fields(row: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The ``key: value`` pairs of one kernel's launches taken together (a row of ``tables.kernel_groups`` or
+    ``tables.gemm_kernels``): name, launches, total, mean, min and max time; the kernels and GEMM screens show it."""
+    return [
+        ("name", row.get("name")),
+        ("launches", row.get("launches")),
+        ("total", f"{time_us(row.get('total_ns'))} µs"),
+        ("mean", f"{time_us(row.get('mean_ns'))} µs"),
+        ("min / max", f"{time_us(row.get('min_ns'))} / {time_us(row.get('max_ns'))} µs"),
+    ]
 
 
 class ErrorScreen(ModalScreen[None]):

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
-from tracekit.tui.screens.dialogs import TextScreen, fields_content
+from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
 from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
@@ -222,17 +222,7 @@ class GemmScreen(Screen[None]):
 
     def on_frame_table_row_selected(self, message: FrameTable.RowSelected) -> None:
         r = message.row
-        body = fields_content(
-            [
-                ("name", r.get("name")),
-                ("launches", r.get("launches")),
-                ("total", f"{time_us(r.get('total_ns'))} µs"),
-                ("mean", f"{time_us(r.get('mean_ns'))} µs"),
-                ("min / max", f"{time_us(r.get('min_ns'))} / {time_us(r.get('max_ns'))} µs"),
-                ("from", r.get("source")),
-            ],
-            whole={"name"},
-        )
+        body = fields_content([*kernel_group_fields(r), ("from", r.get("source"))], whole={"name"})
         self.app.push_screen(TextScreen("kernel", body))
 
     def action_name(self) -> None:

@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.tui.screens.base import FrameScreen
-from tracekit.tui.screens.dialogs import TextScreen, fields_content
+from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
 from tracekit.tui.tables import kernel_groups, kernel_view
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
@@ -118,14 +118,7 @@ class KernelsScreen(FrameScreen):
     def on_frame_table_row_selected(self, message: FrameTable.RowSelected) -> None:
         r = message.row
         if self.grouped:
-            pairs = [
-                ("name", r.get("name")),
-                ("launches", r.get("launches")),
-                ("total", f"{time_us(r.get('total_ns'))} µs"),
-                ("mean", f"{time_us(r.get('mean_ns'))} µs"),
-                ("min / max", f"{time_us(r.get('min_ns'))} / {time_us(r.get('max_ns'))} µs"),
-                ("share of GPU time", f"{r.get('pct') or 0:.2f}%"),
-            ]
+            pairs = [*kernel_group_fields(r), ("share of GPU time", f"{r.get('pct') or 0:.2f}%")]
         else:
             pairs = [
                 ("name", r.get("name")),

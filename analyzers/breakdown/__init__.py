@@ -35,6 +35,7 @@ from tracekit.records import RunRecord
 from ..taxonomy.frames import classify_frames
 from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
+from .sources import far_apart_notes
 from .windows import fold_range_name, instance_windows
 
 __all__ = [
@@ -296,4 +297,5 @@ def breakdown(
         return out
     ranges = frames.get("ranges") if with_ranges else None
     out.devices, out.ranges, out.ranges_total = _slices(rows, ranges, order, range_limit)
+    out.notes += far_apart_notes(frames.get("kernels"))
     return out

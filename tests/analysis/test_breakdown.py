@@ -233,3 +233,44 @@ def test_devices_come_in_rank_order() -> None:
     )
     ranks = [s.rank for s in breakdown({"kernels": kernels}, with_ranges=False, memops=False).devices]
     assert ranks == list(range(n))
+
+
+def test_files_of_one_gpu_far_apart_are_said(shared_data: Path) -> None:
+    """The H200 probe captured under Nsight Systems and under the PyTorch profiler, imported as one run: both files
+    are GPU 0, but nsys counts from its session's start and Kineto from the epoch, so the span runs over decades of
+    'idle'. The breakdown says which files and how far apart; one file, or one file per GPU, gets no such note."""
+    probe = shared_data / "h200-probe"
+    both = combine([read_file(probe / "probe.sqlite"), read_file(probe / "torch_trace.json.gz")])
+    b = breakdown(both)
+    (note,) = [n for n in b.notes if "apart" in n]
+    assert note.startswith(
+        "GPU 0: its kernels come from 2 files, and probe.sqlite and torch_trace.json.gz lie "
+    )
+    assert " days apart " in note and "read better as separate runs" in note
+    assert not [n for n in breakdown(_frames(probe / "probe.sqlite")).notes if "apart" in n]
+    assert not [n for n in breakdown(_frames(shared_data / H100_2GPU)).notes if "apart" in n]
+
+
+def test_two_captures_minutes_apart_are_said_and_close_ones_are_not() -> None:
+    """The rule on its edges: two files of one GPU 5 minutes apart with 2 s of kernels are far apart; 30 s apart
+    (under a minute) or 5 minutes apart with 60 s of kernels (under ten times their span) are not."""
+    from tracekit.analyzers.breakdown.sources import far_apart_notes
+
+    def two(gap_s: float, each_s: float) -> pl.DataFrame:
+        a0, a1 = 0, int(each_s * 1e9)
+        b0 = a1 + int(gap_s * 1e9)
+        return pl.DataFrame(
+            {
+                "source": ["a.json", "a.json", "b.json", "b.json"],
+                "rank": [None] * 4,
+                "device": [0] * 4,
+                "start_ns": [a0, a1 - 10, b0, b0 + int(each_s * 1e9) - 10],
+                "end_ns": [a0 + 10, a1, b0 + 10, b0 + int(each_s * 1e9)],
+            },
+            schema_overrides={"rank": pl.Int32, "device": pl.Int32},
+        )
+
+    (note,) = far_apart_notes(two(300, 1))
+    assert note.startswith("GPU 0: its kernels come from 2 files, and a.json and b.json lie 300.00 s apart")
+    assert not far_apart_notes(two(30, 0.1))
+    assert not far_apart_notes(two(300, 30))

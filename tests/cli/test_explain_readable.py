@@ -119,3 +119,20 @@ def test_an_nsys_export_without_gpu_details_says_how_to_name_it(shared_data: Pat
             case = analysis.cases[0]
             assert case.peak is not None and case.timing.achieved_tflops is None
             assert f"peak {case.peak.tflops:,.1f} (" in explained
+
+
+def test_the_step_line_carries_the_breakdowns_notes(shared_data: Path, tmp_path: Path) -> None:
+    """The H200 probe's nsys export and PyTorch profiler trace imported as one run: GPU 0's span is 57 years of
+    'idle' (two clocks), and explain says why right under the step line, not only in the JSON."""
+    probe = shared_data / "h200-probe"
+    run = tmp_path / "pair"
+    files = [str(probe / "probe.sqlite"), str(probe / "torch_trace.json.gz")]
+    subprocess.run(
+        [sys.executable, "-m", "tracekit", "import", *files, "-o", str(run)], check=True, capture_output=True
+    )
+    lines = _run("explain", str(run), "--top", "1", columns=200).splitlines()
+    step = next(i for i, ln in enumerate(lines) if ln.startswith("step: GPU 0, "))
+    note = lines[step + 1].strip()
+    assert note.startswith(
+        "note: GPU 0: its kernels come from 2 files, and probe.sqlite and torch_trace.json.gz"
+    )

@@ -261,6 +261,8 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
     console.print(Text(time_headline(s.cases, s.gemm_ns_total, s.case_ns_total, s.gpu_ns_total, ns_text)))
     if s.breakdown:
         console.print(Text(f"step: {safe(s.breakdown)}"))
+        for note in (analysis.breakdown or {}).get("notes") or []:  # what the step's numbers leave out
+            console.print(Padding(Text(f"note: {safe(note)}"), (0, 0, 0, 2)))
     if s.top_losses:
         console.print(Text("Largest losses in GPU time:", style="bold"))
         for i, loss in enumerate(s.top_losses, 1):

@@ -13,6 +13,8 @@ import polars as pl
 
 from tracekit.numbers import duration
 
+from .table import gpu_label
+
 __all__ = ["FAR_APART_NS", "far_apart_notes"]
 
 FAR_APART_NS = 60_000_000_000
@@ -46,10 +48,8 @@ def far_apart_notes(kernels: pl.DataFrame | None) -> list[str]:
             if r["b"] > last["b"]:
                 last = r
         if widest > max(FAR_APART_NS, 10 * own):
-            dev = "?" if device is None else str(device)
-            gpu = dev if rank is None else f"r{rank}:{dev}"
             notes.append(
-                f"GPU {gpu}: its kernels come from {len(rows)} files, and {pair[0]} and {pair[1]} lie "
+                f"GPU {gpu_label(rank, device)}: its kernels come from {len(rows)} files, and {pair[0]} and {pair[1]} lie "
                 f"{_long(widest)} apart (their kernels span {duration(own)} in all): the span counts that time "
                 "as idle. Separate captures, or files whose clocks differ (a PyTorch profiler trace and an Nsight "
                 "Systems export of one process), read better as separate runs (`tracekit import` each on its own)."

@@ -7,7 +7,7 @@ import polars as pl
 
 from .model import IDLE, Breakdown, Slice
 
-__all__ = ["WHOLE_RUN", "breakdown_frame", "device_label", "headline"]
+__all__ = ["WHOLE_RUN", "breakdown_frame", "device_label", "gpu_label", "headline"]
 
 WHOLE_RUN = "(whole run)"
 """The ``scope`` of a device's row over the whole run."""
@@ -15,8 +15,13 @@ WHOLE_RUN = "(whole run)"
 
 def device_label(s: Slice) -> str:
     """``0`` for device 0, ``r1:0`` for device 0 of rank 1, ``?`` where the device is unknown."""
-    dev = "?" if s.device is None else str(s.device)
-    return dev if s.rank is None else f"r{s.rank}:{dev}"
+    return gpu_label(s.rank, s.device)
+
+
+def gpu_label(rank: int | None, device: int | None) -> str:
+    """:func:`device_label` from a rank and a device number."""
+    dev = "?" if device is None else str(device)
+    return dev if rank is None else f"r{rank}:{dev}"
 
 
 def breakdown_frame(b: Breakdown, limit: int | None = None) -> pl.DataFrame:

@@ -383,13 +383,14 @@ def _times_ns_any(text: pl.Series) -> pl.Series:
     else (exponent notation, NaN) goes through a float; null if that fails too."""
     df = pl.DataFrame({"t": text}).with_columns(m=pl.col("t").str.extract_groups(_DECIMAL))
     sign = pl.when(pl.col("m").struct.field("1") == "-").then(-1).otherwise(1)
-    whole = pl.col("m").struct.field("2").cast(pl.Int64, strict=False)
+    # a decimal, not an Int64: 17+ digits times 1000 wrapped around (99999999999999999 us read as 7.8e18 ns)
+    whole = pl.col("m").struct.field("2").cast(pl.Decimal(38, 0), strict=False)
     frac = pl.col("m").struct.field("3").fill_null("")
     digits3 = (frac + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
     round_up = (frac.str.slice(3, 1).fill_null("").replace("", "0").cast(pl.Int64, strict=False) >= 5).cast(
         pl.Int64
     )
-    exact = sign * (whole * 1000 + digits3 + round_up)
+    exact = (sign * (whole * 1000 + digits3 + round_up)).cast(pl.Int64, strict=False)  # null past an Int64
     approx = (pl.col("t").cast(pl.Float64, strict=False) * 1000).round(0)
     approx = pl.when(approx.is_finite()).then(approx).cast(pl.Int64, strict=False)
     return df.select(pl.when(whole.is_not_null()).then(exact).otherwise(approx).alias("ns"))["ns"]

@@ -135,13 +135,18 @@ def make_part(events: list[_Event]) -> Part:
             buckets[i].append(e)
     kern, launch, cpu, gpu, other, mem = buckets
     kernels = [e for e in kern if e.ph == "X" or e.ph is None]
-    steps = [
-        e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name.startswith("ProfilerStep#")
-    ]
-    ops = [e for e in other if e.ph == "X" and isinstance(e.name, str) and e.name in GEMM_OPS]
-    cpu_ops = [
-        e for e in other if e.ph == "X" and isinstance(e.name, str) and not e.name.startswith("ProfilerStep#")
-    ]
+    steps: list[_Event] = []
+    ops: list[_Event] = []  # a subset of cpu_ops: PyTorch GEMM operators
+    cpu_ops: list[_Event] = []
+    for e in other:  # one pass: a trace's cpu_op events outnumber its kernels
+        name = e.name
+        if e.ph == "X" and isinstance(name, str):
+            if name.startswith("ProfilerStep#"):
+                steps.append(e)
+            else:
+                cpu_ops.append(e)
+                if name in GEMM_OPS:
+                    ops.append(e)
     cpu = [e for e in cpu if e.ph == "X"]
     gpu = [e for e in gpu if e.ph == "X"]
     mem = [e for e in mem if e.ph == "X"]
@@ -368,9 +373,20 @@ _PLAIN = r"^-?\d{1,16}(?:\.\d{0,3})?$"
 """A number as Kineto writes it (at most three decimals): exact as a decimal with three digits of scale."""
 
 
+_NO_TEXT = pl.Series([], dtype=pl.String)
+_MAX_US = (2**63 - 1) // 1000
+"""The largest microsecond count whose ns fit an Int64 (a larger one is null, as on the decimal path)."""
+
+
 def times_ns(raw: list[msgspec.Raw]) -> pl.Series:
     """Microsecond numbers as JSON text -> integer ns, exactly (no float on the way)."""
-    text = pl.Series(b"\n".join(raw).decode().split("\n") if raw else [], dtype=pl.String)
+    # split in polars, not in Python: no str object per time (a JSON token never holds a raw newline)
+    text = (
+        pl.Series([b"\n".join(raw).decode()], dtype=pl.String).str.split("\n").explode() if raw else _NO_TEXT
+    )
+    ints = text.cast(pl.Int64, strict=False)  # null for anything but an integer's digits
+    if ints.null_count() == 0 and ints.is_between(-_MAX_US, _MAX_US).all():
+        return (ints * 1000).rename("ns")  # whole microseconds (older traces, HTA's): exact, 7x cheaper
     plain = text.str.contains(_PLAIN)
     fast = (text.cast(pl.Decimal(38, 3), strict=False) * 1000).cast(pl.Int64, strict=False)
     if plain.all():

@@ -1,10 +1,12 @@
 """The environment fingerprint a run's manifest carries: which GPU, driver, CUDA and library versions.
 
-:func:`fingerprint` is the one place it is taken: ``tracekit capture`` calls it in its own process
-(collectors/capture/common.py), ``tracekit bench`` runs it in a worker in the user's python
-(``python -m tracekit.collectors.worker --fingerprint``, collectors/harness/sweep.py ``take_fingerprint``), so both
-write the same keys in the same order (:data:`FIELDS`). When the worker never answers, :func:`unanswered` is the
-fingerprint with what this process cannot know left None.
+:func:`fingerprint` is the one place it is taken, always in a worker process
+(``python -m tracekit.collectors.worker --fingerprint``, :class:`FingerprintWorker`): ``tracekit bench`` runs it
+in the user's python (:func:`take_fingerprint`), ``tracekit capture`` in its own python, started with the capture
+and read when the passes are done (collectors/capture/driver.py). Both write the same keys in the same order
+(:data:`FIELDS`). Neither process imports torch for it: a cold ``import torch`` takes 3-12 s, and a Ctrl-C during
+it would land inside torch's import. When the worker never answers, :func:`unanswered` is the fingerprint with
+what this process cannot know left None.
 
 Each field is read lazily and independently; one that cannot be known is None, never a guess. Versions come
 from package metadata (no import), so fingerprinting does not import FlashInfer (9 s) or sgl-kernel. The GPU
@@ -13,12 +15,16 @@ fields need torch and initialise CUDA, so a sweep reads them in its worker, neve
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import platform
 import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 PACKAGES = (
@@ -176,3 +182,119 @@ def unanswered(error: str) -> dict[str, Any]:
     env.update(_host())
     env["fingerprint_error"] = error
     return env
+
+
+ENV_TIMEOUT = "TRACEKIT_FINGERPRINT_TIMEOUT_S"
+TIMEOUT_S = 120.0
+"""How long a fingerprint worker may take, from its start, unless ``$TRACEKIT_FINGERPRINT_TIMEOUT_S`` says
+otherwise: ``import torch`` and CUDA's start took 4.4 s on the H200 host (docs/BENCHMARKS.md), 12 s on a loaded
+machine; a driver that hangs must not hold the run."""
+
+
+def timeout_s() -> float:
+    """The fingerprint worker's time limit: ``$TRACEKIT_FINGERPRINT_TIMEOUT_S`` when it is a positive number,
+    else :data:`TIMEOUT_S`."""
+    try:
+        value = float(os.environ.get(ENV_TIMEOUT, ""))
+    except ValueError:
+        return TIMEOUT_S
+    return value if value > 0 else TIMEOUT_S
+
+
+class FingerprintWorker:
+    """:func:`fingerprint` of CUDA device ``device`` taken by ``python -m tracekit.collectors.worker
+    --fingerprint`` running ``python``, started here and read with :meth:`result` (waits until ``timeout`` seconds
+    after the start at most) or :meth:`stop` (waits not at all); the worker's event line is left in ``out``, its
+    stderr beside it. Neither raises: a worker that cannot start, crashes, says nothing or is still running at
+    its limit gives :func:`unanswered` with the reason in ``fingerprint_error``. Leaving the ``with`` block (or
+    :meth:`close`) kills a worker still running and waits for it, so a Ctrl-C leaves no process behind. The
+    worker stays in this process's group: a Ctrl-C at the terminal reaches it too."""
+
+    def __init__(self, python: str, device: int, out: Path, timeout: float | None = None) -> None:
+        self.out = out
+        self.err = out.with_suffix(".stderr.txt")
+        self.timeout = timeout_s() if timeout is None else timeout
+        self.started = time.monotonic()
+        self._answer: dict[str, Any] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        cmd = [python, "-m", "tracekit.collectors.worker", "--fingerprint", "--out", str(out)]
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with self.err.open("wb") as err:
+                self._proc = subprocess.Popen(
+                    [*cmd, "--device", str(device)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
+        except OSError as exc:
+            self._answer = unanswered(f"{type(exc).__name__}: {exc}")
+
+    def answered(self) -> bool:
+        """Whether the worker has ended (or never started): :meth:`result` will not wait."""
+        return self._answer is not None or self._proc is None or self._proc.poll() is not None
+
+    def result(self) -> dict[str, Any]:
+        """The worker's fingerprint, waiting for it until ``timeout`` seconds after its start; a worker still
+        running then is killed and the fingerprint says it timed out."""
+        if self._answer is None and self._proc is not None:
+            left = self.started + self.timeout - time.monotonic()
+            try:
+                self._proc.wait(timeout=max(left, 0.0))
+            except subprocess.TimeoutExpired:
+                return self.stop(f"the fingerprint worker did not answer within {self.timeout:g} s")
+            answer = self._read()
+            self._answer = answer if answer is not None else unanswered(self._why())
+        assert self._answer is not None
+        return self._answer
+
+    def stop(self, reason: str) -> dict[str, Any]:
+        """The worker's fingerprint if it has answered; else it is killed (if still running), and the fingerprint
+        says ``reason``."""
+        if self._answer is None:
+            self.close()
+            answer = self._read()
+            self._answer = answer if answer is not None else unanswered(reason)
+        return self._answer
+
+    def close(self) -> None:
+        """Kill the worker if it is still running and wait for it to end (idempotent)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def __enter__(self) -> FingerprintWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _read(self) -> dict[str, Any] | None:
+        """The fingerprint of the worker's event line, None when there is none."""
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            for line in self.out.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if isinstance(event, dict) and event.get("event") == "fingerprint":
+                        return event.get("environment") or {}
+        return None
+
+    def _why(self) -> str:
+        """Why a worker that ended gave no answer: the end of its stderr, else its exit status."""
+        with contextlib.suppress(OSError):
+            tail = self.err.read_bytes()[-4000:].decode("utf-8", errors="replace").strip()
+            if tail:
+                return tail
+        code = self._proc.returncode if self._proc is not None else None
+        return f"the fingerprint worker ended with exit status {code} and no answer"
+
+
+def take_fingerprint(python: str, device: int, out: Path, timeout: float | None = None) -> dict[str, Any]:
+    """The fingerprint taken by a :class:`FingerprintWorker` running ``python``, waited for: so this process
+    never imports torch or initialises CUDA. Never raises (but KeyboardInterrupt, after killing the worker)."""
+    with FingerprintWorker(python, device, out, timeout) as worker:
+        return worker.result()

@@ -52,6 +52,7 @@ __all__ = [
     "check_manifest",
     "decode_json",
     "encode_manifest",
+    "environment_of",
     "gpu_of",
     "jsonl_line",
     "record_for",
@@ -95,6 +96,12 @@ class Environment(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True)
     ``cuda_runtime`` is absent)."""
     cuda_available: bool | None = None
     device_count: int | None = None
+    torch_error: str | None = None
+    """Why ``import torch`` failed where the fingerprint was taken (``ModuleNotFoundError: ...``): the GPU fields
+    are then None because torch could not be asked, not because there is no GPU. Absent when torch imported."""
+    cuda_error: str | None = None
+    """Why torch could not read the device (``torch.cuda`` raised) where it reported CUDA available. Absent
+    otherwise."""
     driver: str | None = None
     max_sm_clock_hz: float | None = None
     default_power_limit_w: float | None = None
@@ -106,6 +113,8 @@ class Environment(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True)
     executable: str | None = None
     cuda_visible_devices: str | None = None
     fingerprint_error: str | None = None
+    """What went wrong taking the fingerprint: a step that raised, or a worker that never answered (its
+    fields then None)."""
 
 
 class CapturePass(msgspec.Struct, kw_only=True, frozen=True):
@@ -308,6 +317,16 @@ def check_manifest(manifest: dict[str, Any]) -> RunRecord:
         return msgspec.convert(plain, RunRecord, strict=False)
     except msgspec.ValidationError as exc:
         raise _validation_error("a field has the wrong type", exc) from exc
+
+
+def environment_of(fingerprint: dict[str, Any]) -> Environment:
+    """The typed record of an environment fingerprint as collectors/env.py hands it over (before it is in a
+    run.json), so its reader uses the same fields as one reading ``Run.record.environment``. Raises
+    :class:`RecordError` naming a field of the wrong type."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(fingerprint, enc_hook=str), Environment, strict=False)
+    except msgspec.ValidationError as exc:
+        raise _validation_error("a field of the environment has the wrong type", exc) from exc
 
 
 def encode_manifest(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What every part of a capture shares: the environment variables and file names, the events a capture
 reports, :class:`PassResult`, :class:`CaptureInterrupted`, and small helpers (is this a Python command, the
-ncu NVTX filter for ``--ranges``, the run folder's name, the environment fingerprint)."""
+ncu NVTX filter for ``--ranges``, the run folder's name)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracekit.collectors.env import fingerprint
 from tracekit.errors import BadInputError, SignalInterrupt
 from tracekit.records import CapturePass
 from tracekit.run import Run, new_run_name
@@ -240,12 +239,6 @@ def _describe_exit(code: int) -> str:
     if code < 0:
         return f"killed by {_signal_name(-code)}"
     return f"exit status {code}"
-
-
-def _fingerprint() -> dict[str, Any]:
-    """The environment fingerprint of this process's GPU 0 (``tracekit.collectors.env.fingerprint``, the one
-    ``tracekit bench`` takes in its worker): it never raises, so a capture never dies for want of a GPU name."""
-    return fingerprint()
 
 
 def _reserve_run_dir(out: Path | str | None, runs_dir: Path | str, label: str) -> Path:

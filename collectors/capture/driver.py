@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import IncompleteError, StorageError
+from tracekit.collectors.env import FingerprintWorker, unanswered
+from tracekit.errors import IncompleteError, SchemaError, StorageError
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
 
 from .. import tools
@@ -19,7 +22,6 @@ from .common import (
     CaptureInterrupted,
     PassResult,
     _default_output,
-    _fingerprint,
     _label,
     _reserve_run_dir,
     interrupt_reason,
@@ -79,6 +81,31 @@ def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
     return settings
 
 
+def _set_environment(run: Run, environment: dict[str, Any]) -> dict[str, Any]:
+    """``environment`` into the manifest (not saved); an answer that does not fit run.json is replaced by what
+    this process can read, with why, so a fingerprint never costs the capture. Returns what was recorded."""
+    try:
+        run.set_environment(environment)
+    except SchemaError as exc:
+        environment = unanswered(f"the fingerprint worker's answer was refused: {exc.message}")
+        run.set_environment(environment)
+    return environment
+
+
+def _record_environment(run: Run, worker: FingerprintWorker, log: Callable[..., None]) -> None:
+    """The fingerprint worker's answer into the manifest (waiting for it, within its time limit): a worker that
+    failed or timed out leaves the fields only it could read None and says why in ``fingerprint_error``, and the
+    capture goes on."""
+    environment = _set_environment(run, worker.result())
+    run.save()
+    error = environment.get("fingerprint_error")
+    if error:
+        last = str(error).strip().splitlines()[-1]
+        log("warning", "environment", f"environment fingerprint incomplete: {last}")
+    else:
+        log("done", "environment", "environment recorded")
+
+
 def _run_passes(
     run: Run,
     opts: _Options,
@@ -86,20 +113,21 @@ def _run_passes(
     python_cmd: bool,
     output: Callable[[str, bytes], None],
     log: Callable[..., None],
+    fingerprint: FingerprintWorker,
 ) -> list[PassResult]:
-    """Phase 4, run the passes: the environment recorded, then one pass per tool, each saved in the manifest as
-    it ends. Ctrl-C or a failure marks the run incomplete (what was captured is kept) and raises
-    CaptureInterrupted / IncompleteError / the failure itself."""
+    """Phase 4, run the passes: one pass per tool, each saved in the manifest as it ends, and the environment
+    fingerprint (its worker started with the capture) recorded once the worker has answered, at the latest after
+    the last pass, so the program never waits for ``import torch``. Ctrl-C or a failure marks the run incomplete
+    (what was captured is kept, with the fingerprint if the worker had answered; a worker still running is
+    stopped) and raises CaptureInterrupted / IncompleteError / the failure itself."""
     run_dir = run.path.absolute()
     raw = run_dir / "raw"
     results: list[PassResult] = []
+    recorded = False
     try:
         log("start", "setup", f"run folder {run.path}")
         for warning in plan.warnings:
             log("warning", "setup", warning)
-        run.set_environment(_fingerprint())
-        run.save()
-        log("done", "setup", "environment recorded")
         for tool in plan.passes:
             result = _one_pass(
                 tool,
@@ -117,18 +145,33 @@ def _run_passes(
             run.save()
             if result.interrupted:
                 raise KeyboardInterrupt
+            if not recorded and fingerprint.answered():
+                _record_environment(run, fingerprint, log)
+                recorded = True
+        if not recorded:
+            _record_environment(run, fingerprint, log)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (signals_as_interrupts)
         run.set_passes([r.as_record() for r in results])
+        if not recorded:
+            _set_environment(
+                run, fingerprint.stop("the capture was interrupted before the fingerprint answered")
+            )
         where = results[-1].tool if results else "setup"
         last = results[-1] if results and results[-1].interrupted else None
         signum = last.signum if last is not None and last.signum else getattr(exc, "signum", signal.SIGINT)
         said = last.reason if last is not None else None
-        reason = said or interrupt_reason(signum, f"during the {where} pass")
+        # every pass done and none interrupted: Ctrl-C came in the wait for the fingerprint
+        waiting = last is None and len(results) == len(plan.passes)
+        where = "environment" if waiting else where
+        during = "while waiting for the environment fingerprint" if waiting else f"during the {where} pass"
+        reason = said or interrupt_reason(signum, during)
         log("error", where, reason)
         run.mark(STATUS_INCOMPLETE, reason)
         raise CaptureInterrupted(run, signum) from None
     except BaseException as exc:
         run.set_passes([r.as_record() for r in results])
+        if not recorded:
+            _set_environment(run, fingerprint.stop("the capture failed before the fingerprint answered"))
         reason = f"capture failed: {type(exc).__name__}: {exc}"
         # a full disk may refuse these writes too; the last manifest saved stays valid (saves are atomic)
         with contextlib.suppress(OSError, StorageError):
@@ -220,8 +263,13 @@ def capture(
         emit(CaptureEvent(kind, phase, message))
 
     # phase 4, run the passes; phase 5, finish. SIGTERM and SIGHUP take Ctrl-C's path from here on: the
-    # profilers are stopped, not orphaned, and the run says which signal ended it
-    with signals_as_interrupts():
-        results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log)
+    # profilers are stopped, not orphaned, and the run says which signal ended it. The fingerprint worker
+    # (tracekit's own python, GPU 0) runs beside the passes in a folder of its own; leaving the block stops it
+    with (
+        signals_as_interrupts(),
+        tempfile.TemporaryDirectory(prefix="tracekit-fingerprint-") as tmp,
+        FingerprintWorker(sys.executable, 0, Path(tmp) / "fingerprint.jsonl") as fingerprint,
+    ):
+        results = _run_passes(run, opts, plan, python_cmd, on_output or _default_output, log, fingerprint)
         _finish(run, results, log)
     return run

@@ -36,8 +36,10 @@ Collectors never draw: progress goes to the ``on_event`` callback as :class:`Swe
 
 from __future__ import annotations
 
+from tracekit.collectors.env import take_fingerprint
+
 from .settings import EXIT_POISONED, FAILURES_FILE, LOG_DIR, Case, Options, SweepPlan, add_worker_options
-from .sweep import SweepEvent, SweepResult, profiled_worker, run_sweep, take_fingerprint
+from .sweep import SweepEvent, SweepResult, profiled_worker, run_sweep
 from .worker import BenchBackend, CaseContext, Emitter, Family, run_worker
 
 __all__ = [

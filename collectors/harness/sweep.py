@@ -1,7 +1,7 @@
 """The sweep driver (:func:`run_sweep`): one worker process per backend of a :class:`~.settings.SweepPlan`, rows
 appended to the run's raw files as they arrive, a crash or a silent worker recorded and the rest of the cases
-given to a fresh worker, logs in ``raw/logs/``; plus the environment fingerprint taken in a worker and the
-PyTorch-profiler wrapping of a worker's command."""
+given to a fresh worker, logs in ``raw/logs/``, the environment fingerprint taken in a worker
+(collectors/env.py ``take_fingerprint``); plus the PyTorch-profiler wrapping of a worker's command."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.collectors import failures as F
-from tracekit.collectors.env import unanswered
+from tracekit.collectors.env import take_fingerprint
 from tracekit.collectors.failures import FAILURE_KEYS
 from tracekit.collectors.torchprof import (
     DEFAULT_TRACE_REPEATS,
@@ -174,34 +174,6 @@ def _tail(path: Path, limit: int = 20000) -> str:
     except OSError:
         return ""
     return data[-limit:].decode("utf-8", errors="replace")
-
-
-def take_fingerprint(python: str, device: int, out: Path, timeout: float = 120.0) -> dict[str, Any]:
-    """The environment fingerprint (``tracekit.collectors.env.fingerprint``, the one ``tracekit capture`` takes in
-    its own process), taken in a worker running ``python`` so this process never imports torch or initialises
-    CUDA; the worker's event line is left in ``out``. Never raises: a worker that does not answer gives
-    ``env.unanswered`` (the same keys, what only the worker could read None, the reason in ``fingerprint_error``)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        python,
-        "-m",
-        "tracekit.collectors.worker",
-        "--fingerprint",
-        "--out",
-        str(out),
-        "--device",
-        str(device),
-    ]
-    err = out.with_suffix(".stderr.txt")
-    try:
-        with err.open("wb") as ferr:
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=ferr, timeout=timeout, check=False)
-    except (subprocess.TimeoutExpired, OSError) as exc:
-        return unanswered(f"{type(exc).__name__}: {exc}")
-    for event in _LineReader(out).read():
-        if event.get("event") == "fingerprint":
-            return event.get("environment") or {}
-    return unanswered(_tail(err, 4000) or "no output")
 
 
 class _BackendRun:

@@ -47,6 +47,9 @@ def test_capture_cli_without_polars(tmp_path: Path) -> None:
     assert Path(data["run"]).resolve() == out.resolve()
     manifest = json.loads((out / "run.json").read_text())
     assert manifest["status"] == "complete"
+    # the fingerprint's worker runs there too: it answered, with the host it ran on
+    assert "fingerprint_error" not in manifest["environment"], manifest["environment"]["fingerprint_error"]
+    assert manifest["environment"]["hostname"]
     assert "polars" in proc.stderr  # the import is deferred with a clear line, not a crash
 
 

@@ -184,3 +184,32 @@ def test_no_module_but_the_runs_own_reads_the_manifest_as_a_dict() -> None:
                 found[rel] = len(uses)
     assert found == PASS_THROUGH, "read Run.record and change the manifest through Run's methods"
     assert _manifest_uses('x = run.manifest["status"]; plan.manifest()') == [".manifest"]
+
+
+def test_torch_and_cuda_errors_round_trip_and_are_typed(tmp_path: Path) -> None:
+    """A fingerprint taken where torch or CUDA failed holds ``torch_error`` / ``cuda_error`` after the device
+    fields (collectors/env.py ``device_info``): the record types them, and a save writes the file back as it was."""
+    folder = _copy(SAMPLES / "h200-capture-gemm" / MANIFEST, tmp_path)
+    plain = json.loads((folder / MANIFEST).read_text())
+    env = plain["environment"]
+    at = list(env).index("device_count") + 1
+    items = list(env.items())
+    errors = {
+        "torch_error": "ModuleNotFoundError: No module named 'torch'",
+        "cuda_error": "RuntimeError: CUDA driver initialization failed",
+    }
+    plain["environment"] = dict(items[:at] + list(errors.items()) + items[at:])
+    (folder / MANIFEST).write_text(json.dumps(plain, indent=2) + "\n")
+    before = (folder / MANIFEST).read_bytes()
+    run = Run.open(folder)
+    assert run.record.environment.torch_error == errors["torch_error"]
+    assert run.record.environment.cuda_error == errors["cuda_error"]
+    run.save()
+    assert (folder / MANIFEST).read_bytes() == before
+    assert list(run.manifest["environment"]) == list(plain["environment"])
+    # absent in a fingerprint where torch and CUDA answered: None, and nothing is added on save
+    (tmp_path / "clean").mkdir()
+    clean = Run.open(_copy(SAMPLES / "h200-capture-gemm" / MANIFEST, tmp_path / "clean"))
+    assert clean.record.environment.torch_error is None and clean.record.environment.cuda_error is None
+    with pytest.raises(SchemaError):
+        run.set_environment({**plain["environment"], "torch_error": 3})

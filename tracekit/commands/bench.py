@@ -16,6 +16,7 @@ import click
 from tracekit.commands._options import gpu_option, out_option, stall_timeout_option
 from tracekit.errors import BadInputError, IncompleteError, MissingToolError
 from tracekit.numbers import formatted
+from tracekit.records import environment_of
 
 _KINDS_HELP = """\b
 Failure kinds (raw/failures.jsonl, `tracekit show RUN`):
@@ -214,12 +215,13 @@ def _require_gpu(python: str, device: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tracekit-fingerprint-") as tmp:
         env = take_fingerprint(python, device, Path(tmp) / "fingerprint.jsonl")
-    count = int(env.get("device_count") or 0)
-    if not env.get("cuda_available"):
+    found = environment_of(env)
+    count = found.device_count or 0
+    if not found.cuda_available:
         why = (
-            env.get("cuda_error")
-            or env.get("torch_error")
-            or env.get("fingerprint_error")
+            found.cuda_error
+            or found.torch_error
+            or found.fingerprint_error
             or "torch.cuda.is_available() is False"
         )
         raise MissingToolError(

@@ -57,6 +57,14 @@ def _sweep(rows: list[tuple[int, int, str]]) -> tuple[int, dict[str, int], dict[
     return busy, owned, union
 
 
+def test_the_priority_order_names_every_kernel_class_once() -> None:
+    """CLASS_ORDER is the taxonomy's classes in priority order: a class added to the taxonomy and not here would
+    be counted as ``other`` by the breakdown (its fallback for a newer table), silently."""
+    from tracekit.analyzers.taxonomy.table import CLASSES
+
+    assert sorted(CLASS_ORDER) == sorted(CLASSES) and len(set(CLASS_ORDER)) == len(CLASS_ORDER)
+
+
 @pytest.mark.parametrize("rel", [TRACE_DIFF, NCCL, MFU_BEFORE])
 def test_unions_and_owned_time_match_a_plain_sweep(shared_data: Path, rel: str) -> None:
     fr = _frames(shared_data / rel)

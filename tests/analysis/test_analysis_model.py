@@ -125,3 +125,24 @@ def test_the_model_shape_and_kernel_are_the_case_parts_field_for_field() -> None
     kernel = _every_field_set(KernelInfo)
     want = {k: v for k, v in asdict(kernel).items() if k not in KERNEL_NOT_IN_THE_MODEL}  # type: ignore[call-overload]
     assert msgspec.structs.asdict(_kernel(kernel)) == want
+
+
+FAILURE_NOT_IN_THE_MODEL = frozenset({"time_unix"})
+"""Columns of the failures frame the Analysis' Failure leaves out (when it failed is the run's, not the GEMM's)."""
+
+
+def test_the_failure_records_hold_the_failures_frame_column_for_column() -> None:
+    """Three hand-kept field lists describe one failure: the failures frame's schema, the raw record
+    (``records.Failure``: the frame's columns but ``failure_id``, in order) and the Analysis model's ``Failure``
+    (the frame's columns, ``failure_id`` as ``id``, without :data:`FAILURE_NOT_IN_THE_MODEL`). The model is
+    filled from the frame by name (analysis/build.py ``_failures``), so a column added to the frame and not to
+    the model would be dropped from every JSON output, silently."""
+    from tracekit.analyzers.analysis import model
+    from tracekit.frames import FAILURES
+    from tracekit.records import Failure as RecordFailure
+
+    columns = list(FAILURES.schema)
+    assert list(RecordFailure.__struct_fields__) == [c for c in columns if c != "failure_id"]
+    expected = {"id" if c == "failure_id" else c for c in columns} - FAILURE_NOT_IN_THE_MODEL
+    assert set(model.Failure.__struct_fields__) == expected
+    assert set(columns) >= FAILURE_NOT_IN_THE_MODEL

@@ -14,7 +14,14 @@ seconds of it and its workers, peak RSS: the largest sum over the process tree, 
 another fresh process, the import's phases one after another, each timed (:data:`PHASES_CHILD`). The table gives
 both and their difference (what no phase benchmark sees: start-up, imports, the manifest, process exit).
 
+With ``--against PYTHON`` (the interpreter of another checkout's environment, e.g. main's, with tracekit
+installed there) each repeat runs the whole command with that interpreter and with this one, in alternating
+order, and the table gives each round side by side and the ratio of this code to the baseline. Use it for every
+speed claim: on this machine the same code has run 1.6x slower from one day to the next (docs/NOTES.md), so only
+code against code in the same minutes compares.
+
     python benchmarks/bench_import.py [--inputs nsys,kineto] [--repeats 3] [--work /tmp/bench-import]
+    python benchmarks/bench_import.py --against ../main/.venv/bin/python --no-phases
 """
 
 from __future__ import annotations
@@ -112,15 +119,23 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def whole_command(src: Path, out: Path) -> dict[str, Any]:
+NEUTRAL_CWD = tempfile.gettempdir()
+"""Where the timed commands run: ``python -m`` puts the working folder first on ``sys.path``, so run from a
+checkout it would import that checkout's ``tracekit/`` whatever the interpreter's own install is (a baseline
+interpreter run from this checkout timed this checkout's code)."""
+
+
+def whole_command(src: Path, out: Path, python: str = sys.executable) -> dict[str, Any]:
     """``python -m tracekit import SRC -o OUT`` in a fresh process: wall s, CPU s, peak tree RSS, exit code."""
     shutil.rmtree(out, ignore_errors=True)
+    load = os.getloadavg()[0]
     cpu0, t0 = _children_cpu(), time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracekit", "import", str(src), "-o", str(out)],
+        [python, "-m", "tracekit", "import", str(src.resolve()), "-o", str(out.resolve())],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=NEUTRAL_CWD,
     )
     sampler = TreeSampler(proc.pid)
     stdout, stderr = proc.communicate()
@@ -130,6 +145,7 @@ def whole_command(src: Path, out: Path) -> dict[str, Any]:
         raise SystemExit(f"tracekit import {src} exited {proc.returncode}: {stderr.strip()[-400:]}")
     return {
         "seconds": wall,
+        "load": load,
         "cpu": _children_cpu() - cpu0,
         "peak_gb": peak / 1048576,
         "said": stdout.strip(),
@@ -145,6 +161,44 @@ def phases(src: Path, out: Path) -> dict[str, float]:
     if proc.returncode != 0:
         raise SystemExit(f"phase run of {src} failed: {proc.stderr.strip()[-400:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def checkout_of(python: str) -> str:
+    """Where ``python``'s tracekit lives and its commit, for the table's header."""
+    code = "import tracekit, pathlib; print(pathlib.Path(tracekit.__file__).resolve().parents[1])"
+    proc = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False, cwd=NEUTRAL_CWD)
+    if proc.returncode != 0:
+        raise SystemExit(f"{python} cannot import tracekit: {proc.stderr.strip()[-300:]}")
+    root = proc.stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return f"{root} at {head.stdout.strip() or 'an unknown commit'}"
+
+
+def paired(src: Path, out: Path, baseline: str, repeats: int) -> None:
+    """The whole command with ``baseline``'s interpreter and with this one, alternating which goes first, and
+    the ratio of this code's wall and CPU seconds to the baseline's in each round."""
+    print(
+        f"  {'round':>5} {'first':>8} {'baseline wall / CPU s':>22} {'this wall / CPU s':>18} {'ratio wall / CPU':>17}"
+    )
+    ratios = []
+    for i in range(repeats):
+        order = ["baseline", "this"] if i % 2 == 0 else ["this", "baseline"]
+        got = {
+            who: whole_command(src, out, baseline if who == "baseline" else sys.executable) for who in order
+        }
+        b, t = got["baseline"], got["this"]
+        ratios.append((t["seconds"] / b["seconds"], t["cpu"] / b["cpu"]))
+        print(
+            f"  {i + 1:>5} {order[0]:>8} {b['seconds']:>11.2f} / {b['cpu']:>7.2f} {t['seconds']:>8.2f} / {t['cpu']:>7.2f}"
+            f" {ratios[-1][0]:>8.3f} / {ratios[-1][1]:.3f}   (load {b['load']:.1f} / {t['load']:.1f}; peak "
+            f"{b['peak_gb']:.2f} / {t['peak_gb']:.2f} GB)"
+        )
+    print(
+        f"  median ratio, this / baseline: wall {statistics.median(r[0] for r in ratios):.3f}, "
+        f"CPU {statistics.median(r[1] for r in ratios):.3f} (below 1: this code is faster)"
+    )
 
 
 def build_inputs(work: Path, wanted: list[str]) -> dict[str, Path]:
@@ -176,38 +230,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement (median reported)")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-import")
     ap.add_argument("--no-phases", action="store_true", help="time the whole command only")
+    ap.add_argument(
+        "--against",
+        metavar="PYTHON",
+        help="also time the whole command with this interpreter (another checkout's environment), alternating",
+    )
+    ap.add_argument(
+        "--only-against", action="store_true", help="with --against: time the alternating pairs only"
+    )
     args = ap.parse_args(argv)
+    if args.only_against and not args.against:
+        ap.error("--only-against needs --against PYTHON")
     inputs = build_inputs(args.work, [x for x in args.inputs.split(",") if x])
     load = os.getloadavg()
     print(
         f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; "
         f"load average at start {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
     )
+    if args.against:
+        print(f"this code: {checkout_of(sys.executable)}\nbaseline:  {checkout_of(args.against)}")
     with tempfile.TemporaryDirectory(prefix="bench-import-run-", dir=args.work) as tmp:
         for name, src in inputs.items():
-            wholes, parts = [], []
-            for _ in range(args.repeats):
-                wholes.append(whole_command(src, Path(tmp) / "run"))
-                if not args.no_phases:
-                    parts.append(phases(src, Path(tmp) / "phases"))
-            after = os.getloadavg()[0]
-            print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB; {wholes[-1]['said']}")
-            secs = [w["seconds"] for w in wholes]
-            print(
-                f"  tracekit import (whole command): median {statistics.median(secs):.2f} s "
-                f"(runs {', '.join(f'{s:.2f}' for s in secs)}), CPU {statistics.median(w['cpu'] for w in wholes):.1f} s, "
-                f"peak RSS {max(w['peak_gb'] for w in wholes):.2f} GB"
-            )
-            if parts:
-                print(f"  {'phase (one process, median of runs)':42} {'seconds':>8}")
-                total = 0.0
-                for key in parts[0]:
-                    value = statistics.median(p[key] for p in parts)
-                    total += value
-                    print(f"  {key:42} {value:8.2f}")
-                print(f"  {'sum of phases':42} {total:8.2f}")
-                print(f"  {'whole command - sum of phases':42} {statistics.median(secs) - total:8.2f}")
-            print(f"  load average after: {after:.1f}")
+            if not args.only_against:
+                wholes, parts = [], []
+                for _ in range(args.repeats):
+                    wholes.append(whole_command(src, Path(tmp) / "run"))
+                    if not args.no_phases:
+                        parts.append(phases(src, Path(tmp) / "phases"))
+                print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB; {wholes[-1]['said']}")
+                secs = [w["seconds"] for w in wholes]
+                print(
+                    f"  tracekit import (whole command): median {statistics.median(secs):.2f} s "
+                    f"(runs {', '.join(f'{s:.2f}' for s in secs)}), CPU {statistics.median(w['cpu'] for w in wholes):.1f} s, "
+                    f"peak RSS {max(w['peak_gb'] for w in wholes):.2f} GB"
+                )
+                if parts:
+                    print(f"  {'phase (one process, median of runs)':42} {'seconds':>8}")
+                    total = 0.0
+                    for key in parts[0]:
+                        value = statistics.median(p[key] for p in parts)
+                        total += value
+                        print(f"  {key:42} {value:8.2f}")
+                    print(f"  {'sum of phases':42} {total:8.2f}")
+                    print(f"  {'whole command - sum of phases':42} {statistics.median(secs) - total:8.2f}")
+            if args.against:
+                if args.only_against:
+                    print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB")
+                print("  whole command against the baseline, alternating:")
+                paired(src, Path(tmp) / "run", args.against, args.repeats)
+            print(f"  load average after: {os.getloadavg()[0]:.1f}")
     return 0
 
 

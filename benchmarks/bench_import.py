@@ -121,8 +121,8 @@ def _children_cpu() -> float:
 
 NEUTRAL_CWD = tempfile.gettempdir()
 """Where the timed commands run: ``python -m`` puts the working folder first on ``sys.path``, so run from a
-checkout it would import that checkout's ``tracekit/`` whatever the interpreter's own install is (a baseline
-interpreter run from this checkout timed this checkout's code)."""
+checkout, another environment's interpreter imports that checkout's ``tracekit`` core package beside its own
+install's ``tracekit.analyzers`` (a baseline run from this checkout timed a mix of the two)."""
 
 
 def whole_command(src: Path, out: Path, python: str = sys.executable) -> dict[str, Any]:

@@ -176,6 +176,32 @@ def checkout_of(python: str) -> str:
     return f"{root} at {head.stdout.strip() or 'an unknown commit'}"
 
 
+def single(src: Path, tmp: Path, repeats: int, *, phased: bool) -> None:
+    """This code alone: the whole command ``repeats`` times (median, runs, CPU, peak RSS) and, with ``phased``,
+    the import's phases (median of runs) against it."""
+    wholes, parts = [], []
+    for _ in range(repeats):
+        wholes.append(whole_command(src, tmp / "run"))
+        if phased:
+            parts.append(phases(src, tmp / "phases"))
+    secs = [w["seconds"] for w in wholes]
+    print(f"  {wholes[-1]['said']}")
+    print(
+        f"  tracekit import (whole command): median {statistics.median(secs):.2f} s "
+        f"(runs {', '.join(f'{s:.2f}' for s in secs)}), CPU {statistics.median(w['cpu'] for w in wholes):.1f} s, "
+        f"peak RSS {max(w['peak_gb'] for w in wholes):.2f} GB"
+    )
+    if parts:
+        print(f"  {'phase (one process, median of runs)':42} {'seconds':>8}")
+        total = 0.0
+        for key in parts[0]:
+            value = statistics.median(p[key] for p in parts)
+            total += value
+            print(f"  {key:42} {value:8.2f}")
+        print(f"  {'sum of phases':42} {total:8.2f}")
+        print(f"  {'whole command - sum of phases':42} {statistics.median(secs) - total:8.2f}")
+
+
 def paired(src: Path, out: Path, baseline: str, repeats: int) -> None:
     """The whole command with ``baseline``'s interpreter and with this one, alternating which goes first, and
     the ratio of this code's wall and CPU seconds to the baseline's in each round."""
@@ -251,31 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"this code: {checkout_of(sys.executable)}\nbaseline:  {checkout_of(args.against)}")
     with tempfile.TemporaryDirectory(prefix="bench-import-run-", dir=args.work) as tmp:
         for name, src in inputs.items():
+            print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB")
             if not args.only_against:
-                wholes, parts = [], []
-                for _ in range(args.repeats):
-                    wholes.append(whole_command(src, Path(tmp) / "run"))
-                    if not args.no_phases:
-                        parts.append(phases(src, Path(tmp) / "phases"))
-                print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB; {wholes[-1]['said']}")
-                secs = [w["seconds"] for w in wholes]
-                print(
-                    f"  tracekit import (whole command): median {statistics.median(secs):.2f} s "
-                    f"(runs {', '.join(f'{s:.2f}' for s in secs)}), CPU {statistics.median(w['cpu'] for w in wholes):.1f} s, "
-                    f"peak RSS {max(w['peak_gb'] for w in wholes):.2f} GB"
-                )
-                if parts:
-                    print(f"  {'phase (one process, median of runs)':42} {'seconds':>8}")
-                    total = 0.0
-                    for key in parts[0]:
-                        value = statistics.median(p[key] for p in parts)
-                        total += value
-                        print(f"  {key:42} {value:8.2f}")
-                    print(f"  {'sum of phases':42} {total:8.2f}")
-                    print(f"  {'whole command - sum of phases':42} {statistics.median(secs) - total:8.2f}")
+                single(src, Path(tmp), args.repeats, phased=not args.no_phases)
             if args.against:
-                if args.only_against:
-                    print(f"\n{name}: {src.name}, {src.stat().st_size / 1e6:,.0f} MB")
                 print("  whole command against the baseline, alternating:")
                 paired(src, Path(tmp) / "run", args.against, args.repeats)
             print(f"  load average after: {os.getloadavg()[0]:.1f}")

@@ -1,5 +1,5 @@
 """`tracekit explain` readable at model scale (issue 26 item 6): a summary first (GPU time, the three largest losses
-in GPU time, what is unknown and how to learn it), then the top 10 cases by GPU time; HTA's A100 ``trace_diff``
+in the calls' time, what is unknown and how to learn it), then the top 10 cases by time in calls; HTA's A100 ``trace_diff``
 (145 cases, 2,500-3,200 lines before) in under 200 lines at any terminal width; cards that never print an
 empty field (" of 989.4 peak (datasheet)" with no number, an empty "ncu says:", "CC ? SMs ?")."""
 
@@ -45,13 +45,13 @@ def test_trace_diff_summary_and_top_10_in_under_200_lines(trace_diff: Path, colu
     assert all(len(ln) <= columns for ln in lines)
     first_card = next(i for i, ln in enumerate(lines) if ln.startswith("╭─ #1 "))
     head = "\n".join(lines[:first_card])
-    assert "Largest losses in GPU time:" in head and "Unknown, and how to learn it:" in head
-    assert f"The 10 of {len(analysis.cases)} cases with the most GPU time follow" in head
+    assert "Largest losses in the calls' time:" in head and "Unknown, and how to learn it:" in head
+    assert f"The 10 of {len(analysis.cases)} cases with the most time in calls follow" in head
     titles = [ln for ln in lines if ln.startswith("╭─ #")]
     assert len(titles) == 10
     for i, (title, case) in enumerate(zip(titles, analysis.cases, strict=False), 1):
         assert title.startswith(f"╭─ #{i} {case.name[:20]}")
-    # the losses: by GPU time lost, each naming the case's number
+    # the losses: by the calls' time lost, each naming the case's number
     lost = [loss.lost_ns_total for loss in analysis.summary.top_losses]
     assert len(lost) == 3 and lost == sorted(lost, reverse=True)
     number = {c.id: i for i, c in enumerate(analysis.cases, 1)}
@@ -136,3 +136,43 @@ def test_the_step_line_carries_the_breakdowns_notes(shared_data: Path, tmp_path:
     assert note.startswith(
         "note: GPU 0: its kernels come from 2 files, and probe.sqlite and torch_trace.json.gz"
     )
+
+
+SHARE = re.compile(r"(\d[\d,]*) calls? in [^(,]+ \(([\d.]+)% of kernel time\)")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h200-planted-e-launch-gaps",  # launch-bound: the calls span 4.6x their kernels' time
+        "h200-foreign-eager_host_gaps",  # an eager loop beside the same loop in a CUDA graph
+        "h200-capture-gemm",  # timeline cases and Nsight Compute replays
+        "h200-crash-illegal",  # GEMMs timed by Nsight Compute only: no share of the timeline
+    ],
+)
+def test_a_cards_share_is_of_kernel_time_never_past_all_of_it(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A card's "(N% of kernel time)" is its GEMM and auxiliary kernels against every kernel of the run: never its
+    calls' span against kernel time, which gave "400 calls in 24.19 ms (460.6%)" on the launch-gap sample."""
+    from tracekit.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    try:
+        main(["explain", "--all", str(SAMPLES / name)])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    text = capsys.readouterr().out
+    analysis = tracekit.analyze(SAMPLES / name)
+    gpu = analysis.summary.gpu_ns_total
+    shares = [(int(m[1].replace(",", "")), float(m[2])) for m in SHARE.finditer(text)]
+    expected = [
+        (c.timing.calls, 100 * (c.timing.gemm_ns_total + c.timing.aux_ns_total) / gpu)
+        for c in analysis.cases
+        if c.timing.calls and gpu and 0 < c.timing.gemm_ns_total + c.timing.aux_ns_total <= gpu * 1.0001
+    ]
+    assert [calls for calls, _ in shares] == [calls for calls, _ in expected]
+    for (_, shown), (_, want) in zip(shares, expected, strict=True):
+        assert shown <= 100 and abs(shown - want) <= (0.5 if want >= 9.95 else 0.05), (shown, want)
+    assert "% of kernel time)" in text or not expected

@@ -1,8 +1,8 @@
 """Rich rendering of an Analysis: the summary every text view opens with, then one card per GEMM case (a bar per
 factor, the verdict, Nsight Compute's findings beside).
 
-The summary says the run's GPU time, the three largest losses in GPU time and what is unknown with how to learn
-it. Cards come in the Analysis' order (GPU time, largest first), cut to ``--top``; a card prints only what is
+The summary says the run's GPU time, the three largest losses in the calls' time and what is unknown with how to learn
+it. Cards come in the Analysis' order (time in calls, largest first), cut to ``--top``; a card prints only what is
 known (no empty fields, no "?" placeholders). Wide terminals get one table row per factor with its sentence in a
 ``why`` column; below ``WIDE`` columns each factor is one line and only the verdict's sentence is written out, so a
 card stays a dozen lines (``--json`` and ``tracekit view`` hold every sentence).
@@ -113,7 +113,7 @@ def _join(parts: Sequence[str | None], sep: str = " · ") -> str:
 
 
 def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[str, str]]:
-    """The card's head as (text, style) lines: what, GPU time and calls, the rates, where FLOPs came from, the
+    """The card's head as (text, style) lines: what, calls and their time, the rates, where FLOPs came from, the
     kernel. Only what is known is written."""
     from tracekit.commands._render import safe
 
@@ -133,7 +133,14 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
     if what:
         lines.append((what, ""))
     if t.calls:
-        share = f" ({100 * t.span_ns_total / gpu_ns:.1f}%)" if gpu_ns else ""
+        # the share is of kernel time: the case's kernels (GEMM and auxiliary) against every kernel's. Its span
+        # would not do: a launch-bound loop's calls span several times its kernels' time (a "460%" share), and
+        # Nsight Compute replay times are not on the timeline at all
+        kernels = t.gemm_ns_total + t.aux_ns_total
+        share = ""
+        if gpu_ns and 0 < kernels <= gpu_ns * 1.0001:
+            pct = 100 * kernels / gpu_ns
+            share = f" ({pct:.0f}% of kernel time)" if pct >= 9.95 else f" ({pct:.1f}% of kernel time)"
         mid = t.median_call  # one real call: the one whose span is the median
         span = mid.span_ns if mid is not None else t.span_ns.median
         unit, scale = ("ms", 1e6) if (span or 0) >= 1e6 else ("µs", 1e3)
@@ -160,7 +167,10 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
             call = f"median {ns_text(span)}"
         calls = f"{t.calls:,} call{'s' if t.calls != 1 else ''}"
         sep = "" if call.startswith(":") or not call else ", "
-        lines.append((f"{calls} in {ns_text(t.span_ns_total)}{share}{sep}{call}", ""))
+        line = f"{calls} in {ns_text(t.span_ns_total)}{share}{sep}{call}"
+        if len(line) > width - 4:  # the card's inside: the share gives way before the call's parts wrap
+            line = f"{calls} in {ns_text(t.span_ns_total)}{sep}{call}"
+        lines.append((line, ""))
     if t.calls_without_kernel:
         lines.append((f"{t.calls_without_kernel} call(s) without their GEMM kernel left out", "yellow"))
     rates = []
@@ -218,7 +228,7 @@ def render_case(
         verdict.append(f"verdict: {v.factor}", style="bold red")
         if v.cause:
             verdict.append(f" — {safe(v.cause)}")
-        if v.lost_ns_total:  # GPU time, not a percentage: +15,853% of a 36 KFLOP op is noise
+        if v.lost_ns_total:  # time, not a percentage: +15,853% of a 36 KFLOP op is noise
             verdict.append(f" (costs {ns_text(v.lost_ns_total)})")
     else:
         verdict.append(f"verdict: {v.kind}", style="bold yellow" if v.kind != "no-loss" else "bold green")
@@ -244,7 +254,7 @@ def render_case(
 
 def render_summary(console: Any, analysis: Any, shown: int, total: int, what: str = "cases") -> None:
     """The opening: the run, its GPU time and how much of it the GEMM cases take, the step breakdown's headline,
-    the three largest losses in GPU time, what is unknown and how to learn it, and how many cases follow."""
+    the three largest losses in the calls' time, what is unknown and how to learn it, and how many cases follow."""
     from rich.padding import Padding
     from rich.text import Text
 
@@ -264,7 +274,7 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
         for note in (analysis.breakdown or {}).get("notes") or []:  # what the step's numbers leave out
             console.print(Padding(Text(f"note: {safe(note)}"), (0, 0, 0, 2)))
     if s.top_losses:
-        console.print(Text("Largest losses in GPU time:", style="bold"))
+        console.print(Text("Largest losses in the calls' time:", style="bold"))
         for i, loss in enumerate(s.top_losses, 1):
             factor = loss.factor + (f" ({loss.cause})" if loss.cause else "")
             line = Text(f"  {i}. {ns_text(loss.lost_ns_total):>9}  ", style="red")
@@ -278,9 +288,9 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
             console.print(Text(f"  - {safe(u.what)}"), no_wrap=True, overflow="ellipsis")
             console.print(Padding(Text(safe(u.how), style="dim"), (0, 0, 0, 4)))
     if total:
-        more = "; --top N or --all for more" if shown < total else ""
+        more = " (--top N, --all)" if shown < total else ""
         console.print(
-            Text(f"The {shown} of {total} {what} with the most GPU time follow{more}.", style="italic")
+            Text(f"The {shown} of {total} {what} with the most time in calls follow{more}.", style="italic")
         )
 
 

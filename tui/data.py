@@ -145,7 +145,7 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 
 def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
     """The run's Analysis (:func:`tracekit.analyzers.analysis.analyze_frames`, what explain, show and report
-    render): cases largest GPU time first, each with its waterfall, and the summary; ``device`` (``tracekit view
+    render): cases most time in calls first, each with its waterfall, and the summary; ``device`` (``tracekit view
     --device``) overrides the GPU the files name."""
     from tracekit.analyzers.analysis import analyze_frames
 

@@ -28,7 +28,7 @@ __all__ = [
 
 # --- derived frames ----------------------------------------------------------------------------------------------
 def gemm_view(cases: pl.DataFrame) -> pl.DataFrame:
-    """The overview's GEMM table from :meth:`Analysis.cases_frame` (largest GPU time first). Columns: gemm_id
+    """The overview's GEMM table from :meth:`Analysis.cases_frame` (most time in calls first). Columns: gemm_id
     (the case's place in that order, 0-based: the index into ``Analysis.cases``), backend (else the case's
     name), m, n, k, dtype, calls, gpu_ns (sum of call spans), time_ns (median call: GEMM + aux + gap), tflops
     (achieved: FLOPs / call spans), kernel_tflops (FLOPs / GEMM time), pct_of_peak, verdict, range, origin."""

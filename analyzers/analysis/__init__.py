@@ -3,7 +3,7 @@
 ``model`` holds the Structs (:class:`Analysis`, :class:`Case` and their parts), ``convert`` turns today's
 GemmCase + Waterfall into a :class:`Case`, ``build`` assembles the Analysis of a run (:func:`analyze_run`,
 :func:`analyze_frames`; :func:`case_list` is the one place cases are built and explained), ``headline`` its
-summary (largest losses in GPU time, what is unknown and how to learn it), ``frame`` the cases as a polars
+summary (largest losses in the calls' time, what is unknown and how to learn it), ``frame`` the cases as a polars
 DataFrame. Every public name is importable from here; only the model is imported with the package (msgspec, no
 polars), the builders on first use, so decoding an Analysis is cheap.
 """

@@ -27,7 +27,7 @@ __all__ = ["analyze_frames", "analyze_run", "case_list", "device_notes", "order_
 
 # --- cases ---------------------------------------------------------------------------------------------------------
 def order_cases(cases: list[Case]) -> list[Case]:
-    """Largest GPU time first (``timing.span_ns_total``); cases of unknown time last, then by name."""
+    """Most time in calls first (``timing.span_ns_total``); cases of unknown time last, then by name."""
     return sorted(cases, key=lambda c: (-(c.timing.span_ns_total or 0.0), c.name, c.id))
 
 
@@ -51,7 +51,7 @@ def case_list(
     device: DeviceSpec | None = None,
     calibration: dict[str, Any] | None = None,
 ) -> list[Case]:
-    """Every GEMM case of ``frames``, explained, ordered by GPU time (largest first). ``device`` (``--device``)
+    """Every GEMM case of ``frames``, explained, ordered by time in calls (largest first). ``device`` (``--device``)
     replaces the GPU the files name."""
     from ..explain import explain_case
     from ..gemm import build_cases

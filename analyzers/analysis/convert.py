@@ -5,7 +5,7 @@ This is the seam between how cases are found and explained (analyzers/gemm, anal
 and what every view renders. A GemmCase's parts map one to one: its :class:`~tracekit.analyzers.gemm.Timing`
 (every call aggregated: totals, per-call median and p10 / p90, the median call, calls without their GEMM kernel)
 is the Case's :class:`~.model.Timing`; its verdict is the explainer's (:func:`~tracekit.analyzers.explain.verdict_of`).
-A factor's GPU time lost is ``span_ns_total x (1 - value)``.
+A factor's time lost (in the calls' time) is ``span_ns_total x (1 - value)``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import polars as pl
 from .model import Case
 
 CASES_SCHEMA: dict[str, Any] = {
-    "rank": pl.Int64,  # order by GPU time, 1 = largest
+    "rank": pl.Int64,  # order by time in calls, 1 = largest
     "id": pl.String,
     "name": pl.String,
     "origin": pl.String,
@@ -137,6 +137,6 @@ def case_row(rank: int, c: Case) -> dict[str, Any]:
 
 
 def cases_frame(cases: Sequence[Case]) -> pl.DataFrame:
-    """One row per case in the analysis' order (GPU time, largest first); columns :data:`CASES_SCHEMA`."""
+    """One row per case in the analysis' order (time in calls, largest first); columns :data:`CASES_SCHEMA`."""
     rows = [case_row(i, c) for i, c in enumerate(cases, start=1)]
     return pl.DataFrame(rows, schema=CASES_SCHEMA) if rows else pl.DataFrame(schema=CASES_SCHEMA)

@@ -1,4 +1,4 @@
-"""The summary every view opens with: GPU time, the three largest losses in GPU time, and what the analysis could
+"""The summary every view opens with: GPU time, the three largest losses in the calls' time, and what the analysis could
 not tell with how to learn it (:func:`summarize`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ NCU_HOW = "`tracekit capture --ncu` (`--ranges REGEX`: your own ranges)"
 
 
 def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
-    """The ``n`` largest losses over all cases, by GPU time lost (``Factor.lost_ns_total``), not by percent: a
+    """The ``n`` largest losses over all cases, by the calls' time lost (``Factor.lost_ns_total``), not by percent: a
     large percentage of a tiny op is noise. Factors that cost nothing and factors the explainer does not blame
     (evidence ``blamed: false``) are left out."""
     found = []

@@ -239,7 +239,7 @@ class Factor(_S):
 
     ``value`` <= 1 (1: no loss); ``cause`` a short sub-cause; ``sentence`` what happened in plain words;
     ``remedy`` what to try (None when the factor costs nothing); ``evidence`` the numbers the rule used;
-    ``gain_pct`` the speed-up if the loss were removed; ``lost_ns_total`` the GPU time it costs over all calls
+    ``gain_pct`` the speed-up if the loss were removed; ``lost_ns_total`` the calls' time it costs over all calls
     (``span_ns_total x (1 - value)``)."""
 
     name: str
@@ -257,7 +257,7 @@ class Verdict(_S):
 
     ``kind``: explained (a factor is blamed) | no-loss (at peak, nothing to blame) | cannot-explain (too little
     evidence: ``capture_hint`` says what to capture) | stalled | clocks-locked ...; ``factor`` the blamed factor's
-    name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the GPU time it
+    name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the calls' time it
     costs, ``gain_pct`` the speed-up if removed."""
 
     kind: str
@@ -383,7 +383,7 @@ class RunInfo(_S):
 
 
 class Loss(_S):
-    """One of the largest losses of the run in GPU time: which case, which factor, how much time."""
+    """One of the largest losses of the run in the calls' time: which case, which factor, how much time."""
 
     case_id: str
     case_name: str
@@ -404,7 +404,7 @@ class Unknown(_S):
 
 class Summary(_S):
     """The short opening of every view: GPU time (all kernels, GEMM cases), the step breakdown's headline, the
-    three largest losses in GPU time and what is unknown with how to learn it. ``gpu_ns_total``: every kernel's
+    three largest losses in the calls' time and what is unknown with how to learn it. ``gpu_ns_total``: every kernel's
     time; ``gemm_ns_total``: the cases' GEMM kernels (split-K reduce included), a part of it; ``case_ns_total``:
     the cases' call spans, which add their auxiliary kernels and the idle gaps inside the calls (so it can exceed
     the kernel time)."""
@@ -468,7 +468,7 @@ class MoeSummary(_S):
 class Analysis(_S):
     """The analysis of one run: what every view renders (see the module docstring).
 
-    ``cases`` are ordered by GPU time (``timing.span_ns_total``), largest first. ``breakdown`` is the step
+    ``cases`` are ordered by time in calls (``timing.span_ns_total``), largest first. ``breakdown`` is the step
     breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None."""
 
     run: RunInfo

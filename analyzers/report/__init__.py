@@ -5,7 +5,7 @@ settings, the command that reproduces the capture, every GEMM with its waterfall
 findings, every failure in full). :func:`document` lays that out as a list of blocks (headings, tables, code,
 collapsible details, plots) under a :class:`Detail` level; :func:`render_markdown` and :func:`render_html` write
 the same blocks out. Markdown must fit a GitHub comment (65,536 characters): it is summarised level by level (failures
-grouped by backend + error type + first message line, then the top GEMMs by GPU time, fewer waterfalls, shorter
+grouped by backend + error type + first message line, then the top GEMMs by time in calls, fewer waterfalls, shorter
 texts) and says what it left out; a table is never cut mid-row. JSON and HTML are never summarised.
 
 Everything from the run is data, not markup: kernel names, ranges and error texts are escaped for Markdown

@@ -1,5 +1,5 @@
 """The report's GEMM sections from the Analysis' cases: the summary it opens with (GPU time, the largest losses in
-GPU time, what is unknown and how to learn it), the table of cases (largest GPU time first) and one waterfall per
+the calls' time, what is unknown and how to learn it), the table of cases (most time in calls first) and one waterfall per
 case. Cases are the dicts of ``Analysis.to_builtins()``; each is numbered by its place in GPU-time order (1 = the
 most), the number the table, the waterfalls, the plots and the findings share."""
 
@@ -39,7 +39,7 @@ def verdict_text(c: dict[str, Any]) -> str:
 
 
 def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> list[Any]:
-    """The opening summary: GPU time, the step breakdown's headline, the three largest losses in GPU time, what
+    """The opening summary: GPU time, the step breakdown's headline, the three largest losses in the calls' time, what
     is unknown and how to learn it."""
     s = rep["summary"]
     cc = d.cell_chars
@@ -69,7 +69,7 @@ def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> l
             if loss.get("remedy"):
                 item.append(("t", ". Try: " + md_text(loss["remedy"], cc)))
             items.append(item)
-        blocks += [Para([("b", "Largest losses in GPU time")]), Bullets(items)]
+        blocks += [Para([("b", "Largest losses in the calls' time")]), Bullets(items)]
     if s.get("unknowns"):
         blocks.append(Para([("b", "Unknown, and how to learn it")]))
         blocks.append(Bullets([[("t", md_text(f"{u['what']}: {u['how']}", cc))] for u in s["unknowns"]]))
@@ -77,7 +77,7 @@ def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> l
 
 
 def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
-    """One row per case: GPU time over its calls, per-call time, both rates named, % of peak and the verdict."""
+    """One row per case: time in its calls, per-call time, both rates named, % of peak and the verdict."""
     headers = [
         "#",
         "backend / kernel",
@@ -85,7 +85,7 @@ def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
         "M×N×K",
         "dtype",
         "calls",
-        "GPU time",
+        "time in calls",
         "per call µs",
         "p10–p90 µs",
         "achieved TFLOP/s",
@@ -141,7 +141,7 @@ def case_blocks(c: dict[str, Any], n: int, d: Detail) -> list[Any]:
         head.append(
             (
                 "t",
-                f"{ns_text(t['span_ns_total'])} of GPU time over {t['calls']} call{'s' if t['calls'] != 1 else ''}; ",
+                f"{t['calls']} call{'s' if t['calls'] != 1 else ''} in {ns_text(t['span_ns_total'])}; ",
             )
         )
     ach, kern = _f(t.get("achieved_tflops")), _f(t.get("kernel_tflops"))
@@ -202,7 +202,7 @@ def case_blocks(c: dict[str, Any], n: int, d: Detail) -> list[Any]:
         text: Inline = [("b", "Verdict:"), ("t", " " + md_text(what, cc))]
         costs = []
         if v.get("lost_ns_total"):
-            costs.append(f"it costs {ns_text(v['lost_ns_total'])} of GPU time")
+            costs.append(f"it costs {ns_text(v['lost_ns_total'])} of the calls' time")
         if v.get("gain_pct") is not None:
             costs.append(f"removing it would give +{v['gain_pct']:.0f}%")
         if costs:

@@ -34,14 +34,14 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
 
     chosen = set(r["selected"])
     selected = [(numbers[c["id"]], c) for c in rep["cases"] if c["id"] in chosen]
-    blocks.append(Heading(3, [("t", "GEMMs, largest GPU time first")]))
+    blocks.append(Heading(3, [("t", "GEMMs, most time in calls first")]))
     if any(c["timing"].get("achieved_tflops") and c.get("shape") for c in rep["cases"]):
         blocks.append(Image("tflops", "TFLOP/s vs M per backend, with peak lines"))
     if selected:
         shown = selected
         if d.gemm_rows is not None and len(selected) > d.gemm_rows:
             shown = selected[: d.gemm_rows]
-            notes.append(f"GEMM table: the {len(shown)} of {len(selected)} GEMMs with the most GPU time")
+            notes.append(f"GEMM table: the {len(shown)} of {len(selected)} GEMMs with the most time in calls")
         blocks.append(cases_table(shown, d))
     else:
         blocks.append(
@@ -67,7 +67,7 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     if wfs:
         shown_w = wfs if d.waterfalls is None else wfs[: d.waterfalls]
         if len(shown_w) < len(wfs):
-            notes.append(f"waterfalls: {len(shown_w)} of {len(wfs)} GEMMs (most GPU time)")
+            notes.append(f"waterfalls: {len(shown_w)} of {len(wfs)} GEMMs (most time in calls)")
         if shown_w:
             blocks.append(Heading(3, [("t", "Why each GEMM stops short of peak")]))
             lead_w = (
@@ -76,7 +76,9 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
                 "verdict."
             )
             if len(wfs) < len(selected):
-                lead_w += f" The {len(wfs)} of {len(selected)} GEMMs with the most GPU time (--top N, --all)."
+                lead_w += (
+                    f" The {len(wfs)} of {len(selected)} GEMMs with the most time in calls (--top N, --all)."
+                )
             blocks.append(Para([("t", lead_w)]))
             for n, c in shown_w:
                 blocks += case_blocks(c, n, d)

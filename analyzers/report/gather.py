@@ -264,7 +264,7 @@ def build_report(
     """Everything a report shows, as one JSON-able dict (the ``--format json`` output): the run's Analysis
     (docs/ANALYSIS.md; built here unless given) with a ``report`` object beside it: environment, capture
     settings, the reproducing command, which cases ``--gemm`` selected and which of them get a waterfall (the
-    ``top`` with the most GPU time; None: all), Nsight Compute's findings per distinct finding and the failures
+    ``top`` with the most time in calls; None: all), Nsight Compute's findings per distinct finding and the failures
     grouped. ``device`` overrides the GPU the files name (``--device``)."""
     if frames is None:
         from ..store import load_frames

@@ -119,7 +119,7 @@ def test_probe_report_is_well_formed_and_holds_the_real_numbers(probe, tmp_path:
     assert re.search(
         rf"\| {n} \| `torch-bf16` \| `mm` \| 1024×2048×6144 \| bf16 \| \d+ \| [^|]+ \| 35\.01 \|", text
     )
-    # one waterfall plot per GEMM with a peak (numbered by GPU time), plus TFLOP/s vs M; all exist and parse
+    # one waterfall plot per GEMM with a peak (numbered by time in calls), plus TFLOP/s vs M; all exist and parse
     assert sorted(f.name for f in files[1:]) == [
         "ticket-tflops.svg",
         *[f"ticket-waterfall-{i}.svg" for i in range(1, 6)],

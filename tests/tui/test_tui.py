@@ -265,7 +265,7 @@ async def test_overview_sort_filter_and_detail(probe_run: Path) -> None:
         assert sorted(screen.table.row(i)["m"] for i in range(screen.table.row_count)) == [8192, 16384]
         await pilot.press("escape")
         await wait_loaded(pilot)
-        # unsorted, the cases come largest GPU time first (the Analysis' order)
+        # unsorted, the cases come most time in calls first (the Analysis' order)
         screen.sort_key = None
         screen.refresh_view()
         await wait_loaded(pilot)

@@ -47,7 +47,7 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         screen = app.screen
         assert isinstance(screen, OverviewScreen)
         # the header: run, status, failures (line 1); device and counts (line 2); the GPU's time by kernel class
-        # (line 3: analyzers/breakdown); the summary: the largest losses in GPU time (line 4) and what is unknown
+        # (line 3: analyzers/breakdown); the summary: the largest losses in the calls' time (line 4) and what is unknown
         # (line 5, when anything is); each within 78 cells
         lines = _info_lines(screen)
         assert 4 <= len(lines) <= 5 and all(len(line) <= 78 for line in lines), lines

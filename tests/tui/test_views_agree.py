@@ -3,7 +3,7 @@ the TUI give the same numbers for the same case (issue 26: ``show --json`` once 
 where ``explain`` and ``view`` said 529, with gaps, unlabelled).
 
 Each view is run as a user runs it (the CLI's entry point, the Textual app under a pilot) on committed H200
-samples, and the cases are matched by their id: achieved and kernel rate, GPU time, calls, % of peak and the
+samples, and the cases are matched by their id: achieved and kernel rate, time in calls, calls, % of peak and the
 verdict must agree to the last digit the view keeps."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_show_explain_report_and_text_agree(
     reported = json.loads(_cli(capsys, monkeypatch, "report", run, "--format", "json"))
     cases = explained["cases"]
     assert cases, name
-    # the same cases in the same order (largest GPU time first) everywhere
+    # the same cases in the same order (most time in calls first) everywhere
     assert (
         [g["id"] for g in shown["gemms"]] == [c["id"] for c in cases] == [c["id"] for c in reported["cases"]]
     )
@@ -101,7 +101,7 @@ async def test_the_tui_shows_the_same_numbers(
             assert row["kernel_tflops"] == c["timing"]["kernel_tflops"]
             assert row["gpu_ns"] == c["timing"]["span_ns_total"] and row["calls"] == c["timing"]["calls"]
             assert row["pct_of_peak"] == c["pct_of_peak"] and row["verdict"] == _verdict(c)
-        await pilot.press("enter")  # the first row: the case with the most GPU time
+        await pilot.press("enter")  # the first row: the case with the most time in calls
         await wait_loaded(pilot)
         detail = app.screen
         assert isinstance(detail, GemmScreen)

@@ -138,7 +138,7 @@ TOP_DEFAULT = 10
 
 
 def top_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--top N`` (the N cases with the most GPU time; 0 or a negative count is a usage error, exit 2) and
+    """``--top N`` (the N cases with the most time in calls; 0 or a negative count is a usage error, exit 2) and
     ``--all`` (every case). The command receives ``top`` (None when not given) and ``show_all``."""
     f = click.option("--all", "show_all", is_flag=True, help="Every GEMM case (no --top).")(f)
     return click.option(
@@ -147,7 +147,7 @@ def top_options(f: Callable[..., Any]) -> Callable[..., Any]:
         type=click.IntRange(min=1),
         default=None,
         metavar="N",
-        help=f"The N GEMM cases with the most GPU time (default {TOP_DEFAULT}).",
+        help=f"The N GEMM cases with the most time in calls (default {TOP_DEFAULT}).",
     )(f)
 
 

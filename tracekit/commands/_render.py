@@ -201,7 +201,7 @@ def device_line(d: dict[str, Any]) -> str:
 
 
 def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
-    """``show``'s GEMM table from ``show --json``'s rows (the Analysis' cases, largest GPU time first)."""
+    """``show``'s GEMM table from ``show --json``'s rows (the Analysis' cases, most time in calls first)."""
     import polars as pl
 
     rows = [
@@ -327,7 +327,7 @@ def render_summary(
         shown = cut(gemms)
         table = frame_table(
             shown,
-            "GEMM cases, largest GPU time first (achieved: FLOPs / call spans; kernel_rate: FLOPs / GEMM time)",
+            "GEMM cases, most time in calls first (achieved: FLOPs / call spans; kernel_rate: FLOPs / GEMM time)",
             width=w,
             priority=[
                 "gemm",

@@ -44,7 +44,7 @@ def case_matches(case: Any, pattern: str | None) -> bool:
 
 
 def select_cases(analysis: Any, pattern: str | None, top: int | None) -> list[Any]:
-    """The cases a view shows: those ``--gemm`` selects, in the Analysis' order (GPU time), the first ``top``
+    """The cases a view shows: those ``--gemm`` selects, in the Analysis' order (time in calls), the first ``top``
     (None: all)."""
     cases = [c for c in analysis.cases if case_matches(c, pattern)]
     return cases if top is None else cases[:top]
@@ -90,11 +90,11 @@ def explain(
 ) -> None:
     """Explain why each GEMM of RUN stops short of peak.
 
-    Opens with a summary: GPU time, the three largest losses in GPU time, and what is unknown with how to learn
-    it. Then one card per GEMM case, largest GPU time first (the top 10; --top N, --all): the datasheet peak
+    Opens with a summary: GPU time, the three largest losses in the calls' time, and what is unknown with how to learn
+    it. Then one card per GEMM case, most time in calls first (the top 10; --top N, --all): the datasheet peak
     times clock, wave-quantization, memory-bound, in-kernel, auxiliary-kernel and launch-gap factors equals its
     achieved TFLOP/s (sum of FLOPs / sum of call spans); the kernel rate (FLOPs / GEMM kernel time) beside it.
-    The largest loss is the verdict, with the GPU time it costs and what to try. Nsight Compute's own findings are
+    The largest loss is the verdict, with the calls' time it costs and what to try. Nsight Compute's own findings are
     listed beside it.
 
     \b

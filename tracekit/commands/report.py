@@ -54,12 +54,12 @@ def report(
     """Write a report of RUN (a run folder or a bundle .zip) for a kernel ticket.
 
     The Markdown stands on its own in a GitHub issue comment: a summary (GPU time, the three largest losses in
-    GPU time, what is unknown and how to learn it), environment (GPU, driver, CUDA, library versions, ncu clock
-    control), the command that reproduces the capture, the GEMM table (largest GPU time first), the waterfall and
-    verdict of the top 10 GEMMs by GPU time (--top N, --all), Nsight Compute's findings, and every failure's full
+    the calls' time, what is unknown and how to learn it), environment (GPU, driver, CUDA, library versions, ncu clock
+    control), the command that reproduces the capture, the GEMM table (most time in calls first), the waterfall and
+    verdict of the top 10 GEMMs by time in calls (--top N, --all), Nsight Compute's findings, and every failure's full
     error text in a collapsible block. --format json is the run's Analysis (docs/ANALYSIS.md) with a "report"
     object beside it (environment, capture, reproduce, selected cases, findings, failure groups). It fits
-    GitHub's 65,536-character limit by summarising (grouped failures, top GEMMs by GPU time) and says so.
+    GitHub's 65,536-character limit by summarising (grouped failures, top GEMMs by time in calls) and says so.
     Plots (TFLOP/s vs M, waterfalls) are SVG files beside the Markdown: drag them into the comment too.
 
     \b

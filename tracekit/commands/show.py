@@ -29,7 +29,7 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
 
     RUN is a run folder made by `tracekit capture`, `tracekit bench` or `tracekit import`.
 
-    GEMM cases come largest GPU time first, with both rates named: achieved (sum of FLOPs / sum of call spans)
+    GEMM cases come most time in calls first, with both rates named: achieved (sum of FLOPs / sum of call spans)
     and kernel rate (sum of FLOPs / sum of GEMM kernel time). Each table shows --limit rows and says how many it left out; --all shows them all. Failures are grouped
     by backend, kind and the first line of the message, with their count and the shapes they cover
     (M=16..4096, N=768|2048, K=6144); --json and `tracekit report` keep every failure in full.

@@ -58,7 +58,7 @@ def _evidence_text(value: Any, key: str = "") -> str:
 
 
 def factor_content(f: Any, verdict: str | None) -> Content:
-    """One factor (:class:`tracekit.analyzers.analysis.Factor`): heading with its value, the GPU time it costs
+    """One factor (:class:`tracekit.analyzers.analysis.Factor`): heading with its value, the calls' time it costs
     and the gain if removed, the sentence, the remedy, the evidence."""
     name = clean(f.name)
     value = f.value
@@ -67,7 +67,7 @@ def factor_content(f: Any, verdict: str | None) -> Content:
     if isinstance(value, int | float):
         head.append(f"  ×{value:.3f}")
     if isinstance(gain, int | float) and math.isfinite(gain) and gain >= 0.5:
-        lost = f"costs {time_us(f.lost_ns_total)} µs of GPU time; " if f.lost_ns_total else ""
+        lost = f"costs {time_us(f.lost_ns_total)} µs of the calls' time; " if f.lost_ns_total else ""
         head.append((f"  ({lost}+{gain:.0f}% if removed)", "$text-muted"))
     if name == verdict:
         head.append(("  ◀ verdict", "bold $warning"))
@@ -135,7 +135,7 @@ class GemmScreen(Screen[None]):
                 ("verdict: ", "bold $warning"),
                 clean(v.factor + (f" ({v.cause})" if v.cause else "")),
                 (
-                    f"  costs {time_us(v.lost_ns_total)} µs of GPU time" if v.lost_ns_total else "",
+                    f"  costs {time_us(v.lost_ns_total)} µs of the calls' time" if v.lost_ns_total else "",
                     "$text-muted",
                 ),
             )
@@ -168,7 +168,7 @@ class GemmScreen(Screen[None]):
                     f"  · {c.peak.pct_of_calibrated or 0:.0f}% of calibrated {c.peak.calibrated_tflops:,.0f}"
                 )
         parts += [
-            ("\nGPU time ", "$text-muted"),
+            ("\ntime in calls ", "$text-muted"),
             f"{time_us(t.span_ns_total)} µs",
             ("  per call ", "$text-muted"),
             f"GEMM {time_us(t.gemm_ns.median)} µs + aux {time_us(t.aux_ns.median)} + gap {time_us(t.gap_ns.median)}",

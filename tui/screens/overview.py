@@ -45,7 +45,7 @@ GEMM_COLUMNS = [
     Col("n", "N", 5, "right"),
     Col("k", "K", 5, "right"),
     Col("dtype", "dtype", 5),
-    Col("gpu_ns", "GPU ms", 7, "right", fmt=_ms),
+    Col("gpu_ns", "time ms", 7, "right", fmt=_ms),
     Col("calls", "calls", 5, "right", hide_below=110),
     Col("time_ns", "µs", 7, "right", fmt=lambda v, r: time_us(v), hide_below=100),
     Col("tflops", "TFLOP/s", 7, "right", fmt=lambda v, r: "–" if v is None else f"{v:,.0f}"),
@@ -74,7 +74,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
     """The overview's header in lines that fit ``width`` cells: the run, its status and failure count (and when it
     was made, where room is left); then the device and the counts; then the step breakdown, a line per GPU once
     ``steps`` (the run's breakdown, computed after the table) is known; then the analysis' summary: the three
-    largest losses in GPU time (with the case's number in the table) and what is unknown (``tracekit explain`` says
+    largest losses in the calls' time (with the case's number in the table) and what is unknown (``tracekit explain`` says
     how to learn it); the calibration, when there is one. Parts are shortened before anything wraps: the date goes
     first, then ``NVIDIA``; the failure count always stays."""
     f = d.frames
@@ -121,7 +121,7 @@ def _ms_text(ns: float) -> str:
 
 def summary_lines(analysis: Analysis, width: int) -> list[Any]:
     """The analysis' summary as header lines, each cut to ``width``: GPU time in GEMM cases, the three largest
-    losses in GPU time, what is unknown."""
+    losses in the calls' time, what is unknown."""
     s = analysis.summary
     order = {c.id: i for i, c in enumerate(analysis.cases, 1)}
     out: list[Any] = []

@@ -19,7 +19,9 @@ A GEMM that is memory-bound at its clock (``intensity x bandwidth`` below ``peak
 factor (neither sets its ceiling): ``achieved = peak x memory x in-kernel x ...``, and ``in-kernel`` is then its
 fraction of the bandwidth roofline.
 
-The verdict (:func:`verdict_of`) is the factor with the largest loss, where the evidence holds it: a report of
+The verdict (:func:`verdict_of`) is the factor that costs the most of the calls' time
+(:meth:`Waterfall.losses`: gaps cost the idle time, aux kernels their time, the kernel's factors a share of the
+kernel's time), where the evidence holds it: a report of
 launch statistics only cannot explain anything (it says what to capture); a kernel whose SMs and DRAM are both
 nearly idle is *stalled*; a report whose kernels all ran at one clock well below boost has *clocks locked*; a
 case without a FLOP count or a peak says what is missing. Nsight Compute's own findings ride along beside the
@@ -75,6 +77,8 @@ class Waterfall:
     achieved_tflops: float | None
     factors: list[Factor] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    call_factors: int = 0
+    """How many of the last factors act on the call rather than inside the GEMM kernel (split-K, aux, gaps)."""
 
     @property
     def product_tflops(self) -> float | None:
@@ -91,11 +95,49 @@ class Waterfall:
         p, a = self.product_tflops, self.achieved_tflops
         return p is not None and a is not None and a > 0 and abs(p / a - 1) <= 0.01
 
+    def losses(self) -> list[tuple[float, float | None]]:
+        """Each factor's cost in the calls' time, in factor order: (time lost over all calls in ns, speed-up in %
+        if it alone were removed).
+
+        A factor acts on one part of a call, not on the whole. The call's factors nest (:attr:`call_factors`):
+        launch gaps act on the span (busy / span), aux kernels on the busy time (GEMM / GEMM + aux), split-K on the
+        GEMM time (kernel / kernel + reduce); the kernel's own factors (clock, waves, memory, in-kernel) each act on
+        the GEMM kernel's time. So gaps cost the idle time itself, aux kernels their own time, split-K its reduce,
+        and a kernel factor its share of the kernel's time, never more than all of it: a faster kernel leaves the
+        host's gaps as they were. (Span x (1 - value) for every factor, as before, charged a launch-bound loop's
+        in-kernel loss with the idle gaps too: 7.59 ms lost in 5.22 ms of kernels.) Each is what removing that
+        factor alone saves; the kernel's factors multiply, so their times do not add up. The speed-up is lost /
+        (span - lost). Without a span (no timing) the time lost is 0 and the speed-up the rate's, 1 / value - 1."""
+        span = self.case.timing.span_ns_total or 0.0
+        n, calls = len(self.factors), min(self.call_factors, len(self.factors))
+        out: list[tuple[float, float | None]] = [(0.0, None)] * n
+        base = span
+        for i in range(n - 1, -1, -1):
+            f = self.factors[i]
+            v = f.value
+            lost = base * (1.0 - v) if base > 0 and v < 1.0 else 0.0
+            if span > 0:
+                gain = 100.0 * lost / (span - lost) if span > lost else None
+            else:
+                gain = f.gain_pct if v > 0 else None
+            out[i] = (lost, gain)
+            if i >= n - calls:  # the call's factors nest; the kernel's all act on the kernel's time
+                base *= v
+        return out
+
     @property
     def verdict(self) -> Factor | None:
-        """The factor with the largest loss (None when nothing is lost or nothing is known)."""
-        losing = [f for f in self.factors if f.value < NO_LOSS and f.evidence.get("blamed") is not False]
-        return min(losing, key=lambda f: f.value) if losing else None
+        """The factor that costs the most of the calls' time (:meth:`losses`; on a tie, or without a timing, the
+        smallest factor), among those that lose more than 0.5% and are blamed; None when nothing is lost or
+        nothing is known."""
+        losing = [
+            (lost, f.value, i)
+            for i, (f, (lost, _)) in enumerate(zip(self.factors, self.losses(), strict=True))
+            if f.value < NO_LOSS and f.evidence.get("blamed") is not False
+        ]
+        if not losing:
+            return None
+        return self.factors[min(losing, key=lambda x: (-x[0], x[1], x[2]))[2]]
 
     @property
     def ncu_rules(self) -> list[dict[str, Any]]:
@@ -158,6 +200,7 @@ def explain_case(case: GemmCase) -> Waterfall:
         )
     f_split, f_aux, f_gaps = splitk(case), aux(case), gaps(case)
     tail = [f for f in (f_split, f_aux, f_gaps) if f is not None]
+    wf.call_factors = len(tail)  # every path below ends its factors with the whole tail
     if peak is None or kernel_rate is None:
         if case.peak_unknown:
             wf.notes.append(case.peak_unknown)
@@ -390,6 +433,8 @@ def gemm_summary(
     cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
     verdicts = {}
     for i, c in enumerate(cases):
-        v = explain_case(c).verdict
-        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, v.gain_pct if v else None)
+        wf = explain_case(c)
+        v = wf.verdict
+        gain = next((g for f, (_, g) in zip(wf.factors, wf.losses(), strict=True) if f is v), None)
+        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, gain)
     return gemm_frame(cases, verdicts)

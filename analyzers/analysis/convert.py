@@ -5,7 +5,8 @@ This is the seam between how cases are found and explained (analyzers/gemm, anal
 and what every view renders. A GemmCase's parts map one to one: its :class:`~tracekit.analyzers.gemm.Timing`
 (every call aggregated: totals, per-call median and p10 / p90, the median call, calls without their GEMM kernel)
 is the Case's :class:`~.model.Timing`; its verdict is the explainer's (:func:`~tracekit.analyzers.explain.verdict_of`).
-A factor's time lost (in the calls' time) is ``span_ns_total x (1 - value)``.
+A factor's time lost (in the calls' time) and its speed-up if removed are the waterfall's
+(:meth:`~tracekit.analyzers.explain.Waterfall.losses`): the time of the part of the call it acts on x (1 - value).
 """
 
 from __future__ import annotations
@@ -193,10 +194,9 @@ def _ncu(gc: Any) -> NcuEvidence | None:
     )
 
 
-def _factor(f: Any, span_total: float) -> Factor:
+def _factor(f: Any, lost: float, gain: float | None) -> Factor:
     value = float(f.value)
-    gain = _finite(f.gain_pct) if value > 0 else None
-    lost = span_total * (1.0 - value) if span_total and value < 1.0 else 0.0
+    gain = _finite(gain) if value > 0 else None
     return Factor(
         name=f.name,
         value=value,
@@ -235,7 +235,7 @@ def _verdict(wf: Any, factors: list[Factor]) -> Verdict:
         cause=_text(f.cause) if f is not None else None,
         value=float(f.value) if f is not None else None,
         remedy=_text(v.remedy) if f is None or f.value < NO_LOSS else None,
-        gain_pct=_finite(f.gain_pct) if f is not None and f.value > 0 else None,
+        gain_pct=blamed.gain_pct if blamed else None,
         lost_ns_total=blamed.lost_ns_total if blamed else None,
         capture_hint=_text(v.capture_hint),
     )
@@ -261,7 +261,7 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
             roofline_bound=gc.bound,
         )
     pct = min(100.0, 100.0 * ach / peak_value) if ach and peak_value else None
-    factors = [_factor(f, timing.span_ns_total) for f in wf.factors]
+    factors = [_factor(f, lost, gain) for f, (lost, gain) in zip(wf.factors, wf.losses(), strict=True)]
     counted = gc.counted
     per_call = _finite(gc.flops)
     k = gc.kernel

@@ -239,8 +239,10 @@ class Factor(_S):
 
     ``value`` <= 1 (1: no loss); ``cause`` a short sub-cause; ``sentence`` what happened in plain words;
     ``remedy`` what to try (None when the factor costs nothing); ``evidence`` the numbers the rule used;
-    ``gain_pct`` the speed-up if the loss were removed; ``lost_ns_total`` the calls' time it costs over all calls
-    (``span_ns_total x (1 - value)``)."""
+    ``lost_ns_total`` the calls' time it costs over all calls: the time of the part of the call it acts on x
+    (1 - value), where launch gaps act on the whole span, aux kernels on GEMM + aux time, split-K on the GEMM
+    time and the kernel's own factors on the GEMM kernel's time (so an in-kernel loss never exceeds the kernel's
+    time); ``gain_pct`` the speed-up of the calls if it alone were removed, lost / (span - lost)."""
 
     name: str
     value: float

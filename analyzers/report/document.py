@@ -72,8 +72,8 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             blocks.append(Heading(3, [("t", "Why each GEMM stops short of peak")]))
             lead_w = (
                 "Each factor multiplies the datasheet peak down; their product is the achieved TFLOP/s (sum of "
-                "FLOPs / sum of call spans; the kernel rate is FLOPs / GEMM kernel time). The largest loss is the "
-                "verdict."
+                "FLOPs / sum of call spans; the kernel rate is FLOPs / GEMM kernel time). The verdict is the "
+                "factor that costs the most of the calls' time."
             )
             if len(wfs) < len(selected):
                 lead_w += (

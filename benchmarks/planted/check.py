@@ -3,7 +3,8 @@
     tracekit capture --nsys -o runs/planted-b -- python benchmarks/planted/b_waves.py
     python benchmarks/planted/check.py b_waves runs/planted-b [more SCRIPT RUN pairs ...]
 
-Exits 1 if any verdict differs from expected.json, printing each GEMM's factors either way.
+Exits 1 if any verdict differs from expected.json (and, where it names a `kernel`, the largest loss among the
+kernel's own factors), printing each GEMM's factors either way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tracekit.analyzers.explain import explain
+from tracekit.analyzers.rules import NO_LOSS
 from tracekit.analyzers.store import load_frames, open_run
 
 EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
@@ -32,6 +34,9 @@ def check(script: str, run_path: str) -> bool:
         good = got[0] == want["verdict"] and ("cause" not in want or got[1] == want["cause"])
         if good and "sentence_contains" in want:
             good = want["sentence_contains"] in v.sentence
+        if good and "kernel" in want:  # the plant inside the kernel, where the call's verdict is another
+            inside = [f for f in wf.factors[: len(wf.factors) - wf.call_factors] if f.value < NO_LOSS]
+            good = bool(inside) and min(inside, key=lambda f: f.value).name == want["kernel"]
         ok &= good
         factors = ", ".join(f"{f.name} {f.value:.2f}" for f in wf.factors)
         print(f"{'ok  ' if good else 'FAIL'} {script}: {wf.case.label}: {wf.achieved_tflops or 0:.0f} TF/s; "

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tracekit.analyzers.explain import explain
+from tracekit.analyzers.rules import NO_LOSS
 from tracekit.analyzers.store import load_frames, open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +24,13 @@ RUNS = {
     "e_launch_gaps": "h200-planted-e-launch-gaps",
     "f_aux_quantize": "h200-planted-f-aux-quantize",
 }
+
+
+def kernel_limit(wf: Any) -> str | None:
+    """The largest loss among the kernel's own factors (clock, waves, memory, in-kernel): they all act on the
+    kernel's time, so the smallest of them loses the most."""
+    inside = [f for f in wf.factors[: len(wf.factors) - wf.call_factors] if f.value < NO_LOSS]
+    return min(inside, key=lambda f: f.value).name if inside else None
 
 
 def _waterfalls(script: str, gemm: str) -> list:
@@ -41,7 +50,22 @@ def test_planted_cause_is_the_verdict(script: str) -> None:
             assert v.cause == want["cause"]
         if "sentence_contains" in want:
             assert want["sentence_contains"] in v.sentence
+        if "kernel" in want:  # the plant inside the kernel, where the call's verdict is something else
+            assert kernel_limit(wf) == want["kernel"], [(f.name, round(f.value, 3)) for f in wf.factors]
         assert wf.complete
+
+
+def test_the_memory_plant_is_memory_bound_in_a_launch_bound_loop() -> None:
+    """The memory plant (c) times each of its 400 M=16 GEMMs with CUDA events in an eager loop: 33 us kernels
+    with 40 us of idle between them. The memory roof takes its kernels to 7.7% of the peak rate (the smallest
+    factor), but the loop's idle time costs more of the calls' time than the roof does: the verdict is launch
+    gaps, the kernel's limit memory."""
+    (wf,) = _waterfalls("c_memory", "M=16 ")
+    lost = {f.name: lost for f, (lost, _) in zip(wf.factors, wf.losses(), strict=True)}
+    memory = next(f for f in wf.factors if f.name == "memory")
+    assert memory.value == min(f.value for f in wf.factors) < 0.1
+    assert lost["launch gaps"] > lost["memory"] > 0.5 * wf.case.timing.gemm_ns_total
+    assert wf.verdict is not None and wf.verdict.name == "launch gaps"
 
 
 def test_first_wave_plant_shows_why_it_failed() -> None:

@@ -94,8 +94,9 @@ def explain(
     it. Then one card per GEMM case, most time in calls first (the top 10; --top N, --all): the datasheet peak
     times clock, wave-quantization, memory-bound, in-kernel, auxiliary-kernel and launch-gap factors equals its
     achieved TFLOP/s (sum of FLOPs / sum of call spans); the kernel rate (FLOPs / GEMM kernel time) beside it.
-    The largest loss is the verdict, with the calls' time it costs and what to try. Nsight Compute's own findings are
-    listed beside it.
+    The verdict is the factor that costs the most of the calls' time (launch gaps cost the idle time, aux kernels
+    their own, the kernel's factors a share of the kernel's time), with that time and what to try. Nsight
+    Compute's own findings are listed beside it.
 
     \b
     --json: the Analysis (docs/ANALYSIS.md): {schema_version, run, devices, summary, breakdown, cases: [{id,

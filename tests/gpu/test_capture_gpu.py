@@ -65,6 +65,15 @@ def test_capture_under_ncu_profiles_only_ranged_kernels(tmp_path):
     report = run.raw_dir / "ncu.ncu-rep"
     assert report.is_file() and report.stat().st_size > 0
     assert run.manifest["capture"]["ncu"]["clock_control"] == "none"
+    # the fingerprint is taken by a worker process while the program runs (collectors/env.py): on a GPU host
+    # it must still name the GPU, as the capturing process's own torch sees it
+    env = run.record.environment
+    assert env is not None and env.fingerprint_error is None, env
+    import torch
+
+    assert env.gpu_name == torch.cuda.get_device_name(0)
+    assert env.compute_capability == "{}.{}".format(*torch.cuda.get_device_capability(0))
+    assert env.sm_count == torch.cuda.get_device_properties(0).multi_processor_count
     ncu_report = _ncu_report_module()
     ctx = ncu_report.load_report(str(report))
     kernels = []

@@ -140,7 +140,8 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         share = ""
         if gpu_ns and 0 < kernels <= gpu_ns * 1.0001:
             pct = 100 * kernels / gpu_ns
-            share = f" ({pct:.0f}% of kernel time)" if pct >= 9.95 else f" ({pct:.1f}% of kernel time)"
+            digits = 0 if pct >= 9.95 else 1 if pct >= 0.995 else 2  # a decode GEMM in a long step: 0.03%
+            share = f" ({pct:.{digits}f}% of kernel time)" if pct >= 0.005 else " (<0.01% of kernel time)"
         mid = t.median_call  # one real call: the one whose span is the median
         span = mid.span_ns if mid is not None else t.span_ns.median
         unit, scale = ("ms", 1e6) if (span or 0) >= 1e6 else ("µs", 1e3)

@@ -126,6 +126,14 @@ class Waterfall:
         return out
 
     @property
+    def kernel_limit(self) -> Factor | None:
+        """The largest loss among the kernel's own factors (clock, waves, memory, in-kernel: all but the last
+        :attr:`call_factors`): they all act on the kernel's time, so the smallest of them loses the most. None when
+        none loses more than 0.5%."""
+        inside = [f for f in self.factors[: len(self.factors) - self.call_factors] if f.value < NO_LOSS]
+        return min(inside, key=lambda f: f.value) if inside else None
+
+    @property
     def verdict(self) -> Factor | None:
         """The factor that costs the most of the calls' time (:meth:`losses`; on a tie, or without a timing, the
         smallest factor), among those that lose more than 0.5% and are blamed; None when nothing is lost or

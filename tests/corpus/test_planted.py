@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tracekit.analyzers.explain import explain
-from tracekit.analyzers.rules import NO_LOSS
 from tracekit.analyzers.store import load_frames, open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,13 +22,6 @@ RUNS = {
     "e_launch_gaps": "h200-planted-e-launch-gaps",
     "f_aux_quantize": "h200-planted-f-aux-quantize",
 }
-
-
-def kernel_limit(wf: Any) -> str | None:
-    """The largest loss among the kernel's own factors (clock, waves, memory, in-kernel): they all act on the
-    kernel's time, so the smallest of them loses the most."""
-    inside = [f for f in wf.factors[: len(wf.factors) - wf.call_factors] if f.value < NO_LOSS]
-    return min(inside, key=lambda f: f.value).name if inside else None
 
 
 def _waterfalls(script: str, gemm: str) -> list:
@@ -51,7 +42,10 @@ def test_planted_cause_is_the_verdict(script: str) -> None:
         if "sentence_contains" in want:
             assert want["sentence_contains"] in v.sentence
         if "kernel" in want:  # the plant inside the kernel, where the call's verdict is something else
-            assert kernel_limit(wf) == want["kernel"], [(f.name, round(f.value, 3)) for f in wf.factors]
+            limit = wf.kernel_limit
+            assert limit is not None and limit.name == want["kernel"], [
+                (f.name, round(f.value, 3)) for f in wf.factors
+            ]
         assert wf.complete
 
 

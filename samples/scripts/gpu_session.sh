@@ -73,7 +73,12 @@ for p in "$@"; do
       (cd /tmp && timeout 120 python3 -c "import time;t=time.time();import flashinfer;print('flashinfer', flashinfer.__version__, round(time.time()-t,1),'s')") 2>&1 | tail -3
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit,temperature.gpu --format=csv ;;
     tests)
-      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$R/pyproject.toml" -o addopts=-ra --rootdir "$R" -p no:cacheprovider -m gpu $(for t in ${GPU_TESTS:-tests/gpu}; do printf '%s ' "$R/$t"; done) -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+      # pytest puts its rootdir on sys.path (pyproject's pythonpath = ["."], for tests.support): a rootdir of links to
+      # the checkout's tests, samples, benchmarks and docs, without its tracekit/ folder, which would shadow the
+      # installed package (its collectors/ and analyzers/ map into tracekit only when installed)
+      T=/tmp/tkroot; rm -rf "$T"; mkdir -p "$T"; cp "$R/pyproject.toml" "$T/"
+      for d in tests samples benchmarks docs; do ln -s "$R/$d" "$T/$d"; done
+      (cd /tmp && timeout ${TESTS_TIMEOUT:-330} python3 -X faulthandler -m pytest -c "$T/pyproject.toml" -o addopts=-ra --rootdir "$T" -p no:cacheprovider -m gpu $(for t in ${GPU_TESTS:-tests/gpu}; do printf '%s ' "$T/$t"; done) -q -rs -W ignore::pytest.PytestUnraisableExceptionWarning) 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     probe)
       (cd /tmp && LD_LIBRARY_PATH=$R/.nsys-libs:${LD_LIBRARY_PATH:-} NSYS=$TRACEKIT_NSYS OUT=$OUT/probe bash "$R/samples/scripts/make_probe_sample.sh") > "$OUT/probe.log" 2>&1; tail -4 "$OUT/probe.log" ;;
     bench)

@@ -287,10 +287,15 @@ def _tracekit_cases(
     )
     tops = _kernel_rows(ks, [t for t in firsts["top"].to_list() if t is not None])
     # calls without a GEMM kernel: instances of the case's range that launched none
+    # (a Kineto trace mirrors each record_function range on the GPU as a gpu_user_annotation: when the host's ranges
+    # own the calls, their GPU twins are not further calls, and counting them would call every call "sampled out")
     have = set(calls["owner"].to_list())
+    gemm_ranges = _gemm_ranges(ranges, ctx, own)
+    owner_kinds = {gemm_ranges[rid].get("kind") for rid in have if rid in gemm_ranges}
     empty_counts: dict[int, int] = {}
-    for rid, key in ((rid, _tk_key(r, own, ctx)) for rid, r in _gemm_ranges(ranges, ctx, own).items()):
-        if rid not in have and key in case_of:
+    for rid, r in gemm_ranges.items():
+        key = _tk_key(r, own, ctx)
+        if rid not in have and key in case_of and r.get("kind") in owner_kinds:
             empty_counts[case_of[key]] = empty_counts.get(case_of[key], 0) + 1
     out = []
     for ci, rid, top, owners in firsts.iter_rows():
@@ -335,7 +340,7 @@ def _tk_key(r: dict[str, Any], own: dict[str, bool], ctx: dict[str, str | None])
 
 
 def _gemm_ranges(ranges: pl.DataFrame, ctx: dict[str, str | None], own: dict[str, bool]) -> dict[int, dict]:
-    cols = [c for c in (*_SHAPE, "name", "parent_id") if c in ranges.columns]
+    cols = [c for c in (*_SHAPE, "name", "parent_id", "kind") if c in ranges.columns]
     info = ranges.filter(pl.col("range_kind") == "gemm").select("range_id", *cols)
     parent_names = ranges.select(pl.col("range_id").alias("parent_id"), pl.col("name").alias("_pname"))
     info = info.join(parent_names, on="parent_id", how="left")

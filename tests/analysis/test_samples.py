@@ -215,3 +215,22 @@ def test_reader_that_stops_early_is_not_an_error() -> None:
         rc = proc.wait(timeout=60)
     assert rc == 0, err
     assert "Traceback" not in err and "internal error" not in err
+
+
+def test_instrumented_script_under_the_torch_profiler_counts_each_call_once() -> None:
+    """h200-instrument-torchprof: `capture --torch-profiler --instrument` of a script that never imports tracekit
+    (three torch.mm calls, tests/gpu/test_instrument_gpu.py's script). Kineto mirrors each wrapper's
+    record_function range on the GPU as a gpu_user_annotation of the same name: the host ranges own the calls (the
+    kernel joins to the aten::mm op inside), and their GPU twins are not three more calls "whose GEMM kernel is
+    missing"."""
+    import tracekit
+
+    run = SAMPLES / "h200-instrument-torchprof"
+    frames = load_frames(open_run(run))
+    gemm = frames["ranges"].filter(pl.col("range_kind") == "gemm")
+    assert gemm["kind"].value_counts().sort("kind").rows() == [("annotation", 3), ("gpu_annotation", 3)]
+    (case,) = tracekit.load(run).analyze().cases
+    assert (case.shape.m, case.shape.n, case.shape.k) == (256, 384, 512)
+    assert case.timing.calls == 3
+    assert case.timing.calls_without_kernel == 0
+    assert case.kernel.name.startswith("nvjet_sm90")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import tracekit
 from tracekit.collectors import breadcrumb
 from tracekit.collectors.capture import capture
 from tracekit.collectors.instrument import site_dir
@@ -48,8 +49,14 @@ def test_instrumented_gemms_are_found_under_the_torch_profiler(tmp_path: Path) -
     assert set(gemm.select("backend", "op", "m", "n", "k").unique().rows()) == {
         ("torch-bf16", "mm", 256, 384, 512)
     }
-    in_gemm = frames["kernels"].filter(pl.col("range_id").is_in(gemm["range_id"].implode()))
+    # each kernel joins to the innermost range: the aten::mm op (range_kind gemm-op) inside the wrapper's range
+    ops = frames["ranges"].filter(pl.col("parent_id").is_in(gemm["range_id"].implode()))
+    held = pl.concat([gemm["range_id"], ops["range_id"]]).implode()
+    in_gemm = frames["kernels"].filter(pl.col("range_id").is_in(held))
     assert in_gemm.height >= 3, frames["kernels"].select("name", "range_id")
+    # and the analysis counts three calls, none "sampled out" (Kineto's GPU twins of the ranges are not calls)
+    (case,) = tracekit.load(run.path).analyze().cases
+    assert (case.timing.calls, case.timing.calls_without_kernel) == (3, 0)
 
 
 def test_a_killed_process_leaves_the_breadcrumbs_of_its_cuda_gemms(tmp_path: Path) -> None:

@@ -20,18 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NO_LOSS", "Factor", "duration"]
-
-
-def duration(ns: float) -> str:
-    """A duration for a sentence: ``812 ns``, ``14.6 us``, ``2.93 ms``, ``1.20 s``."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
+__all__ = ["NO_LOSS", "Factor"]
 
 
 NO_LOSS = 0.995

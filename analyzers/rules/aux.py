@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from tracekit.numbers import duration
+
 from ..taxonomy import classify_name, split_name
-from . import Factor, duration
+from . import Factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import Factor, duration
+from tracekit.numbers import duration
+
+from . import Factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase

@@ -220,7 +220,7 @@ def test_gaps() -> None:
     two.timing = Timing.from_calls([Call(10_000.0, 0.0, 0.0), Call(10_000.0, 0.0, 33_000.0)])
     f = gaps(two)
     assert f.evidence["idle_ns_total"] == 33_000.0 and f.value == pytest.approx(20 / 53)
-    assert "33.0 us over 2 calls" in f.sentence and "16.5" not in f.sentence
+    assert "33.0 µs over 2 calls" in f.sentence and "16.5" not in f.sentence
     assert "idle_in_few_calls" not in f.evidence  # two calls: too few to tell
 
 
@@ -236,7 +236,7 @@ def test_gaps_in_a_few_calls_are_not_launch_overhead() -> None:
     )
     f = gaps(few)
     assert f.value < 0.9 and f.evidence["idle_in_few_calls"] is True
-    assert "median gap 1.2 us" in f.sentence and "a few calls" in f.sentence
+    assert "median gap 1.2 µs" in f.sentence and "a few calls" in f.sentence
     assert "synchronize" in f.remedy and "Launch-bound" not in f.remedy
     every = make_case(main_ns=8_000.0, gap_ns=23_000.0, calls=40)
     f = gaps(every)

@@ -125,6 +125,14 @@ class Waterfall:
                 base *= v
         return out
 
+    def loss_of(self, factor: Factor | None) -> tuple[float, float | None]:
+        """:meth:`losses`' entry for ``factor`` (one of :attr:`factors`, by identity): (0.0, None) for None or a
+        factor not in this waterfall."""
+        for f, loss in zip(self.factors, self.losses(), strict=True):
+            if f is factor:
+                return loss
+        return (0.0, None)
+
     @property
     def kernel_limit(self) -> Factor | None:
         """The largest loss among the kernel's own factors (clock, waves, memory, in-kernel: all but the last
@@ -443,6 +451,6 @@ def gemm_summary(
     for i, c in enumerate(cases):
         wf = explain_case(c)
         v = wf.verdict
-        gain = next((g for f, (_, g) in zip(wf.factors, wf.losses(), strict=True) if f is v), None)
+        gain = wf.loss_of(v)[1]
         verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, gain)
     return gemm_frame(cases, verdicts)

@@ -92,6 +92,15 @@ def duration(ns: Any) -> str:
     return f"{v:,.0f} ns"
 
 
+def share_of_kernel_time(part_ns: float, gpu_ns: float | None) -> float | None:
+    """``part_ns`` (kernel time: a case's, or every GEMM's) in % of every kernel's time ``gpu_ns``, or None where
+    the two cannot be compared: no timeline, nothing timed, or a part longer than the whole (Nsight Compute's
+    replay times are not on the timeline; 0.01% of slack for the sums' rounding)."""
+    if not gpu_ns or not part_ns or part_ns > gpu_ns * 1.0001:
+        return None
+    return 100.0 * part_ns / gpu_ns
+
+
 def figure(value: Any, digits: int = 1) -> str:
     """A number in a report (Markdown, HTML): whole from 100, else ``digits`` decimals, thousands separated."""
     v = finite(value)

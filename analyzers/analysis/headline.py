@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tracekit.numbers import share_of_kernel_time
+
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
@@ -167,8 +169,9 @@ def time_headline(
     line = f"{cases:,} GEMM case{'s' if cases != 1 else ''}"
     if gemm_ns:
         line += f": GEMM kernels {ns_text(gemm_ns)}"
-        if gpu_ns and gemm_ns <= gpu_ns * 1.0001:
-            line += f", {100 * gemm_ns / gpu_ns:.0f}% of {ns_text(gpu_ns)} in all kernels"
+        share = share_of_kernel_time(gemm_ns, gpu_ns)
+        if share is not None:
+            line += f", {share:.0f}% of {ns_text(gpu_ns)} in all kernels"
         elif gpu_ns:
             line += f" (Nsight Compute replay times; all kernels on the timeline: {ns_text(gpu_ns)})"
         # the cards' times (call spans) add up past every kernel's time: say why

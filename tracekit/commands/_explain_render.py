@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracekit.numbers import duration as ns_text
+from tracekit.numbers import share_of_kernel_time
 
 NO_LOSS = 0.995
 """A factor at or above this value loses nothing worth naming (analyzers/analysis)."""
@@ -136,10 +137,9 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         # the share is of kernel time: the case's kernels (GEMM and auxiliary) against every kernel's. Its span
         # would not do: a launch-bound loop's calls span several times its kernels' time (a "460%" share), and
         # Nsight Compute replay times are not on the timeline at all
-        kernels = t.gemm_ns_total + t.aux_ns_total
+        pct = share_of_kernel_time(t.gemm_ns_total + t.aux_ns_total, gpu_ns)
         share = ""
-        if gpu_ns and 0 < kernels <= gpu_ns * 1.0001:
-            pct = 100 * kernels / gpu_ns
+        if pct is not None:
             digits = 0 if pct >= 9.95 else 1 if pct >= 0.995 else 2  # a decode GEMM in a long step: 0.03%
             share = f" ({pct:.{digits}f}% of kernel time)" if pct >= 0.005 else " (<0.01% of kernel time)"
         mid = t.median_call  # one real call: the one whose span is the median

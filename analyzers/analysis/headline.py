@@ -8,6 +8,7 @@ from typing import Any
 
 from tracekit.numbers import share_of_kernel_time
 
+from ..explain import NCU_HINT
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
@@ -59,7 +60,9 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
-    no_flops = [c for c in cases if not c.flops.per_call]
+    # cases that say themselves why they have no FLOP count (a graph replay without a captured shape, kernels
+    # whose launches are not in the trace) are listed with their own reason and remedy below, with the hints
+    no_flops = [c for c in cases if not c.flops.per_call and not _own_flops_reason(c)]
     if no_flops:
         out.append(
             Unknown(
@@ -118,7 +121,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    counted = {c.id for c in (*no_flops, *no_peak)}
+    counted = {c.id for c in (*no_flops, *no_peak) if not _own_flops_reason(c)}
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict
@@ -180,3 +183,16 @@ def time_headline(
     elif gpu_ns:
         line += f"; all kernels: {ns_text(gpu_ns)}"
     return line
+
+
+def _own_flops_reason(c: Case) -> bool:
+    """The case has no FLOP count and its verdict says why in its own words (``GemmCase.flops_note``), not the
+    generic "no GEMM shape or FLOP count"."""
+    v = c.verdict
+    return (
+        not c.flops.per_call
+        and v.kind == "cannot-explain"
+        and v.capture_hint is not None
+        and v.capture_hint != NCU_HINT
+        and not v.sentence.startswith("no GEMM shape")
+    )

@@ -397,6 +397,10 @@ def _user_cases(
             "replay": replay is not None,
             "replayed": replayed,
         }
+    # GEMM kernels with no launch event where the trace links others': launched before the profiler's window
+    # opened (the previous step's tail) or their runtime events dropped; no operator, so no shape, whatever the
+    # profiler recorded
+    unlinked = _unlinked_tops(ks, calls, tops)
     calls, _, timings = _cases_in_launch_order(calls, keys, aux_rows, starts)
     firsts = (
         calls.sort("first")
@@ -423,6 +427,8 @@ def _user_cases(
         case.graph_replay = e["replayed"]
         if e["replayed"] and not dims and not e["flops"]:
             case.flops_note = NO_SHAPE_NOTE
+        elif not dims and not e["flops"] and unlinked is not None and set(owners) <= unlinked:
+            case.flops_note = NO_LAUNCH_NOTE
         case.timing = timings[ci]
         case.range_ids = [o for o in owners if o >= 0]
         case.key = ("range", *key)
@@ -436,6 +442,26 @@ def _user_cases(
     _name_cases(held)
     _name_loose(loose)
     return held, loose
+
+
+NO_LAUNCH_NOTE = (
+    "no launch event in the trace (no operator, no shape): the kernels ran before the profiler's window opened,"
+    " or their runtime events were dropped; start the window earlier (a profiler schedule with a warmup step),"
+    " or count the FLOPs with `tracekit capture --ncu`"
+)
+"""What a GEMM without a shape says when its kernels' launches are not in the trace (the explainer's note)."""
+
+
+def _unlinked_tops(ks: pl.DataFrame, calls: pl.DataFrame, tops: dict[int, dict[str, Any]]) -> set[int] | None:
+    """The calls (owners) whose GEMM kernel has no launch event, where the trace links other kernels to theirs;
+    None where it links none (a trace without CPU events: nothing to tell apart)."""
+    if "launch_start_ns" not in ks.columns or ks["launch_start_ns"].null_count() == ks.height:
+        return None
+    return {
+        owner
+        for owner, top in calls.select("owner", "_top").iter_rows()
+        if top is not None and tops.get(top, {}).get("launch_start_ns", 0) is None
+    }
 
 
 def _calls_without_kernel(

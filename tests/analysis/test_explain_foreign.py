@@ -377,3 +377,27 @@ def test_a_gemm_range_named_by_someone_else_keeps_the_shape_its_row_carries() ->
     (c,) = [c for c in build_cases(fr) if c.m]
     assert c.name == "aten::_scaled_mm" and c.launches == 3
     assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144 and c.dtype_class == "fp8"
+
+
+def test_gemms_launched_before_the_trace_window_say_so_not_record_shapes(shared_data: Path) -> None:
+    """TraceLens's Qwen1.5 H100 trace records every op's shapes, yet two of its GEMM kernel groups have none:
+    their correlation ids match no launch event (they ran in the trace's first 14 ms, the tail of the step before
+    the window opened). The remedy for them is an earlier window, not record_shapes=True, which was on."""
+    import tracekit
+
+    path = shared_data / "thirdparty" / "tracelens" / "h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    run = tracekit.load(path)
+    analysis = run.analyze()
+    kernels = run.frames["kernels"]
+    unshaped = [c for c in analysis.cases if not c.flops.per_call]
+    assert len(unshaped) == 2
+    for c in unshaped:
+        assert c.verdict.kind == "cannot-explain"
+        assert c.verdict.sentence.startswith("no launch event in the trace")
+        assert "record_shapes" not in (c.verdict.capture_hint or "")
+        # independently: every kernel of that name and grid has no launch linked, and the trace links others'
+        mine = kernels.filter((pl.col("name") == c.kernel.name) & (pl.col("launch_start_ns").is_null()))
+        assert mine.height >= c.timing.calls
+    assert kernels["launch_start_ns"].null_count() < kernels.height
+    unknown = " ".join(u.what + " " + u.how for u in analysis.summary.unknowns)
+    assert "record_shapes" not in unknown and "no launch event in the trace" in unknown

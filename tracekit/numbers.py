@@ -101,6 +101,20 @@ def share_of_kernel_time(part_ns: float, gpu_ns: float | None) -> float | None:
     return 100.0 * part_ns / gpu_ns
 
 
+def flop_amount(flops: float) -> str:
+    """An amount of floating-point work, three significant figures in the unit that keeps it out of exponent
+    notation: ``0.101 GFLOP``, ``51.6 GFLOP``, ``335 GFLOP``, ``1.1 TFLOP`` (not ``1.1e+03 GFLOP``), ``4.19 MFLOP``."""
+    g = flops / 1e9
+    if g >= 1e3:
+        t = g / 1e3
+        return f"{t:,.0f} TFLOP" if t >= 100 else f"{t:.3g} TFLOP" if t < 10 else f"{t:.1f} TFLOP"
+    if g >= 100:
+        return f"{g:.0f} GFLOP"
+    if g >= 0.01:
+        return f"{g:.3g} GFLOP"
+    return f"{flops / 1e6:.3g} MFLOP"
+
+
 def figure(value: Any, digits: int = 1) -> str:
     """A number in a report (Markdown, HTML): whole from 100, else ``digits`` decimals, thousands separated."""
     v = finite(value)

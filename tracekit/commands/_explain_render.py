@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracekit.numbers import duration as ns_text
-from tracekit.numbers import share_of_kernel_time
+from tracekit.numbers import flop_amount, share_of_kernel_time
 
 NO_LOSS = 0.995
 """A factor at or above this value loses nothing worth naming (analyzers/analysis)."""
@@ -126,9 +126,7 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
             safe(case.device.name) if case.device and case.device.name else None,
             case.shape_text,
             case.rate.dtype_class,
-            f"{case.flops.per_call / 1e9:,.3g} GFLOP per call"
-            if case.flops.per_call and plain_flops
-            else None,
+            f"{flop_amount(case.flops.per_call)} per call" if case.flops.per_call and plain_flops else None,
         ]
     )
     if what:
@@ -198,7 +196,7 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
     if rates:
         lines.append((" · ".join(rates), "bold"))
     if case.flops.per_call and case.flops.source != "shape":
-        origin = f"{case.flops.per_call / 1e9:,.3g} GFLOP per call from {case.flops.source}"
+        origin = f"{flop_amount(case.flops.per_call)} per call from {case.flops.source}"
         dtype = f"{case.rate.dtype_class} from {case.rate.source}" if case.rate.dtype_class else None
         lines.append((_join([origin, dtype], "; "), "dim"))
     if case.kernel.name:

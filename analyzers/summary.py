@@ -231,6 +231,7 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     if analysis.ranks is not None:
         out["ranks"] = [msgspec.to_builtins(r) for r in analysis.ranks.ranks]
         out["straggler"] = {"rank": analysis.ranks.straggler, "reasons": analysis.ranks.reasons}
+        out["rank_notes"] = list(analysis.ranks.notes)
     return out
 
 

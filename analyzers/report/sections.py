@@ -403,14 +403,15 @@ def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
             [
                 (
                     "t",
-                    "Kernel time per rank: compute is kernel time outside collectives, idle the GPU's idle time in "
-                    "its span, last in the collectives it reached last (the others waited inside theirs).",
+                    "Kernel time per rank: compute is kernel time outside collectives, idle the time in its span "
+                    "when no kernel ran, last in the collectives it reached last (the others waited inside theirs).",
                 )
             ]
         )
     )
-    if cross.get("reasons"):
-        blocks.append(Bullets([[("t", md_text(x, cc))] for x in cross["reasons"]]))
+    if cross.get("reasons") or cross.get("notes"):
+        said = [*(cross.get("reasons") or []), *(cross.get("notes") or [])]
+        blocks.append(Bullets([[("t", md_text(x, cc))] for x in said]))
     spread = [g for g in cross.get("gemm_spread") or [] if g.get("spread_pct") is not None]
     if spread:
         shown = spread if d.gemm_rows is None else spread[: d.gemm_rows]

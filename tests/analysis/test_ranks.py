@@ -354,6 +354,37 @@ def test_single_rank_run_has_no_rank_analysis(shared_data: Path) -> None:
     assert analyze_ranks(combine([ex])) is None
 
 
+@pytest.mark.parametrize("name", TWO_GPU)
+def test_copies_counted_as_idle_in_the_rank_table_are_said(
+    shared_data: Path, runs: dict[str, Path], name: str
+) -> None:
+    """The rank table's idle is the span with no kernel running; h100_2gpu_1s spends 920 ms of its 969 ms on each
+    GPU in pageable host-to-device copies, which the step breakdown counts as memory (idle 0.7% there, 97.7%
+    here). A note names each rank's copy time where it is 1% of the span or more, from the export's own tables."""
+    path = _export(shared_data, name)
+    ra = analyze_ranks(load_frames(Run.open(runs[name])))
+    assert ra is not None
+    spans = {r["rank"]: r["span_ns"] for r in ra.ranks.iter_rows(named=True)}
+    copies = {}
+    for rank, (pid, _dev) in _ranks_by_sql(path).items():
+        ((ns,),) = _sql(
+            path,
+            "SELECT coalesce(sum(t.end - t.start), 0) FROM (SELECT start, end, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+            f" UNION ALL SELECT start, end, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET) t WHERE {GPID} = {pid}",
+        )
+        copies[rank] = ns
+    named = {r: ns for r, ns in copies.items() if ns >= 0.01 * spans[r]}
+    said = [n for n in ra.notes if n.startswith("idle here is time with no kernel running")]
+    if not named:
+        assert not said
+        return
+    (note,) = said
+    for rank, ns in named.items():
+        assert f"rank {rank}: {ns / 1e6:,.1f} ms" in note
+    if name == "h100_2gpu_1s":
+        assert all(ns > 0.9 * spans[r] for r, ns in named.items())
+
+
 # --- views: show --json and the report --------------------------------------------------------------------------------------
 def test_show_json_lists_ranks(shared_data: Path, runs: dict[str, Path]) -> None:
     import json

@@ -312,6 +312,8 @@ def render_summary(
         )
         for reason in (data.get("straggler") or {}).get("reasons") or []:
             console.print(Text(f"  {safe(reason, 300)}"))
+        for note in data.get("rank_notes") or []:
+            console.print(Text(f"  note: {safe(note, 300)}", style="dim"))
     if data.get("breakdown"):
         _render_breakdown(console, data["breakdown"], limit, path)
     for src in data["sources"]:

@@ -42,7 +42,8 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
     and per range name: the 20 longest, every one with --all; docs/BREAKDOWN.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
-    for a run of several ranks also ranks [...] (kernel time per rank) and straggler {rank, reasons}.
+    for a run of several ranks also ranks [...] (kernel time per rank; idle: no kernel running), straggler
+    {rank, reasons} and rank_notes [...] (what the rank table leaves out or assumes).
 
     \b
     Examples:

@@ -190,11 +190,30 @@ def _pick_main(case: GemmCase, rows: list[dict[str, Any]], ev: Evidence) -> dict
     return max(mains, key=lambda r: r.get("duration_ns") or 0.0)
 
 
+def kernel_rules(main: dict[str, Any], rows: list[dict[str, Any]], ev: Evidence) -> list[dict]:
+    """Nsight Compute's findings for the case's GEMM kernel: those of its profiled launches (``rows`` of the same
+    kernel as ``main``; a split-K reduce's or a quantize's findings are about that kernel, not the GEMM), one per
+    rule, kind and title (per message where it has no title), since each launch repeats them with its own
+    numbers: the one with the largest estimated speed-up is kept, in ``main``'s order."""
+
+    def name(r: dict[str, Any]) -> str | None:
+        return r.get("demangled_name") or r.get("name")
+
+    mine = [main, *(r for r in rows if r is not main and same_kernel(name(main), name(r)))]
+    out: dict[tuple[Any, ...], dict] = {}
+    for r in mine:
+        for x in ev.rules.get(r["ncu_id"], []):
+            key = (x.get("rule"), x.get("kind"), x.get("title") or x.get("message"))
+            if key not in out or (x.get("speedup_pct") or -1.0) > (out[key].get("speedup_pct") or -1.0):
+                out[key] = x
+    return list(out.values())
+
+
 def attach_ncu(
     case: GemmCase, rows: list[dict[str, Any]], ev: Evidence, borrowed_from: str | None = None
 ) -> None:
     """Use the GEMM kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence: its row, metrics,
-    the rules of every row, its counted FLOPs and DRAM bytes, launch configuration and clock."""
+    its kernel's rules (:func:`kernel_rules`), its counted FLOPs and DRAM bytes, launch configuration and clock."""
     main = _pick_main(case, rows, ev)
     case.counted = case.counted or _kernel_counts(main, ev)
     if case.dram_bytes is None and main.get("dram_bytes"):
@@ -204,7 +223,7 @@ def attach_ncu(
     case.ncu = NcuPart(
         row=main,
         metrics=ev.metrics.get(main["ncu_id"], {}),
-        rules=[x for r in rows for x in ev.rules.get(r["ncu_id"], [])],
+        rules=kernel_rules(main, rows, ev),
         kernels=len(rows),
         borrowed_from=borrowed_from,
         clock_locked=ev.locked.get(str(main.get("source"))),

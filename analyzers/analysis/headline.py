@@ -8,6 +8,7 @@ from typing import Any
 
 from tracekit.numbers import share_of_kernel_time
 
+from ..gemm.ncu_evidence import SEVERAL_HOW
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
@@ -59,7 +60,19 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
-    no_flops = [c for c in cases if not c.flops.per_call]
+    several = [c for c in cases if not c.flops.per_call and c.flops.counters]  # counted, but no one count
+    if several:
+        out.append(
+            Unknown(
+                what=(
+                    f"{len(several)} case(s) hold several GEMMs under one kernel and grid (their calls counted or "
+                    "ran differently): no one FLOP count per call, no TFLOP/s"
+                ),
+                how=SEVERAL_HOW,
+                cases=len(several),
+            )
+        )
+    no_flops = [c for c in cases if not c.flops.per_call and not c.flops.counters]
     if no_flops:
         out.append(
             Unknown(
@@ -118,7 +131,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    counted = {c.id for c in (*no_flops, *no_peak)}
+    counted = {c.id for c in (*several, *no_flops, *no_peak)}
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict

@@ -80,13 +80,18 @@ class CountedFlops:
     ``flops`` counts executed math, tile padding included; ``dtype_class`` is the tensor-core rate class (fp8,
     bf16, ... or fp32 for SIMT); ``counter_names`` the non-zero counters summed; ``simt`` True when the count came
     from FP32 FFMA/FADD/FMUL instructions; ``dtype_note`` says how a multi-type counter's class was chosen.
+
+    For a case's calls (several launches) ``flops`` is None when no one count holds for every call: the profiled
+    launches counted different math (several GEMMs sharing a kernel and grid), ``spread`` then gives the least and
+    the most counted; the class still holds (the same counters).
     """
 
-    flops: float
+    flops: float | None
     dtype_class: str | None
     counter_names: list[str] = field(default_factory=list)
     simt: bool = False
     dtype_note: str | None = None
+    spread: tuple[float, float] | None = None
 
 
 def _classes(src: str) -> list[str]:

@@ -206,10 +206,11 @@ def gemm_kernels(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.Da
 
 
 def gemm_rules(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.DataFrame:
-    """Nsight Compute's own findings for one GEMM's profiled kernels: one row per distinct finding (rule, kind,
+    """Nsight Compute's own findings for one GEMM's profiled GEMM kernel: one row per distinct finding (rule, kind,
     title, message with ncu's ``@section:``/``@url:`` link markup as words, largest speed-up, speedup_type, and
     ``kernels``: how many profiled launches it was made for), optimizations and the largest estimated speed-up
     first. ``OK`` results and ncu's notes about optional metrics are left out, as in the report."""
+    from tracekit.analyzers.gemm.ncu_evidence import same_kernel
     from tracekit.analyzers.report import ncu_noise, ncu_text
 
     ncu = frames["ncu"]
@@ -217,7 +218,13 @@ def gemm_rules(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.Data
     if gemm.get("ncu_id") is not None:
         ids.append(int(gemm["ncu_id"]))
     if gemm.get("range") and ncu.height:
-        ids.extend(ncu.filter(pl.col("nvtx_range") == gemm["range"])["ncu_id"].to_list())
+        # the GEMM kernel's launches in its range: a split-K reduce's or quantize's findings are about that kernel
+        main = gemm.get("main_kernel")
+        ids.extend(
+            r["ncu_id"]
+            for r in ncu.filter(pl.col("nvtx_range") == gemm["range"]).iter_rows(named=True)
+            if not main or same_kernel(main, r.get("demangled_name") or r.get("name"))
+        )
     rules = frames["ncu_rules"].filter(pl.col("ncu_id").is_in(sorted(set(ids))))
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in rules.iter_rows(named=True):

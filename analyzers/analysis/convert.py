@@ -297,7 +297,9 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
             counters=list(counted.counter_names) if counted else [],
             bytes_min=_finite(gc.bytes_moved),
             bytes_source=_text(gc.bytes_source),
-            note=_text(counted.dtype_note) if counted else None,
+            note=_text(gc.flops_note if counted and counted.spread else counted.dtype_note)
+            if counted
+            else None,
         ),
         rate=RateClass(dtype_class=dtype_class, source=rate_source, note=_text(rate_note)),
         timing=timing,

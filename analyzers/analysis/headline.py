@@ -9,6 +9,7 @@ from typing import Any
 from tracekit.numbers import share_of_kernel_time
 
 from ..explain import NCU_HINT
+from ..gemm.ncu_evidence import SEVERAL_HOW
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
@@ -60,9 +61,21 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
+    several = [c for c in cases if not c.flops.per_call and c.flops.counters]  # counted, but no one count
+    if several:
+        out.append(
+            Unknown(
+                what=(
+                    f"{len(several)} case(s) hold several GEMMs under one kernel and grid (their calls counted or "
+                    "ran differently): no one FLOP count per call, no TFLOP/s"
+                ),
+                how=SEVERAL_HOW,
+                cases=len(several),
+            )
+        )
     # cases that say themselves why they have no FLOP count (a graph replay without a captured shape, kernels
     # whose launches are not in the trace) are listed with their own reason and remedy below, with the hints
-    no_flops = [c for c in cases if not c.flops.per_call and not _own_flops_reason(c)]
+    no_flops = [c for c in cases if not c.flops.per_call and not c.flops.counters and not _own_flops_reason(c)]
     if no_flops:
         out.append(
             Unknown(
@@ -121,7 +134,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    counted = {c.id for c in (*no_flops, *no_peak) if not _own_flops_reason(c)}
+    counted = {c.id for c in several} | {c.id for c in (*no_flops, *no_peak) if not _own_flops_reason(c)}
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict

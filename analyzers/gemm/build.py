@@ -23,6 +23,7 @@ from .ncu_evidence import (
     ncu_cases,
     ncu_gemm_names,
     same_kernel,
+    settle_several,
     tracekit_ncu_case,
 )
 from .parts import AuxUse, Clock, Shape, Timing
@@ -214,6 +215,7 @@ def build_cases(
             case.device = device
         if case.device_name is None and case.device is not None:
             case.device_name = case.device.name
+        settle_several(case)
         settle_rate(case)
         if calibration:
             case.calibrated_tflops = calibrated_peak(calibration, case.dtype_class)

@@ -159,10 +159,11 @@ class GemmCase:
     @property
     def flops(self) -> float | None:
         """FLOPs per call: 2*M*N*K from the shape, else what Nsight Compute counted (executed math, tile padding
-        included), else the profiler's own count."""
+        included; none when the calls are several GEMMs whose counts differ: ``counted.spread``), else the
+        profiler's own count."""
         if self.shape is not None:
             return self.shape.flops
-        if self.counted is not None:
+        if self.counted is not None and self.counted.flops:
             return self.counted.flops
         return self.profiler_flops or None
 
@@ -171,7 +172,7 @@ class GemmCase:
         """Where :attr:`flops` came from: shape | ncu-counters | profiler-flops | none."""
         if self.shape is not None:
             return "shape"
-        if self.counted is not None:
+        if self.counted is not None and self.counted.flops:
             return "ncu-counters"
         if self.profiler_flops:
             return "profiler-flops"

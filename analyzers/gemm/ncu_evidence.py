@@ -19,6 +19,7 @@ import polars as pl
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
+from tracekit.numbers import duration
 from tracekit.records import Environment, gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
@@ -190,11 +191,30 @@ def _pick_main(case: GemmCase, rows: list[dict[str, Any]], ev: Evidence) -> dict
     return max(mains, key=lambda r: r.get("duration_ns") or 0.0)
 
 
+def kernel_rules(main: dict[str, Any], rows: list[dict[str, Any]], ev: Evidence) -> list[dict]:
+    """Nsight Compute's findings for the case's GEMM kernel: those of its profiled launches (``rows`` of the same
+    kernel as ``main``; a split-K reduce's or a quantize's findings are about that kernel, not the GEMM), one per
+    rule, kind and title (per message where it has no title), since each launch repeats them with its own
+    numbers: the one with the largest estimated speed-up is kept, in ``main``'s order."""
+
+    def name(r: dict[str, Any]) -> str | None:
+        return r.get("demangled_name") or r.get("name")
+
+    mine = [main, *(r for r in rows if r is not main and same_kernel(name(main), name(r)))]
+    out: dict[tuple[Any, ...], dict] = {}
+    for r in mine:
+        for x in ev.rules.get(r["ncu_id"], []):
+            key = (x.get("rule"), x.get("kind"), x.get("title") or x.get("message"))
+            if key not in out or (x.get("speedup_pct") or -1.0) > (out[key].get("speedup_pct") or -1.0):
+                out[key] = x
+    return list(out.values())
+
+
 def attach_ncu(
     case: GemmCase, rows: list[dict[str, Any]], ev: Evidence, borrowed_from: str | None = None
 ) -> None:
     """Use the GEMM kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence: its row, metrics,
-    the rules of every row, its counted FLOPs and DRAM bytes, launch configuration and clock."""
+    its kernel's rules (:func:`kernel_rules`), its counted FLOPs and DRAM bytes, launch configuration and clock."""
     main = _pick_main(case, rows, ev)
     case.counted = case.counted or _kernel_counts(main, ev)
     if case.dram_bytes is None and main.get("dram_bytes"):
@@ -204,7 +224,7 @@ def attach_ncu(
     case.ncu = NcuPart(
         row=main,
         metrics=ev.metrics.get(main["ncu_id"], {}),
-        rules=[x for r in rows for x in ev.rules.get(r["ncu_id"], [])],
+        rules=kernel_rules(main, rows, ev),
         kernels=len(rows),
         borrowed_from=borrowed_from,
         clock_locked=ev.locked.get(str(main.get("source"))),
@@ -335,13 +355,90 @@ def _timing(gemm: dict[int, list[dict]], aux: dict[int, list[dict]]) -> Timing:
     )
 
 
+COUNT_TOLERANCE = 0.02
+"""Profiled launches of one case whose counted FLOPs differ by more than this (relative to the most) are
+different GEMMs sharing a kernel and grid, not one GEMM counted twice (the counters are exact: 2*M*N*K for a
+shape that fits its tiles, samples/h200-counter-probe)."""
+
+
 def _counted_per_call(rows: list[dict], ev: Evidence) -> CountedFlops | None:
+    """The FLOPs every call of the launches ``rows`` executed, by Nsight Compute's counters. Launches that
+    counted different math (beyond :data:`COUNT_TOLERANCE`) are several GEMMs under one kernel and grid: no one
+    count holds for every call, so ``flops`` is None and ``spread`` gives the least and the most (a mean of them
+    rated an H100 serving step's four GEMMs at 335 GFLOP a call, 22% above their 275)."""
     counts = [c for r in rows if (c := _kernel_counts(r, ev)) is not None]
     if not counts:
         return None
-    top = max(counts, key=lambda c: c.flops)
-    same = [c.flops for c in counts if c.simt == top.simt]
+    top = max(counts, key=lambda c: c.flops or 0.0)
+    same = [c.flops for c in counts if c.simt == top.simt and c.flops]
+    if not same:
+        return top
+    low, high = min(same), max(same)
+    if high - low > COUNT_TOLERANCE * high:
+        return CountedFlops(
+            None, top.dtype_class, top.counter_names, top.simt, top.dtype_note, spread=(low, high)
+        )
     return CountedFlops(sum(same) / len(same), top.dtype_class, top.counter_names, top.simt, top.dtype_note)
+
+
+CALL_SPREAD = 1.5
+"""A case whose calls' GEMM times run over more than this ratio (90th over 10th percentile) holds calls of
+several GEMMs (one kernel and grid can serve several shapes); one GEMM's calls keep within it (clock changes
+under a power cap move them ~20%)."""
+
+
+def several_gemms(case: GemmCase) -> str | None:
+    """Why the case's calls are several GEMMs (profiled launches that counted different math, or calls whose GEMM
+    times differ beyond :data:`CALL_SPREAD`), in words; None when nothing says so. A case named by its shape is
+    one GEMM."""
+    if case.shape is not None:
+        return None
+    parts = []
+    if case.counted is not None and case.counted.spread is not None:
+        low, high = case.counted.spread
+        parts.append(
+            f"Nsight Compute counted {low / 1e9:.4g} to {high / 1e9:.4g} GFLOP on its profiled launches"
+        )
+    g = case.timing.gemm
+    if case.timing.source == "timeline" and g.p10 and g.p90 and g.p90 > CALL_SPREAD * g.p10:
+        parts.append(
+            f"the calls' GEMM times run from {duration(g.p10)} (p10) to {duration(g.p90)} (p90), "
+            f"median {duration(g.median)}"
+        )
+    if not parts:
+        return None
+    grid = f" and grid {case.kernel.grid}" if case.kernel.grid else ""
+    return f"the {case.timing.calls} calls are several GEMMs sharing one kernel{grid} ({'; '.join(parts)})"
+
+
+SEVERAL_HOW = (
+    "put each GEMM in an NVTX range of its own (one case each), or profile more of the range's launches "
+    "(tracekit capture --ncu --max-per-range N) so that every GEMM is counted"
+)
+
+
+def settle_several(case: GemmCase) -> None:
+    """A case whose calls are several GEMMs (:func:`several_gemms`) says so. Rated by Nsight Compute's counted
+    FLOPs, it gets no FLOP count: the profiled launches' count (or their mean) does not hold for its other calls;
+    ``flops_note`` says why and how to learn it, the counters' rate class stays (the same kernel, the same math
+    type). Without a count, a note on the card says its calls' times mix GEMMs."""
+    if case.shape is not None:
+        return
+    why = several_gemms(case)
+    if why is None:
+        return
+    if case.counted is None:
+        case.notes.append(
+            f"{why[0].upper()}{why[1:]}: the per-call times (median, p10, p90) mix them; {SEVERAL_HOW}"
+        )
+        return
+    c = case.counted
+    case.counted = CountedFlops(
+        None, c.dtype_class, c.counter_names, c.simt, c.dtype_note, spread=c.spread or (c.flops, c.flops)
+    )  # type: ignore[arg-type]
+    case.estimated_tflops = case.achieved_estimate = None
+    case.dram_bytes = None  # one profiled launch's bytes: not every call's either
+    case.flops_note = f"FLOPs unknown, {why}: {SEVERAL_HOW}"
 
 
 @dataclass
@@ -512,7 +609,7 @@ def borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], ev: Evide
         if not same:
             continue
         if case.counted is None and case.shape is None:
-            case.counted = _kernel_counts(same[0], ev)
+            case.counted = _counted_per_call(same, ev)  # None as the count when they counted different math
         attach_ncu(case, same[:1], ev, borrowed_from=same[0].get("nvtx_range") or "(no range)")
 
 
@@ -547,5 +644,7 @@ __all__ = [
     "ncu_cases",
     "ncu_gemm_names",
     "same_kernel",
+    "settle_several",
+    "several_gemms",
     "tracekit_ncu_case",
 ]

@@ -240,7 +240,8 @@ def render_case(
     rules = [r for r in (case.ncu.rules if case.ncu else []) if r.title and r.rule][:4]
     if rules:
         text = "; ".join(
-            f"{safe(r.rule)}: {safe(r.title)}" + (f" (~{r.speedup_pct:.0f}%)" if r.speedup_pct else "")
+            f"{safe(r.rule)}: {safe(r.title)}"
+            + (f" (est. speed-up ~{r.speedup_pct:.0f}%)" if r.speedup_pct else "")
             for r in rules
         )
         parts.append(Text(f"ncu says: {text}", style="dim"))

@@ -75,7 +75,9 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
         )
     # cases that say themselves why they have no FLOP count (a graph replay without a captured shape, kernels
     # whose launches are not in the trace) are listed with their own reason and remedy below, with the hints
-    no_flops = [c for c in cases if not c.flops.per_call and not c.flops.counters and not _own_flops_reason(c)]
+    no_flops = [
+        c for c in cases if not c.flops.per_call and not c.flops.counters and not _own_flops_reason(c)
+    ]
     if no_flops:
         out.append(
             Unknown(

@@ -367,6 +367,7 @@ def aggregate(
         pl.col("launches").sum(),
         *[pl.col(c).sum().alias(f"{c}_total") for c in ("gemm", "splitk", "aux", "gap", "paused")],
         pl.col("pauses").sum(),
+        pl.col("gap").max().alias("gap_max"),
         *[e for c in ("gemm", "aux", "gap", "span", "splitk") for e in spread(c)],
     )
     owners = calls.select("owner", "case")
@@ -415,6 +416,7 @@ def aggregate(
             aux_kernels=uses.get(r["case"], []),
             pauses=int(r["pauses"] or 0),
             paused_ns_total=r["paused_total"] or 0.0,
+            gap_max=r["gap_max"],
             **timing,
         )
     return out

@@ -187,6 +187,9 @@ class Timing:
     detail: str | None = None
     pauses: int = 0
     paused_ns_total: float = 0.0
+    gap_max: float | None = None
+    """The largest one call's gap (None where the calls are not known one by one): with a few calls, whether one
+    call holds the idle (a first call's setup) or every call does."""
 
     @classmethod
     def from_calls(cls, calls: Sequence[Call], **kw: Any) -> Timing:
@@ -208,6 +211,7 @@ class Timing:
             gap=Spread.of([c.gap_ns for c in calls]),
             span=Spread.of(spans),
             median_call=median,
+            gap_max=max(c.gap_ns for c in calls),
             **kw,
         )
 

@@ -184,7 +184,7 @@ def aux(case: GemmCase) -> Factor | None:
     what = " and ".join(parts) or "Auxiliary steps"
     sentence = (
         f"{what[0].upper() + what[1:]} take {duration(per_call)} per call ({duration(aux_total)} over "
-        f"{t.calls} call{'s' if t.calls != 1 else ''}), {share:.0f}% of the GEMM's GPU time: {short}."
+        f"{t.calls} call{'s' if t.calls != 1 else ''}), {share:.0f}% of the GEMM + aux time: {short}."
     )
     fitting = [_REMEDY[c] for c in found if c in _REMEDY][:2]
     if any(c not in _REMEDY for c in found):

@@ -23,6 +23,57 @@ is under this share of all the idle (with at least :data:`FEW_CALLS_MIN` calls):
 bf16 M=4096 GEMM, 40 calls with a median gap of 1.2 us hold 775 us of idle."""
 
 
+GRAPH_REMEDY = (
+    "Fewer kernels per call: fuse the call's auxiliary kernels (the quantize's steps, the activation) into the "
+    "GEMM or into their neighbours (torch.compile fuses pointwise chains): every kernel boundary in a graph costs "
+    "the GPU a dependency wait. Programmatic dependent launch lets a kernel start while the one before finishes."
+)
+FEW_CALLS_REMEDY = (
+    "Profile more calls, after a few warm-up calls (the first call of a GEMM creates the library's handle and "
+    "workspace and loads its kernel): with many calls the gaps rule tells slow launching from a few long waits."
+)
+
+
+def _in_graph(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
+    """The idle of calls replayed from a CUDA graph: one ``cudaGraphLaunch`` launched every kernel, so the gaps
+    are the GPU's own latency from one graph node to the next, not a host that launches too slowly (the H100
+    serve sample's decode: 0.3 to 0.7 us between kernels of one replay)."""
+    t = case.timing
+    ev = {**ev, "graph_replay": True}
+    boundaries = sum(u.count for u in t.aux_kernels) / t.calls if t.calls else 0.0
+    each = ""
+    if boundaries >= 1:
+        ev["kernel_boundaries_per_call"] = boundaries
+        ev["idle_ns_per_boundary"] = t.gap_ns_total / (t.calls * boundaries)
+        each = (
+            f" ({boundaries:.0f} kernel boundaries per call, {duration(ev['idle_ns_per_boundary'])} each on "
+            "average)"
+        )
+    sentence = (
+        f"{where}, between kernels of a CUDA graph replay: one graph launch started them all, so the idle is the "
+        f"GPU's own latency from one kernel to the next{each}, not a host that launches too slowly."
+    )
+    return Factor("launch gaps", value, sentence, ev, GRAPH_REMEDY)
+
+
+def _too_few_calls(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
+    """Idle over fewer than :data:`FEW_CALLS_MIN` calls: slow launching, a synchronisation and a first call's
+    library setup look alike, so the sentence says what the timeline shows (how much one call holds) and how to
+    learn the cause (h200-instrument-torchprof: 499 of its 573 us of idle are one gap of 3 calls)."""
+    t = case.timing
+    ev = {**ev, "too_few_calls": True}
+    held = ""
+    if t.calls > 1 and t.gap_max:
+        ev["idle_ns_max_call"] = t.gap_max
+        held = f"; one call holds {duration(t.gap_max)} of it"
+    calls = "one call" if t.calls == 1 else f"{t.calls} calls"
+    sentence = (
+        f"{where}{held}. With {calls} the cause cannot be told: a first call's library setup (handle, workspace, "
+        "kernel load), a synchronisation or host work, and slow launching look alike."
+    )
+    return Factor("launch gaps", value, sentence, ev, FEW_CALLS_REMEDY)
+
+
 def gaps(case: GemmCase) -> Factor | None:
     """``busy / (busy + idle)`` over the case's calls; None when the timeline shows no idle time (or there is no
     timeline). Sums over calls, not a median: two calls with gaps of 0 and 33 us lost 33 us."""
@@ -44,6 +95,10 @@ def gaps(case: GemmCase) -> Factor | None:
         return Factor(
             "launch gaps", value, where + ": too little to blame the host.", {**ev, "blamed": False}, None
         )
+    if case.graph_replay:
+        return _in_graph(case, value, where, ev)
+    if t.calls < FEW_CALLS_MIN:
+        return _too_few_calls(case, value, where, ev)
     if (
         t.calls >= FEW_CALLS_MIN
         and t.gap.median is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.explain_data import make_case, ncu_row, probe_frames
-from tracekit.analyzers.gemm import GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
+from tracekit.analyzers.gemm import AuxUse, GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
 from tracekit.analyzers.rules.aux import aux, splitk
 from tracekit.analyzers.rules.clock import clock, throttle_names
 from tracekit.analyzers.rules.gaps import gaps
@@ -208,10 +208,20 @@ def test_aux_split_k_and_quantize() -> None:
 
 def test_gaps() -> None:
     # DEVICE.md: an eager small-M _scaled_mm costs 23-58 us of host time against 8-13 us of kernel time.
-    case = make_case(main_ns=8_000.0, gap_ns=23_000.0)
+    case = make_case(main_ns=8_000.0, gap_ns=23_000.0, calls=20)
     f = gaps(case)
     assert f.value == pytest.approx(8 / 31)
-    assert "CUDA graph" in f.remedy
+    assert "CUDA graph" in f.remedy and "host does not launch fast enough" in f.sentence
+    # one call: the same idle cannot tell slow launching from a first call's setup
+    one = gaps(make_case(main_ns=8_000.0, gap_ns=23_000.0))
+    assert one.value == pytest.approx(8 / 31) and one.evidence["too_few_calls"] is True
+    assert "host does not launch" not in one.sentence and "warm-up" in one.remedy
+    # calls replayed from a CUDA graph: the idle is between the graph's kernels, not the host's
+    graph = make_case(main_ns=8_000.0, gap_ns=2_000.0, calls=20, graph_replay=True, aux_ns=4_000.0)
+    graph.timing.aux_kernels.append(AuxUse("quant", "quantize", "quantize", 4_000.0 * 20, 4 * 20))
+    g = gaps(graph)
+    assert g.evidence["graph_replay"] is True and g.evidence["idle_ns_per_boundary"] == pytest.approx(500.0)
+    assert "host does not launch" not in g.sentence and "capture the loop" not in g.remedy
     assert gaps(make_case(main_ns=8_000.0)) is None
     # two calls with gaps of 0 and 33 us: the totals say 33 us lost, no "16.5 us" median of parts
     from tracekit.analyzers.gemm import Call, Timing

@@ -248,9 +248,18 @@ def ncu_gemm_names(frames: dict[str, pl.DataFrame]) -> set[str]:
 
 def _known_other(row: dict[str, Any]) -> bool:
     """Whether a profiled kernel is one the kernel table knows to be no GEMM (attention, rng, a norm, a
-    convolution ...): never a GEMM case of its own."""
+    convolution ...), by its name or, for a convolution's GEMM-named kernel, by the op range it ran in
+    (:func:`_convolutions`): never a GEMM case of its own."""
+    if _convolutions(row):
+        return True
     info = classify_name(row.get("demangled_name") or row.get("name"))
     return info.known and info.kernel_class != "gemm"
+
+
+def _convolutions(row: dict[str, Any]) -> bool:
+    """Whether the row's class columns say a convolution op launched it (family ``cudnn-conv`` decided by the
+    op: cuDNN's ``volta_sgemm_*`` under an emit_nvtx ``aten::cudnn_convolution`` range), whatever its name."""
+    return row.get("kernel_family") == "cudnn-conv" and row.get("class_source") == "op"
 
 
 def _user_range_of(row: dict[str, Any]) -> str | None:
@@ -506,7 +515,8 @@ def _user_range_cases(
     mains = [
         r
         for r in rows
-        if _gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names)
+        if not _convolutions(r)
+        and (_gemm_like(r.get("name"), gemm_names) or _gemm_like(r.get("demangled_name"), gemm_names))
     ]
     if not mains:
         unknown = [r for r in rows if not _known_other(r)]

@@ -140,8 +140,10 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
         pl.col("duration_ns").fill_null(pl.col("end_ns") - pl.col("start_ns")),
     )
     counted = [n for n in names if n in gemm_names]
+    # Nsight Compute's tensor math is no GEMM evidence for a kernel its convolution op launched
+    conv = (pl.col("kernel_family") == "cudnn-conv").fill_null(False)
     ks = ks.with_columns(
-        ((pl.col("cls") == "gemm").fill_null(False) | pl.col("name").is_in(counted)).alias("_gemm")
+        ((pl.col("cls") == "gemm").fill_null(False) | (pl.col("name").is_in(counted) & ~conv)).alias("_gemm")
     )
     res = resolve_ranges(ranges) if ranges is not None else resolve_ranges(None)  # type: ignore[arg-type]
     ks = ks.join(res, on="range_id", how="left")

@@ -8,9 +8,13 @@ Decision order, per kernel:
 1. the name table (:func:`.names.classify_name`): class and family, ``class_source`` ``name`` or ``template``;
 2. the CPU op that launched it (``kernels.launch_op``: Kineto's innermost ``cpu_op`` on the launching thread;
    else an emit_nvtx op range ``aten::silu, seq = 3`` as the kernel's innermost range; for ``ncu`` rows the
-   innermost NVTX range when it is such an op range), for kernels the table leaves generic (class
-   ``elementwise`` or ``other``): the op table's class, ``class_source`` ``op``;
-3. evidence, for kernels the table does not know (no family), never over an attention class: Nsight Compute's
+   innermost NVTX range when it is such an op range), for kernels whose name class the op's rule is over (by
+   default the generic ``elementwise`` and ``other``; a convolution op's rule also over ``gemm`` and
+   ``splitk-reduce``: cuDNN runs GEMM-named kernels for a convolution, ``volta_sgemm_128x32_nt`` under
+   ``aten::cudnn_convolution``): the op table's class (and family, where the rule names one), ``class_source``
+   ``op``;
+3. evidence, for kernels the table does not know (no family), never over an attention class nor a convolution
+   op's decision (its implicit GEMMs issue tensor math too): Nsight Compute's
    tensor-op counters > 0 (``sm__ops_path_tensor_src_*``, analyzers/flops.py) make it ``gemm`` with
    ``class_source`` ``counters``; else tensor-pipe activity of at least :data:`TENSOR_PIPE_MIN_PCT`
    (``ncu.tensor_pipe_pct``) with ``tensor-pipe``. Evidence found for a profiled kernel holds for every launch of
@@ -29,7 +33,7 @@ import polars as pl
 from tracekit.frames import SPECS
 
 from ..flops import counted_flops, is_counter_metric
-from .names import classify_name, classify_op, op_key, split_name
+from .names import classify_name, op_key, op_rule, split_name
 
 __all__ = [
     "CLASSIFIED",
@@ -105,10 +109,15 @@ def _decide(name: str | None, op: str | None, evidence: dict[str, str]) -> tuple
     """(class, family, class_source) of one kernel name launched by ``op``."""
     info = classify_name(name)
     cls, family, source = info.kernel_class, info.family, info.source
-    if cls in _GENERIC:
-        op_cls = classify_op(op)
-        if op_cls is not None and op_cls != cls:
-            cls, source = op_cls, "op"
+    rule = op_rule(op)
+    if rule is not None and cls in rule.over:
+        if rule.kernel_class != cls or (rule.family is not None and family is None):
+            cls, source = rule.kernel_class, "op"
+            family = rule.family or family
+        if "gemm" in rule.over:
+            # the op knows the kernel is no GEMM however it is named (a convolution's implicit GEMM): neither are
+            # its tensor counters evidence of one
+            return cls, family, source
     if not info.known and cls != "attention" and name:
         how = evidence.get(name) or evidence.get(split_name(name)[0])
         if how is not None:

@@ -30,9 +30,17 @@ from dataclasses import dataclass
 
 from tracekit import naming
 
-from .table import DECODERS, Family, load_table
+from .table import DECODERS, Family, OpRule, load_table
 
-__all__ = ["KernelInfo", "classify_name", "classify_op", "op_key", "signature_rate_class", "split_name"]
+__all__ = [
+    "KernelInfo",
+    "classify_name",
+    "classify_op",
+    "op_key",
+    "op_rule",
+    "signature_rate_class",
+    "split_name",
+]
 
 
 @dataclass(frozen=True)
@@ -360,14 +368,21 @@ def op_key(name: str | None) -> str | None:
 
 
 @functools.lru_cache(maxsize=1 << 12)
-def classify_op(name: str | None) -> str | None:
-    """The class the launching CPU op gives a kernel (``aten::silu`` -> activation, ``nccl:all_reduce`` ->
-    communication); None for ops the table does not list (GEMM ops among them: a bias copy launched inside
-    ``aten::addmm`` is not a GEMM)."""
+def op_rule(name: str | None) -> OpRule | None:
+    """The op table's rule for the launching CPU op ``name`` (its first matching entry); None for ops the table
+    does not list."""
     key = op_key(name)
     if key is None:
         return None
     for rule in load_table().ops:
         if rule.op.search(key):
-            return rule.kernel_class
+            return rule
     return None
+
+
+def classify_op(name: str | None) -> str | None:
+    """The class the launching CPU op gives a kernel (``aten::silu`` -> activation, ``nccl:all_reduce`` ->
+    communication, ``aten::cudnn_convolution`` -> other); None for ops the table does not list (GEMM ops among
+    them: a bias copy launched inside ``aten::addmm`` is not a GEMM)."""
+    rule = op_rule(name)
+    return rule.kernel_class if rule is not None else None

@@ -55,11 +55,16 @@ class Family:
 
 @dataclass(frozen=True)
 class OpRule:
-    """A launching CPU op pattern (``aten::silu``, ``nccl:all_reduce``) and the class it gives."""
+    """A launching CPU op pattern (``aten::silu``, ``nccl:all_reduce``) and the class it gives to the kernels
+    whose name class is one of ``over`` (by default the generic ``elementwise`` and ``other``; a convolution op
+    also takes the GEMM-named kernels cuDNN runs for it). ``family``: the family such a kernel gets (null: the
+    name's)."""
 
     op: re.Pattern[str]
     kernel_class: str
     source: str
+    over: tuple[str, ...] = ("elementwise", "other")
+    family: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,16 @@ def _op(entry: dict[str, Any]) -> OpRule:
     cls = entry.get("class")
     if cls not in CLASSES:
         raise ValueError(f"kernel_classes.json: op {entry.get('op')!r} has unknown class {cls!r}")
-    return OpRule(re.compile(entry["op"], re.IGNORECASE), cls, entry.get("source") or "")
+    over = tuple(entry.get("over") or ("elementwise", "other"))
+    if bad := [c for c in over if c not in CLASSES]:
+        raise ValueError(f"kernel_classes.json: op {entry.get('op')!r} is over unknown classes {bad}")
+    return OpRule(
+        re.compile(entry["op"], re.IGNORECASE),
+        cls,
+        entry.get("source") or "",
+        over,
+        entry.get("family") or None,
+    )
 
 
 @functools.cache
@@ -132,11 +146,16 @@ def load_table() -> Table:
     if tuple(classes) != CLASSES:
         raise ValueError(f"kernel_classes.json: classes {tuple(classes)} differ from {CLASSES}")
     mn = raw["mnemonics"]
+    families = tuple(_family(e) for e in raw["families"])
+    ops = tuple(_op(e) for e in raw["ops"])
+    known = {f.family for f in families}
+    if bad := [o.family for o in ops if o.family is not None and o.family not in known]:
+        raise ValueError(f"kernel_classes.json: ops name unknown families {bad}")
     return Table(
         version=int(raw["version"]),
         classes=classes,
-        families=tuple(_family(e) for e in raw["families"]),
-        ops=tuple(_op(e) for e in raw["ops"]),
+        families=families,
+        ops=ops,
         nvjet_letters=dict(raw["nvjet_letters"]["letters"]),
         xmma_types=dict(raw["xmma_types"]["types"]),
         mnemonic_elements=dict(mn["elements"]),

@@ -180,8 +180,8 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
             occ = f"theoretical occupancy {theo:.0f}%"
         if limiter and small:
             occ += (
-                f" ({limiter.replace('shared_mem', 'shared memory')} would allow {per_sm} CTA/SM, but the grid's "
-                f"{small[0]} CTAs are fewer than the {small[1]} CTA slots: the grid bounds it)"
+                f" ({per_sm} CTA/SM by {limiter.replace('shared_mem', 'shared memory')}, but {small[0]} CTAs "
+                f"for {small[1]} slots: the grid bounds it)"
             )
         elif limiter:
             occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
@@ -252,10 +252,9 @@ def _cause(
     if low_occupancy and case.ncu is None and small:
         return (
             "unexplained without a profile",
-            f"{small[0]} CTAs for {small[1]} CTA slots: every CTA is resident at once, so the grid, not "
-            f"{limiter.replace('shared_mem', 'shared memory')} (from the launch configuration), bounds "  # type: ignore[union-attr]
-            "occupancy; without Nsight Compute's throughputs it cannot be told whether that costs time: profile "
-            "the GEMM with `tracekit capture --ncu`.",
+            f"{small[0]} CTAs for {small[1]} CTA slots: the grid, not "
+            f"{limiter.replace('shared_mem', 'shared memory')}, bounds occupancy; whether that costs time "  # type: ignore[union-attr]
+            "needs Nsight Compute's throughputs: profile the GEMM with `tracekit capture --ncu`.",
         )
     if low_occupancy and case.ncu is None:
         return (
@@ -351,14 +350,11 @@ def more_ctas(case: GemmCase) -> str:
     name = (case.kernel.name or "").lower()
     if t.splitk_ns_total > 0 or "splitk" in name:
         share = (
-            f", its reduce {100 * t.splitk_ns_total / t.gemm_ns_total:.0f}% of the GEMM time"
+            f" (its reduce {100 * t.splitk_ns_total / t.gemm_ns_total:.0f}% of the GEMM time)"
             if t.splitk_ns_total > 0 and t.gemm_ns_total > 0
             else ""
         )
-        return (
-            f"the kernel already splits K{share}: a larger split, or stream-K (which splits K without a "
-            "separate reduce), or smaller tiles"
-        )
+        return f"it already splits K{share}: a larger split, or stream-K"
     tiny = [f"{d}={v}" for d, v in (("M", case.m), ("N", case.n)) if v is not None and v <= TINY_DIM]
     return "use more CTAs (split-K, stream-K, smaller tiles)" + (
         f", or a GEMV-style kernel for {' '.join(tiny)}" if tiny else ""

@@ -59,13 +59,29 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
-    no_flops = [c for c in cases if not c.flops.per_call]
-    if no_flops:
+    from ..explain import PROFILE_FAILED_HINT
+
+    # a kernel Nsight Compute measured nothing for is said once, by its verdict (re-profile), below
+    failed = {c.id for c in cases if c.verdict.capture_hint == PROFILE_FAILED_HINT}
+    no_flops = [c for c in cases if not c.flops.per_call and c.id not in failed]
+    # the cards of cases without a FLOP count whose rate is estimated from pipe activity print that estimate
+    estimated = [c for c in no_flops if c.timing.kernel_tflops is not None and c.timing.achieved_estimate]
+    unrated = [c for c in no_flops if c not in estimated]
+    if unrated:
         out.append(
             Unknown(
-                what=f"{len(no_flops)} case(s) without shape or FLOP count have no TFLOP/s",
+                what=f"{len(unrated)} case(s) without shape or FLOP count have no TFLOP/s",
                 how=f"{NCU_HOW} counts the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
-                cases=len(no_flops),
+                cases=len(unrated),
+            )
+        )
+    if estimated:
+        out.append(
+            Unknown(
+                what=f"{len(estimated)} case(s) without shape or FLOP count: TFLOP/s estimated from pipe activity",
+                how=f"the estimate (peak x tensor pipe active, or 2 x FFMA rate) is no count: {NCU_HOW} counts "
+                "the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
+                cases=len(estimated),
             )
         )
     no_peak = [c for c in cases if c.flops.per_call and c.peak is None]
@@ -81,7 +97,10 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     no_clock = [
         c
         for c in cases
-        if c.peak is not None and c.sm_clock_hz is None and not any(f.name == "clock" for f in c.factors)
+        if c.peak is not None
+        and c.sm_clock_hz is None
+        and not any(f.name == "clock" for f in c.factors)
+        and c.id not in failed
     ]
     blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
     if no_clock and blind:  # both are learnt from one Nsight Compute capture: said once
@@ -118,7 +137,7 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    counted = {c.id for c in (*no_flops, *no_peak)}
+    counted = {c.id for c in (*no_flops, *no_peak)} - failed
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict

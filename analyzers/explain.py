@@ -52,6 +52,14 @@ __all__ = ["Verdict", "Waterfall", "explain", "explain_case", "gemm_summary", "v
 
 NCU_HINT = "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch profiler's record_shapes=True, or tracekit's own ranges)"
 LAUNCH_STATS_ONLY = "the report has only launch statistics"
+PROFILE_FAILED = (
+    "Nsight Compute measured nothing for this kernel (no duration, no launch configuration, every metric "
+    "missing): its profiling failed"
+)
+PROFILE_FAILED_HINT = (
+    "re-profile the kernel (`ncu -k regex:NAME`, or `tracekit capture --ncu`) and read ncu's output for the "
+    "error"
+)
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
 
 
@@ -275,6 +283,12 @@ def explain_case(case: GemmCase) -> Waterfall:
 def verdict_of(wf: Waterfall) -> Verdict:
     """The case's verdict from its waterfall and the evidence behind it (see the module docstring)."""
     case, blamed = wf.case, wf.verdict
+    if case.ncu is not None and case.ncu.profile_failed and not case.flops:
+        errors = [e for e in case.ncu.rule_errors if e.startswith("Rule ")] or case.ncu.rule_errors
+        said = f" ({len(errors)} of Nsight Compute's rules errored, e.g. '{errors[0]}')" if errors else ""
+        return Verdict(
+            "cannot-explain", f"cannot explain: {PROFILE_FAILED}{said}", capture_hint=PROFILE_FAILED_HINT
+        )
     if (
         case.ncu is not None
         and case.ncu.launch_stats_only

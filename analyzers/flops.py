@@ -29,6 +29,7 @@ __all__ = ["CountedFlops", "counted_flops", "is_counter_metric"]
 
 _TENSOR = re.compile(r"^sm__ops_path_tensor_src_(?P<src>[a-z0-9_]+?)(?:_dst_(?P<dst>[a-z0-9]+))?\.sum$")
 _SKIP = re.compile(r"_realtime|_sparsity_(?:on|off)")
+_CYCLES = "smsp__cycles_elapsed.avg"
 _SIMT = {
     "ffma": "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
     "fadd": "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
@@ -64,7 +65,7 @@ _NAME_SAYS = (
     (re.compile(r"e4m3|e5m2|fp8|qgmma|qqtst|f8", re.I), "fp8"),
 )
 
-COUNTER_PREFIXES = ("sm__ops_path_tensor_src_", "smsp__sass_thread_inst_executed_op_f")
+COUNTER_PREFIXES = ("sm__ops_path_tensor_src_", "smsp__sass_thread_inst_executed_op_f", _CYCLES)
 """Metric-name prefixes the FLOP count reads (for filters that keep only the metrics the analysis uses)."""
 
 
@@ -136,10 +137,41 @@ def counted_flops(metrics: Mapping[str, float | None], kernel_name: str | None =
         cls = max(by_class, key=lambda c: by_class[c])
         return CountedFlops(sum(by_class.values()), cls, sorted(names), False, "; ".join(notes) or None)
     ffma = metrics.get(_SIMT["ffma"])
-    if ffma is None or ffma <= 0:
+    if ffma is None:
+        return _simt_from_rates(metrics)
+    if ffma <= 0:
         return None
     fadd = metrics.get(_SIMT["fadd"]) or 0.0
     fmul = metrics.get(_SIMT["fmul"]) or 0.0
     simt_names = [_SIMT["ffma"]] + [_SIMT[k] for k, v in (("fadd", fadd), ("fmul", fmul)) if v]
     note = None if seen_tensor else "no tensor-op counters in the profile: FP32 SIMT math only"
     return CountedFlops(2.0 * ffma + fadd + fmul, "fp32", simt_names, True, note)
+
+
+_TENSOR_ACTIVE = (
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+)
+TENSOR_IDLE_PCT = 1.0
+"""Tensor-pipe activity (% of peak, elapsed) at or below which a kernel did no tensor-core math worth rating: the
+FP32 instruction count is its math (panjd123's ``ReferenceGemm_kernel``: 0.012%, a CUTLASS int8 GEMM of the same
+report 11%)."""
+
+
+def _simt_from_rates(metrics: Mapping[str, float | None]) -> CountedFlops | None:
+    """FP32 SIMT FLOPs from the instruction rates (``...pred_on.sum.per_cycle_elapsed`` x
+    ``smsp__cycles_elapsed.avg``: Nsight Compute's full set records the rates, not the sums) of a kernel whose
+    tensor pipe stayed idle; None where it was busy or unsaid (the FFMAs of a tensor-core kernel's epilogue are not
+    its math)."""
+    tensor = next((metrics[m] for m in _TENSOR_ACTIVE if metrics.get(m) is not None), None)
+    cycles = metrics.get(_CYCLES)
+    rate = {k: metrics.get(f"{v}.per_cycle_elapsed") or 0.0 for k, v in _SIMT.items()}
+    if tensor is None or tensor > TENSOR_IDLE_PCT or not cycles or rate["ffma"] <= 0:
+        return None
+    count = {k: round(r * cycles) for k, r in rate.items()}
+    names = [f"{_SIMT[k]}.per_cycle_elapsed" for k in ("ffma", "fadd", "fmul") if count[k]] + [_CYCLES]
+    note = (
+        f"FP32 SIMT math: the tensor pipe was active {tensor:.2g}% of the time; FLOPs from the FFMA/FADD/FMUL "
+        f"rates x {_CYCLES} ({count['ffma']:,} FFMA)"
+    )
+    return CountedFlops(2.0 * count["ffma"] + count["fadd"] + count["fmul"], "fp32", names, True, note)

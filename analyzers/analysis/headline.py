@@ -61,6 +61,8 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
+    from ..explain import PROFILE_FAILED_HINT
+
     several = [c for c in cases if not c.flops.per_call and c.flops.counters]  # counted, but no one count
     if several:
         out.append(
@@ -73,17 +75,33 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=len(several),
             )
         )
-    # cases that say themselves why they have no FLOP count (a graph replay without a captured shape, kernels
-    # whose launches are not in the trace) are listed with their own reason and remedy below, with the hints
+    # a kernel Nsight Compute measured nothing for is said once, by its verdict (re-profile), below; so are cases
+    # that say themselves why they have no FLOP count (a graph replay without a captured shape, kernels whose
+    # launches are not in the trace), with their own reason and remedy
+    failed = {c.id for c in cases if c.verdict.capture_hint == PROFILE_FAILED_HINT}
     no_flops = [
-        c for c in cases if not c.flops.per_call and not c.flops.counters and not _own_flops_reason(c)
+        c
+        for c in cases
+        if not c.flops.per_call and not c.flops.counters and c.id not in failed and not _own_flops_reason(c)
     ]
-    if no_flops:
+    # the cards of cases without a FLOP count whose rate is estimated from pipe activity print that estimate
+    estimated = [c for c in no_flops if c.timing.kernel_tflops is not None and c.timing.achieved_estimate]
+    unrated = [c for c in no_flops if c not in estimated]
+    if unrated:
         out.append(
             Unknown(
-                what=f"{len(no_flops)} case(s) without shape or FLOP count have no TFLOP/s",
+                what=f"{len(unrated)} case(s) without shape or FLOP count have no TFLOP/s",
                 how=f"{NCU_HOW} counts the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
-                cases=len(no_flops),
+                cases=len(unrated),
+            )
+        )
+    if estimated:
+        out.append(
+            Unknown(
+                what=f"{len(estimated)} case(s) without shape or FLOP count: TFLOP/s estimated from pipe activity",
+                how=f"the estimate (peak x tensor pipe active, or 2 x FFMA rate) is no count: {NCU_HOW} counts "
+                "the FLOPs; or record shapes (PyTorch profiler record_shapes=True)",
+                cases=len(estimated),
             )
         )
     no_peak = [c for c in cases if c.flops.per_call and c.peak is None]
@@ -99,7 +117,10 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     no_clock = [
         c
         for c in cases
-        if c.peak is not None and c.sm_clock_hz is None and not any(f.name == "clock" for f in c.factors)
+        if c.peak is not None
+        and c.sm_clock_hz is None
+        and not any(f.name == "clock" for f in c.factors)
+        and c.id not in failed
     ]
     blind = [c for c in cases if c.ncu is None and c.verdict.factor == "in-kernel"]
     if no_clock and blind:  # both are learnt from one Nsight Compute capture: said once
@@ -136,7 +157,9 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=sum(1 for c in cases if c.timing.calls_without_kernel),
             )
         )
-    counted = {c.id for c in several} | {c.id for c in (*no_flops, *no_peak) if not _own_flops_reason(c)}
+    counted = (
+        {c.id for c in several} | {c.id for c in (*no_flops, *no_peak) if not _own_flops_reason(c)}
+    ) - failed
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict

@@ -13,7 +13,7 @@ from tracekit.records import Environment
 
 from .case import GemmCase, _gemm_key, settle_rate
 from .graph_replay import captured_ops, replay_kernel_shapes
-from .names import _serves, aux_key, parse_gemm_name
+from .names import _serves, aux_key, cannot_be_gemm, parse_gemm_name
 from .ncu_evidence import (
     Evidence,
     attach_ncu,
@@ -206,7 +206,7 @@ def build_cases(
             continue
         cases.append(tracekit_ncu_case(name, rows, device, ev))
     _attach_ncu_aux(cases, profiled.aux_rows)
-    cases.extend(profiled.loose)
+    cases.extend(c for c in profiled.loose if not _not_a_gemm(c))
     foreign = not any(c.origin == "measurement" or (c.origin == "range" and not c.user_range) for c in cases)
     if foreign and (frames.get("ncu") is None or frames["ncu"].height == 0):
         cases.extend(timeline.loose)
@@ -220,6 +220,17 @@ def build_cases(
         if calibration:
             case.calibrated_tflops = calibrated_peak(calibration, case.dtype_class)
     return cases
+
+
+def _not_a_gemm(case: GemmCase) -> bool:
+    """A profiled kernel in no range that cannot be a GEMM: the kernel table does not class it ``gemm``, its
+    tensor pipe did nothing, and its arguments are pointers and scalars with fewer than three pointers (a GEMM
+    reads A and B and writes C). yzwang2000's ``kernel_A(double *, int, int)`` and ``kernel_C(double *, const
+    double *, int)`` were two "GEMMs" of a report that holds none."""
+    if case.kernel.kernel_class == "gemm":
+        return False
+    tensor = (case.ncu.row if case.ncu else {}).get("tensor_pipe_pct")
+    return not (tensor is not None and tensor > 0) and cannot_be_gemm(case.kernel.name)
 
 
 def _classified(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

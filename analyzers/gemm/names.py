@@ -141,3 +141,92 @@ def classify_kernel(name: str | None, in_aux_range: bool = False) -> str:
         return "aux"
     info = classify_name(name)
     return "main" if info.kernel_class == "gemm" or not info.known else "aux"
+
+
+# --- what a kernel's arguments allow ------------------------------------------------------------------------------
+_SCALAR_WORDS = frozenset(
+    [
+        "int",
+        "unsigned",
+        "signed",
+        "long",
+        "short",
+        "char",
+        "float",
+        "double",
+        "bool",
+        "size_t",
+        "ptrdiff_t",
+        "half",
+        "__half",
+        "__nv_bfloat16",
+        "int8_t",
+        "int16_t",
+        "int32_t",
+        "int64_t",
+        "uint8_t",
+        "uint16_t",
+        "uint32_t",
+        "uint64_t",
+    ]
+)
+_QUALIFIERS = frozenset(["const", "volatile", "__restrict__", "__restrict", "restrict"])
+
+
+def _parameters(name: str) -> list[str] | None:
+    """The parameter types of a demangled kernel name's last top-level ``(...)``; None where it has none."""
+    name = name.strip()
+    if not name.endswith(")"):
+        return None
+    depth, start = 0, None
+    for i in range(len(name) - 1, -1, -1):
+        ch = name[i]
+        if ch in ")>":
+            depth += 1
+        elif ch in "(<":
+            depth -= 1
+            if depth == 0:
+                start = i
+                break
+    if start is None or name[start] != "(":
+        return None
+    params, depth, cur = [], 0, ""
+    for ch in name[start + 1 : -1]:
+        if ch in "(<":
+            depth += 1
+        elif ch in ")>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            params.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        params.append(cur.strip())
+    return params
+
+
+def pointer_arguments(name: str | None) -> int | None:
+    """How many pointer arguments a kernel's demangled signature takes, where every argument is a pointer or a
+    plain scalar (``kernel_A(double *, int, int)``: 1); None where the name has no argument list or an argument
+    is something else (a ``Params`` struct, a reference, a template type), which may carry any number of
+    pointers."""
+    params = _parameters(name or "")
+    if params is None:
+        return None
+    pointers = 0
+    for p in params:
+        words = [w for w in p.replace("*", " * ").split() if w not in _QUALIFIERS]
+        if words and words[-1] == "*":
+            pointers += 1
+            continue
+        if not words or not all(w in _SCALAR_WORDS for w in words):
+            return None
+    return pointers
+
+
+def cannot_be_gemm(name: str | None) -> bool:
+    """A kernel whose arguments are all pointers and scalars, fewer than three of them pointers: a GEMM reads A
+    and B and writes C, so it takes at least three (``kernel_C(double *, const double *, int)`` cannot be one)."""
+    n = pointer_arguments(name)
+    return n is not None and n < 3

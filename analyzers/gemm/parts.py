@@ -318,6 +318,24 @@ class NcuPart:
         )
 
     @property
+    def profile_failed(self) -> bool:
+        """True when Nsight Compute measured nothing for the kernel: no duration, no launch configuration and
+        none of the numbers :attr:`launch_stats_only` looks for (every metric NaN; its rules error with "Metric
+        ... not found"): the profiling of this kernel failed, and it is not a report of launch statistics."""
+        row = self.row
+        keys = ("duration_ns", "grid_size", "block_size", "registers_per_thread")
+        return self.launch_stats_only and all(row.get(k) is None for k in keys)
+
+    @property
+    def rule_errors(self) -> list[str]:
+        """The first line of each of Nsight Compute's rules that errored on this kernel, in order."""
+        return [
+            str(r.get("message") or "").splitlines()[0]
+            for r in self.rules
+            if str(r.get("kind") or "").upper() == "ERROR" and r.get("message")
+        ]
+
+    @property
     def sections(self) -> list[str]:
         """The report's sections that gave this kernel's numbers: named by its rules, else told by which numbers
         are there."""

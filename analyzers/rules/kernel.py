@@ -122,6 +122,9 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
         case.kernel.est_occupancy_pct if ach is None else None
     )  # measured by Nsight Compute wins over an estimate
     per_sm, limiter = ctas_per_sm(case)
+    small = grid_bound(case) if limiter else None  # the grid, not the limiter, bounds resident CTAs
+    if small:
+        ev["grid_bounds_occupancy"] = True
     if theo is not None:
         ev["theoretical_occupancy_pct"] = round(theo, 2)
     if ach is not None:
@@ -175,12 +178,17 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
             occ = f"occupancy {float(est):.0f}% (estimated by the PyTorch profiler) of a {theo:.0f}% theoretical"
         else:
             occ = f"theoretical occupancy {theo:.0f}%"
-        if limiter:
+        if limiter and small:
+            occ += (
+                f" ({per_sm} CTA/SM by {limiter.replace('shared_mem', 'shared memory')}, but {small[0]} CTAs "
+                f"for {small[1]} slots: the grid bounds it)"
+            )
+        elif limiter:
             occ += f" ({per_sm} CTA/SM, limited by {limiter.replace('shared_mem', 'shared memory')})"
         parts.append(occ)
     elif est is not None:
         parts.append(f"occupancy {float(est):.0f}% (estimated by the PyTorch profiler)")
-    if "stages_that_fit" in ev and not memory_bound and "shared_mem" in (limiter or ""):
+    if "stages_that_fit" in ev and not memory_bound and "shared_mem" in (limiter or "") and not small:
         # how many pipeline stages the shared memory holds matters where it limits occupancy (evidence always)
         limit_kib = f"{ev['smem_per_block_limit_bytes'] / 1024:.0f} KiB"
         used = ev.get("smem_per_block_bytes")
@@ -224,20 +232,29 @@ def _cause(
             else "Capture the WarpStateStats section (`tracekit capture --ncu` does) to see what its warps wait on.",
         )
     low_occupancy = theo is not None and limiter and theo <= LOW_OCCUPANCY_PCT and not _warp_specialised(case)
+    small = grid_bound(case) if low_occupancy else None
     if low_occupancy and latency_bound(case):
+        if small:  # every CTA is resident at once: the limiter never binds, the grid holds occupancy low
+            return _small_grid_cause(case, limiter, *small)  # type: ignore[arg-type]
         return _occupancy_cause(ev, limiter)  # type: ignore[arg-type]
     if memory_bound:
         units, slots = _grid_fill(case)
         if units is not None and slots and units < slots:
             return (
                 "memory bandwidth not saturated",
-                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue: use more CTAs (split-K, "
-                "smaller N tiles), or a GEMV-style kernel for tiny M.",
+                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue: {more_ctas(case)}.",
             )
         return (
             "memory bandwidth not saturated",
             "Its CTAs fill the GPU, yet DRAM runs below its peak: keep more bytes in flight per SM (wider or "
             "asynchronous loads, TMA, more stages); check coalescing and the L2 hit rate.",
+        )
+    if low_occupancy and case.ncu is None and small:
+        return (
+            "unexplained without a profile",
+            f"{small[0]} CTAs for {small[1]} CTA slots: the grid, not "
+            f"{limiter.replace('shared_mem', 'shared memory')}, bounds occupancy; whether that costs time "  # type: ignore[union-attr]
+            "needs Nsight Compute's throughputs: profile the GEMM with `tracekit capture --ncu`.",
         )
     if low_occupancy and case.ncu is None:
         return (
@@ -306,6 +323,52 @@ def _grid_fill(case: GemmCase) -> tuple[int | None, int | None]:
 
     total, _ = slots(case)
     return case.kernel.grid, total
+
+
+def grid_bound(case: GemmCase) -> tuple[int, int, int] | None:
+    """(CTAs launched, CTA slots, SMs) where the grid launches fewer CTAs than the GPU holds at once (SMs x the
+    CTAs per SM the occupancy limiter allows): every CTA is resident from the start, so the per-SM limiter never
+    binds and the grid, not the limiter, sets the occupancy; None otherwise or where unknown."""
+    from .waves import slots
+
+    total, ev = slots(case)
+    grid = case.kernel.grid
+    if grid is None or not total or grid >= total:
+        return None
+    return int(grid), int(total), int(ev.get("sm_count") or 0)
+
+
+TINY_DIM = 16
+"""M or N at or below this: a GEMV-style kernel (one output row / column per warp) beats a tiled GEMM."""
+
+
+def more_ctas(case: GemmCase) -> str:
+    """How to launch more CTAs, fitted to what the case shows: a kernel that already splits K (a split-K reduce
+    follows it, or its name says so) needs a larger split or stream-K, not "split-K"; a GEMV-style kernel only
+    where M or N is tiny."""
+    t = case.timing
+    name = (case.kernel.name or "").lower()
+    if t.splitk_ns_total > 0 or "splitk" in name:
+        share = (
+            f" (its reduce {100 * t.splitk_ns_total / t.gemm_ns_total:.0f}% of the GEMM time)"
+            if t.splitk_ns_total > 0 and t.gemm_ns_total > 0
+            else ""
+        )
+        return f"it already splits K{share}: a larger split, or stream-K"
+    tiny = [f"{d}={v}" for d, v in (("M", case.m), ("N", case.n)) if v is not None and v <= TINY_DIM]
+    return "use more CTAs (split-K, stream-K, smaller tiles)" + (
+        f", or a GEMV-style kernel for {' '.join(tiny)}" if tiny else ""
+    )
+
+
+def _small_grid_cause(case: GemmCase, limiter: str, units: int, slots: int, sms: int) -> tuple[str, str]:
+    per_sm = f"{units / sms:.2g} CTA per SM on average" if sms else "few CTAs per SM"
+    return (
+        "too few CTAs to fill the GPU",
+        f"{units} CTAs for {slots} CTA slots ({sms} SMs): every CTA is resident at once, so the "
+        f"{limiter.replace('shared_mem', 'shared memory').replace(' and ', ' / ')} limit never binds; the grid "
+        f"leaves {per_sm} and too few warps hide latency: {more_ctas(case)}.",
+    )
 
 
 def _occupancy_cause(ev: dict[str, Any], limiter: str) -> tuple[str, str]:

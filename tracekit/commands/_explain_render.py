@@ -248,7 +248,9 @@ def render_case(
     for note in case.notes:
         # a note the verdict already says in full (the reason FLOPs are unknown, and how to learn them) is not
         # repeated under it
-        if note not in said and not (v.kind == "cannot-explain" and note == f"{v.sentence}: {v.capture_hint}"):
+        if note not in said and not (
+            v.kind == "cannot-explain" and note == f"{v.sentence}: {v.capture_hint}"
+        ):
             parts.append(Text(f"note: {safe(note)}", style="yellow"))
     title = Text(f"#{index} " + safe(case.label, 120))
     console.print(Panel(Group(*parts), title=title, title_align="left"))

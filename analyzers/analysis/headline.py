@@ -8,7 +8,7 @@ from typing import Any
 
 from tracekit.numbers import share_of_kernel_time
 
-from ..explain import NCU_HINT
+from ..explain import NCU_HINT, PROFILE_FAILED_HINT
 from ..gemm.ncu_evidence import SEVERAL_HOW
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
@@ -61,8 +61,6 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for line in info.device_notes:
         if "--device" in line and info.device_override is None:
             out.append(Unknown(what="the files name no GPU, only its compute capability", how=line))
-    from ..explain import PROFILE_FAILED_HINT
-
     several = [c for c in cases if not c.flops.per_call and c.flops.counters]  # counted, but no one count
     if several:
         out.append(

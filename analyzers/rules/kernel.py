@@ -238,7 +238,7 @@ def _cause(
             return _small_grid_cause(case, limiter, *small)  # type: ignore[arg-type]
         return _occupancy_cause(ev, limiter)  # type: ignore[arg-type]
     if memory_bound:
-        units, slots = _grid_fill(case)
+        units, slots, _ = _grid_fill(case)
         if units is not None and slots and units < slots:
             return (
                 "memory bandwidth not saturated",
@@ -317,25 +317,22 @@ def latency_bound(case: GemmCase) -> bool:
     return sm is not None and dram is not None and sm < BUSY_PCT and dram < BUSY_PCT
 
 
-def _grid_fill(case: GemmCase) -> tuple[int | None, int | None]:
-    """(CTAs launched, CTAs the GPU holds at once) where known."""
+def _grid_fill(case: GemmCase) -> tuple[int | None, int | None, int]:
+    """(CTAs launched, CTAs the GPU holds at once, SMs) where known (0 SMs where unknown)."""
     from .waves import slots
 
-    total, _ = slots(case)
-    return case.kernel.grid, total
+    total, ev = slots(case)
+    return case.kernel.grid, total, int(ev.get("sm_count") or 0)
 
 
 def grid_bound(case: GemmCase) -> tuple[int, int, int] | None:
     """(CTAs launched, CTA slots, SMs) where the grid launches fewer CTAs than the GPU holds at once (SMs x the
     CTAs per SM the occupancy limiter allows): every CTA is resident from the start, so the per-SM limiter never
     binds and the grid, not the limiter, sets the occupancy; None otherwise or where unknown."""
-    from .waves import slots
-
-    total, ev = slots(case)
-    grid = case.kernel.grid
+    grid, total, sms = _grid_fill(case)
     if grid is None or not total or grid >= total:
         return None
-    return int(grid), int(total), int(ev.get("sm_count") or 0)
+    return int(grid), int(total), sms
 
 
 TINY_DIM = 16

@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.kernel_rows import kernels as _kernels
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.taxonomy import classify_name
@@ -97,12 +98,6 @@ def test_gemm_named_kernels_of_convolutions_are_no_gemms(rel: str, shared_data: 
     cases = build_cases(frames)
     owned = k.filter(pl.col("kernel_class") == "splitk-reduce")["ms"].sum()
     assert cases and sum(c.timing.gemm_ns_total or 0 for c in cases) / 1e6 <= gemm_ms + owned + 0.005
-
-
-def _kernels(**cols: list) -> pl.DataFrame:
-    n = len(next(iter(cols.values())))
-    base = {"kernel_id": list(range(n)), "start_ns": [i * 10 for i in range(n)], "duration_ns": [5] * n}
-    return SPECS["kernels"].conform(pl.DataFrame({**base, **cols}))
 
 
 def test_the_launching_op_decides_a_gemm_named_kernel_is_a_convolutions() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.kernel_rows import kernels as _kernels
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.analyzers.taxonomy.frames import TENSOR_PIPE_MIN_PCT, classify_frames
@@ -57,12 +58,6 @@ def test_kineto_launch_op_is_the_innermost_cpu_op_of_the_launch() -> None:
     assert got and all(got[c] == want.get(c) for c in got), {c: (got[c], want.get(c)) for c in got}
     assert sum(v is not None for v in got.values()) >= 0.9 * len(got)
     assert {"aten::conv2d", "aten::cudnn_convolution"} & set(got.values()) or "aten::addmm" in got.values()
-
-
-def _kernels(**cols: list) -> pl.DataFrame:
-    n = len(next(iter(cols.values())))
-    base = {"kernel_id": list(range(n)), "start_ns": [i * 10 for i in range(n)], "duration_ns": [5] * n}
-    return SPECS["kernels"].conform(pl.DataFrame({**base, **cols}))
 
 
 def test_generic_kernels_take_the_class_of_their_launching_op() -> None:

@@ -87,7 +87,10 @@ def test_quantizer_kernels_are_auxiliary_with_the_quantize_remedy() -> None:
     assert "_scaled_mm" not in wf.case.name and "nvjet" in (wf.case.main_kernel or "")
     aux = wf.verdict
     assert aux is not None and aux.evidence["aux_class"] == "quantize"
-    assert set(aux.evidence["aux_classes"].values()) == {"quantize"}  # amax, abs, divide, scale, cast
+    classes = aux.evidence["aux_classes"]
+    # amax, abs, divide, scale, cast; and cuBLAS's workspace memset inside the call's range
+    assert {c for n, c in classes.items() if n != "[CUDA memset]"} == {"quantize"}
+    assert classes.get("[CUDA memset]") in (None, "memory")
     assert "split-K" not in (aux.remedy or "") and "quantiz" in (aux.remedy or "")
     assert len(wf.case.timing.aux_kernels) >= 3  # amax, divide, cast: none is a case of its own
 

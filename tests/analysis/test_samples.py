@@ -131,7 +131,7 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     wfs = {w.case.name: w for w in explain(fr, environment=run.manifest.get("environment"))}
     # only the four GEMMs: the quantize kernels ncu profiled inside aux ranges are not GEMMs of their own
     assert len(wfs) == 4 and all(n.startswith("gemm ") for n in wfs)
-    kernel_ns = fr["kernels"]["duration_ns"].sum()
+    kernel_ns = fr["kernels"]["duration_ns"].sum() + fr["memops"]["duration_ns"].sum()
     assert sum(w.case.timing.gemm_ns_total + w.case.timing.aux_ns_total for w in wfs.values()) <= kernel_ns
     fp8 = next(w for n, w in wfs.items() if "fp8" in n and " M=4096 " in n)
     gemm = _per_range_kernel_ns(fr, "torch-fp8-tensorwise op=scaled_mm M=4096 ", "gemm")
@@ -142,8 +142,16 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     # the quantize instances a call owns: those whose next GEMM call of the same backend, M and K is that call
     ranges = fr["ranges"]
     ks = fr["kernels"].join(ranges.select("range_id", "name", "range_kind"), on="range_id")
+    # a quantize instance: its kernels and the memsets it issues (the quantizer zeroing its amax)
+    mem = fr["memops"].join(ranges.select("range_id", "name"), on="range_id")
     inst = (
-        ks.filter(pl.col("name_right").str.contains("op=fp8_quantize M=4096 K=6144", literal=True))
+        pl.concat(
+            [
+                ks.select("range_id", "name_right", "end_ns", "duration_ns"),
+                mem.select("range_id", "name_right", "end_ns", "duration_ns"),
+            ]
+        )
+        .filter(pl.col("name_right").str.contains("op=fp8_quantize M=4096 K=6144", literal=True))
         .group_by("range_id")
         .agg(pl.col("end_ns").max(), pl.col("duration_ns").sum())
     )
@@ -158,6 +166,7 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     ]
     assert 0 < len(owned) < inst.height  # most quantize runs of the sweep come after its GEMM calls
     assert t.aux_ns_total == pytest.approx(sum(owned))
+    assert any(u.name == "[CUDA memset]" for u in t.aux_kernels)
     # the naive eager quantizer (bf16 -> fp32 -> amax -> scale -> e4m3, 12 kernels) costs more than the GEMM
     assert fp8.verdict.name == "aux kernels"
     assert any("reduce_kernel" in u.name for u in t.aux_kernels)

@@ -142,7 +142,7 @@ def test_tensor_counters_make_an_unknown_kernel_a_gemm(shared_data: Path) -> Non
 
 
 def test_runs_of_an_earlier_schema_are_classified_on_load_and_left_untouched(tmp_path: Path) -> None:
-    sample = ROOT / "samples" / "h200-capture-gemm"
+    sample = ROOT / "tests" / "data" / "schema4" / "h200-capture-gemm"  # the sample as schema 4 wrote it
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(sample.rglob("*")) if p.is_file()}
     run = open_run(sample)
     assert run.manifest["frames"]["schema_version"] < 6

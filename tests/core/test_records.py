@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
 MANIFESTS = sorted(SAMPLES.glob("**/run.json"))
 ROW_FILES = sorted(p for p in SAMPLES.glob("*/raw/*.jsonl"))
-PACKAGED = ROOT / "tracekit" / "data" / "h200-gemm-probe.zip"
+PACKAGED_V4 = ROOT / "tests" / "data" / "schema4" / "h200-gemm-probe.zip"
+"""The packaged probe as schema 4 wrote it (the package now holds a bundle of the rebuilt sample)."""
 SCALARS = {"Int64": int, "Int32": int, "Float64": float, "String": str, "Boolean": bool}
 
 
@@ -35,7 +36,7 @@ def test_every_committed_manifest_decodes_and_round_trips(path: Path) -> None:
 
 
 def test_the_packaged_probe_manifest_decodes() -> None:
-    with zipfile.ZipFile(PACKAGED) as z:
+    with zipfile.ZipFile(PACKAGED_V4) as z:
         plain = json.loads(z.read("run.json"))
     assert records.check_manifest(plain).frames.schema_version == 4  # type: ignore[union-attr]
     assert records.encode_manifest(plain) == plain

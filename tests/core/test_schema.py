@@ -1,6 +1,7 @@
 """Frame schemas: declared once in tracekit/schema.py without polars, built into polars dtypes by tracekit/frames.py,
-nested values as List / Struct columns, and runs of the previous schema (every committed sample, the packaged
-probe) migrated on read: their JSON text columns come back as the nested columns, the files untouched."""
+nested values as List / Struct columns, and runs of the previous schema (tests/data/schema4: four samples and the
+packaged probe as schema 4 wrote them, before the samples were rebuilt) migrated on read: their JSON text columns
+come back as the nested columns, the files untouched."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from tracekit.run import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "samples"
-RUNS = sorted(p.parent for p in SAMPLES.glob("*/run.json"))
-# the samples whose frames schema 4 wrote (most of them; later captures were imported by a later schema)
-RUNS_V4 = [p for p in RUNS if json.loads((p / "run.json").read_text())["frames"]["schema_version"] == 4]
-PACKAGED = ROOT / "tracekit" / "data" / "h200-gemm-probe.zip"
+OLD = ROOT / "tests" / "data" / "schema4"
+# runs whose frames schema 4 wrote: committed samples as they were before `import --rebuild` (run.json and frames)
+RUNS_V4 = sorted(p.parent for p in OLD.glob("*/run.json"))
+PACKAGED_V4 = OLD / "h200-gemm-probe.zip"
 
 NESTED = {
     ("ranges", "fields"): pl.List(pl.Struct({"key": pl.String, "value": pl.String})),
@@ -96,13 +97,15 @@ def test_nested_values_are_list_and_struct_columns_not_json_text() -> None:
     assert {(s.name, c.name) for s in schema.SCHEMAS.values() for c in s.nested()} == set(NESTED)
 
 
-def test_most_samples_are_of_a_previous_schema() -> None:
-    assert len(RUNS_V4) >= 20, [p.name for p in RUNS_V4]
+def test_runs_of_the_previous_schema_are_kept_for_these_tests() -> None:
+    assert len(RUNS_V4) >= 4, [p.name for p in RUNS_V4]
+    for run in RUNS_V4:
+        assert json.loads((run / "run.json").read_text())["frames"]["schema_version"] == 4, run.name
 
 
 @pytest.mark.parametrize("sample", RUNS_V4, ids=[p.name for p in RUNS_V4])
 def test_a_sample_of_the_previous_schema_opens_migrated(sample: Path) -> None:
-    """Each of these samples was written by schema 4: its frames are read from disk (no rebuild from raw/) and
+    """Each of these runs was written by schema 4: its frames are read from disk (no rebuild from raw/) and
     every JSON text column comes back nested, holding what the text held."""
     run = open_run(sample)
     assert run.manifest["frames"]["schema_version"] == 4 and run.frames_migratable()
@@ -129,9 +132,10 @@ def test_a_sample_of_the_previous_schema_opens_migrated(sample: Path) -> None:
 
 def test_migration_equals_a_fresh_import(tmp_path: Path) -> None:
     """The migrated frames of a committed capture hold what an import by this schema writes."""
-    sample = SAMPLES / "h200-capture-gemm"
+    sample = OLD / "h200-capture-gemm"
     fresh = tmp_path / "fresh"
     shutil.copytree(sample, fresh)
+    shutil.copytree(SAMPLES / "h200-capture-gemm" / "raw", fresh / "raw")  # what schema 4 imported it from
     import_into(Run.open(fresh))
     new = Run.open(fresh)
     assert new.frames_current() and not new.frames_migratable()
@@ -167,9 +171,9 @@ def test_migrate_leaves_nested_frames_alone_and_unreadable_text_null() -> None:
 
 def test_the_packaged_probe_opens_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACEKIT_CACHE_DIR", str(tmp_path / "cache"))
-    with zipfile.ZipFile(PACKAGED) as z:
+    with zipfile.ZipFile(PACKAGED_V4) as z:
         assert json.loads(z.read("run.json"))["frames"]["schema_version"] == 4
-    run = open_run(PACKAGED)
+    run = open_run(PACKAGED_V4)
     frames = load_frames(run)
     assert not frames_in_memory(run)
     assert frames["ncu"]["nvtx_stack"].dtype == NESTED[("ncu", "nvtx_stack")]

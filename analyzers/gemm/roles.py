@@ -13,7 +13,10 @@ range around it) are the call's; every other kernel is *free* and belongs to a c
   kernels right before the call. What comes before the quantizer's first step (the RMSNorm's float copy, pow,
   mean, rsqrt and multiplies, the residual add) is the norm's, however the run joins them: on the H100 serve
   sample it was 445 of the 695 us per call charged to the FP8 gate_up GEMM until 2026-12-06.
-  A layout copy or a fill alone before a GEMM (``torch.cat`` of its input) is an operation of its own.
+  A memset (the CUDA API's, not a fill kernel) right before the call, with no other kernel between, is the
+  call's: the GEMM library zeroing its workspace (cuBLAS before its split-K / stream-K kernels). Unowned, it sat
+  between two calls of a loop and hid the idle time between them (samples/h200-foreign-base_clock_none).
+  A layout copy or a fill kernel alone before a GEMM (``torch.cat`` of its input) is an operation of its own.
 - **after** a call: the run of free kernels right after its last kernel, up to the next call or a kernel of
   another role. Its split-K reduce kernels (GEMM time) and activations (an epilogue candidate) are the call's, and
   the multiply of a gated activation (SwiGLU's ``silu(gate) * up``) when the run holds an activation.
@@ -48,6 +51,8 @@ _STRICT = re.compile(r"DivFunctor|div_true|reciprocal|clamp", re.IGNORECASE)
 """The steps of a quantize with a given scale (no amax): divide, reciprocal, clamp."""
 _GATE_MUL = re.compile(r"MulFunctor|mul_kernel|(?<![a-z])mul(?![a-z])", re.IGNORECASE)
 """The multiply of a gated activation (SwiGLU: silu(gate) * up), beside an activation kernel."""
+_MEMSET = re.compile(r"^\[CUDA memset\]|^Memset \(")
+"""A memset of the CUDA API as the profilers name it (Nsight Systems: ``[CUDA memset]``; Kineto: ``Memset (Device)``)."""
 
 
 def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFrame:
@@ -57,6 +62,7 @@ def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFra
     cls, free = pl.col("cls"), pl.col("call_of").is_null()
     names = rows["name"].drop_nulls().unique().to_list()
     gate = [n for n in names if _GATE_MUL.search(n)]
+    memsets = [n for n in names if _MEMSET.search(n)]
     df = rows.sort([*group, *order]).with_columns(pl.int_range(pl.len()).over(group).alias("_pos"))
     pos = pl.col("_pos")
     call_pos = pl.when(~free).then(pos)
@@ -88,8 +94,9 @@ def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFra
         (act & pl.col("_in_a")).any().over([*group, "_prev"]).alias("_run_a"),
     )
     df = _quantizer_steps(df, group, names)
+    adjacent_memset = pl.col("name").is_in(memsets) & (pos == pl.col("_next_pos") - 1)
     owned_before = pl.col("_in_b") & (
-        cls.is_in(BEFORE_OWNED).fill_null(False) | (pl.col("_qstep") & pl.col("_run_q"))
+        cls.is_in(BEFORE_OWNED).fill_null(False) | (pl.col("_qstep") & pl.col("_run_q")) | adjacent_memset
     )
     owned_after = pl.col("_in_a") & (
         cls.is_in(AFTER_OWNED).fill_null(False)

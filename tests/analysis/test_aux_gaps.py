@@ -213,3 +213,36 @@ def test_a_quantizer_owns_from_its_amax_and_a_static_scale_only_its_divide_clamp
     assert _owners([*NORM_CHAIN, ("gemm", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT")]) == [
         None
     ] * 8 + [1]
+
+
+def test_a_memset_right_before_a_gemm_is_its_call_and_keeps_the_idle_between_calls(samples_dir: Path) -> None:
+    """h200-foreign-base_clock_none (nsys, no profiler operators; three `big_gemm` ranges, each a cuBLAS memset
+    then the GEMM): each call owns its memset, and the idle between the previous GEMM and the next memset is the
+    calls' gap. Unowned, the memsets sat between the calls and hid that idle (no launch-gaps factor at all)."""
+    run = samples_dir / "h200-foreign-base_clock_none"
+    (wf,) = [w for w in _explain(run) if w.case.name == "big_gemm"]
+    frames = load_frames(open_run(run))
+    ids = frames["ranges"].filter(pl.col("name") == "big_gemm")["range_id"]
+    memsets = frames["memops"].filter(pl.col("range_id").is_in(ids.implode()) & (pl.col("kind") == "memset"))
+    assert memsets.height == 3
+    t = wf.case.timing
+    assert t.calls == 3
+    assert t.aux_ns_total == pytest.approx(memsets["duration_ns"].sum())
+    assert [a.name for a in t.aux_kernels] == ["[CUDA memset]"]
+    gemms = frames["kernels"].filter(pl.col("range_id").is_in(ids.implode())).sort("start_ns")
+    # the idle inside each call (memset end to GEMM start) and between calls (GEMM end to the next memset)
+    ms = memsets.sort("start_ns")
+    inside = (gemms["start_ns"] - ms["end_ns"]).sum()
+    between = (ms["start_ns"][1:] - gemms["end_ns"][:-1]).sum()
+    f = _factor(wf, "launch gaps")
+    assert f is not None and f.evidence["idle_ns_total"] == pytest.approx(inside + between, abs=2)
+
+
+def test_only_a_memset_right_before_the_call_is_its_own() -> None:
+    memset = ("memory", "[CUDA memset]")
+    fill = ("memory", "vectorized_elementwise_kernel<4, FillFunctor<float>>")
+    gemm = ("gemm", "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopA_NNT")
+    assert _owners([memset, gemm]) == [1, 1]
+    assert _owners([("memory", "Memset (Device)"), gemm]) == [1, 1]  # Kineto's name
+    assert _owners([memset, fill, gemm]) == [None, None, 1]  # a fill between: the program's zeroing
+    assert _owners([fill, gemm]) == [None, 1]

@@ -260,12 +260,17 @@ def _cause(
             return _small_grid_cause(case, limiter, *small)  # type: ignore[arg-type]
         return _occupancy_cause(ev, limiter)  # type: ignore[arg-type]
     if memory_bound:
-        units, slots, _ = _grid_fill(case)
+        units, slots, sms = _grid_fill(case)
         if units is not None and slots and units < slots:
-            return (
-                "memory bandwidth not saturated",
-                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue: {more_ctas(case)}.",
+            # SMs without a CTA only where the grid is smaller than the SM count; above it every SM holds one
+            # and the slots left empty are fewer loads in flight per SM, not idle SMs
+            said = (
+                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue"
+                if not sms or units < sms
+                else f"{units} CTAs for {slots} CTA slots ({sms} SMs) leave each SM fewer CTAs, so fewer loads in "
+                "flight, than it could hold"
             )
+            return ("memory bandwidth not saturated", f"{said}: {more_ctas(case)}.")
         return (
             "memory bandwidth not saturated",
             "Its CTAs fill the GPU, yet DRAM runs below its peak: keep more bytes in flight per SM (wider or "

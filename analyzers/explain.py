@@ -5,8 +5,9 @@ For a compute-bound GEMM::
 
     achieved = peak x clock x waves x memory x in-kernel x split-K x aux x gaps
 
-``clock`` (SM clock / the clock the peak is quoted at), ``waves`` (last-wave fill and tile padding) and
-``memory`` (roofline: ``intensity x bandwidth`` over what the first two leave) are computed from evidence;
+``clock`` (SM clock / the clock the peak is quoted at), ``waves`` (last-wave fill, SMs a persistent grid leaves
+idle, and tile padding; docs/CASES.md) and ``memory`` (roofline: ``intensity x bandwidth`` over what the first two
+leave) are computed from evidence;
 ``in-kernel`` is the residual (the GEMM kernel's own rate over the ceiling), broken down with tensor-pipe, stall,
 occupancy and shared-memory evidence; ``split-K`` (the reduce kernels' share of the GEMM time), ``aux`` (GEMM
 time over GEMM + auxiliary time) and ``gaps`` (busy over busy + idle) take it down to the calls' rate. Every

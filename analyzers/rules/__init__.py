@@ -6,7 +6,7 @@ evidence, clock and device) and never print or plot; :mod:`tracekit.analyzers.ex
 rule               cause
 =================  ===========================================================================================
 ``clock``          SM clock below the clock the datasheet peak is quoted at (power / thermal cap, ncu lock)
-``waves``          wave quantization: tiles (or CTAs) do not fill a whole number of waves over the SMs
+``waves``          wave quantization: tiles (or CTAs) do not fill a whole number of waves, or leave SMs idle
 ``memory``         roofline: bytes / bandwidth exceed FLOPs / compute peak
 ``kernel``         in-kernel efficiency: the rest, with tensor-pipe, stall, occupancy and shared-memory evidence
 ``splitk``         the split-K reduce kernels a call adds to its GEMM time

@@ -66,7 +66,14 @@ def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
     return [(k, v, m) for k, (v, m) in ranked]
 
 
+CLASS_BITS = {"fp64": 64, "fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp4": 4}
+"""Bits per element of a rate class: a tile's element size where the shape names no input type."""
+
+
 def _stage_fit(case: GemmCase) -> dict[str, Any]:
+    """Shared memory per CTA against the limit, and the stages of the kernel's tile (from its name) that fit.
+    Where the name's stages of the modelled stage size exceed the shared memory the kernel was launched with, the
+    model does not describe the kernel: the stage size and how many fit are unknown (``stage_model`` says so)."""
     dev = case.device
     tile = parse_tile(case.kernel.name)
     out: dict[str, Any] = {}
@@ -82,9 +89,24 @@ def _stage_fit(case: GemmCase) -> dict[str, Any]:
     out["tile"] = f"{tile.tm}x{tile.tn}x{tile.tk}" if tile.tk else f"{tile.tm}x{tile.tn}"
     if tile.stages:
         out["stages"] = tile.stages
-    bytes_a = naming.DTYPE_BITS.get(case.dtype_a or "", 16) / 8
-    bytes_b = naming.DTYPE_BITS.get(case.dtype_b or case.dtype_a or "", 16) / 8
+    if tile.mma_ctas > 1:
+        out["mma_ctas"] = tile.mma_ctas  # a 2-CTA MMA: each CTA holds half the B tile
+    # the shape's element types, else the rate class the kernel runs (an FP8 nvjet `qqtst` without a shape
+    # holds 1-byte tiles, not 2-byte ones)
+    fallback = CLASS_BITS.get(case.dtype_class or "", 16)
+    bytes_a = naming.DTYPE_BITS.get(case.dtype_a or "", fallback) / 8
+    bytes_b = naming.DTYPE_BITS.get(case.dtype_b or case.dtype_a or "", fallback) / 8
     per_stage = tile.stage_bytes(bytes_a, bytes_b)
+    used = case.kernel.smem_bytes
+    if per_stage and tile.stages and used and tile.stages * per_stage > used:
+        # the name's stages of this stage size do not fit the shared memory the kernel was launched with: the
+        # model of what a stage holds does not describe this kernel, so how many would fit is unknown
+        out["stage_model"] = (
+            f"unknown: {tile.stages} stages of {per_stage / 1024:.3g} KiB ({tile.stages * per_stage:,.0f} B) exceed "
+            f"the kernel's {used:,} B of shared memory per CTA; Nsight Compute's source view or the kernel's "
+            "source says what a stage holds"
+        )
+        return out
     if per_stage and limit:
         out["stage_bytes"] = int(per_stage)
         out["stages_that_fit"] = int(limit // per_stage)
@@ -238,12 +260,17 @@ def _cause(
             return _small_grid_cause(case, limiter, *small)  # type: ignore[arg-type]
         return _occupancy_cause(ev, limiter)  # type: ignore[arg-type]
     if memory_bound:
-        units, slots, _ = _grid_fill(case)
+        units, slots, sms = _grid_fill(case)
         if units is not None and slots and units < slots:
-            return (
-                "memory bandwidth not saturated",
-                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue: {more_ctas(case)}.",
+            # SMs without a CTA only where the grid is smaller than the SM count; above it every SM holds one
+            # and the slots left empty are fewer loads in flight per SM, not idle SMs
+            said = (
+                f"{units} CTAs for {slots} CTA slots leave SMs without loads to issue"
+                if not sms or units < sms
+                else f"{units} CTAs for {slots} CTA slots ({sms} SMs) leave each SM fewer CTAs, so fewer loads in "
+                "flight, than it could hold"
             )
+            return ("memory bandwidth not saturated", f"{said}: {more_ctas(case)}.")
         return (
             "memory bandwidth not saturated",
             "Its CTAs fill the GPU, yet DRAM runs below its peak: keep more bytes in flight per SM (wider or "

@@ -259,11 +259,16 @@ def test_one_fixed_clock_well_below_boost_is_clocks_locked_not_power(shared_data
 def test_a_stalled_gemm_is_not_blamed_on_occupancy(shared_data: Path) -> None:
     """A GEMM whose SMs are almost idle was blamed on "occupancy limited by registers" with a __launch_bounds__
     remedy. CUTLASS's int8 ``Gemm`` in panjd123's ``report-s8`` (A100: SM throughput 3.9%, DRAM 1.9%): after its
-    36 CTAs on 108 SMs (the verdict: waves), what is left inside the kernel is "stalled", with its warp-state
-    stall reasons, and no occupancy remedy."""
+    36 CTAs on 108 SMs (waves 36 / 108: the 1/4-SM slot model's 36 / 432 is said, not taken, docs/CASES.md), what
+    is left inside the kernel is "stalled", with its warp-state stall reasons, and no occupancy remedy; it is the
+    larger loss, so the verdict."""
     a = _analysis(shared_data / "thirdparty/panjd123-cutlass/report-s8.ncu-rep")
     (gemm,) = [c for c in a.cases if c.name.endswith("(Gemm)")]
-    assert gemm.verdict.factor == "waves"
+    waves = next(f for f in gemm.factors if f.name == "waves")
+    assert waves.value == pytest.approx(36 / 108) and waves.evidence["slot_model"] == pytest.approx(
+        36 / 432, 1e-3
+    )
+    assert gemm.verdict.factor == "in-kernel" and gemm.verdict.cause == "stalled"
     inside = next(f for f in gemm.factors if f.name == "in-kernel")
     assert inside.cause == "stalled" and "the kernel waits" in inside.sentence
     assert "long_scoreboard" in (inside.remedy or "") and "__launch_bounds__" not in (inside.remedy or "")

@@ -64,15 +64,16 @@ def test_tf32_tensor_op_kernels_on_fp32_shapes_are_rated_against_the_tf32_peak(s
 
 
 def test_a_raised_wave_factor_says_so() -> None:
-    """A wave estimate the kernel beat (132 CTAs of 4 per SM over 132 SMs: 0.25 waves, yet 90% of peak): the
-    factor is raised to what the rate allows and its sentence says the estimate is not the limit."""
+    """A wave estimate the kernel beat (33 CTAs of one per SM over 132 SMs: 0.25 waves, yet 90% of peak): the
+    factor is raised to what the rate allows and its sentence says the estimate is not the limit. (132 CTAs of 4
+    per SM were 0.25 waves by CTA slots, but every SM holds one: no wave loss, docs/CASES.md.)"""
     h200 = lookup_device("h200")
     flops = 2.0 * 8192**3
     case = make_case(
         "range", "mm", m=8192, n=8192, k=8192, dtype_a="bf16", dtype_b="bf16", device=h200,
         main_kernel="simple_gemm_kernel",  # no tile in the name: the grid is the work
         main_ns=flops / (0.9 * h200.peak_tflops("bf16")) / 1e3,  # type: ignore[union-attr]
-        grid=132, block=128, registers=128,
+        grid=33, block=256, registers=255,  # 8 warps of 255 registers: one CTA per SM
     )  # fmt: skip
     wf = explain_case(case)
     waves = next(f for f in wf.factors if f.name == "waves")

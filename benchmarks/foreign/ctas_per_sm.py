@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--warps", type=int, default=4)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument(
+        "--waves",
+        default="",
+        help="grids as waves of CTA slots (e.g. 1,1.5,2,15.5,16) with --per-sm K; default: CTAs per SM",
+    )
+    p.add_argument("--per-sm", type=int, default=0, help="CTAs per SM the tile allows (for --waves)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
@@ -46,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
     n_tiles = 12  # tiles across N; M sets the grid
     n = bn * n_tiles
     base = None
-    for per_sm in PER_SM:
+    grids = [float(w) * args.per_sm for w in args.waves.split(",")] if args.waves and args.per_sm else PER_SM
+    for per_sm in grids:
         ctas = round(per_sm * sms)
         m_tiles = max(1, ctas // n_tiles)
         ctas = m_tiles * n_tiles

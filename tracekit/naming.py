@@ -167,6 +167,9 @@ DTYPE_CLASS: dict[str, str] = {
 }
 """The tensor-core rate class a GEMM of this input type runs at (a key of the device catalog's peaks)."""
 
+CLASS_BITS: dict[str, float] = {cls: DTYPE_BITS[dtype] for dtype, cls in DTYPE_CLASS.items()}
+"""Storage bits per element of a rate class's inputs: a tile's element size where no input type is known."""
+
 _ALIASES = {
     "bfloat16": "bf16",
     "float16": "fp16",

@@ -66,10 +66,6 @@ def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
     return [(k, v, m) for k, (v, m) in ranked]
 
 
-CLASS_BITS = {"fp64": 64, "fp32": 32, "tf32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp4": 4}
-"""Bits per element of a rate class: a tile's element size where the shape names no input type."""
-
-
 def _stage_fit(case: GemmCase) -> dict[str, Any]:
     """Shared memory per CTA against the limit, and the stages of the kernel's tile (from its name) that fit.
     Where the name's stages of the modelled stage size exceed the shared memory the kernel was launched with, the
@@ -93,7 +89,7 @@ def _stage_fit(case: GemmCase) -> dict[str, Any]:
         out["mma_ctas"] = tile.mma_ctas  # a 2-CTA MMA: each CTA holds half the B tile
     # the shape's element types, else the rate class the kernel runs (an FP8 nvjet `qqtst` without a shape
     # holds 1-byte tiles, not 2-byte ones)
-    fallback = CLASS_BITS.get(case.dtype_class or "", 16)
+    fallback = naming.CLASS_BITS.get(case.dtype_class or "", 16)
     bytes_a = naming.DTYPE_BITS.get(case.dtype_a or "", fallback) / 8
     bytes_b = naming.DTYPE_BITS.get(case.dtype_b or case.dtype_a or "", fallback) / 8
     per_stage = tile.stage_bytes(bytes_a, bytes_b)

@@ -10,6 +10,7 @@ from tracekit.numbers import share_of_kernel_time
 
 from ..explain import NCU_HINT, PROFILE_FAILED_HINT
 from ..gemm.ncu_evidence import SEVERAL_HOW
+from ..rules.waves import MODELS_AGREE
 from .convert import NO_LOSS
 from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
 
@@ -146,6 +147,16 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
                 cases=len(blind),
             )
         )
+    # where a profile exists its occupancy is on the card; without one, the run cannot tell
+    ranged = [c for c in cases if c.ncu is None and _waves_range(c)]
+    if ranged:
+        out.append(
+            Unknown(
+                what=f"wave loss of {len(ranged)} case(s) (several CTAs per SM): a range, on each card",
+                how="`tracekit capture --ncu` measures the occupancy that tells which holds",
+                cases=len(ranged),
+            )
+        )
     missing = sum(c.timing.calls_without_kernel for c in cases)
     if missing:
         out.append(
@@ -166,6 +177,15 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     for (what, how), n in hints.items():
         out.append(Unknown(what=f"{what} ({n} case(s))", how=how, cases=n))
     return out
+
+
+def _waves_range(case: Case) -> bool:
+    """Whether the case's waves factor is a range: the SM and slot models differ (several CTAs per SM)."""
+    f = next((f for f in case.factors if f.name == "waves"), None)
+    if f is None:
+        return False
+    sm, slot = f.evidence.get("sm_model"), f.evidence.get("slot_model")
+    return sm is not None and slot is not None and sm - slot >= MODELS_AGREE
 
 
 def _breakdown_line(breakdown: dict[str, Any] | None) -> str | None:

@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
 MODELS_AGREE = 0.005
 """The two models' values closer than this are one number (no range in the sentence)."""
-HOW_TO_LEARN = (
-    "the trace cannot tell which: Nsight Compute's achieved occupancy and SM issue activity "
-    "(`tracekit capture --ncu`) show whether an SM with fewer CTAs than it can hold still runs near its peak"
+WAVES_HOW = (
+    "Nsight Compute's achieved occupancy and SM issue activity (`tracekit capture --ncu`) show whether an SM with "
+    "fewer CTAs than it can hold still runs near its peak"
 )
+"""How to learn which model holds (the card's sentence)."""
+HOW_TO_LEARN = f"the trace cannot tell which: {WAVES_HOW}"
 
 
 def slots(case: GemmCase) -> tuple[int | None, dict[str, Any]]:

@@ -177,3 +177,30 @@ def test_a_stage_model_that_does_not_fit_says_unknown() -> None:
     case.kernel.smem_bytes = 147_456
     ev = kernel(case, 0.5).evidence
     assert "stage_model" not in ev and ev["stage_bytes"] * ev["stages"] == 147_456
+
+
+def test_a_wave_loss_the_models_disagree_on_is_listed_as_unknown(
+    shared_data: Path, samples_dir: Path
+) -> None:
+    """HTA's df_index_resolver (a V100 Kineto trace, no profile): SGEMMs of several CTAs per SM on grids that leave
+    slots empty. Their wave loss is a range; the run's Unknown list counts them and says how to learn which model
+    holds. A run with an Nsight Compute profile (the SIMT sample) has its occupancy on the card: no such line."""
+    path = shared_data / "thirdparty" / "hta" / "df_index_resolver__df_index_resolver.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    a = tracekit.load(path).analyze()
+    ranged = [
+        c
+        for c in a.cases
+        for f in c.factors
+        if f.name == "waves" and f.evidence["sm_model"] - f.evidence["slot_model"] >= 0.005
+    ]
+    assert len(ranged) > 10
+    (line,) = [u for u in a.summary.unknowns if u.what.startswith("wave loss of")]
+    assert line.cases == len(ranged) and f"wave loss of {len(ranged)} case(s)" in line.what
+    assert "tracekit capture --ncu" in line.how and "occupancy" in line.how
+    simt = samples_dir / "h200-foreign-simt_smem"
+    if (simt / "run.json").is_file():
+        assert not [
+            u for u in tracekit.load(simt).analyze().summary.unknowns if u.what.startswith("wave loss")
+        ]

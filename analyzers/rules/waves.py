@@ -65,8 +65,8 @@ def usable_sms(total: int, sms: int | None, per_sm: int | None) -> int:
 
 def fill(
     grid: int, units: int, total: int, sms: int | None, per_sm: int | None, persistent: bool
-) -> tuple[float, float]:
-    """(SM model, slot model): the useful fraction of the GPU's time for ``units`` of work on ``grid`` CTAs with
+) -> tuple[float, float, int | None]:
+    """(SM model, slot model, CTAs on the busiest SM (None without an SM count)): the useful fraction of the GPU's time for ``units`` of work on ``grid`` CTAs with
     ``total`` CTA slots at once, on ``sms`` SMs of ``per_sm`` CTAs each (see the module docstring). A persistent
     grid runs ``ceil(units / grid)`` rounds of tiles; otherwise each CTA is one unit. SMs no CTA can use (too few
     for a whole cluster) count as idle in both. Without an SM count the slot model stands for both."""
@@ -76,10 +76,10 @@ def fill(
     capacity = max(total, sms * per_sm) if sms and per_sm else total  # the whole GPU's CTA slots
     slot = units / (rounds * n_waves * capacity)
     if not sms:
-        return slot, slot
+        return slot, slot, None
     busiest = math.ceil(ctas / usable_sms(total, sms, per_sm))  # CTAs on the busiest SM
     sm = units / (rounds * sms * busiest)
-    return max(sm, slot), slot
+    return max(sm, slot), slot, busiest
 
 
 def waves(case: GemmCase) -> Factor | None:
@@ -102,7 +102,7 @@ def waves(case: GemmCase) -> Factor | None:
     n_waves = units / per_wave
     full = math.ceil(n_waves)
     per_sm = ev.get("ctas_per_sm")
-    sm_fill, slot_fill = fill(grid, units, total, sms, per_sm, persistent)
+    sm_fill, slot_fill, busiest = fill(grid, units, total, sms, per_sm, persistent)
     usable = usable_sms(total, sms, per_sm)
     idle = sms - min(grid, usable) if persistent and sms and min(grid, usable) < sms else 0
     agree = sm_fill - slot_fill < MODELS_AGREE
@@ -120,14 +120,13 @@ def waves(case: GemmCase) -> Factor | None:
     last = n_waves - math.floor(n_waves) if n_waves % 1 else 1.0
     if agree:
         sentence = f"{what}: {n_waves:.2f} waves, so the last wave runs {100 * last:.0f}% full"
-    else:  # the last wave's fill is the slot model's loss: not a fact here
-        k = per_sm
-        busiest = math.ceil((grid if persistent else units) / usable)
+    else:  # the last wave's fill is the slot model's loss: not a fact here (the models differ: SMs are known)
+        assert busiest is not None
         sentence = (
             f"{what}: {n_waves:.2f} {'waves' if persistent else 'waves of CTA slots'}, {busiest} "
             f"CTA{'s' if busiest > 1 else ''} on the busiest SM "
-            f"({k} fit at once); the SMs hold work {100 * sm_fill:.0f}% of the time if an SM runs as fast with "
-            f"fewer CTAs than it can hold (the factor), {100 * slot_fill:.0f}% if each CTA runs at 1/{k} of an SM "
+            f"({per_sm} fit at once); the SMs hold work {100 * sm_fill:.0f}% of the time if an SM runs as fast with "
+            f"fewer CTAs than it can hold (the factor), {100 * slot_fill:.0f}% if each CTA runs at 1/{per_sm} of an SM "
             f"whatever else is resident; {HOW_TO_LEARN}"
         )
     if idle:

@@ -61,13 +61,6 @@ class _Args(msgspec.Struct, gc=False):
     bytes: Any = None
 
 
-class _OpArgs(msgspec.Struct, gc=False):
-    dims: Any = msgspec.field(default=None, name="Input Dims")
-    types: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
-    flops: Any = None
-
-
 class _LaunchArgs(msgspec.Struct, gc=False):
     correlation: Any = None
 
@@ -77,7 +70,6 @@ class _RangeArgs(msgspec.Struct, gc=False):
     external_id: Any = msgspec.field(default=None, name="External id")
 
 
-_OP_ARGS_DECODER = msgspec.json.Decoder(_OpArgs)
 _ARGS_DECODERS: dict[type, tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]] = {
     t: (msgspec.json.Decoder(list[t | None]), msgspec.json.Decoder(t))  # type: ignore[valid-type]
     for t in (_Args, _LaunchArgs, _RangeArgs)
@@ -325,46 +317,99 @@ def _gpu_ranges(events: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _op_args(event: _Event) -> _OpArgs:
-    """The shape fields of one op event's args (an empty ``_OpArgs`` when they are missing or malformed)."""
+class _OpArgsRaw(msgspec.Struct, gc=False):
+    """The shape fields of an op's args as their JSON text (the key of the shape cache, ``_shape_of``), and
+    PyTorch's own ``flops``."""
+
+    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
+    flops: Any = None
+
+
+_OP_ARGS_RAW_DECODER = msgspec.json.Decoder(_OpArgsRaw)
+_EMPTY_RAW = _OpArgsRaw()
+_SHAPES: dict[tuple[str, bytes, bytes, bytes], Any] = {}
+"""``op_shape`` by the op's name and the text of its shape fields. A trace repeats a few shapes thousands of
+times (every layer of every step): the 1M-kernel benchmark trace has 138k GEMM ops and a few hundred shapes."""
+_SHAPES_MAX = 1 << 16
+
+
+def _op_args_raw(event: _Event) -> _OpArgsRaw:
+    """The shape fields of one op event's args as text (empty when they are missing or malformed)."""
     if not event.args:
-        return _OpArgs()
+        return _EMPTY_RAW
     try:
-        return _OP_ARGS_DECODER.decode(event.args)
+        return _OP_ARGS_RAW_DECODER.decode(event.args)
     except (msgspec.ValidationError, msgspec.DecodeError):
-        return _OpArgs()
+        return _EMPTY_RAW
+
+
+def _shape_of(name: str, a: _OpArgsRaw) -> tuple[tuple[Any, ...], bool]:
+    """The shape columns of an op ``name`` with the fields of ``a`` (``op_shape``, decoded once per distinct
+    text): op, m, n, k, batch, dtype_a, dtype_b, dtype_out, shape_source; and whether those fields decoded (if
+    one does not, the op's args are as good as missing: its ``flops`` is not read either, as when the whole args
+    fail to decode)."""
+    key = (name, bytes(a.dims), bytes(a.types), bytes(a.concrete))
+    got = _SHAPES.get(key)
+    if got is None:
+        try:
+            dims, types, concrete = (msgspec.json.decode(r) if r else None for r in key[1:])
+            shape, decoded = op_shape(name, dims, types, concrete), True
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            shape, decoded = op_shape(name, None, None, None), False
+        if shape is None:
+            row: tuple[Any, ...] = (None,) * 9
+        else:
+            source = "kineto-input-dims" if shape.m is not None else None
+            row = (
+                shape.op,
+                shape.m,
+                shape.n,
+                shape.k,
+                shape.batch,
+                shape.dtype_a,
+                shape.dtype_b,
+                shape.dtype_out,
+            )
+            row += (source,)
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        got = _SHAPES[key] = (row, decoded)
+    return got
+
+
+_SHAPE_COLUMNS = ("op", "m", "n", "k", "batch", "dtype_a", "dtype_b", "dtype_out", "shape_source")
+
+
+def _flops(value: Any) -> float | None:
+    ok = type(value) in (int, float) and math.isfinite(value) and value >= 0
+    return float(value) if ok else None
 
 
 def _op_ranges(ops: list[_Event]) -> pl.DataFrame:
     """``kind="op"``, ``range_kind="gemm-op"`` ranges for the ``cpu_op`` events of PyTorch GEMM operators
     (torch_ops.GEMM_OPS), with M, N, K, batch and dtypes from ``Input Dims`` / ``Input type`` and the trace's
     own ``flops``. Other ops are left out: a trace may hold millions of them and they are not GEMMs."""
-    rows: list[dict[str, Any]] = []
+    rows, flops = [], []
     for e in ops:
-        a = _op_args(e)
-        shape = op_shape(e.name, a.dims, a.types, a.concrete)
-        known = shape is not None and shape.m is not None
-        flops = a.flops if type(a.flops) in (int, float) and math.isfinite(a.flops) and a.flops >= 0 else None
-        rows.append(
-            {
-                "kind": "op",
-                "name": e.name,
-                "pid": as_int(e.pid),
-                "tid": as_int(e.tid),
-                "range_kind": "gemm-op",
-                "op": shape.op if shape else None,
-                "m": shape.m if shape else None,
-                "n": shape.n if shape else None,
-                "k": shape.k if shape else None,
-                "batch": shape.batch if shape else None,
-                "dtype_a": shape.dtype_a if shape else None,
-                "dtype_b": shape.dtype_b if shape else None,
-                "dtype_out": shape.dtype_out if shape else None,
-                "flops": float(flops) if flops is not None else None,
-                "shape_source": "kineto-input-dims" if known else None,
-            }
-        )
-    return pl.DataFrame(rows, schema=OP_SCHEMA)
+        a = _op_args_raw(e)
+        row, decoded = _shape_of(e.name, a)
+        rows.append(row)
+        flops.append(_flops(a.flops) if decoded else None)
+    n = len(ops)
+    cols: dict[str, list[Any]] = (
+        dict(zip(_SHAPE_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if n else {}
+    )
+    cols |= {
+        "kind": ["op"] * n,
+        "name": [e.name for e in ops],
+        "pid": [as_int(e.pid) for e in ops],
+        "tid": [as_int(e.tid) for e in ops],
+        "range_kind": ["gemm-op"] * n,
+        "flops": flops,
+    }
+    return pl.DataFrame({k: pl.Series(cols.get(k, []), dtype=dtype) for k, dtype in OP_SCHEMA.items()})
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Chunk text through shared memory (analyzers/readers/kineto/shm.py): the ring itself, and reads that use it, fall back from it
-(no room, a chunk too big for a slot) and leave nothing behind in /dev/shm."""
+(no room, a chunk too big for a slot) and leave nothing behind in /dev/shm.
+
+Worker processes (and so the ring) are the reader's way where the C scanner was not built; where it was, chunks go
+to threads. The reads here take the process way either way (``processes``)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,17 @@ import pytest
 from polars.testing import assert_frame_equal
 from test_kineto_stream import _kernel  # the same kernel events as the streaming tests
 
+from tracekit.analyzers.readers.kineto import native
 from tracekit.analyzers.readers.kineto import shm as kineto_shm
 from tracekit.analyzers.readers.kineto.reader import WHOLE, read_kineto
 
 pytestmark = pytest.mark.skipif(not Path(kineto_shm.SHM_DIR).is_dir(), reason="no /dev/shm on this system")
+
+
+@pytest.fixture(autouse=True)
+def processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes, as where the scanner is not built (the workers may still use it: they import it anew)."""
+    monkeypatch.setattr(native, "AVAILABLE", False)
 
 
 def _blocks() -> set[str]:

@@ -1,9 +1,11 @@
 """PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzipped: kernels, ranges, GEMM ops and devices.
 
 ``reader.py`` reads a trace (its docstring maps Kineto's fields to the frames' columns); ``text.py`` gives the
-file's text as blocks (gzip inflated on the way), ``stream.py`` cuts it into chunks decoded in worker processes
-(through shared memory, ``shm.py``), ``decode.py`` decodes a chunk with msgspec, ``part.py`` reduces it to
-columns and ``frames.py`` joins the columns into frames.
+file's text as blocks (gzip inflated on the way), ``stream.py`` cuts it into chunks decoded in worker threads
+(processes, through shared memory, ``shm.py``, where the C scanner is not built); ``native.py`` reads a chunk
+with the C scanner (``_scan.c``) straight into columns, and where the scanner declines the text ``decode.py``
+decodes it with msgspec and ``part.py`` reduces it to the same columns; ``frames.py`` joins the columns into
+frames.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""A Kineto trace's event array, cut into chunks at event boundaries and decoded in worker processes, in order.
+"""A Kineto trace's event array, cut into chunks at event boundaries and decoded in worker threads (or processes),
+in order.
 
 The text is never held whole. Its head (everything before ``"traceEvents": [``) is decoded for the metadata it
 holds; the event array is cut every ``chunk_bytes`` at an event's closing brace followed by a comma and the
@@ -12,10 +13,16 @@ says which cuts were right. A chunk that does not decode for any other reason is
 before the damage are kept (``decode.salvage``), the rest of the file is not read, and the result is
 partial, as a file cut short is.
 
+Each chunk is read by the C scanner (``native.py``), which releases the GIL while it scans, so the workers are
+threads of this process: no process to start, no imports, no text or frames copied between processes. Where the
+scanner was not built (no C compiler at install time) chunks are decoded with msgspec, which holds the GIL, so
+the workers are spawned processes. A chunk the scanner declines (text outside the plain form it is sure of) is
+decoded with msgspec in its thread: correct, only not in parallel.
+
 Plain files are read by the workers themselves (each its own byte range); gzipped ones are inflated by the
-parent, which hands each chunk's text over in shared memory (``shm.py``; through the pipe where there is
-none). Each process decodes from one reused buffer (``_scratch``). A file of one chunk, or ``workers=1``, is
-decoded in the calling process.
+parent, which hands each chunk's text to a thread as it is, or to a process in shared memory (``shm.py``;
+through the pipe where there is none). Each thread decodes from one reused buffer (``_scratch``). A file of one
+chunk, or ``workers=1``, is decoded in the calling thread.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 
+from . import native
 from . import shm as kineto_shm
 from .decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
 from .part import Part, make_part
@@ -122,6 +130,9 @@ def _decode_job(job: Job) -> Result:
     else:
         prefix, form, end = b"[", "list", c.body
     doc = _doc(c, job.path, prefix, end, b"" if c.last or job.whole else b"]")
+    if (scanned := native.scan_part(doc, form)) is not None:
+        part, count, meta = scanned
+        return Result(part, count, meta=meta, kept=end)
     try:
         out = decode(doc, form)
     except NotATrace as exc:
@@ -303,16 +314,19 @@ def _worker_start() -> None:
 
 
 class Decoder:
-    """Decodes jobs in order: in ``workers`` spawned processes, or here when ``workers`` is 1. At most two jobs
-    per worker are in flight, so memory is bounded by the workers, not by the file.
+    """Decodes jobs in order: in ``workers`` threads (``processes`` False: the C scanner reads the chunks
+    without the GIL) or spawned processes (``processes`` True, the default where the scanner was not built), or
+    here when ``workers`` is 1. At most two jobs per worker are in flight, so memory is bounded by the workers,
+    not by the file.
 
-    ``slot_bytes``: the largest chunk text the caller hands over; the workers then get the text through shared
-    memory (``shm.py``) instead of the pipe."""
+    ``slot_bytes``: the largest chunk text the caller hands over; worker processes then get the text through
+    shared memory (``shm.py``) instead of the pipe."""
 
-    def __init__(self, workers: int, slot_bytes: int | None = None) -> None:
+    def __init__(self, workers: int, slot_bytes: int | None = None, *, processes: bool | None = None) -> None:
         self.workers = workers
         self.slot_bytes = slot_bytes
-        self.pool: ProcessPoolExecutor | None = None
+        self.processes = not native.AVAILABLE if processes is None else processes
+        self.pool: Executor | None = None
         self.ring: kineto_shm.Ring | None = None
         self.env: str | None = None
         self.queue: deque[tuple[Job, Future[Result] | None]] = deque()
@@ -324,6 +338,8 @@ class Decoder:
         if self.workers <= 1:
             yield job, decode_job(job)
             return
+        if self.pool is None and not self.processes:
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracekit-kineto")
         if self.pool is None:
             # Each worker's polars gets one thread (read when it is spawned, on the first submits): its frames are
             # small, and one thread pool per worker on shared cores spins for more CPU than it saves.
@@ -375,6 +391,8 @@ class Decoder:
         if self.ring is not None:
             self.ring.close()
             self.ring = None
+        if not self.processes:
+            return
         if self.env is None:
             os.environ.pop("POLARS_MAX_THREADS", None)
         else:

@@ -10,8 +10,10 @@ gives the same frames.
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -329,3 +331,86 @@ def test_multi_chunk_import_is_the_same_with_and_without_the_scanner(
         a, b = pl.read_parquet(tmp_path / "scanner" / name), pl.read_parquet(tmp_path / "general" / name)
         frames_equal(a, b, name)
     assert pl.read_parquet(tmp_path / "scanner" / "kernels.parquet").height > 10_000
+
+
+# -- damaged and mutated text ------------------------------------------------------------------------------------
+def _guarded(doc: bytes) -> tuple[mmap.mmap, memoryview]:
+    """``doc`` ending exactly where an unreadable page starts: a read past its end is a crash, not a quiet
+    wrong byte."""
+    page = mmap.PAGESIZE
+    size = (len(doc) + page - 1) // page * page + page
+    m = mmap.mmap(-1, size)
+    start = size - page - len(doc)
+    m[start : start + len(doc)] = doc
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(addr + size - page), page, 0) == 0
+    return m, memoryview(m)[start : start + len(doc)]
+
+
+_SPECIAL = [
+    b'"',
+    b"\\",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"\x00",
+    b"\xff",
+    b"\xc3",
+    b"\\u",
+    b"1e5",
+    b"-",
+    b".",
+    b" ",
+    b"null",
+    b'"cat"',
+    b"\\ud800",
+    b'"ts": "1"',
+]
+_BASE = (
+    b'[{"ph": "X", "cat": "kernel", "name": "gemm\\u00e9", "pid": 0, "tid": "stream 7", "ts": 12.5, "dur": 3,'
+    b' "args": {"device": 0, "correlation": 5, "grid": [1, 2, 3], "block": [128, 1, 1], "shared memory": 0}},'
+    b' {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 11, "dur": 2,'
+    b' "args": {"correlation": 5}},'
+    b' {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.25, "dur": 5,'
+    b' "args": {"External id": 9, "Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"]}},'
+    b' {"ph": "f", "cat": "ac2g", "id": 5, "ts": 11, "bp": "e"}]'
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the guard page is made with Linux's mprotect")
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(_BASE) - 1), st.integers(0, 2), st.sampled_from(_SPECIAL), st.integers(0, 255)
+        ),
+        max_size=4,
+    ),
+    st.integers(1, len(_BASE)),
+    st.booleans(),
+)
+def test_damaged_text_never_crashes_and_never_disagrees(
+    edits: list[tuple[int, int, bytes, int]], length: int, as_object: bool
+) -> None:
+    """Bytes deleted, inserted, replaced and the text cut short anywhere: the scanner reads no byte past the end,
+    and a document it reads is one the general way reads the same (it may decline more than msgspec does)."""
+    doc = bytearray(_BASE[:length])
+    for at, how, special, byte in edits:
+        at = min(at, max(len(doc) - 1, 0))
+        if how == 0:
+            doc[at : at + 1] = b""
+        elif how == 1:
+            doc[at:at] = special
+        elif doc:
+            doc[at] = byte
+    text = bytes(doc) if not as_object else b'{"traceEvents": ' + bytes(doc) + b', "deviceProperties": [1]}'
+    form: kdecode.Form = "object" if as_object else "list"
+    keep, view = _guarded(text)
+    got = native.scan_part(view, form)
+    view.release()
+    keep.close()
+    if got is not None:
+        assert assert_same(text, form)

@@ -175,7 +175,7 @@ static unsigned char PLAIN[256]; /* 1: a byte that ends a fast run inside a stri
 
 static unsigned char BLANK[256]; /* 1: JSON whitespace */
 
-static void skip_ws(Scan *s) {
+static inline void skip_ws(Scan *s) {
     const unsigned char *p = s->p, *end = s->end; /* locals: writes through byte pointers may alias s->p */
     if (p < end && *p > ' ') return;
     if (end - p >= 2 && p[0] == ' ' && p[1] > ' ') { /* one space: after most colons and commas */
@@ -186,7 +186,7 @@ static void skip_ws(Scan *s) {
     s->p = p;
 }
 
-static int hexval(unsigned char c) {
+static inline int hexval(unsigned char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;

@@ -278,6 +278,16 @@ def test_worker_processes_only_for_large_files(monkeypatch: pytest.MonkeyPatch) 
     assert default_workers(1 << 40) == 1
 
 
+def test_worker_threads_from_two_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads (the C scanner's way) cost nothing to start: a file of two chunks already gets them; processes
+    wait for 128 MB of text."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
+    assert default_workers(40 << 20, threads=True) == 1
+    assert default_workers(64 << 20, threads=True) == 2
+    assert default_workers(64 << 20) == 1
+    assert default_workers(128 << 20) == 2
+
+
 def test_a_script_without_a_main_guard_still_reads(shared_data: Path, tmp_path: Path) -> None:
     """Worker processes are spawned: one that cannot start (the script re-runs at import) leaves the read to the
     calling process, with the same result."""

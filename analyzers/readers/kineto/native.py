@@ -37,8 +37,8 @@ from .part import (
     Part,
     _Args,
     _cpu_ranges,
-    _op_ranges,
     as_int,
+    op_frame,
 )
 
 DISABLE_ENV = "TRACEKIT_NO_SCANNER"
@@ -149,7 +149,10 @@ class _Columns:
         )
         self.args_off, self.args_len = rec["args_off"], rec["args_len"]
         self.arg_at = rec["arg_at"]
-        self.args = np.frombuffer(got["arg"], dtype=_ARG)
+        args = np.frombuffer(got["arg"], dtype=_ARG)
+        # one contiguous row per key (the records hold one row per event): a key's values gather fast
+        self.arg_i, self.arg_f, self.arg_t = (np.ascontiguousarray(args[f].T) for f in ("i", "f", "t"))
+        self.arg_d, self.arg_dt = (np.ascontiguousarray(args[f].T) for f in ("d", "dt"))
         self.bucket = _BUCKET_OF[self.cat]
 
     # -- columns of a subset of the kept events (``idx``: their positions) ---------------------------------------
@@ -161,17 +164,17 @@ class _Columns:
 
     def arg_int(self, idx: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
         k, at = _KEY_AT[field], self.arg_at[idx]
-        return self.args["i"][at, k], self.args["t"][at, k] == _T_INT
+        return self.arg_i[k][at], self.arg_t[k][at] == _T_INT
 
     def arg_dims(self, idx: np.ndarray, field: str) -> list[tuple[np.ndarray, np.ndarray]]:
         d0, at = _DIMS.index(field) * 3, self.arg_at[idx]
-        return [(self.args["d"][at, d0 + d], self.args["dt"][at, d0 + d] == 1) for d in range(3)]
+        return [(self.arg_d[d0 + d][at], self.arg_dt[d0 + d][at] == 1) for d in range(3)]
 
     def arg_estimate(self, idx: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
         """``part._estimates``: an int or float >= 0 as a float, anything else null."""
         k, at = _KEY_AT[field], self.arg_at[idx]
-        t = self.args["t"][at, k]
-        v = np.where(t == _T_INT, self.args["i"][at, k].astype(np.float64), self.args["f"][at, k])
+        t = self.arg_t[k][at]
+        v = np.where(t == _T_INT, self.arg_i[k][at].astype(np.float64), self.arg_f[k][at])
         return v, ((t == _T_INT) | (t == _T_FLOAT)) & (v >= 0)
 
     def ids(
@@ -223,7 +226,7 @@ class _Columns:
             (self._cpu_ranges(cpu), cpu, True),
             (_cpu_ranges(self.events(steps)), steps, True),
             (self._gpu_ranges(gpu), gpu, True),
-            (_op_ranges(self.events(ops)), ops, True),
+            (self._op_ranges(ops), ops, True),
             (self._cpu_ops(cpu_ops), cpu_ops, True),
             (self._memops(mem), mem, True),
         )
@@ -363,6 +366,18 @@ class _Columns:
             )
         ]
         return events
+
+    def _op_ranges(self, idx: np.ndarray) -> pl.DataFrame:
+        """The GEMM ops: their args' text goes to ``part.op_frame`` (the shapes are decoded there)."""
+        names = [self.strings[c] for c in self.name[idx].tolist()]
+        doc = self.doc
+        args = [
+            bytes(doc[o : o + n]) if o >= 0 else b""
+            for o, n in zip(self.args_off[idx].tolist(), self.args_len[idx].tolist(), strict=True)
+        ]
+        pid = _masked(*self.ids(idx, "pid", as_int), pl.Int64)
+        tid = _masked(*self.ids(idx, "tid", as_int), pl.Int64)
+        return op_frame(names, pid, tid, args)
 
     def _id_value(self, t: int, v: int) -> int | str | None:
         """A pid / tid as msgspec decodes it, as far as ``as_int`` can tell (other values read as None)."""

@@ -335,14 +335,26 @@ times (every layer of every step): the 1M-kernel benchmark trace has 138k GEMM o
 _SHAPES_MAX = 1 << 16
 
 
-def _op_args_raw(event: _Event) -> _OpArgsRaw:
+_OP_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_OpArgsRaw | None])
+
+
+def _op_args_raw(args: bytes) -> _OpArgsRaw:
     """The shape fields of one op event's args as text (empty when they are missing or malformed)."""
-    if not event.args:
+    if not args:
         return _EMPTY_RAW
     try:
-        return _OP_ARGS_RAW_DECODER.decode(event.args)
+        return _OP_ARGS_RAW_DECODER.decode(args)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return _EMPTY_RAW
+
+
+def _ops_args_raw(args: list[bytes]) -> list[_OpArgsRaw]:
+    """``_op_args_raw`` of each, decoded in one call where every one is an object (or missing)."""
+    try:
+        got = _OP_ARGS_LIST_DECODER.decode(b"[" + b",".join([a or b"null" for a in args]) + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return [_op_args_raw(a) for a in args]
+    return [a if a is not None else _EMPTY_RAW for a in got]
 
 
 def _shape_of(name: str, a: _OpArgsRaw) -> tuple[tuple[Any, ...], bool]:
@@ -391,21 +403,29 @@ def _op_ranges(ops: list[_Event]) -> pl.DataFrame:
     """``kind="op"``, ``range_kind="gemm-op"`` ranges for the ``cpu_op`` events of PyTorch GEMM operators
     (torch_ops.GEMM_OPS), with M, N, K, batch and dtypes from ``Input Dims`` / ``Input type`` and the trace's
     own ``flops``. Other ops are left out: a trace may hold millions of them and they are not GEMMs."""
+    names = [e.name for e in ops]
+    pid = pl.Series([as_int(e.pid) for e in ops], dtype=pl.Int64)
+    tid = pl.Series([as_int(e.tid) for e in ops], dtype=pl.Int64)
+    return op_frame(names, pid, tid, [bytes(e.args) for e in ops])
+
+
+def op_frame(names: list[str], pid: pl.Series, tid: pl.Series, args: list[bytes]) -> pl.DataFrame:
+    """The GEMM-op ranges of ops ``names`` (their pid, tid and the text of their args), as ``_op_ranges``
+    describes them (the C scanner's path, ``native.py``, builds them here too)."""
     rows, flops = [], []
-    for e in ops:
-        a = _op_args_raw(e)
-        row, decoded = _shape_of(e.name, a)
+    for name, a in zip(names, _ops_args_raw(args), strict=True):
+        row, decoded = _shape_of(name, a)
         rows.append(row)
         flops.append(_flops(a.flops) if decoded else None)
-    n = len(ops)
-    cols: dict[str, list[Any]] = (
+    n = len(names)
+    cols: dict[str, Any] = (
         dict(zip(_SHAPE_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) if n else {}
     )
     cols |= {
         "kind": ["op"] * n,
-        "name": [e.name for e in ops],
-        "pid": [as_int(e.pid) for e in ops],
-        "tid": [as_int(e.tid) for e in ops],
+        "name": names,
+        "pid": pid,
+        "tid": tid,
         "range_kind": ["gemm-op"] * n,
         "flops": flops,
     }

@@ -72,6 +72,7 @@ from tracekit.errors import UnreadableFileError
 from ...workers import default_workers
 from ..base import Extract, read_progress, source_name
 from . import frames as kineto_frames
+from . import native
 from .decode import Meta, Notes, first_byte, gc_paused
 from .frames import short_kernel_name
 from .part import make_part
@@ -114,9 +115,10 @@ WHOLE = 1 << 62
 def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | None = None) -> Extract:
     """Read a PyTorch-profiler trace into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``workers``: processes that decode chunks (default ``tracekit.analyzers.workers.default_workers``: one per core, at most
-    8, for a file of 128 MB of text or more, else none, and none inside a worker process); ``chunk_bytes``: text
-    per chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
+    ``workers``: threads (processes where the C scanner is not built) that decode chunks (default
+    ``tracekit.analyzers.workers.default_workers``: one per core, at most 8, for a file of 48 MB of text or more
+    with threads, 128 MB with processes, else none, and none inside a worker process); ``chunk_bytes``: text per
+    chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
 
     Raises ``UnreadableFileError`` (one line, no traceback) for an empty file, bad gzip, or JSON that is not a
     trace; a truncated file yields the events before the cut with ``partial=True`` and a warning.
@@ -125,7 +127,7 @@ def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | No
     with gc_paused():
         text = TraceText(path)
         if workers is None:
-            workers = default_workers(text.estimated_text_bytes())
+            workers = default_workers(text.estimated_text_bytes(), threads=native.AVAILABLE)
         try:
             got, head, total = _decode_all(text, max(1, workers), chunk_bytes or CHUNK_BYTES)
         except BrokenProcessPool:  # a worker could not start (a script without a main guard) or was killed

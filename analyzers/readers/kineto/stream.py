@@ -13,8 +13,8 @@ says which cuts were right. A chunk that does not decode for any other reason is
 before the damage are kept (``decode.salvage``), the rest of the file is not read, and the result is
 partial, as a file cut short is.
 
-Each chunk is read by the C scanner (``native.py``), which releases the GIL while it scans, so the workers are
-threads of this process: no process to start, no imports, no text or frames copied between processes. Where the
+Each chunk (of 16 MB of text and more) is read by the C scanner (``native.py``), which releases the GIL while it
+scans, so the workers are threads of this process: no process to start, no imports, no text or frames copied between processes. Where the
 scanner was not built (no C compiler at install time) chunks are decoded with msgspec, which holds the GIL, so
 the workers are spawned processes. A chunk the scanner declines (text outside the plain form it is sure of) is
 decoded with msgspec in its thread: correct, only not in parallel.
@@ -130,7 +130,7 @@ def _decode_job(job: Job) -> Result:
     else:
         prefix, form, end = b"[", "list", c.body
     doc = _doc(c, job.path, prefix, end, b"" if c.last or job.whole else b"]")
-    if (scanned := native.scan_part(doc, form)) is not None:
+    if len(doc) >= native.MIN_BYTES and (scanned := native.scan_part(doc, form)) is not None:
         part, count, meta = scanned
         return Result(part, count, meta=meta, kept=end)
     try:

@@ -51,18 +51,17 @@ _STRICT = re.compile(r"DivFunctor|div_true|reciprocal|clamp", re.IGNORECASE)
 """The steps of a quantize with a given scale (no amax): divide, reciprocal, clamp."""
 _GATE_MUL = re.compile(r"MulFunctor|mul_kernel|(?<![a-z])mul(?![a-z])", re.IGNORECASE)
 """The multiply of a gated activation (SwiGLU: silu(gate) * up), beside an activation kernel."""
-_MEMSET = re.compile(r"^\[CUDA memset\]|^Memset \(")
-"""A memset of the CUDA API as the profilers name it (Nsight Systems: ``[CUDA memset]``; Kineto: ``Memset (Device)``)."""
 
 
 def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFrame:
     """``rows`` with an ``owner`` column: the call a row belongs to. ``rows`` hold ``call_of`` (the call of a
-    row that is part of one, null for a free row), ``cls`` (kernel class) and ``name``; ``group`` are the
-    columns of one sequence (range instance, device, stream), ``order`` its launch order."""
+    row that is part of one, null for a free row), ``cls`` (kernel class), ``name`` and, where memory operations
+    are among them, ``memop_kind`` (the memops frame's ``kind``: a CUDA-API memset right before a call is the
+    call's); ``group`` are the columns of one sequence (range instance, device, stream), ``order`` its launch
+    order."""
     cls, free = pl.col("cls"), pl.col("call_of").is_null()
     names = rows["name"].drop_nulls().unique().to_list()
     gate = [n for n in names if _GATE_MUL.search(n)]
-    memsets = [n for n in names if _MEMSET.search(n)]
     df = rows.sort([*group, *order]).with_columns(pl.int_range(pl.len()).over(group).alias("_pos"))
     pos = pl.col("_pos")
     call_pos = pl.when(~free).then(pos)
@@ -94,7 +93,11 @@ def assign(rows: pl.DataFrame, group: list[str], order: list[str]) -> pl.DataFra
         (act & pl.col("_in_a")).any().over([*group, "_prev"]).alias("_run_a"),
     )
     df = _quantizer_steps(df, group, names)
-    adjacent_memset = pl.col("name").is_in(memsets) & (pos == pl.col("_next_pos") - 1)
+    # a CUDA-API memset (the memops frame's, not a fill kernel) right before the call
+    memset = (
+        (pl.col("memop_kind") == "memset").fill_null(False) if "memop_kind" in rows.columns else pl.lit(False)
+    )
+    adjacent_memset = memset & (pos == pl.col("_next_pos") - 1)
     owned_before = pl.col("_in_b") & (
         cls.is_in(BEFORE_OWNED).fill_null(False) | (pl.col("_qstep") & pl.col("_run_q")) | adjacent_memset
     )

@@ -40,7 +40,7 @@ KERNEL_COLUMNS = (
     "kernel_id", "device", "stream", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x",
     "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
     "dynamic_smem_bytes", "smem_bytes", "kernel_class", "kernel_family", "correlation_id", "pid", "source",
-    "launch_start_ns", "blocks_per_sm", "est_occupancy_pct",
+    "launch_start_ns", "blocks_per_sm", "est_occupancy_pct", "memop_kind",
 )  # fmt: skip
 _SHAPE = ("m", "n", "k", "batch", "dtype_a", "dtype_b", "dtype_out")
 TIMELINE_DETAIL = "timeline: kernel durations and idle time of each call"
@@ -157,7 +157,8 @@ def _with_memops(kernels: pl.DataFrame, memops: pl.DataFrame | None) -> pl.DataF
     """The kernels and the timed memsets and memcpys (class ``memory``) in one frame: a memset or a copy inside a
     GEMM's call (cuBLAS zeroing a split-K / stream-K workspace under the operator, a bias copy) is GPU time of the
     call (auxiliary), not idle time, and it starts the call when it runs first. A memory operation gets a kernel
-    id after every kernel's (``kernel_id`` orders rows that start together)."""
+    id after every kernel's (``kernel_id`` orders rows that start together), and its ``memop_kind`` (memcpy,
+    memset; null for a kernel)."""
     if memops is None or memops.height == 0 or "start_ns" not in memops.columns:
         return kernels
     top = kernels["kernel_id"].max() if "kernel_id" in kernels.columns else None
@@ -167,6 +168,7 @@ def _with_memops(kernels: pl.DataFrame, memops: pl.DataFrame | None) -> pl.DataF
         (pl.int_range(pl.len(), dtype=pl.Int64) + base).alias("kernel_id"),
         *cols,
         pl.lit("memory").alias("kernel_class"),
+        (pl.col("kind") if "kind" in memops.columns else pl.lit(None, pl.String)).alias("memop_kind"),
     )
     return pl.concat([kernels, rows], how="diagonal_relaxed")
 

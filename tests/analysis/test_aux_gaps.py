@@ -163,19 +163,21 @@ def test_the_aux_sentence_names_its_denominator(samples_dir: Path) -> None:
     assert checked >= 2
 
 
-def _owners(kernels: list[tuple[str, str]]) -> list[int | None]:
-    """:func:`assign` over one sequence of (class, name) rows, a GEMM call (``gemm``) owned by call 1."""
+def _owners(kernels: list[tuple[str, ...]]) -> list[int | None]:
+    """:func:`assign` over one sequence of (class, name[, memop kind]) rows, a GEMM call (``gemm``) owned by
+    call 1."""
     from tracekit.analyzers.gemm.roles import assign
 
     rows = pl.DataFrame(
         {
             "g": [0] * len(kernels),
             "i": list(range(len(kernels))),
-            "cls": [c for c, _ in kernels],
-            "name": [n for _, n in kernels],
-            "call_of": [1 if c == "gemm" else None for c, _ in kernels],
+            "cls": [k[0] for k in kernels],
+            "name": [k[1] for k in kernels],
+            "call_of": [1 if k[0] == "gemm" else None for k in kernels],
+            "memop_kind": [k[2] if len(k) > 2 else None for k in kernels],
         },
-        schema_overrides={"call_of": pl.Int64},
+        schema_overrides={"call_of": pl.Int64, "memop_kind": pl.String},
     )
     return assign(rows, ["g"], ["i"]).sort("i")["owner"].to_list()
 
@@ -239,10 +241,15 @@ def test_a_memset_right_before_a_gemm_is_its_call_and_keeps_the_idle_between_cal
 
 
 def test_only_a_memset_right_before_the_call_is_its_own() -> None:
-    memset = ("memory", "[CUDA memset]")
+    memset = ("memory", "[CUDA memset]", "memset")
     fill = ("memory", "vectorized_elementwise_kernel<4, FillFunctor<float>>")
     gemm = ("gemm", "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopA_NNT")
     assert _owners([memset, gemm]) == [1, 1]
-    assert _owners([("memory", "Memset (Device)"), gemm]) == [1, 1]  # Kineto's name
+    assert _owners([("memory", "Memset (Device)", "memset"), gemm]) == [1, 1]  # Kineto's name
+    assert _owners([("memory", "[CUDA memcpy Host-to-Device]", "memcpy"), gemm]) == [
+        None,
+        1,
+    ]  # a copy: not this rule
+    assert _owners([("memory", "[CUDA memset]"), gemm]) == [None, 1]  # a kernel of that name is no memset
     assert _owners([memset, fill, gemm]) == [None, None, 1]  # a fill between: the program's zeroing
     assert _owners([fill, gemm]) == [None, 1]

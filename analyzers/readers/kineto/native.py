@@ -68,7 +68,9 @@ def scan_part(doc: bytes | bytearray | memoryview, form: Form) -> tuple[Part, in
     if got is None:
         return None
     meta = Meta()
-    if form == "object":
+    if (
+        form == "object"
+    ):  # got["meta"]: where deviceProperties, distributedInfo, baseTimeNanoseconds are (Meta's order)
         try:
             found = [msgspec.json.decode(doc[o : o + n]) if o >= 0 else None for o, n in got["meta"]]
         except (msgspec.DecodeError, msgspec.ValidationError):

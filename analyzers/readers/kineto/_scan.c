@@ -405,38 +405,56 @@ static int time_ns(Scan *s, const unsigned char *a, const unsigned char *b, int6
 
 static int skip_value(Scan *s, int depth);
 
-static int skip_container(Scan *s, int depth) {
-    unsigned char open = *s->p, close = open == '{' ? '}' : ']';
-    if (depth > MAX_DEPTH) return s->bail = 1, -1;
+/* A container at s->p (``{`` or ``[``) opened: 1 if it is empty (then closed too), 0 if members follow. */
+static inline int open_container(Scan *s) {
+    unsigned char close = *s->p == '{' ? '}' : ']';
     s->p++;
     skip_ws(s);
     if (s->p < s->end && *s->p == close) {
         s->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* An object member's key at s->p, its colon and the blanks after: the key's raw body in [*a, *b). */
+static inline int member_key(Scan *s, const unsigned char **a, const unsigned char **b, int *esc) {
+    if (s->p >= s->end || *s->p != '"' || scan_string(s, a, b, esc) < 0) return s->bail = 1, -1;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return s->bail = 1, -1;
+    s->p++;
+    skip_ws(s);
+    if (s->p >= s->end) return s->bail = 1, -1;
+    return 0;
+}
+
+/* After a member's value: 1 at a comma (taken, with the blanks after: a member follows), 0 at ``close`` (taken:
+ * the container ends), -1 at anything else. */
+static inline int next_member(Scan *s, unsigned char close) {
+    skip_ws(s);
+    if (s->p < s->end && *s->p == ',') {
+        s->p++;
+        skip_ws(s);
+        return 1;
+    }
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
         return 0;
     }
+    return s->bail = 1, -1;
+}
+
+static int skip_container(Scan *s, int depth) {
+    unsigned char close = *s->p == '{' ? '}' : ']';
+    int object = *s->p == '{', more;
+    if (depth > MAX_DEPTH) return s->bail = 1, -1;
+    if (open_container(s)) return 0;
     for (;;) {
-        if (open == '{') {
-            const unsigned char *a, *b;
-            int esc;
-            if (s->p >= s->end || *s->p != '"' || scan_string(s, &a, &b, &esc) < 0) return s->bail = 1, -1;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':') return s->bail = 1, -1;
-            s->p++;
-            skip_ws(s);
-        }
+        const unsigned char *a, *b;
+        int esc;
+        if (object && member_key(s, &a, &b, &esc) < 0) return -1;
         if (skip_value(s, depth + 1) < 0) return -1;
-        skip_ws(s);
-        if (s->p >= s->end) return s->bail = 1, -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == close) {
-            s->p++;
-            return 0;
-        }
-        return s->bail = 1, -1;
+        if ((more = next_member(s, close)) <= 0) return more;
     }
 }
 
@@ -572,22 +590,12 @@ static int read_args(Out *o, Scan *in) {
     uint8_t *rt = r + o->off_t, *rdt = r + o->off_dt;
     uint64_t seen = 0;
     if (*in->p != '{') return skip_value(in, 1); /* not an object: every field null */
-    in->p++;
-    skip_ws(in);
-    if (in->p < in->end && *in->p == '}') {
-        in->p++;
-        return 0;
-    }
+    if (open_container(in)) return 0;
     for (;;) {
         const unsigned char *ka, *kb;
-        int esc, flag;
-        if (in->p >= in->end || *in->p != '"' || scan_string(in, &ka, &kb, &esc) < 0) return in->bail = 1, -1;
+        int esc, flag, more;
+        if (member_key(in, &ka, &kb, &esc) < 0) return -1;
         if (esc) return in->bail = 1, -1;
-        skip_ws(in);
-        if (in->p >= in->end || *in->p != ':') return in->bail = 1, -1;
-        in->p++;
-        skip_ws(in);
-        if (in->p >= in->end) return in->bail = 1, -1;
         int k = -1;
         for (Py_ssize_t j = 0; j < o->n_keys; j++) {
             if (o->key_n[j] == kb - ka && memcmp(o->key_s[j], ka, (size_t)(kb - ka)) == 0) {
@@ -614,11 +622,7 @@ static int read_args(Out *o, Scan *in) {
             int64_t dv[3] = {0, 0, 0};
             uint8_t dt[3] = {0, 0, 0};
             int n = 0;
-            in->p++;
-            skip_ws(in);
-            if (in->p < in->end && *in->p == ']') {
-                in->p++;
-            } else {
+            if (!open_container(in)) {
                 for (;;) {
                     if (in->p >= in->end) return in->bail = 1, -1;
                     c = *in->p;
@@ -633,16 +637,8 @@ static int read_args(Out *o, Scan *in) {
                         return -1;
                     }
                     n++;
-                    skip_ws(in);
-                    if (in->p >= in->end) return in->bail = 1, -1;
-                    if (*in->p == ',') {
-                        in->p++;
-                        skip_ws(in);
-                        continue;
-                    }
-                    if (*in->p != ']') return in->bail = 1, -1;
-                    in->p++;
-                    break;
+                    if ((more = next_member(in, ']')) < 0) return -1;
+                    if (!more) break;
                 }
             }
             rt[k] = n == 3 ? T_LIST3 : T_OTHER;
@@ -657,16 +653,7 @@ static int read_args(Out *o, Scan *in) {
             if (k >= 0) rt[k] = *in->p == '[' ? T_OTHER : T_NONE;
             if (skip_value(in, 2) < 0) return -1;
         }
-        skip_ws(in);
-        if (in->p >= in->end) return in->bail = 1, -1;
-        if (*in->p == ',') {
-            in->p++;
-            skip_ws(in);
-            continue;
-        }
-        if (*in->p != '}') return in->bail = 1, -1;
-        in->p++;
-        return 0;
+        if ((more = next_member(in, '}')) <= 0) return more;
     }
 }
 
@@ -709,22 +696,12 @@ static int scan_event(Out *o, Scan *s) {
     int args_read = 0; /* args already read into a record (the category came first and is kept) */
     size_t recs = o->arg.n;
     if (*s->p != '{') return s->bail = 1, -1; /* not an object: the general way counts it */
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        goto done;
-    }
+    if (open_container(s)) goto done;
     for (;;) {
         const unsigned char *ka, *kb;
-        int esc;
-        if (s->p >= s->end || *s->p != '"' || scan_string(s, &ka, &kb, &esc) < 0) return s->bail = 1, -1;
+        int esc, more;
+        if (member_key(s, &ka, &kb, &esc) < 0) return -1;
         if (esc) return s->bail = 1, -1;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return s->bail = 1, -1;
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end) return s->bail = 1, -1;
         Field *f = NULL;
         int kind = 0; /* 1 string-or-other, 2 id, 3 time, 4 args */
         if (KEY("ph")) f = &ph, kind = 1;
@@ -766,27 +743,14 @@ static int scan_event(Out *o, Scan *s) {
         } else if (skip_value(s, 1) < 0) {
             return -1;
         }
-        skip_ws(s);
-        if (s->p >= s->end) return s->bail = 1, -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            break;
-        }
-        return s->bail = 1, -1;
+        if ((more = next_member(s, '}')) < 0) return -1;
+        if (!more) break;
     }
 done:
     o->count++;
     c = cat_index(o, &cat);
     if (c == -2) return s->bail = 1, -1;
-    if (c < 0) {
-        o->arg.n = recs; /* args read before a repeated, unkept category: drop the record */
-        return 0;
-    }
+    if (c < 0) return 0; /* (args are read early only for a kept category, which a repeat cannot change) */
     if (ph.type == T_STR && ph.esc) return s->bail = 1, -1;
     /* ph: 0 None (missing or null), 1 "X", 2 anything else */
     int phc = ph.type == T_NONE ? 0 : (ph.type == T_STR && ph.b - ph.a == 1 && *ph.a == 'X') ? 1 : 2;
@@ -811,27 +775,12 @@ done:
 
 /* The event array at s->p: ``[event, ...]``. */
 static int scan_array(Out *o, Scan *s) {
+    int more;
     if (s->p >= s->end || *s->p != '[') return s->bail = 1, -1;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return 0;
-    }
+    if (open_container(s)) return 0;
     for (;;) {
         if (s->p >= s->end || scan_event(o, s) < 0) return s->bail = 1, -1;
-        skip_ws(s);
-        if (s->p >= s->end) return s->bail = 1, -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == ']') {
-            s->p++;
-            return 0;
-        }
-        return s->bail = 1, -1;
+        if ((more = next_member(s, ']')) <= 0) return more;
     }
 }
 
@@ -841,19 +790,13 @@ static const char *META_KEYS[N_META] = {"deviceProperties", "distributedInfo", "
 /* A trace object ``{"traceEvents": [...], ...}``: its events, and the spans of the metadata values ``decode.py``
  * reads (``meta``: offset and length of each, -1 where absent). */
 static int scan_object(Out *o, Scan *s, int64_t meta[N_META][2]) {
-    int events = 0;
+    int events = 0, more;
     if (s->p >= s->end || *s->p != '{') return s->bail = 1, -1;
-    s->p++;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') return s->bail = 1, -1; /* no events: the general way says so */
+    if (open_container(s)) return s->bail = 1, -1; /* no events: the general way says so */
     for (;;) {
         const unsigned char *ka, *kb;
         int esc;
-        if (s->p >= s->end || *s->p != '"' || scan_string(s, &ka, &kb, &esc) < 0 || esc) return s->bail = 1, -1;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return s->bail = 1, -1;
-        s->p++;
-        skip_ws(s);
+        if (member_key(s, &ka, &kb, &esc) < 0 || esc) return s->bail = 1, -1;
         if (KEY("traceEvents")) {
             if (events++ || scan_array(o, s) < 0) return s->bail = 1, -1;
         } else {
@@ -869,18 +812,8 @@ static int scan_object(Out *o, Scan *s, int64_t meta[N_META][2]) {
                 meta[m][1] = (int64_t)(s->p - a);
             }
         }
-        skip_ws(s);
-        if (s->p >= s->end) return s->bail = 1, -1;
-        if (*s->p == ',') {
-            s->p++;
-            skip_ws(s);
-            continue;
-        }
-        if (*s->p == '}') {
-            s->p++;
-            break;
-        }
-        return s->bail = 1, -1;
+        if ((more = next_member(s, '}')) < 0) return -1;
+        if (!more) break;
     }
     if (!events) return s->bail = 1, -1;
     return 0;

@@ -107,12 +107,19 @@ class _Columns:
         self.arg_i, self.arg_f, self.arg_t = (np.ascontiguousarray(args[f].T) for f in ("i", "f", "t"))
         self.arg_d, self.arg_dt = (np.ascontiguousarray(args[f].T) for f in ("d", "dt"))
         self.bucket = _BUCKET_OF[self.cat]
+        self._names: pl.Series | None = None
+        self._maps: dict[Callable[[str], int | None], tuple[np.ndarray, np.ndarray]] = {}
 
     # -- columns of a subset of the kept events (``idx``: their positions) ---------------------------------------
     def names(self, idx: np.ndarray) -> pl.Series:
         """Names; "" where the name is not a string (as ``make_part`` writes it)."""
+        if self._names is None:
+            self._names = pl.Series([*self.strings, ""], dtype=pl.String)
+        return self.by_name(idx, self._names)
+
+    def by_name(self, idx: np.ndarray, table: pl.Series) -> pl.Series:
+        """``table`` (a value per distinct string, then one for a name that is not a string) at each event's name."""
         codes = self.name[idx]
-        table = pl.Series([*self.strings, ""], dtype=pl.String)
         return table.gather(np.where(codes < 0, len(self.strings), codes))
 
     def arg_int(self, idx: np.ndarray, field: str) -> tuple[np.ndarray, np.ndarray]:
@@ -147,10 +154,12 @@ class _Columns:
     def string_map(self, fn: Callable[[str], int | None]) -> tuple[np.ndarray, np.ndarray]:
         """``fn`` over the chunk's distinct strings, as values and a validity mask (an int past Int64 is null,
         as ``part.int_series`` makes it)."""
-        out = [fn(s) for s in self.strings]
-        ok = np.array([v is not None and _I64[0] <= v <= _I64[1] for v in out], dtype=bool)
-        vals = np.array([v if k else 0 for v, k in zip(out, ok, strict=True)], dtype=np.int64)
-        return vals, ok
+        if fn not in self._maps:  # once per chunk and function: the strings are the names too (thousands)
+            out = [fn(s) for s in self.strings]
+            ok = np.array([v is not None and _I64[0] <= v <= _I64[1] for v in out], dtype=bool)
+            vals = np.array([v if k else 0 for v, k in zip(out, ok, strict=True)], dtype=np.int64)
+            self._maps[fn] = (vals, ok)
+        return self._maps[fn]
 
     def times(self, idx: np.ndarray, which: str) -> pl.Series:
         v, ok = (self.ts, self.ts_ok) if which == "ts" else (self.dur, self.dur_ok)
@@ -239,12 +248,11 @@ class _Columns:
         copy = pl.Series(
             [m.group(1) if (m := _COPY_KIND.match(s)) else None for s in [*self.strings, ""]], dtype=pl.String
         )
-        codes = self.name[idx]
         return pl.DataFrame(
             {
                 "kind": pl.Series([_MEMOP_OF[c] for c in self.cat[idx]], dtype=pl.String),
                 "name": names,
-                "copy_kind": copy.gather(np.where(codes < 0, len(self.strings), codes)),
+                "copy_kind": self.by_name(idx, copy),
                 "bytes": self._int(idx, "bytes"),
                 "device": self._device(idx, None),
                 "context": self._int(idx, "context"),
@@ -295,7 +303,7 @@ class _Columns:
 
     def events(self, idx: np.ndarray) -> list[_Event]:
         """The events at ``idx`` as ``make_part`` sees them, as far as its frames read them (for the few events
-        whose ``args`` the scanner does not read: steps and GEMM ops, which ``part.py`` decodes itself)."""
+        whose ``args`` the scanner does not read and ``part._cpu_ranges`` decodes itself: the steps)."""
         names = [self.strings[c] for c in self.name[idx].tolist()]
         pid_t, pid, tid_t, tid = (a[idx].tolist() for a in (self.pid_t, self.pid, self.tid_t, self.tid))
         doc = self.doc

@@ -188,6 +188,9 @@ OP_ARGS = [
 ]
 
 
+_ANY_CHAR = st.characters(exclude_categories=("Cs",))
+
+
 def _q(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
@@ -203,7 +206,10 @@ def events(draw: st.DrawFn) -> str:
             ("cat", _q(cat) if draw(st.integers(0, 9)) else draw(st.sampled_from(["3", "null", "[1]"])))
         )
     if draw(st.integers(0, 9)):
-        fields.append(("name", _q(draw(st.sampled_from(NAMES))) if draw(st.integers(0, 9)) else "7"))
+        # any text too: quotes, backslashes, control and non-ASCII characters at every offset of the scanner's
+        # 16- and 8-byte steps
+        name = draw(st.one_of(st.sampled_from(NAMES), st.text(_ANY_CHAR, max_size=70)))
+        fields.append(("name", _q(name) if draw(st.integers(0, 9)) else "7"))
     for key in ("pid", "tid"):
         if draw(st.integers(0, 5)):
             fields.append((key, draw(st.sampled_from(ID_TEXTS))))
@@ -277,6 +283,37 @@ def test_plain_events_are_read_not_declined() -> None:
 )
 def test_declines_what_it_is_not_sure_of(doc: bytes) -> None:
     assert native.scan_part(doc, "list") is None
+
+
+def test_records_stay_valid_while_later_scans_reuse_memory() -> None:
+    """The scanner hands its record arrays out without a copy and reuses memory between scans (a pool): an
+    array still referenced must never be handed to a later scan, and ``release`` must not free it either."""
+    one, two = (_real_chunk(n) for n in (300, 500))
+    kept = native._scan.scan(one, native._CAT_BYTES, native._KEYS, False)
+    before = {k: bytes(kept[k]) for k in ("rec", "arg")}
+    for _ in range(4):  # later scans, some of whose records go back to the pool at once
+        native._scan.scan(two, native._CAT_BYTES, native._KEYS, False)
+    native.release()
+    native._scan.scan(two, native._CAT_BYTES, native._KEYS, False)
+    assert {k: bytes(kept[k]) for k in ("rec", "arg")} == before
+    assert memoryview(kept["rec"]).readonly
+    fresh = native._scan.scan(one, native._CAT_BYTES, native._KEYS, False)
+    assert {k: bytes(fresh[k]) for k in ("rec", "arg")} == before
+
+
+def _real_chunk(n: int) -> bytes:
+    """``n`` kernel / launch / op events in Kineto's form, as a middle chunk's ``[event, ...]``."""
+    evs = []
+    for i in range(n):
+        evs.append(
+            f'{{"ph": "X", "cat": "kernel", "name": "gemm_{i % 7}", "pid": 0, "tid": 7, "ts": {i}.5, "dur": 2,'
+            f' "args": {{"device": 0, "stream": 7, "correlation": {i}, "grid": [{i}, 2, 3], "block": [128, 1, 1]}}}}'
+        )
+        evs.append(
+            f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {i},'
+            f' "dur": 1, "args": {{"correlation": {i}, "cbid": 211}}}}'
+        )
+    return ("[" + ", ".join(evs) + "]").encode()
 
 
 def test_object_without_events_is_declined() -> None:

@@ -208,10 +208,12 @@ them: 0.4M faults and 1.2 s (docs/BENCHMARKS.md). The pins cost ~1/64 of one chu
 
 
 def release_scratch() -> None:
-    """Let this process's scratch buffer and pinned events go (at the end of a read)."""
+    """Let this process's scratch buffer, pinned events and the scanner's kept record memory go (at the end of a
+    read)."""
     mine = _BUFFERS
     mine.scratch = None
     mine.pins.clear()
+    native.release()
 
 
 # -- finding the event array and the cuts ------------------------------------------------------------------------

@@ -54,8 +54,11 @@ _THREAD_KEYS = ["source", "pid", "tid"]
 _GPU_KEYS = ["source", "device", "tid"]
 
 
-def _key_codes(cols: list[pl.Series]) -> pl.Series:
-    """A dense id (0, 1, ...) per distinct tuple of ``cols`` (equal-length series; nulls are a value)."""
+def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Series:
+    """An id per distinct tuple of ``cols`` (equal-length series; nulls are a value), ascending with the tuples:
+    dense (0, 1, ...), unless the tuples' mixed-radix number stays below ``max_groups``, which is then the id as it
+    is (the same order, so the same sort and the same answers, without hashing every row: 0.3 s of the launching
+    op's join at 1M Kineto launches)."""
     parts = []
     for c in cols:
         if c.dtype == pl.String:
@@ -77,6 +80,8 @@ def _key_codes(cols: list[pl.Series]) -> pl.Series:
         size *= width
     else:
         assert raw is not None
+        if max_groups is not None and size <= max_groups:
+            return raw
         distinct = raw.unique().sort()
         return distinct.search_sorted(raw).cast(pl.Int64)
     # Mixed radix would overflow (huge, sparse ids): rank the tuples instead.
@@ -120,6 +125,16 @@ def _combined_times(
     return start, end, (gp + points).rename("t")
 
 
+def _groups_that_fit(starts: pl.Series, ends: pl.Series, points: pl.Series) -> int | None:
+    """How many groups ``_combined_times`` can place side by side without replacing the times by their ranks
+    (None when there are no times)."""
+    bounds = [v for s in (starts, ends, points) for v in (s.min(), s.max()) if v is not None]
+    if not bounds:
+        return None
+    span = int(max(bounds)) - int(min(bounds)) + 2  # type: ignore[call-overload]
+    return (_LIMIT - 1) // span
+
+
 def _build(
     ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame | None = None
 ) -> tuple[_Timeline, pl.Series | None]:
@@ -130,10 +145,13 @@ def _build(
     for k in keys:
         dtype = pl.String if ranges[k].dtype == pl.String else pl.Int64
         cols.append(pl.concat([ranges[k].cast(dtype), pts[k].cast(dtype)]))
-    g = _key_codes(cols)
-    start, end, t = _combined_times(
-        g, ranges["start_ns"].cast(pl.Int64), ranges["end_ns"].cast(pl.Int64), pts["t"].cast(pl.Int64)
+    starts, ends, times = (
+        ranges["start_ns"].cast(pl.Int64),
+        ranges["end_ns"].cast(pl.Int64),
+        pts["t"].cast(pl.Int64),
     )
+    g = _key_codes(cols, _groups_that_fit(starts, ends, times))
+    start, end, t = _combined_times(g, starts, ends, times)
     # Preorder: start, longer first, lower id first. One single-column sort, then ties fixed where they occur.
     order = start.arg_sort()
     s_sorted = start.gather(order)

@@ -218,6 +218,18 @@ def tied_timelines(draw: st.DrawFn) -> tuple[list[dict], list[dict]]:
                 "start_ns": draw(st.integers(0, 25)),
             }
         )
+    # ids far apart: the group ids are then dense codes (the key numbers times the time span would overflow) or
+    # ranks (the key numbers themselves would), not the key numbers as they are
+    pid_step, tid_step = draw(st.sampled_from([(1, 1), (3 * 10**17, 1), (10**15, 2**40)]))
+    for r in rows:
+        r["tid"] *= tid_step
+        if r["pid"] is not None:
+            r["pid"] *= pid_step
+    for k in kernels:
+        k["pid"] *= pid_step
+        k["stream"] *= tid_step
+        if k["launch_tid"] is not None:
+            k["launch_tid"] *= tid_step
     return rows, kernels
 
 

@@ -67,7 +67,8 @@ def build(
     memops = _concat([p.memops for p in parts])
     parts.clear()
     chosen, ambiguous = _launch_of_each_id(launches)
-    chosen = _with_launch_op(chosen, cpu_ops)
+    wanted = pl.concat([kernels["correlation_id"], memops["correlation_id"]]).drop_nulls()
+    chosen = _with_launch_op(chosen, cpu_ops, wanted)
     del cpu_ops
     if ambiguous:
         warnings.append(
@@ -104,12 +105,14 @@ def _launch_of_each_id(launches: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return chosen, many.len()
 
 
-def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame) -> pl.DataFrame:
+def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame, wanted: pl.Series) -> pl.DataFrame:
     """``chosen`` launches with ``l_op``: the innermost ``cpu_op`` open on the launching thread at the launch
-    call (the nesting join of analyzers/join.py on (pid, tid)); null where none is open."""
+    call (the nesting join of analyzers/join.py on (pid, tid)); null where none is open, and for launches whose
+    correlation id is not in ``wanted`` (the kernels' and memops'): only those rows are read, and a trace's
+    runtime calls with an id are half of them no kernel's (synchronizations, event records ...)."""
     op = pl.lit(None, pl.String).alias("l_op")
     timed = cpu_ops.filter(pl.col("start_rel").is_not_null() & pl.col("dur").is_not_null())
-    points = chosen.filter(pl.col("l_ts").is_not_null())
+    points = chosen.filter(pl.col("l_ts").is_not_null() & pl.col("corr").is_in(wanted.implode()))
     if timed.height == 0 or points.height == 0:
         return chosen.with_columns(op)
     ranges = timed.select(
@@ -120,7 +123,7 @@ def _with_launch_op(chosen: pl.DataFrame, cpu_ops: pl.DataFrame) -> pl.DataFrame
         (pl.col("start_rel") + pl.col("dur")).alias("end_ns"),
     )
     chosen = chosen.with_row_index("__pt")
-    pts = chosen.filter(pl.col("l_ts").is_not_null()).select(
+    pts = chosen.filter(pl.col("l_ts").is_not_null() & pl.col("corr").is_in(wanted.implode())).select(
         pl.col("__pt").cast(pl.Int64).alias("point_id"),
         pl.col("l_pid").alias("pid"),
         pl.col("l_tid").alias("tid"),

@@ -464,7 +464,10 @@ def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
     code = pl.repeat(None, ranges.height, dtype=pl.UInt32, eager=True).scatter(found["_row"], found["_code"])
     hit = code.is_not_null()
     return ranges.with_columns(
-        pl.when(hit).then(parsed[c].gather(code)).otherwise(ranges[c]).alias(c) for c in cols
+        parsed[c].gather(code).alias(c)  # the usual case: nothing to keep from the column as read
+        if ranges[c].null_count() == ranges.height
+        else pl.when(hit).then(parsed[c].gather(code)).otherwise(ranges[c]).alias(c)
+        for c in cols
     )
 
 

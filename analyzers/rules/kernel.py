@@ -105,7 +105,16 @@ def _stage_fit(case: GemmCase) -> dict[str, Any]:
         return out
     if per_stage and limit:
         out["stage_bytes"] = int(per_stage)
-        out["stages_that_fit"] = int(limit // per_stage)
+        if tile.stages and used:
+            # what the kernel holds beside its stages (epilogue, barriers, a 2-CTA pair's exchange: 8-17 KiB on
+            # the B200's nvjet kernels) stays whatever the stage count: only the rest of the limit takes stages
+            other = int(used - tile.stages * per_stage)
+            out["non_stage_smem_bytes"] = other
+            out["stages_that_fit"] = max(0, int((limit - other) // per_stage))
+        else:
+            # without the kernel's stages or shared memory its other use is unknown: a bound, said as one
+            out["stages_that_fit"] = int(limit // per_stage)
+            out["stages_that_fit_is_bound"] = True
     return out
 
 
@@ -216,8 +225,8 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
                 if used
                 else f"shared memory per CTA unknown (the profile does not say; the limit is {limit_kib})"
             )
-            + f"; {ev['stages_that_fit']} stages of a {ev['tile']} tile fit"
-            + (f" (the kernel uses {ev['stages']})" if "stages" in ev else "")
+            + f"; {'at most ' if ev.get('stages_that_fit_is_bound') else ''}{ev['stages_that_fit']} stages of a "
+            f"{ev['tile']} tile fit" + (f" (the kernel uses {ev['stages']})" if "stages" in ev else "")
         )
 
     cause, remedy = _cause(case, ev, theo, limiter, tensor_active, stalls, memory_bound)

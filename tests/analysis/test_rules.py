@@ -152,8 +152,13 @@ def test_in_kernel_near_tensor_limit(shared_data: Path) -> None:
     assert f.cause == "near the tensor-pipe limit"
     assert f.evidence["tensor_pipe_active_pct"] == pytest.approx(96.9, abs=0.05)
     assert f.evidence["occupancy_limiter"] == "registers and shared_mem"
-    assert f.evidence["stages_that_fit"] == 232_448 // (64 * (320 + 128) * 2) == 4
-    assert stages_fit(232_448, "320x128x64") == 4
+    # nvjet_sm90_tst_320x128_64x3: 3 stages of 57,344 B in 188,636 B, so 16,604 B beside them; a fourth stage
+    # would need 245,980 B of the 232,448 allowed: 3 fit, not the 4 that the limit alone gives
+    stage = 64 * (320 + 128) * 2
+    assert f.evidence["non_stage_smem_bytes"] == 188_636 - 3 * stage == 16_604
+    assert f.evidence["stages_that_fit"] == (232_448 - 16_604) // stage == 3
+    assert "; 3 stages of a 320x128x64 tile fit (the kernel uses 3)" in f.sentence
+    assert stages_fit(232_448, "320x128x64") == 4  # the report helper: the limit alone, no kernel
 
 
 def test_in_kernel_shared_memory_limits_occupancy() -> None:
@@ -171,6 +176,30 @@ def test_in_kernel_shared_memory_limits_occupancy() -> None:
     # the same launch with DRAM near its peak is not latency-bound: occupancy is not what limits it
     case.ncu.row = {"compute_throughput_pct": 30.0, "dram_throughput_pct": 91.0}
     assert kernel(case, 0.5).cause != "occupancy limited by shared memory"
+
+
+def test_stages_that_fit_without_the_kernels_stage_count_is_a_bound() -> None:
+    """A tile without a stage count in the name: what the kernel holds beside its stages is unknown, so the count
+    from the limit alone is said as a bound; the same kernel with its count takes its other shared memory first."""
+    latency_bound = {"compute_throughput_pct": 30.0, "dram_throughput_pct": 20.0}
+    name = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_kernel"
+    case = make_case(
+        m=4096, n=4096, k=4096, dtype_a="bf16", main_kernel=name, device=H200, grid=1024, block=128,
+        registers=128, smem=200 * 1024, ncu=latency_bound,
+    )  # fmt: skip
+    stage = 64 * (128 + 128) * 2
+    ev = kernel(case, 0.5).evidence
+    assert ev["stage_bytes"] == stage and ev["stages_that_fit_is_bound"] is True
+    assert (
+        ev["stages_that_fit"] == ev["smem_per_block_limit_bytes"] // stage
+        and "non_stage_smem_bytes" not in ev
+    )
+    assert f"at most {ev['stages_that_fit']} stages of a 128x128x64 tile fit" in kernel(case, 0.5).sentence
+    case.kernel.name = name.replace("tilesize128x128x64_", "tilesize128x128x64_stage5_")
+    ev = kernel(case, 0.5).evidence
+    assert ev["stages"] == 5 and ev["non_stage_smem_bytes"] == 200 * 1024 - 5 * stage
+    assert ev["stages_that_fit"] == (ev["smem_per_block_limit_bytes"] - (200 * 1024 - 5 * stage)) // stage
+    assert "stages_that_fit_is_bound" not in ev
 
 
 def test_in_kernel_register_limit_and_no_profile() -> None:

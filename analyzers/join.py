@@ -57,8 +57,8 @@ _GPU_KEYS = ["source", "device", "tid"]
 def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Series:
     """An id per distinct tuple of ``cols`` (equal-length series; nulls are a value), ascending with the tuples:
     dense (0, 1, ...), unless the tuples' mixed-radix number stays below ``max_groups``, which is then the id as it
-    is (the same order, so the same sort and the same answers, without hashing every row: 0.3 s of the launching
-    op's join at 1M Kineto launches)."""
+    is (the same order, so the same sort and the same answers, without hashing every row: 0.05-0.1 s of a join
+    over 3-6M rows)."""
     parts = []
     for c in cols:
         if c.dtype == pl.String:

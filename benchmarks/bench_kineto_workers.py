@@ -28,6 +28,8 @@ sys.path.insert(0, str(HERE))
 
 import bench_kineto  # noqa: E402
 
+from tracekit.analyzers.readers.kineto import native  # noqa: E402
+
 CHILD = """
 import json, sys, time
 from pathlib import Path
@@ -39,13 +41,10 @@ print(json.dumps({"wall": time.perf_counter() - t, "kernels": ex.frame("kernels"
 
 
 def _run(path: Path, workers: int, scanner: bool) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items() if k != "TRACEKIT_NO_SCANNER"}
-    if not scanner:
-        env["TRACEKIT_NO_SCANNER"] = "1"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(workers)],
-        env=env,
+        env=native.environ(scanner),
         capture_output=True,
         text=True,
         check=True,

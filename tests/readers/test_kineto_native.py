@@ -14,7 +14,6 @@ import ctypes
 import gzip
 import json
 import mmap
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -341,12 +340,9 @@ print(json.dumps(ex.warnings))
 
 def _read_in_process(path: Path, out: Path, *, scanner: bool) -> list[str]:
     out.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != native.DISABLE_ENV}
-    if not scanner:
-        env[native.DISABLE_ENV] = "1"
     done = subprocess.run(
         [sys.executable, "-c", _READ, str(path), str(out)],
-        env=env,
+        env=native.environ(scanner),
         capture_output=True,
         text=True,
         check=True,

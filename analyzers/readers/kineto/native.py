@@ -68,9 +68,8 @@ def scan_part(doc: bytes | bytearray | memoryview, form: Form) -> tuple[Part, in
     if got is None:
         return None
     meta = Meta()
-    if (
-        form == "object"
-    ):  # got["meta"]: where deviceProperties, distributedInfo, baseTimeNanoseconds are (Meta's order)
+    if form == "object":
+        # got["meta"]: where deviceProperties, distributedInfo, baseTimeNanoseconds are (Meta's order)
         try:
             found = [msgspec.json.decode(doc[o : o + n]) if o >= 0 else None for o, n in got["meta"]]
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -86,3 +85,12 @@ def release() -> None:
     page faults of fresh memory for every chunk). Called at the end of each read."""
     if _scan is not None:
         _scan.release()
+
+
+def environ(scanner: bool) -> dict[str, str]:
+    """This process's environment for a child process that reads with the scanner (where it is built) or
+    without it (``DISABLE_ENV`` set): to compare the two ways on the same file."""
+    env = {k: v for k, v in os.environ.items() if k != DISABLE_ENV}
+    if not scanner:
+        env[DISABLE_ENV] = "1"
+    return env

@@ -284,6 +284,18 @@ def test_declines_what_it_is_not_sure_of(doc: bytes) -> None:
     assert native.scan_part(doc, "list") is None
 
 
+def test_digits_that_int_refuses_are_no_ids() -> None:
+    """A tid or name like "¹" (a Unicode digit ``int`` does not read) stopped the read with a ValueError (found
+    by the made-up events): it is no id, both ways."""
+    doc = (
+        '[{"cat": "cuda_runtime", "name": "\u00b9", "tid": "\u00b2", "pid": "12",'
+        ' "args": {"device": 0, "context": 0, "stream": 0, "correlation": 0}}]'
+    )
+    assert assert_same(doc.encode(), "list")
+    part, _, _ = general(doc.encode(), "list")
+    assert part.launches["tid"].to_list() == [None] and part.launches["pid"].to_list() == [12]
+
+
 def test_records_stay_valid_while_later_scans_reuse_memory() -> None:
     """The scanner hands its record arrays out without a copy and reuses memory between scans (a pool): an
     array still referenced must never be handed to a later scan, and ``release`` must not free it either."""

@@ -505,10 +505,11 @@ def int_series(values: list[Any], dtype: pl.DataType | type[pl.DataType] = pl.In
 
 
 def as_int(value: Any) -> int | None:
-    """An id that may be written as a number or a numeric string ("25738"); None otherwise."""
+    """An id that may be written as a number or a numeric string ("25738"); None otherwise. ``isdecimal``, not
+    ``isdigit``: "¹" is a digit that ``int`` refuses (it stopped a whole read)."""
     if type(value) is int:
         return value
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isdecimal():
         return int(value)
     return None
 

@@ -339,7 +339,7 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
 
         def as_int(key: str, fields: dict[str, str] = fields) -> int | None:
             value = fields.get(key)
-            return int(value) if value is not None and value.lstrip("-").isdigit() else None
+            return int(value) if value is not None and value.lstrip("-").isdecimal() else None
 
         rows.append(
             {

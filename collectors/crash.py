@@ -116,7 +116,7 @@ def in_flight(crumbs: Iterable[Breadcrumb], ended_by: str | None = None) -> Brea
 def _passed_through(crumb: Breadcrumb, traceback_text: str) -> bool:
     """Whether a traceback holds the frame of the crumb's caller (``File "path", line N``)."""
     path, _, line = str(crumb.get("caller") or "").rpartition(":")
-    return bool(path) and line.isdigit() and f'File "{path}", line {line}' in traceback_text
+    return bool(path) and line.isdecimal() and f'File "{path}", line {line}' in traceback_text
 
 
 def describe_call(crumb: Breadcrumb) -> str:

@@ -202,7 +202,7 @@ def _world(nproc: str | None) -> int | None:
     """Ranks on this node: ``--nproc-per-node`` when it is a number (torchrun's default is 1). With several nodes
     each node's capture holds its own ranks (the file names carry the global RANK)."""
     text = (nproc or "1").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    return int(text) if text.isdecimal() and int(text) > 0 else None
 
 
 def split_torchrun(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> RankLaunch | None:
@@ -283,7 +283,7 @@ def launcher_world_size(launcher: Sequence[str]) -> int | None:
         name, eq, value = arg.partition("=")
         if name in _WORLD_OPTIONS:
             text = value if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-            if text.isdigit() and int(text) > 0:
+            if text.isdecimal() and int(text) > 0:
                 return int(text)
     return None
 

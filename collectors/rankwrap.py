@@ -25,7 +25,7 @@ def find_rank(names: list[str], environ: dict[str, str] | os._Environ[str]) -> t
     """The first of ``names`` set to a whole number in ``environ``, with its value."""
     for name in names:
         text = environ.get(name, "").strip()
-        if text.isdigit():
+        if text.isdecimal():
             return name, int(text)
     return None
 

@@ -120,7 +120,7 @@ def decode_legacy(name: str) -> RangeName | None:
     dims: dict[str, str] = {}
     for item in parts[2].split(","):
         key, sep, value = item.partition("=")
-        if not sep or key not in ("M", "N", "K") or not value.isdigit():
+        if not sep or key not in ("M", "N", "K") or not value.isdecimal():
             return None
         dims[key] = value
     if len(dims) != 3:

@@ -24,7 +24,7 @@ def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
 
     def as_int(key: str) -> int | None:
         v = f.get(key)
-        return int(v) if v is not None and v.isdigit() else None
+        return int(v) if v is not None and v.isdecimal() else None
 
     return {
         "backend": f.get("backend"),

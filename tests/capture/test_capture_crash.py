@@ -378,6 +378,15 @@ def test_in_flight_is_never_a_raise_that_was_caught_earlier(tmp_path):
     assert crash.in_flight(crash.read_breadcrumbs(tmp_path)).get("backend") == "sgl-fp4"
 
 
+def test_in_flight_needs_a_line_number_in_the_caller():
+    """A caller whose line is "²" (a Unicode digit, no number ``int`` reads) names no frame a traceback can hold
+    (``File "path", line N``): the raised call is not taken as what the program died of."""
+    crumb = crash.Breadcrumb(
+        crash.RAISED, {"seq": 1, "backend": "torch-nvfp4", "caller": "/w/b.py:\u00b2"}, "f"
+    )
+    assert crash.in_flight([crumb], 'File "/w/b.py", line \u00b2, in main') is None
+
+
 def test_collapse_cr_keeps_the_last_state():
     assert crash.collapse_cr("a\r[==50%]\r[==100%] done\nb\r\nc") == "[==100%] done\nb\nc"
 

@@ -133,6 +133,15 @@ def test_generic_launcher_and_rank_env() -> None:
     assert launcher_world_size(["mpiexec", "-n", "16"]) == 16 and launcher_world_size(["srun"]) is None
 
 
+def test_world_size_in_a_digit_int_refuses_is_no_number() -> None:
+    """A process count like "²" (a Unicode digit ``int`` refuses) raised ValueError out of the plan: it gives no
+    world size, for torchrun's ``--nproc-per-node`` and for a launcher's ``-np`` alike."""
+    got = split_torchrun(["torchrun", "--nproc-per-node", "\u00b2", "b.py"], ENV)
+    assert got is not None and got.world_size is None
+    assert launcher_world_size(["mpirun", "-np", "\u00b2"]) is None
+    assert launcher_world_size(["srun", "--ntasks=\u00b9"]) is None
+
+
 @pytest.mark.parametrize(
     ("cmd", "kwargs", "match"),
     [
@@ -213,6 +222,14 @@ def test_rankwrap_finds_the_rank_and_names_files(tmp_path: Path) -> None:
         [PY, str(RANKWRAP_PY), "--rank-env", "NO_SUCH_RANK_VAR", "--", "true"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "NO_SUCH_RANK_VAR" in bad.stderr and "--rank-env" in bad.stderr
+
+
+def test_rankwrap_takes_a_digit_int_refuses_for_no_rank() -> None:
+    """A variable set to "²" (a Unicode digit ``int`` refuses) raised ValueError in the wrapper: it holds no whole
+    number, so the next variable named gives the rank."""
+    env = {"RANK": "\u00b2", "SLURM_PROCID": "6"}
+    assert find_rank(["RANK", "SLURM_PROCID"], env) == ("SLURM_PROCID", 6)
+    assert find_rank(["RANK"], env) is None
 
 
 def test_rank_files(tmp_path: Path) -> None:

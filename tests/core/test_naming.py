@@ -85,3 +85,34 @@ def test_one_legacy_parser_for_the_importer_and_the_explainer(name: str, fields:
     assert case is not None
     for key in ("backend", "op", "m", "n", "k", "dtype_a", "dtype_b", "dtype_out", "scale"):
         assert row[key] == case[key], key
+
+
+def test_legacy_name_with_a_digit_int_refuses_is_not_one() -> None:
+    """A size like "²" is a Unicode digit but no number (``int`` refuses it): the name is no legacy GEMM name,
+    instead of a GEMM whose size the readers after it fail to read."""
+    assert naming.decode_legacy("gemm/bf16/M=\u00b2,N=2,K=3") is None
+
+
+def test_gemm_name_with_a_digit_int_refuses_has_no_size() -> None:
+    """A size like "²" (a Unicode digit ``int`` refuses) raised ValueError out of ``parse_gemm_name``: it is no
+    size, and the name's other fields still read."""
+    from tracekit.analyzers.gemm.names import parse_gemm_name
+
+    case = parse_gemm_name("gemm backend=torch-bf16 op=mm M=\u00b2 N=2 K=3")
+    assert case is not None and case["backend"] == "torch-bf16"
+    assert (case["m"], case["n"], case["k"]) == (None, 2, 3)
+
+
+def test_range_names_with_a_digit_int_refuses_have_no_size() -> None:
+    """A size like "²" or "-¹" (Unicode digits ``int`` refuses) raised ValueError and stopped the whole import in
+    ``parse_range_names``: it is no size, and the range is still a GEMM range."""
+    import polars as pl
+
+    from tracekit.analyzers.importer import parse_range_names
+    from tracekit.frames import RANGES
+
+    name = "gemm backend=torch-bf16 op=mm M=\u00b2 N=-\u00b9 K=3"
+    ranges = RANGES.conform(pl.DataFrame({"range_id": [0], "name": [name]}))
+    row = parse_range_names(ranges).row(0, named=True)
+    assert row["range_kind"] == "gemm" and row["backend"] == "torch-bf16"
+    assert (row["m"], row["n"], row["k"]) == (None, None, 3)

@@ -21,8 +21,9 @@ class ReadOptions:
     """How to read, the same for every reader (each uses what applies to it).
 
     ``workers``: processes a reader may start for one file (Kineto's chunk decoders), None for its default
-    (``tracekit.analyzers.workers.default_workers``); ``engine``: how an SQLite export is read (``auto``: ADBC
-    where installed, else ``sqlite3``; Nsight Systems)."""
+    (``tracekit.analyzers.workers.default_workers``); ``engine``: how an SQLite export is read (``auto``: from
+    the file's pages where the page reader is built and sure of a table, else ADBC where installed, else
+    ``sqlite3``; Nsight Systems, ``nsys.db.ENGINES``)."""
 
     workers: int | None = None
     engine: str = "auto"

@@ -1,6 +1,8 @@
-"""Read-only SQLite access for Nsight Systems exports (``reader.py``): typed polars frames from queries,
-through the ADBC driver where installed (Arrow batches, fast) or the standard library's sqlite3, the big tables
-in rowid chunks. A value of the wrong type (a damaged export) is read as null and counted in ``_Db.lost``."""
+"""Read-only access to Nsight Systems exports (``reader.py``): typed polars frames from queries of a table's
+columns, read from the file's pages where the page reader is built and sure of the table (``pages.py``), else
+through SQLite: the ADBC driver where installed (Arrow batches) or the standard library's sqlite3, the big
+tables in rowid chunks. A value of the wrong type (a damaged export) is read as null and counted in
+``_Db.lost``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ import polars as pl
 
 from tracekit.errors import MissingToolError
 
+from . import pages
+
+ENGINES = ("auto", "pages", "adbc", "sqlite3")
+"""How tables are read: ``auto`` from the pages where the page reader is built and sure of a table, else ADBC
+where installed, else sqlite3; ``pages`` the same but refused where the page reader is not built; ``adbc`` and
+``sqlite3`` through SQLite only. All give the same frames."""
 _CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
 _BATCH_ROWS = _CHUNK_ROWS
 """Rows per Arrow batch from the ADBC driver: a chunk's statement comes back in one batch. The driver reserves
@@ -97,31 +105,71 @@ def _is_adbc_error(e: BaseException) -> bool:
     return type(e).__module__.startswith("adbc_driver")
 
 
+def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:
+    """``name AS alias``: NULL where the column is absent; CAST where an integer column is not declared so."""
+    if not name or name not in cols:
+        return f"NULL AS {alias}"
+    if integer and "INT" not in cols[name]:
+        return f'CAST("{name}" AS INTEGER) AS {alias}'
+    return f'"{name}" AS {alias}'
+
+
 @dataclass(frozen=True)
 class _Query:
-    """``SELECT <select> FROM <table> WHERE <where>``, whose result columns are named and ordered as ``schema``."""
+    """``SELECT <columns> FROM <table> [WHERE <keep column> IN (<values>)]``: each result column is
+    ``(alias, the table's column or None for NULL, whether it is an integer)``, named and ordered as ``schema``;
+    ``declared`` is the table's column -> declared type (upper case)."""
 
     table: str
-    select: str
-    where: str | None
+    declared: dict[str, str]
+    columns: tuple[tuple[str, str | None, bool], ...]
     schema: dict[str, pl.DataType]
+    keep: tuple[str, tuple[int, ...]] | None = None
+
+    @property
+    def select(self) -> str:
+        return ", ".join(_col(self.declared, c, a, integer=i) for a, c, i in self.columns)
+
+    @property
+    def where(self) -> str | None:
+        if self.keep is None:
+            return None
+        column, values = self.keep
+        return f'"{column}" IN ({", ".join(str(v) for v in values)})'
+
+    def filtered(self, df: pl.DataFrame) -> pl.DataFrame:
+        """``df`` (the table's rows, read without ``where``) cut to the rows ``where`` keeps."""
+        if self.keep is None:
+            return df
+        column, values = self.keep
+        alias = next(a for a, c, _ in self.columns if c == column)
+        return df.filter(pl.col(alias).is_in(values))
 
 
 class _Db:
     """Read-only access to one export: table columns, and queries returning typed polars frames."""
 
     def __init__(self, path: Path, tables: set[str], *, engine: str = "auto") -> None:
-        if engine not in ("auto", "adbc", "sqlite3"):
-            raise ValueError(f"engine must be auto, adbc or sqlite3, not {engine!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.path = path
         self.uri = _uri(path)
         self.tables = tables
-        self._connect = _adbc_connect() if engine in ("auto", "adbc") else None
+        self._connect = _adbc_connect() if engine in ("auto", "pages", "adbc") else None
         if engine == "adbc" and self._connect is None:
             raise MissingToolError("engine 'adbc' needs adbc-driver-sqlite", "pip install adbc-driver-sqlite")
+        if engine == "pages" and not pages.AVAILABLE:
+            raise MissingToolError(
+                "engine 'pages' needs the page reader, which this install did not build (no C compiler) or "
+                f"{pages.DISABLE_ENV} turned off",
+                "reinstall tracekit where a C compiler is found, or use --engine auto",
+            )
+        self.use_pages = engine in ("auto", "pages") and pages.AVAILABLE
         self._cols: dict[str, dict[str, str]] = {}
+        self._spans: dict[str, tuple[int, int] | None] = {}
         self.notes: list[str] = []
         self.lost: list[int] = []  # per query chunk: values of the wrong type, read as null
+        self.declined: dict[str, str] = {}  # table -> why the page reader left it to SQLite
 
     @property
     def engine(self) -> str:
@@ -153,18 +201,52 @@ class _Db:
         finally:
             con.close()
 
+    def span(self, table: str) -> tuple[int, int] | None:
+        """The least and greatest rowid of ``table``; None for a WITHOUT ROWID table, an empty one, or a
+        damaged b-tree that answers max < min."""
+        if table not in self._spans:
+            try:
+                # Two subqueries: SQLite answers a lone min() or max() of the rowid from the b-tree, both at
+                # once by a scan.
+                lo, hi = self.small(
+                    f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+                )[0]
+            except sqlite3.OperationalError:  # a WITHOUT ROWID table
+                lo = hi = None
+            self._spans[table] = None if lo is None or hi is None or hi < lo else (lo, hi)
+        return self._spans[table]
+
+    def page_parts(self, q: _Query) -> list[pages.Part] | None:
+        """The page reader's parts for the query (``pages.py``), or None where it is not used for it (then
+        ``chunks``); why not is kept in ``declined``."""
+        if not self.use_pages:
+            return None
+        why: str | None = None
+        if q.keep is not None and q.keep[0] not in {c for _, c, _ in q.columns}:
+            why = f"the filter's column {q.keep[0]!r} is not read"
+        elif any(c in q.declared and i and "INT" not in q.declared[c] for _, c, i in q.columns):
+            why = "an integer read from a column not declared INTEGER (SQLite's CAST)"
+        else:
+            where = pages.layout(self.path, q.table)
+            if isinstance(where, str):
+                why = where
+            else:
+                span = self.span(q.table)
+                columns = [
+                    (a, c if c in q.declared else None, "int" if i else "text") for a, c, i in q.columns
+                ]
+                planned = pages.plan(self.path, where, columns, span[1] - span[0] + 1 if span else 0)
+                if not isinstance(planned, str):
+                    return planned
+                why = planned
+        self.declined[q.table] = why
+        return None
+
     def chunks(self, q: _Query) -> list[str]:
         """The query as SQL statements over consecutive rowid ranges (in table order), to read in parallel."""
         where = [q.where] if q.where else []
-        try:
-            # Two subqueries: SQLite answers a lone min() or max() of the rowid from the b-tree, both at once by a scan.
-            lo, hi = self.small(
-                f'SELECT (SELECT min(rowid) FROM "{q.table}"), (SELECT max(rowid) FROM "{q.table}")'
-            )[0]
-        except sqlite3.OperationalError:  # a WITHOUT ROWID table: one statement
-            lo = hi = None
-        # a damaged b-tree can answer max < min: then one statement, which reads what there is
-        bounds = [None] if lo is None or hi is None or hi < lo else list(range(lo, hi + 1, _CHUNK_ROWS))
+        span = self.span(q.table)
+        bounds = [None] if span is None else list(range(span[0], span[1] + 1, _CHUNK_ROWS))
         out = []
         for b in bounds:
             cond = where if b is None else [*where, f"rowid >= {b}", f"rowid < {b + _CHUNK_ROWS}"]

@@ -10,7 +10,7 @@ import polars as pl
 from tracekit.frames import MEMOPS
 
 from .db import _Db, _Query
-from .reader import _col, _fit, _link_launches
+from .reader import _fit, _link_launches
 
 __all__ = ["MEMCPY_TABLE", "MEMSET_TABLE", "memop_query", "read_memops"]
 
@@ -47,10 +47,9 @@ _COPY_KINDS = {
 
 def memop_query(db: _Db, table: str) -> _Query:
     cols = db.columns(table)
-    parts = [_col(cols, c, alias) for alias, c in _MEMOP_INTS.items()]
-    parts.append(_col(cols, "copyKind", "copy_kind_id"))
-    schema: dict[str, pl.DataType] = {alias: pl.Int64() for alias in (*_MEMOP_INTS, "copy_kind_id")}
-    return _Query(table, ", ".join(parts), None, schema)
+    parts = [(alias, c, True) for alias, c in (*_MEMOP_INTS.items(), ("copy_kind_id", "copyKind"))]
+    schema: dict[str, pl.DataType] = {alias: pl.Int64() for alias, *_ in parts}
+    return _Query(table, cols, tuple(parts), schema)
 
 
 def read_memops(

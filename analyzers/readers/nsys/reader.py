@@ -162,15 +162,6 @@ def _check_file(path: Path) -> set[str]:
     return tables
 
 
-def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:
-    """``name AS alias``: NULL where the column is absent; CAST where an integer column is not declared so."""
-    if not name or name not in cols:
-        return f"NULL AS {alias}"
-    if integer and "INT" not in cols[name]:
-        return f'CAST("{name}" AS INTEGER) AS {alias}'
-    return f'"{name}" AS {alias}'
-
-
 def _fit(spec: FrameSpec, df: pl.DataFrame, lost: list[int]) -> pl.DataFrame:
     """``df`` conformed to ``spec``; values that do not fit their column (a damaged file: a grid of 2**63 - 1
     blocks) become null and are counted in ``lost``."""
@@ -208,28 +199,24 @@ _KERNEL_NAMES = {"name": ("demangledName", "name", "mangledName"), "short_name":
 
 def _kernel_query(db: _Db) -> _Query:
     cols = db.columns(KERNEL_TABLE)
-    parts = [_col(cols, c, alias) for alias, c in _KERNEL_INTS.items()]
+    parts: list[tuple[str, str | None, bool]] = [(alias, c, True) for alias, c in _KERNEL_INTS.items()]
     schema: dict[str, pl.DataType] = {alias: pl.Int64() for alias in _KERNEL_INTS}
     for alias, candidates in _KERNEL_NAMES.items():
         name = _first(cols, *candidates)
         as_text = bool(name) and "INT" not in cols[name]  # type: ignore[index]
-        parts.append(_col(cols, name if not as_text else None, f"{alias}_id"))
-        parts.append(_col(cols, name if as_text else None, f"{alias}_text", integer=False))
+        parts.append((f"{alias}_id", name if not as_text else None, True))
+        parts.append((f"{alias}_text", name if as_text else None, False))
         schema |= {f"{alias}_id": pl.Int64(), f"{alias}_text": pl.String()}
-    return _Query(KERNEL_TABLE, ", ".join(parts), None, schema)
+    return _Query(KERNEL_TABLE, cols, tuple(parts), schema)
 
 
 def _runtime_query(db: _Db) -> _Query | None:
     cols = db.columns(RUNTIME_TABLE)
     if not {"globalTid", "correlationId"} <= set(cols):
         return None
-    parts = [
-        _col(cols, "globalTid", "gtid"),
-        _col(cols, "correlationId", "corr"),
-        _col(cols, "start", "start"),
-    ]
+    parts = (("gtid", "globalTid", True), ("corr", "correlationId", True), ("start", "start", True))
     schema: dict[str, pl.DataType] = {"gtid": pl.Int64(), "corr": pl.Int64(), "start": pl.Int64()}
-    return _Query(RUNTIME_TABLE, ", ".join(parts), None, schema)
+    return _Query(RUNTIME_TABLE, cols, parts, schema)
 
 
 def _lookup(df: pl.DataFrame, keys: list[str], table: pl.DataFrame) -> pl.DataFrame:
@@ -336,18 +323,16 @@ def _event_ids(db: _Db) -> dict[str, int]:
 
 def _nvtx_query(db: _Db, ids: dict[str, int]) -> _Query:
     cols = db.columns(NVTX_TABLE)
-    wanted = ", ".join(
-        str(ids[n]) for n in ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxMark", "NvtxDomainCreate")
+    wanted = tuple(ids[n] for n in ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxMark", "NvtxDomainCreate"))
+    parts = (
+        ("start_ns", "start", True),
+        ("end_ns", "end", True),
+        ("event", "eventType", True),
+        ("text", "text", False),
+        ("text_id", "textId", True),
+        ("gtid", "globalTid", True),
+        ("domain_id", "domainId", True),
     )
-    parts = [
-        _col(cols, "start", "start_ns"),
-        _col(cols, "end", "end_ns"),
-        _col(cols, "eventType", "event"),
-        _col(cols, "text", "text", integer=False),
-        _col(cols, "textId", "text_id"),
-        _col(cols, "globalTid", "gtid"),
-        _col(cols, "domainId", "domain_id"),
-    ]
     schema: dict[str, pl.DataType] = {
         "start_ns": pl.Int64(),
         "end_ns": pl.Int64(),
@@ -357,7 +342,7 @@ def _nvtx_query(db: _Db, ids: dict[str, int]) -> _Query:
         "gtid": pl.Int64(),
         "domain_id": pl.Int64(),
     }
-    return _Query(NVTX_TABLE, ", ".join(parts), f'"eventType" IN ({wanted})', schema)
+    return _Query(NVTX_TABLE, cols, parts, schema, keep=("eventType", wanted))
 
 
 def _read_ranges(
@@ -530,7 +515,8 @@ def _why(e: BaseException) -> str:
 def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     """Read an Nsight Systems SQLite export into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``engine`` is ``auto`` (ADBC where installed, else sqlite3), ``adbc`` or ``sqlite3``; both give the same
+    ``engine`` is ``auto`` (from the file's pages where the page reader is built and sure of a table, else
+    ADBC where installed, else sqlite3), ``pages``, ``adbc`` or ``sqlite3`` (db.ENGINES); all give the same
     frames. Raises UnreadableFileError for a file that is not a complete nsys SQLite export (a ``.nsys-rep``
     needs ``nsys export --type sqlite`` first). A table the file lacks gives an empty frame and a warning.
 
@@ -557,8 +543,8 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     if STRINGS_TABLE in tables:
         makers["strings"] = lambda: _Query(
             STRINGS_TABLE,
-            f'{_col(db.columns(STRINGS_TABLE), "id", "id")}, "value" AS value',
-            None,
+            db.columns(STRINGS_TABLE),
+            (("id", "id", True), ("value", "value", False)),
             {"id": pl.Int64(), "value": pl.String()},
         )
     if KERNEL_TABLE in tables:
@@ -573,12 +559,13 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         if table in tables:
             makers[key] = lambda table=table: memop_query(db, table)  # type: ignore[misc]
     jobs: dict[str, _Query] = {}
-    plan: list[tuple[str, str]] = []
+    paged: dict[str, list] = {}  # key -> the page reader's parts (pages.py)
     for key, make in makers.items():
         try:
             if (q := make()) is not None:
-                plan += [(key, sql) for sql in db.chunks(q)]
                 jobs[key] = q
+                if (parts := db.page_parts(q)) is not None:
+                    paged[key] = parts
         except _DAMAGE as e:
             lost[_TABLE_OF[key]] = _why(e)
 
@@ -588,18 +575,36 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         except _DAMAGE as e:
             return e
 
+    got: dict[str, pl.DataFrame] = {}
     try:
-        if db.engine == "adbc":
-            # The driver steps SQLite and fills Arrow buffers without holding the GIL: chunks read in parallel.
-            with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+        with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
+            # The page reader walks the b-tree without holding the GIL: the parts are read in parallel. A table
+            # it declines in any part (a value or page it is not sure of) is read through SQLite below.
+            done = [(k, pool.submit(part.read)) for k, parts in paged.items() for part in parts]
+            from_pages = [(k, f.result()) for k, f in done]
+            for key in paged:
+                mine = [df for k, df in from_pages if k == key]
+                why = next((m for m in mine if isinstance(m, str)), None)
+                if why is None:
+                    got[key] = jobs[key].filtered(pl.concat(mine, rechunk=False))  # type: ignore[arg-type]
+                else:
+                    db.declined[jobs[key].table] = why
+            del from_pages, done
+            plan: list[tuple[str, str]] = []
+            for key in [k for k in jobs if k not in got]:
+                try:
+                    plan += [(key, sql) for sql in db.chunks(jobs[key])]
+                except _DAMAGE as e:
+                    lost[_TABLE_OF[key]] = _why(e)
+            if db.engine == "adbc":
+                # The driver steps SQLite and fills Arrow buffers without holding the GIL: chunks in parallel.
                 futures = [(k, pool.submit(read, k, sql)) for k, sql in plan]
                 parts = [(k, f.result()) for k, f in futures]
-        else:
-            parts = [(k, read(k, sql)) for k, sql in plan]
+            else:
+                parts = [(k, read(k, sql)) for k, sql in plan]
     except OSError as e:
         raise UnreadableFileError(path, f"could not be read ({e})", "export the report again") from e
-    got: dict[str, pl.DataFrame] = {}
-    for key in jobs:
+    for key in {k for k, _ in plan}:
         mine = [df for k, df in parts if k == key]
         failed = next((e for e in mine if isinstance(e, Exception)), None)
         if failed is not None:

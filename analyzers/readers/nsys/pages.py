@@ -1,0 +1,159 @@
+"""A table's rows read from the SQLite file's pages (``_pages.c``) instead of through SQLite's virtual machine.
+
+An nsys export of a serving step is millions of rows; SQLite steps them at about 0.7 us per row and column (3.4
+s of one core for the 5M NVTX ranges of docs/BENCHMARKS.md's export, 1.9 s for its 1M kernels). The C reader
+walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that, in parallel parts.
+
+This module is the seam: whether the reader is there (``AVAILABLE``: built at install time where a C compiler
+was found, and not turned off by ``TRACEKIT_NO_PAGE_READER``), what SQLite's schema says about a table that the
+reader must know (``Layout``: its root page, each column's place in a record, which column is the rowid), and
+what a query may ask of it (plain columns of integers or text; ``CAST`` and the like are SQLite's). Whatever the
+reader is not sure of it declines with a reason (a str), and ``db.py`` reads the table through SQLite, whose
+frames the reader's must equal (tests/readers/test_nsys_pages.py reads every shared export both ways).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+DISABLE_ENV = "TRACEKIT_NO_PAGE_READER"
+"""Set (to anything but "" or "0"), every table is read through SQLite: to compare the two, or to rule the page
+reader out when a result looks wrong. Read at import."""
+
+try:
+    from . import _pages  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: every table goes through SQLite
+    _pages = None
+if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+    _pages = None
+
+AVAILABLE = _pages is not None
+"""Whether the page reader was built with this install (and not turned off by ``TRACEKIT_NO_PAGE_READER``)."""
+
+_INT, _TEXT, _ROWID = 0, 1, 2  # the reader's column kinds
+_PART_ROWS = 250_000
+"""Rows below which a table is read in one part: a part costs a thread and a file mapping."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the reader needs from a table's schema: its b-tree's root page, each column's place in a record,
+    the column that is the rowid's alias (stored as NULL in the record), and the columns whose default is not
+    NULL (a record written before ``ALTER TABLE ADD COLUMN`` lacks them and reads as that default)."""
+
+    root: int
+    place: dict[str, int]
+    rowid: str | None
+    has_default: frozenset[str]
+
+
+def layout(path: Path, table: str) -> Layout | str:
+    """``table``'s layout, or why the page reader cannot read it (a WITHOUT ROWID or virtual table, generated
+    columns, a file in WAL mode whose latest pages may be in the -wal file, a hot journal)."""
+    for side in ("-wal", "-journal"):
+        other = Path(f"{path}{side}")
+        if other.exists() and other.stat().st_size > 0:
+            return f"a {side} file beside it may hold pages the file lacks"
+    try:
+        con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        return f"SQLite could not open it ({e})"
+    try:
+        row = con.execute(
+            "SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        if row is None or not row[0] or not row[1]:
+            return "not an ordinary table"
+        root, sql = row
+        if re.search(r"WITHOUT\s+ROWID", sql, re.I):
+            return "a WITHOUT ROWID table"
+        if re.search(r"PRIMARY\s+KEY\s+DESC", sql, re.I):
+            return "an INTEGER PRIMARY KEY DESC column (not the rowid's alias)"
+        info = con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        return f"SQLite could not read its schema ({e})"
+    finally:
+        con.close()
+    if any(hidden for *_, hidden in info):
+        return "generated or hidden columns"
+    keys = [(name, decl) for _, name, decl, _, _, pk, _ in info if pk]
+    rowid = keys[0][0] if len(keys) == 1 and (keys[0][1] or "").upper() == "INTEGER" else None
+    return Layout(
+        root=int(root),
+        place={name: cid for cid, name, *_ in info},
+        rowid=rowid,
+        has_default=frozenset(
+            name for _, name, _, _, default, *_ in info if default is not None and default.upper() != "NULL"
+        ),
+    )
+
+
+Column = tuple[str, str | None, str]
+"""A result column: its name, the table's column it is read from (None: a column of NULLs), "int" or "text"."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """A share of a table's rows (``part`` of ``parts`` of its b-tree's root children); the parts' frames,
+    concatenated in order, are the table in rowid order."""
+
+    path: Path
+    root: int
+    spec: tuple[tuple[int, int, bool], ...]
+    columns: tuple[Column, ...]
+    part: int
+    parts: int
+    rows_hint: int
+
+    def read(self) -> pl.DataFrame | str:
+        """This part as a frame of ``columns`` in their order (Int64 or String), or why the reader declined
+        it. Runs without the GIL but for building the frame."""
+        assert _pages is not None
+        got = _pages.read(str(self.path), self.root, self.spec, self.part, self.parts, self.rows_hint)
+        if isinstance(got, str):
+            return got
+        stored = iter(got)
+        height = len(got[0])
+        out = []
+        for alias, column, kind in self.columns:
+            dtype = pl.Int64 if kind == "int" else pl.String
+            if column is None:
+                out.append(pl.repeat(None, height, dtype=dtype, eager=True).alias(alias))
+            else:
+                out.append(pl.Series(next(stored)).cast(dtype).alias(alias))
+        return pl.DataFrame(out)
+
+
+def plan(
+    path: Path, where: Layout, columns: Sequence[Column], rows_hint: int, parts: int | None = None
+) -> list[Part] | str:
+    """The parts that read ``columns`` of the table (about ``rows_hint`` rows: one part per 250k, at most
+    four, unless ``parts`` says), or why the page reader cannot (it is not built; a column the table lacks;
+    no stored column)."""
+    if _pages is None:
+        return "the page reader is not built"
+    spec = []
+    for _, column, kind in columns:
+        if column is None:
+            continue
+        if column not in where.place:
+            return f"no column {column!r}"
+        if column == where.rowid:
+            if kind != "int":
+                return "the rowid read as text"
+            spec.append((_ROWID, 0, True))
+        else:
+            spec.append(
+                (_INT if kind == "int" else _TEXT, where.place[column], column not in where.has_default)
+            )
+    if not spec:
+        return "no stored column asked for"
+    n = parts or max(1, min(4, rows_hint // _PART_ROWS))
+    return [Part(path, where.root, tuple(spec), tuple(columns), i, n, rows_hint // n) for i in range(n)]

@@ -1,14 +1,45 @@
 """Range nesting and the kernel-to-range join, on hand-built timelines whose answer is known, plus
-properties on generated ones."""
+properties on generated ones; each test twice, with the C sweep (analyzers/_nest.c, where built) and with the
+counts alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import polars as pl
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tracekit.analyzers import join
 from tracekit.analyzers.join import assign_ranges, nest_and_assign, nest_ranges
 from tracekit.frames import KERNELS, RANGES
+
+
+@pytest.fixture(params=["sweep", "counts"], autouse=True)
+def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Which way the join answers: the C sweep where nesting is proper, or polars' counts everywhere."""
+    if request.param == "sweep" and join._nest is None:
+        pytest.skip("the sweep is not built (no C compiler)")
+    if request.param == "counts":
+        monkeypatch.setattr(join, "_nest", None)
+    yield request.param
+
+
+def test_the_sweep_answers_proper_nesting_and_declines_crossings(way: str) -> None:
+    """Nesting proper: the sweep's answers (no counts needed); two ranges crossing: the counts'."""
+    if way != "sweep":
+        pytest.skip("about the sweep")
+    proper = ranges_frame(
+        [{"range_id": 0, "start_ns": 0, "end_ns": 100}, {"range_id": 1, "start_ns": 10, "end_ns": 20}]
+    )
+    crossing = ranges_frame(
+        [{"range_id": 0, "start_ns": 0, "end_ns": 100}, {"range_id": 1, "start_ns": 50, "end_ns": 150}]
+    )
+    tl, _ = join._build(proper, ["source", "pid", "tid"])
+    assert tl.parent is not None and tl.ends_nz is None
+    tl, _ = join._build(crossing, ["source", "pid", "tid"])
+    assert tl.parent is None and tl.ends_nz is not None
 
 
 def ranges_frame(rows: list[dict]) -> pl.DataFrame:
@@ -127,7 +158,7 @@ def nested_timeline(draw: st.DrawFn) -> tuple[pl.DataFrame, pl.DataFrame, list[i
     return ranges, kernels, expected
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(nested_timeline())
 def test_join_matches_brute_force(case: tuple[pl.DataFrame, pl.DataFrame, list[int | None]]) -> None:
     ranges, kernels, expected = case
@@ -233,7 +264,7 @@ def tied_timelines(draw: st.DrawFn) -> tuple[list[dict], list[dict]]:
     return rows, kernels
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tied_timelines())
 def test_nesting_and_join_match_brute_force_with_ties(case: tuple[list[dict], list[dict]]) -> None:
     rows, krows = case

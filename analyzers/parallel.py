@@ -80,6 +80,7 @@ from .importer import (
     unexported_reports,
 )
 from .readers import registry
+from .store import PARQUET
 from .workers import default_workers, in_one_process
 
 EXECUTORS = ("local", "ray")
@@ -170,7 +171,7 @@ def write_task(jobs: list[WriteJob]) -> dict[str, int]:
             lf = lf.drop(PARTITION_KEY)
         target = Path(job.target)
         with atomic_path(target) as tmp:
-            lf.sink_parquet(tmp, compression="zstd", statistics=True)
+            lf.sink_parquet(tmp, **PARQUET)  # type: ignore[arg-type]
         rows[job.target] = pl.scan_parquet(target).select(pl.len()).collect().item()
     return rows
 

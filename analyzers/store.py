@@ -36,6 +36,11 @@ from tracekit.run import HIVE_NULL, PART_FILE, PARTITION_KEY, Run, atomic_path, 
 from .ranks import run_ranks
 from .taxonomy.frames import classify_on_load
 
+PARQUET = {"compression": "zstd", "compression_level": 2, "statistics": True}
+"""How every frame file is written. zstd level 2, not polars' default 3: the 5M-range frame of docs/BENCHMARKS.md's
+nsys export in 1.07 s instead of 1.24 s, 35.8 MB instead of 35.6 (level 1: 1.06 s, 49.8 MB; lz4: 1.12 s, 89 MB);
+reading them back takes the same time."""
+
 WRITE_THREADS = 4
 """Frames written at once: parquet encoding releases the GIL, and the two large frames (kernels, ranges) take
 most of the time."""
@@ -54,9 +59,7 @@ def _write_partitioned(run: Run, name: str, df: pl.DataFrame, key: str) -> None:
             sub = tmp / f"{key}={HIVE_NULL if value is None else value}"
             sub.mkdir()
             rows = pl.col(key).is_null() if value is None else pl.col(key) == value
-            df.lazy().filter(rows).drop(key).sink_parquet(
-                sub / PART_FILE, compression="zstd", statistics=True
-            )
+            df.lazy().filter(rows).drop(key).sink_parquet(sub / PART_FILE, **PARQUET)  # type: ignore[arg-type]
         target = run.frame_dir(name)
         if target.exists():
             old = run.frames_dir / f".{name}.old-{secrets.token_hex(3)}"
@@ -83,7 +86,7 @@ def write_frame(run: Run, name: str, df: pl.DataFrame, *, partition_by: str | No
             _write_partitioned(run, name, df, partition_by)  # type: ignore[arg-type]
         else:
             with atomic_path(run.frame_path(name)) as tmp:
-                df.write_parquet(tmp, compression="zstd", statistics=True)
+                df.write_parquet(tmp, **PARQUET)  # type: ignore[arg-type]
             shutil.rmtree(run.frame_dir(name), ignore_errors=True)
     except (OSError, pl.exceptions.ComputeError) as exc:  # polars reports a failed write as ComputeError
         raise storage_error(target, exc) from exc

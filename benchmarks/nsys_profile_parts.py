@@ -151,12 +151,14 @@ def table(total: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tracekit.analyzers.readers.nsys.db import ENGINES
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", type=int, default=1_000_000, help="kernels in the scaled copy (about)")
     ap.add_argument("--nvtx", type=int, default=5_000_000, help="NVTX rows in the scaled copy (about)")
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="nsys SQLite export to scale")
     ap.add_argument("--keep", type=Path, help="build the scaled copy here once and reuse it when it exists")
-    ap.add_argument("--engine", choices=("auto", "adbc", "sqlite3"), default="auto", help="reader engine")
+    ap.add_argument("--engine", choices=ENGINES, default="auto", help="reader engine (db.ENGINES)")
     args = ap.parse_args(argv)
     if not args.source.is_file():
         print(f"source export not found: {args.source} (pass --source)", file=sys.stderr)

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from tracekit.analyzers.readers.nsys.reader import is_nsys_sqlite, read_nsys_sqlite
+from tracekit.analyzers.readers.nsys.reader import _lookup, is_nsys_sqlite, read_nsys_sqlite
 from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES
 
@@ -492,3 +494,22 @@ def test_a_read_leaves_no_huge_address_space_behind(samples_dir: Path, tmp_path:
     kernels, mib = map(int, p.stdout.split()[-2:])
     assert kernels > 0
     assert mib < 8 * 1024, f"{mib} MiB of address space after one read"
+
+
+_KEY = st.one_of(
+    st.integers(0, 2), st.integers(0, 2), st.none(), st.sampled_from([-3, 2**40, -(2**40), 2**62, -(2**62)])
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    left=st.lists(st.tuples(_KEY, _KEY), max_size=30),
+    right=st.lists(st.tuples(_KEY, _KEY, st.integers(-(2**63), 2**63 - 1)), max_size=30),
+)
+def test_two_integer_keys_join_as_one_number_as_on_two(left: list, right: list) -> None:
+    """``_lookup`` on two integer keys (joined as one number where they fit): the same rows as the join on
+    both columns, nulls matching nothing, repeated keys repeating rows, huge keys falling back to two."""
+    lf = pl.DataFrame(left, schema={"a": pl.Int64, "b": pl.Int64}, orient="row")
+    rf = pl.DataFrame(right, schema={"a": pl.Int64, "b": pl.Int64, "v": pl.Int64}, orient="row")
+    expected = lf.join(rf, on=["a", "b"], how="left", maintain_order="left").drop("a", "b")
+    assert_frame_equal(_lookup(lf, ["a", "b"], rf), expected)

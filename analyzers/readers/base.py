@@ -88,7 +88,13 @@ def fit_frame(df: pl.DataFrame, spec: FrameSpec) -> tuple[pl.DataFrame, int]:
     (an INTEGER column set to 2**63 - 1, text in a number column), which keep the rest and say how much was lost."""
     if df.width == 0:
         return spec.empty(), 0
-    casts = {c.name: pl.col(c.name).cast(c.dtype, strict=False) for c in spec.columns if c.name in df.columns}
-    cast = df.with_columns(**casts)
+    # only the columns of another type: a cast to the column's own type changes nothing, but rewriting a column
+    # of a frame read in parts joined them (0.1-0.27 s of the 5M-range nsys frame, whose types all fit)
+    casts = {
+        c.name: pl.col(c.name).cast(c.dtype, strict=False)
+        for c in spec.columns
+        if c.name in df.columns and df.schema[c.name] != c.dtype
+    }
+    cast = df.with_columns(**casts) if casts else df
     bad = sum(cast[name].null_count() - df[name].null_count() for name in casts)
     return spec.conform(cast), bad

@@ -483,9 +483,13 @@ def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
         return ranges
     cols = [c for c in rows[0] if c != "_key"]
     parsed = pl.DataFrame(rows, schema={"_key": pl.String, **{c: RANGES.schema[c] for c in cols}})
-    found = calls.select("_row", "_key").join(parsed, on="_key", how="inner").sort("_row")
-    at = found["_row"]
-    return ranges.with_columns(ranges[c].clone().scatter(at, found[c]) for c in cols)
+    found = calls.select("_row", "_key").join(parsed.with_row_index("_at"), on="_key", how="inner")
+    # Each field gathered from the parsed rows through one row -> parsed-row index (null for other ranges):
+    # a scatter per field copied the whole column first. In a fresh process, as the import runs it: 0.49-0.64 s
+    # against 0.58-0.76 s at 5M ranges, and 100k fewer page faults (the last session's in-process comparison,
+    # where freed memory is reused, had it the other way).
+    at = pl.repeat(None, ranges.height, dtype=pl.UInt32, eager=True).scatter(found["_row"], found["_at"])
+    return ranges.with_columns(parsed[c].gather(at).alias(c) for c in cols)
 
 
 # --- devices ----------------------------------------------------------------------------------------------------

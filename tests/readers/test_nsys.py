@@ -297,6 +297,23 @@ def test_missing_tables_give_typed_empty_frames_and_warnings(shared_data: Path, 
     assert any("no CUPTI_ACTIVITY_KIND_KERNEL table" in w for w in ex.warnings)
 
 
+def test_an_event_type_enum_without_ids_keeps_the_usual_ones(shared_data: Path, tmp_path: Path) -> None:
+    """A damaged ENUM_NSYS_EVENT_TYPE (NULL or text where an id belongs) stopped the read with a TypeError
+    (found by the page reader's damage test): such a row is passed over and the usual id stands."""
+    path = _copy(shared_data, PROBE, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE ENUM_NSYS_EVENT_TYPE")  # its id is the rowid there, never NULL: a plain column
+    con.execute("CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER, name TEXT)")
+    con.executemany(
+        "INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?)",
+        [(None, "NvtxPushPopRange"), ("x", "NvtxMark"), (60, "NvtxStartEndRange"), (75, "NvtxDomainCreate")],
+    )
+    con.commit()
+    con.close()
+    ex = read_nsys_sqlite(path)
+    assert ex.frames["ranges"]["name"].to_list() == [name for name, *_ in PROBE_RANGES]
+
+
 def test_marks_dropped_and_domains_named_from_create_events(shared_data: Path, tmp_path: Path) -> None:
     path = _copy(shared_data, PROBE, tmp_path)
     con = sqlite3.connect(path)

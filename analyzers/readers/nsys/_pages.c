@@ -667,7 +667,9 @@ static PyObject *pages_read(PyObject *mod, PyObject *args) {
             }
             for (int i = 0; i < nout; i++) {
                 if (hint > 0) {
-                    int64_t cap = hint < (1 << 26) ? hint : (1 << 26);
+                    /* at most 2M rows up front (16 MB an integer column): a span of rowids can be far
+                     * larger than the rows it holds, and the arrays grow by doubling past it */
+                    int64_t cap = hint < (1 << 21) ? hint : (1 << 21);
                     outs[i].cap = cap / 2; /* out_grow doubles it */
                     if (out_grow(&outs[i])) why = "out of memory";
                 }

@@ -357,7 +357,8 @@ def _event_ids(db: _Db) -> dict[str, int]:
     if "ENUM_NSYS_EVENT_TYPE" in db.tables and {"id", "name"} <= set(db.columns("ENUM_NSYS_EVENT_TYPE")):
         names = ", ".join(f"'{n}'" for n in ids)
         for i, name in db.small(f"SELECT id, name FROM ENUM_NSYS_EVENT_TYPE WHERE name IN ({names})"):
-            ids[name] = int(i)
+            if isinstance(i, int):  # a damaged table can hold NULL or text there: the usual id stands
+                ids[name] = i
     return ids
 
 

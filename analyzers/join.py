@@ -218,12 +218,12 @@ def _sweep(
 ) -> tuple[pl.Series, pl.Series, pl.Series] | None:
     """Depth and parent position of each range (in preorder, on the integer line) and the innermost range
     position of each point of ``t``, by the C sweep; None where it is not built or two ranges cross."""
-    if _nest is None:
-        return None
+    points = t if t is not None else pl.Series([], dtype=pl.Int64)
+    if _nest is None or starts.null_count() or ends.null_count() or points.null_count():
+        return None  # (no nulls reach here: unclosed ends are filled, points without a time are left out)
     import numpy as np
 
     n = starts.len()
-    points = t if t is not None else pl.Series([], dtype=pl.Int64)
     t_order = points.arg_sort().cast(pl.Int64)
     depth = np.empty(n, dtype=np.int32)
     parent = np.empty(n, dtype=np.int64)

@@ -445,7 +445,7 @@ def test_unknown_engine_is_refused(shared_data: Path) -> None:
         read_nsys_sqlite(shared_data / PROBE, engine="duckdb")
 
 
-# Names on the edge of the GEMM-op pre-filter in _nvtx_op_shapes: a GEMM op, one that only starts like one, one
+# Names on the edge of the GEMM-op pre-filter in ranges.nvtx_op_shapes: a GEMM op, one that only starts like one, one
 # with space before its comma, a non-GEMM op, text before the op, an op with no arguments, a null-free plain name.
 _OP_NAMES = [
     "aten::mm, seq = 4, op_id = 7, sizes = [[16, 32], [32, 64]]",
@@ -463,12 +463,12 @@ def test_nvtx_op_shapes_match_per_name_parse(shared_data: Path) -> None:
     """Each range's GEMM fields equal parsing its own name (the op before the first comma, stripped, must be a
     GEMM op; names with text before the op are not PyTorch's): the vectorised pre-filter drops none and adds
     none."""
-    from tracekit.analyzers.readers.nsys.reader import _nvtx_op_shapes
+    from tracekit.analyzers.readers.nsys.ranges import nvtx_op_shapes
     from tracekit.analyzers.readers.torch_ops import GEMM_OPS, nvtx_op_shape
 
     base = read_nsys_sqlite(shared_data / PROBE).frames["ranges"]
     ranges = pl.concat([base] * 2).head(len(_OP_NAMES)).with_columns(pl.Series("name", _OP_NAMES))
-    got = _nvtx_op_shapes(ranges)
+    got = nvtx_op_shapes(ranges)
     for name, row in zip(_OP_NAMES, got.iter_rows(named=True), strict=True):
         op = name.split(",")[0].strip()
         shape = nvtx_op_shape(name) if name.startswith("aten::") and op in GEMM_OPS else None

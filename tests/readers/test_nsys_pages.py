@@ -20,13 +20,12 @@ from polars.testing import assert_frame_equal
 from tracekit.analyzers.readers.nsys import pages
 from tracekit.analyzers.readers.nsys.db import _Db
 from tracekit.analyzers.readers.nsys.memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query
+from tracekit.analyzers.readers.nsys.ranges import event_ids, nvtx_query
 from tracekit.analyzers.readers.nsys.reader import (
     KERNEL_TABLE,
     NVTX_TABLE,
     STRINGS_TABLE,
-    _event_ids,
     _kernel_query,
-    _nvtx_query,
     _Query,
     _runtime_query,
     _table_names,
@@ -56,7 +55,7 @@ def _queries(db: _Db) -> list[_Query]:
         if (q := _runtime_query(db)) is not None:
             out.append(q)
     if NVTX_TABLE in db.tables:
-        out.append(_nvtx_query(db, _event_ids(db)))
+        out.append(nvtx_query(db, event_ids(db)))
     out += [memop_query(db, t) for t in (MEMCPY_TABLE, MEMSET_TABLE) if t in db.tables]
     return out
 

@@ -1,6 +1,7 @@
 """Nsight Systems: SQLite exports (``nsys export --type sqlite``) to kernels, memcpy / memset operations, NVTX
-ranges and devices (``reader.py``, the memcpy / memset tables in ``memops.py``, its SQL in ``db.py``); ``.nsys-rep``
-reports are recognised and refused with the export command.
+ranges and devices (``reader.py``, the memcpy / memset tables in ``memops.py``, the NVTX ranges in
+``ranges.py``, table access in ``db.py``: from the file's pages through ``pages.py`` / ``_pages.c``, else
+SQL); ``.nsys-rep`` reports are recognised and refused with the export command.
 """
 
 from __future__ import annotations

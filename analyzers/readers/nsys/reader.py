@@ -16,31 +16,24 @@ Where each column comes from (the columns themselves are documented in tracekit/
     named as Nsight Systems labels them (``[CUDA memcpy Host-to-Device]``, ``[CUDA memset]``) and linked to their
     API call as kernels are; the step breakdown counts them as GPU time of class ``memory``.
 ``ranges`` (NVTX_EVENTS)
-    Push/pop ranges (``NvtxPushPopRange``, eventType 59) as kind ``push_pop``, start/end ranges
-    (``NvtxStartEndRange``, 60) as ``start_end``; the ids are checked against ENUM_NSYS_EVENT_TYPE where the file
-    has it. Marks (``NvtxMark``) have no duration: they are dropped and counted in a warning. ``name`` from
-    ``text`` or ``textId`` -> StringIds; ``domain`` from the ``NvtxDomainCreate`` event (75) of the same process
-    and ``domainId``, null for the default domain (0); ``pid`` / ``tid`` from ``globalTid``. ``parent_id`` /
-    ``depth`` (the join computes nesting) and the GEMM fields (the importer parses names) stay null, except for
-    ranges that ``torch.autograd.profiler.emit_nvtx`` writes around PyTorch GEMM ops (``"aten::mm, seq = 3,
-    op_id = 7, sizes = [[1024, 6144], [6144, 2048]]"``): those get ``range_kind="gemm-op"``, ``op`` and, with
-    ``record_shapes=True``, ``m`` / ``n`` / ``k`` / ``batch`` from ``sizes`` (``shape_source="nvtx-record-shapes"``;
-    the text has no dtypes). See analyzers/readers/torch_ops.py.
+    push/pop and start/end ranges with their names, domains and threads, and the GEMM fields of emit_nvtx's
+    ranges around PyTorch GEMM ops: ``ranges.py``.
 ``devices`` (TARGET_INFO_GPU, else TARGET_INFO_CUDA_DEVICE)
     One row per GPU: CUDA ordinal, name, ``computeMajor.computeMinor``, SM count, memory, shared memory per
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
 
-Files are opened read-only (``mode=ro``) and never changed. The big tables are read through the ADBC SQLite
-driver straight into Arrow, in rowid chunks on a few threads (several times faster than ``sqlite3`` rows, which
-build a Python object per value); without ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same
-queries and gives the same frames (tests/readers/test_nsys.py checks that on every export), and a query the driver cannot
+Files are opened read-only (``mode=ro``) and never changed. The big tables are read from the file's pages by
+the page reader (``pages.py``, a C extension) in parallel parts; a table it is not sure of, or every table
+where it was not built, through the ADBC SQLite driver straight into Arrow, in rowid chunks on a few threads
+(several times faster than ``sqlite3`` rows, which build a Python object per value); without
+``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give the same frames
+(tests/readers/test_nsys.py and test_nsys_pages.py check that on every export), and a query the driver cannot
 type is re-run through ``sqlite3`` with a warning.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +45,6 @@ from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
 from ..base import Extract, fit_frame, source_name
-from ..torch_ops import GEMM_OPS, nvtx_op_shape
 from .db import _Db, _Query, _uri
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
@@ -67,8 +59,6 @@ _REP_MAGICS = (b"NVIDIA Tegra Profiler Report", b"QDSTRM")
 _REP_SUFFIXES = (".nsys-rep", ".qdrep", ".qdstrm")
 _EXPORT_HINT = "export the report first: `nsys export --type sqlite -o {out} {rep}` and read the .sqlite"
 
-# ENUM_NSYS_EVENT_TYPE ids, used where the file has no enum table (they have been stable across nsys versions).
-_EVENT_DEFAULTS = {"NvtxMark": 34, "NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 
 _FIELD = (
     1 << 24
@@ -351,148 +341,6 @@ def _read_kernels(
     return _fit(KERNELS, kernels, lost)
 
 
-# --- ranges -----------------------------------------------------------------------------------------------------
-def _event_ids(db: _Db) -> dict[str, int]:
-    ids = dict(_EVENT_DEFAULTS)
-    if "ENUM_NSYS_EVENT_TYPE" in db.tables and {"id", "name"} <= set(db.columns("ENUM_NSYS_EVENT_TYPE")):
-        names = ", ".join(f"'{n}'" for n in ids)
-        for i, name in db.small(f"SELECT id, name FROM ENUM_NSYS_EVENT_TYPE WHERE name IN ({names})"):
-            if isinstance(i, int):  # a damaged table can hold NULL or text there: the usual id stands
-                ids[name] = i
-    return ids
-
-
-def _nvtx_query(db: _Db, ids: dict[str, int]) -> _Query:
-    cols = db.columns(NVTX_TABLE)
-    wanted = tuple(ids[n] for n in ("NvtxPushPopRange", "NvtxStartEndRange", "NvtxMark", "NvtxDomainCreate"))
-    parts = (
-        ("start_ns", "start", True),
-        ("end_ns", "end", True),
-        ("event", "eventType", True),
-        ("text", "text", False),
-        ("text_id", "textId", True),
-        ("gtid", "globalTid", True),
-        ("domain_id", "domainId", True),
-    )
-    schema: dict[str, pl.DataType] = {
-        "start_ns": pl.Int64(),
-        "end_ns": pl.Int64(),
-        "event": pl.Int64(),
-        "text": pl.String(),
-        "text_id": pl.Int64(),
-        "gtid": pl.Int64(),
-        "domain_id": pl.Int64(),
-    }
-    return _Query(NVTX_TABLE, cols, parts, schema, keep=("eventType", wanted))
-
-
-def _read_ranges(
-    events: pl.DataFrame,
-    ids: dict[str, int],
-    strings: pl.DataFrame,
-    warnings: list[str],
-    src: str,
-    lost: list[int],
-) -> pl.DataFrame:
-    kinds = {ids["NvtxPushPopRange"]: "push_pop", ids["NvtxStartEndRange"]: "start_end"}
-    marks = int((events["event"] == ids["NvtxMark"]).sum())
-    if marks:
-        warnings.append(f"{src}: {marks} NVTX marks (instantaneous, no range) were left out")
-    events = events.with_columns((pl.col("gtid") // _FIELD).alias("proc"))
-    if events["text_id"].null_count() < events.height:
-        found = _lookup(events, ["text_id"], strings.rename({"id": "text_id"}))["value"]
-        events = events.with_columns(found.fill_null(events["text"]).alias("name"))
-    else:
-        events = events.rename({"text": "name"})
-    ranges = events.filter(pl.col("event").is_in(list(kinds)))
-    # Domain ids are per process: name them from that process's NvtxDomainCreate event.
-    used = ranges.filter(pl.col("domain_id").fill_null(0) != 0).select("proc", "domain_id").unique()
-    if used.height:
-        created = (
-            events.filter(pl.col("event") == ids["NvtxDomainCreate"])
-            .sort("start_ns")
-            .unique(["proc", "domain_id"], keep="first", maintain_order=True)
-            .select("proc", "domain_id", pl.col("name").alias("domain"))
-        )
-        named = used.join(created, on=["proc", "domain_id"], how="left")
-        unnamed = named.filter(pl.col("domain").is_null())
-        if unnamed.height:
-            count = ranges.join(unnamed.select("proc", "domain_id"), on=["proc", "domain_id"]).height
-            warnings.append(
-                f"{src}: {count} NVTX ranges are in domains with no NvtxDomainCreate event "
-                f"(ids {sorted(unnamed['domain_id'].unique().to_list())}); their domain is given as 'domain#<id>'"
-            )
-        named = named.with_columns(pl.coalesce("domain", pl.format("domain#{}", "domain_id")).alias("domain"))
-        ranges = ranges.with_columns(_lookup(ranges, ["proc", "domain_id"], named)["domain"])
-    ranges = ranges.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("range_id"),
-        pl.lit(src).alias("source"),
-        pl.col("event").replace_strict(kinds, return_dtype=pl.String).alias("kind"),
-        (pl.col("proc") % _FIELD).alias("pid"),
-        (pl.col("gtid") % _FIELD).alias("tid"),
-    )
-    return _nvtx_op_shapes(_fit(RANGES, ranges, lost))
-
-
-def _nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/readers/torch_ops.py). Only names that
-    start with a GEMM op are parsed, and each distinct (op, sizes) once: an emit_nvtx capture holds a range per op
-    call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
-    if ranges.height == 0:
-        return ranges
-    # Cheap first cut: names that start with a GEMM op's name (a superset of the GEMM calls). An emit_nvtx
-    # capture is mostly non-GEMM ops, and extracting the op of every range cost 0.8 s at 5M ranges.
-    first_cut = "^(?:" + "|".join(re.escape(op) for op in sorted(GEMM_OPS)) + ")"
-    maybe = ranges["name"].str.contains(first_cut)
-    if not maybe.any():
-        return ranges
-    name = pl.col("name")
-    calls = (
-        ranges.select(name)
-        .with_row_index("_row")
-        .filter(maybe)
-        .with_columns(name.str.extract(r"^([^,]*)").str.strip_chars().alias("_op"))
-        .filter(pl.col("_op").is_in(list(GEMM_OPS)))
-    )
-    if calls.height == 0:
-        return ranges
-    sizes = name.str.extract(r",\s*sizes = (\[.*?\]\])")
-    calls = calls.with_columns(
-        pl.when(sizes.is_null())
-        .then(pl.col("_op"))
-        .otherwise(pl.format("{}, sizes = {}", "_op", sizes))
-        .alias("_key")
-    )
-    rows = []
-    for key in calls["_key"].unique().to_list():
-        shape = nvtx_op_shape(key)
-        if shape is None:
-            continue
-        rows.append(
-            {
-                "_key": key,
-                "range_kind": "gemm-op",
-                "op": shape.op,
-                "m": shape.m,
-                "n": shape.n,
-                "k": shape.k,
-                "batch": shape.batch,
-                "shape_source": "nvtx-record-shapes" if shape.m is not None else None,
-            }
-        )
-    if not rows:
-        return ranges
-    cols = [c for c in rows[0] if c != "_key"]
-    parsed = pl.DataFrame(rows, schema={"_key": pl.String, **{c: RANGES.schema[c] for c in cols}})
-    found = calls.select("_row", "_key").join(parsed.with_row_index("_at"), on="_key", how="inner")
-    # Each field gathered from the parsed rows through one row -> parsed-row index (null for other ranges):
-    # a scatter per field copied the whole column first. In a fresh process, as the import runs it: 0.49-0.64 s
-    # against 0.58-0.76 s at 5M ranges, and 100k fewer page faults (the last session's in-process comparison,
-    # where freed memory is reused, had it the other way).
-    at = pl.repeat(None, ranges.height, dtype=pl.UInt32, eager=True).scatter(found["_row"], found["_at"])
-    return ranges.with_columns(parsed[c].gather(at).alias(c) for c in cols)
-
-
 # --- devices ----------------------------------------------------------------------------------------------------
 _GPU_COLUMNS = {
     "name": "name",
@@ -570,6 +418,10 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     either marks the Extract ``partial`` with a warning that says what was lost. When neither kernels nor
     ranges can be read the file is refused (UnreadableFileError).
     """
+    # imported here: memops.py and ranges.py import this module's helpers
+    from .memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+    from .ranges import EVENT_DEFAULTS, event_ids, nvtx_query, read_ranges
+
     path = Path(path)
     tables = _check_file(path)
     src = source_name(path)
@@ -577,9 +429,9 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     warnings: list[str] = []
     lost: dict[str, str] = {}  # table -> why it could not be read (a damaged file: the rest is kept)
     try:
-        ids = _event_ids(db)
+        ids = event_ids(db)
     except _DAMAGE as e:
-        ids = dict(_EVENT_DEFAULTS)
+        ids = dict(EVENT_DEFAULTS)
         warnings.append(
             f"{src}: ENUM_NSYS_EVENT_TYPE could not be read ({_why(e)}); the usual NVTX ids are used"
         )
@@ -596,9 +448,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         makers["kernels"] = lambda: _kernel_query(db)
         makers["runtime"] = lambda: _runtime_query(db)
     if NVTX_TABLE in tables:
-        makers["nvtx"] = lambda: _nvtx_query(db, ids)
-    # imported here: memops.py imports this module's helpers
-    from .memops import MEMCPY_TABLE, MEMSET_TABLE, memop_query, read_memops
+        makers["nvtx"] = lambda: nvtx_query(db, ids)
 
     for key, table in (("memcpy", MEMCPY_TABLE), ("memset", MEMSET_TABLE)):
         if table in tables:
@@ -684,7 +534,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
 
     if "nvtx" in got:
         try:
-            frames["ranges"] = _read_ranges(got["nvtx"], ids, strings, warnings, src, counts)
+            frames["ranges"] = read_ranges(got["nvtx"], ids, strings, warnings, src, counts)
         except pl.exceptions.PolarsError as e:
             lost[NVTX_TABLE] = _why(e)
     elif NVTX_TABLE not in lost:

@@ -79,21 +79,25 @@ def instrument() -> None:
     from tracekit.analyzers import join
     from tracekit.analyzers.readers import base
     from tracekit.analyzers.readers.nsys import db as _nsys_db
+    from tracekit.analyzers.readers.nsys import pages as _pages
+    from tracekit.analyzers.readers.nsys import ranges as _ranges
     from tracekit.analyzers.readers.nsys import reader as nsys
 
     for name in (
         "_check_file",
-        "_event_ids",
         "_read_devices",
         "_read_kernels",
         "_resolve",
         "_link_launches",
-        "_read_ranges",
         "_lookup",
         "_fit",
-        "_nvtx_op_shapes",
     ):
         setattr(nsys, name, _timed(name, getattr(nsys, name)))
+    for name in ("event_ids", "read_ranges", "nvtx_op_shapes"):  # the reader imports them when it runs
+        setattr(_ranges, name, _timed(name, getattr(_ranges, name)))
+    for name in ("_lookup", "_fit"):  # the ranges module's own references
+        setattr(_ranges, name, getattr(nsys, name))
+    _pages.Part.read = _timed("page reader part", _pages.Part.read)  # type: ignore[method-assign]
     nsys.fit_frame = _timed("fit_frame", base.fit_frame)
     _nsys_db._Db.query = _timed("query", _nsys_db._Db.query, _query_label)  # type: ignore[method-assign]
     _nsys_db._Db.chunks = _timed("chunks (rowid bounds)", _nsys_db._Db.chunks)  # type: ignore[method-assign]

@@ -635,7 +635,6 @@ static PyObject *pages_read(PyObject *mod, PyObject *args) {
     close(fd);
     if (map == MAP_FAILED) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
     db.map = map;
-    int64_t total = 0;
     Py_BEGIN_ALLOW_THREADS;
     const uint8_t *h = db.map;
     uint32_t ps = get16(h + 16);
@@ -682,7 +681,6 @@ static PyObject *pages_read(PyObject *mod, PyObject *args) {
                     why = db.why;
                 }
             }
-            total = outs[0].n;
         }
     }
     munmap(map, (size_t)db.size);
@@ -704,7 +702,6 @@ static PyObject *pages_read(PyObject *mod, PyObject *args) {
         memset(&outs[i], 0, sizeof outs[i]);
         PyTuple_SET_ITEM(cols, i, (PyObject *)c);
     }
-    (void)total;
     return cols;
 fail:
     for (int i = 0; i < nout; i++) out_free(&outs[i]);

@@ -105,11 +105,16 @@ def _is_adbc_error(e: BaseException) -> bool:
     return type(e).__module__.startswith("adbc_driver")
 
 
+def _cast(cols: dict[str, str], name: str | None, integer: bool) -> bool:
+    """Whether reading ``name`` needs SQLite's CAST: an integer read from a column not declared INTEGER."""
+    return bool(name) and name in cols and integer and "INT" not in cols[name]  # type: ignore[index]
+
+
 def _col(cols: dict[str, str], name: str | None, alias: str, *, integer: bool = True) -> str:
     """``name AS alias``: NULL where the column is absent; CAST where an integer column is not declared so."""
     if not name or name not in cols:
         return f"NULL AS {alias}"
-    if integer and "INT" not in cols[name]:
+    if _cast(cols, name, integer):
         return f'CAST("{name}" AS INTEGER) AS {alias}'
     return f'"{name}" AS {alias}'
 
@@ -224,7 +229,7 @@ class _Db:
         why: str | None = None
         if q.keep is not None and q.keep[0] not in {c for _, c, _ in q.columns}:
             why = f"the filter's column {q.keep[0]!r} is not read"
-        elif any(c in q.declared and i and "INT" not in q.declared[c] for _, c, i in q.columns):
+        elif any(_cast(q.declared, c, i) for _, c, i in q.columns):
             why = "an integer read from a column not declared INTEGER (SQLite's CAST)"
         else:
             where = pages.layout(self.path, q.table)

@@ -329,7 +329,13 @@ def parse_range_names(ranges: pl.DataFrame) -> pl.DataFrame:
     ``naming.decode_legacy``)."""
     if ranges.height == 0:
         return ranges
-    names = ranges["name"].drop_nulls().unique().to_list()
+    # Only names that start as a tracekit name can be one: a prefix test on every range (cheap: polars keeps a
+    # string's first bytes beside it) instead of hashing every name. An emit_nvtx capture's op names are all
+    # distinct (``aten::view, op_id = 314290``) and none of them starts so.
+    candidate = ranges["name"].str.starts_with(naming.NAME_STARTS[0])
+    for start in naming.NAME_STARTS[1:]:
+        candidate |= ranges["name"].str.starts_with(start)
+    names = ranges["name"].filter(candidate).unique().to_list()
     rows = []
     for name in names:
         decoded = naming.decode(name) or naming.decode_legacy(name)

@@ -23,6 +23,10 @@ KINDS = ("gemm", "aux", "moe", "step")
 """Range kinds: a GEMM launch, an auxiliary kernel of a GEMM (quantize, reduce, swizzle), a grouped / MoE
 launch, and a user step."""
 
+NAME_STARTS = KINDS
+"""What every name :func:`decode` or :func:`decode_legacy` parses starts with (its kind; a legacy name is
+``gemm/...``): the importer keeps only names that start so before parsing them one by one."""
+
 SKIP_DOMAIN = "tk_unprofiled"
 """Domain for launches that should stay on the timeline but out of ncu (warm-up, launches past the per-range
 budget). It must not contain ``tracekit``: ncu matches the domain part of a ``regex:`` filter as an unanchored

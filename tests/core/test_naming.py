@@ -116,3 +116,17 @@ def test_range_names_with_a_digit_int_refuses_have_no_size() -> None:
     row = parse_range_names(ranges).row(0, named=True)
     assert row["range_kind"] == "gemm" and row["backend"] == "torch-bf16"
     assert (row["m"], row["n"], row["k"]) == (None, None, 3)
+
+
+@given(
+    head=st.sampled_from(["", " ", "gem", "Gemm", "xgemm", *naming.KINDS, *(f"{k}/" for k in naming.KINDS)]),
+    tail=st.sampled_from(["", " ", "/bf16/M=1,N=2,K=3", " M=1 N=2", " op=mm", "/fp8/M=16,N=6144,K=6144"]),
+    noise=st.text(max_size=6),
+)
+def test_every_name_the_codec_parses_starts_as_the_importer_prefilters(
+    head: str, tail: str, noise: str
+) -> None:
+    # the importer tests names with NAME_STARTS before parsing them: a parsed name outside it would be lost
+    for name in (head + tail, head + tail + noise, head + noise + tail):
+        if naming.decode(name) or naming.decode_legacy(name):
+            assert name.startswith(naming.NAME_STARTS), name

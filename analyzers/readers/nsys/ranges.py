@@ -83,7 +83,9 @@ def read_ranges(
         events = events.with_columns(found.fill_null(events["text"]).alias("name"))
     else:
         events = events.rename({"text": "name"})
-    ranges = events.filter(pl.col("event").is_in(list(kinds)))
+    is_range = pl.col("event").is_in(list(kinds))
+    # usually every event is a range (the table read keeps only the four types): no copy of the frame then
+    ranges = events if events.select(is_range.all()).item() else events.filter(is_range)
     # Domain ids are per process: name them from that process's NvtxDomainCreate event.
     used = ranges.filter(pl.col("domain_id").fill_null(0) != 0).select("proc", "domain_id").unique()
     if used.height:
@@ -114,7 +116,8 @@ def read_ranges(
 
 
 def nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
-    """Fill the GEMM fields of emit_nvtx ranges around PyTorch GEMM ops (analyzers/readers/torch_ops.py). Only names that
+    """Fill the GEMM fields (null, as ``_fit`` leaves them) of emit_nvtx ranges around PyTorch GEMM ops
+    (analyzers/readers/torch_ops.py). Only names that
     start with a GEMM op are parsed, and each distinct (op, sizes) once: an emit_nvtx capture holds a range per op
     call, most of them not GEMMs, each GEMM call's text made unique by its ``seq`` / ``op_id``."""
     if ranges.height == 0:
@@ -169,4 +172,6 @@ def nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
     # against 0.58-0.76 s at 5M ranges, and 100k fewer page faults (the last session's in-process comparison,
     # where freed memory is reused, had it the other way).
     at = pl.repeat(None, ranges.height, dtype=pl.UInt32, eager=True).scatter(found["_row"], found["_at"])
-    return ranges.with_columns(parsed[c].gather(at).alias(c) for c in cols)
+    # a field no parsed op has (m / n / k without record_shapes) stays as it is: null, as _fit left it
+    filled = [c for c in cols if parsed[c].null_count() < parsed.height]
+    return ranges.with_columns(parsed[c].gather(at).alias(c) for c in filled)

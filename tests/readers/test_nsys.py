@@ -530,3 +530,27 @@ def test_two_integer_keys_join_as_one_number_as_on_two(left: list, right: list) 
     rf = pl.DataFrame(right, schema={"a": pl.Int64, "b": pl.Int64, "v": pl.Int64}, orient="row")
     expected = lf.join(rf, on=["a", "b"], how="left", maintain_order="left").drop("a", "b")
     assert_frame_equal(_lookup(lf, ["a", "b"], rf), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    left=st.lists(_KEY, max_size=30),
+    right=st.lists(st.tuples(_KEY, st.none() | st.text(max_size=3)), max_size=30),
+)
+def test_one_integer_key_lookup_gives_the_join(left: list, right: list) -> None:
+    """``_lookup`` on one integer key (StringIds' ids), by address where the keys allow it: the join's rows."""
+    lf = pl.DataFrame({"id": left}, schema={"id": pl.Int64})
+    rf = pl.DataFrame(right, schema={"id": pl.Int64, "value": pl.String}, orient="row")
+    expected = lf.join(rf, on="id", how="left", maintain_order="left").drop("id")
+    assert_frame_equal(_lookup(lf, ["id"], rf), expected)
+
+
+def test_distinct_keys_of_a_narrow_span_are_looked_up_by_address() -> None:
+    from tracekit.analyzers.readers.nsys.reader import _direct
+
+    values = pl.DataFrame({"value": ["a", "b", "c", "d"]})
+    got = _direct(pl.Series([13, None, 10, 17, -1], dtype=pl.Int64), pl.Series([10, 11, 12, 13]), values)
+    assert got is not None and got["value"].to_list() == ["d", None, "a", None, None]
+    # a key held by two rows, or keys far apart: the join answers (and shows the repeat)
+    assert _direct(pl.Series([0]), pl.Series([0, 0]), values.head(2)) is None
+    assert _direct(pl.Series([0]), pl.Series([0, 2**40]), values.head(2)) is None

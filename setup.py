@@ -20,12 +20,14 @@ setup(
         Extension(
             "tracekit.analyzers.readers.nsys._pages",
             sources=["analyzers/readers/nsys/_pages.c"],
+            depends=["analyzers/_arrow.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c11"],
         ),
         Extension(
             "tracekit.analyzers._nest",
             sources=["analyzers/_nest.c"],
+            depends=["analyzers/_arrow.h"],
             optional=True,
             extra_compile_args=["-O2", "-std=c11"],
         ),

@@ -221,31 +221,27 @@ def _sweep(
     points = t if t is not None else pl.Series([], dtype=pl.Int64)
     if _nest is None or starts.null_count() or ends.null_count() or points.null_count():
         return None  # (no nulls reach here: unclosed ends are filled, points without a time are left out)
-    import numpy as np
-
-    n = starts.len()
     t_order = points.arg_sort().cast(pl.Int64)
-    depth = np.empty(n, dtype=np.int32)
-    parent = np.empty(n, dtype=np.int64)
-    inner = np.empty(points.len(), dtype=np.int64)
-    proper = _nest.sweep(
-        starts.cast(pl.Int64).to_numpy(),
-        ends.cast(pl.Int64).to_numpy(),
-        points.cast(pl.Int64).gather(t_order).to_numpy(),
-        t_order.to_numpy(),
-        depth,
-        parent,
-        inner,
+    swept = _nest.sweep(
+        starts.cast(pl.Int64), ends.cast(pl.Int64), points.cast(pl.Int64).gather(t_order), t_order
     )
-    if not proper:
+    if swept is None:
         return None
-    parent_s = pl.Series("parent_pos", parent)
-    inner_s = pl.Series("pos", inner)
-    return (
-        pl.Series("depth", depth),
-        pl.select(pl.when(parent_s >= 0).then(parent_s)).to_series().rename("parent_pos"),
-        pl.select(pl.when(inner_s >= 0).then(inner_s)).to_series().rename("pos"),
+    depth, parent, inner = (
+        pl.Series(_Capsules(pair)).alias(name)
+        for pair, name in zip(swept, ("depth", "parent_pos", "pos"), strict=True)
     )
+    return depth, parent, inner
+
+
+class _Capsules:
+    """A column the C sweep made, as polars takes it: Arrow's (schema, array) capsules, handed over once."""
+
+    def __init__(self, pair: tuple[object, object]) -> None:
+        self.pair = pair
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        return self.pair  # type: ignore[return-value]
 
 
 def _parent_pos(tl: _Timeline) -> pl.Series:

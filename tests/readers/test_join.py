@@ -302,3 +302,27 @@ def test_nesting_and_join_match_brute_force_with_ties(case: tuple[list[dict], li
     )
     assert nested.sort("range_id").equals(got)
     assert [*placed["a"]["range_id"], *placed["b"]["range_id"]] == expected
+
+
+def test_the_sweep_takes_series_of_several_chunks_and_refuses_other_types() -> None:
+    """The C sweep reads polars' columns through Arrow's stream interface: chunks (empty ones too) are joined,
+    and a column of another type or with nulls is refused rather than misread."""
+    if join._nest is None:
+        pytest.skip("the sweep is not built (no C compiler)")
+
+    def chunked(*parts: list[int]) -> pl.Series:
+        return pl.concat([pl.Series(p, dtype=pl.Int64) for p in parts], rechunk=False)
+
+    starts, ends = chunked([0, 10], [], [30]), chunked([100], [20, 40])
+    assert starts.n_chunks() > 1 and ends.n_chunks() > 1
+    got = join._sweep(starts, ends, chunked([5, 15], [35, 200]))
+    assert got is not None
+    depth, parent, inner = got
+    assert depth.to_list() == [0, 1, 1] and depth.dtype == pl.Int32
+    assert parent.to_list() == [None, 0, 0]
+    assert inner.to_list() == [0, 1, 2, None]
+    one = pl.Series([0], dtype=pl.Int64)
+    with pytest.raises(ValueError, match="64-bit integers"):
+        join._nest.sweep(one.cast(pl.Int32), one, one, one)
+    with pytest.raises(ValueError, match="nulls"):
+        join._nest.sweep(pl.Series([None], dtype=pl.Int64), one, one, one)

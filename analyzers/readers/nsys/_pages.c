@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../_arrow.h"
+
 #ifndef _WIN32
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -33,32 +35,6 @@
 #define MAX_DEPTH 40 /* a b-tree of 2^32 pages with the smallest fan-out SQLite writes is far shallower */
 
 enum { K_INT = 0, K_TEXT = 1, K_ROWID = 2 };
-
-/* -- Arrow's C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) ------------------- */
-struct ArrowSchema {
-    const char *format;
-    const char *name;
-    const char *metadata;
-    int64_t flags;
-    int64_t n_children;
-    struct ArrowSchema **children;
-    struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *);
-    void *private_data;
-};
-
-struct ArrowArray {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct ArrowArray **children;
-    struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *);
-    void *private_data;
-};
 
 /* -- one output column while it is filled ---------------------------------------------------------------- */
 typedef struct {
@@ -463,20 +439,6 @@ static void release_array(struct ArrowArray *a) {
     a->release = NULL;
 }
 
-static void release_schema(struct ArrowSchema *s) { s->release = NULL; }
-
-static void schema_capsule_free(PyObject *cap) {
-    struct ArrowSchema *s = PyCapsule_GetPointer(cap, "arrow_schema");
-    if (s && s->release) s->release(s);
-    free(s);
-}
-
-static void array_capsule_free(PyObject *cap) {
-    struct ArrowArray *a = PyCapsule_GetPointer(cap, "arrow_array");
-    if (a && a->release) a->release(a);
-    free(a);
-}
-
 static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kwargs) {
     (void)args;
     (void)kwargs; /* a requested schema is a request, not a demand (the PyCapsule interface): ignored */
@@ -514,8 +476,8 @@ static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kwargs) {
     o->nulls = -1; /* handed over */
     s->format = own->o.kind == K_TEXT ? "U" : "l";
     s->name = "";
-    s->flags = 2; /* ARROW_FLAG_NULLABLE */
-    s->release = release_schema;
+    s->flags = ARROW_FLAG_NULLABLE;
+    s->release = arrow_release_schema;
     a->length = own->o.n;
     a->null_count = own->o.nulls;
     own->buffers[0] = own->o.nulls ? own->o.valid : NULL;
@@ -525,21 +487,7 @@ static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kwargs) {
     a->buffers = own->buffers;
     a->release = release_array;
     a->private_data = own;
-    PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
-    if (!sc) {
-        release_array(a);
-        free(a);
-        free(s);
-        return NULL;
-    }
-    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
-    if (!ac) {
-        Py_DECREF(sc);
-        release_array(a);
-        free(a);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", sc, ac);
+    return arrow_capsules(s, a);
 }
 
 static Py_ssize_t column_len(Column *self) { return self->o.nulls < 0 ? 0 : (Py_ssize_t)self->o.n; }

@@ -5,9 +5,10 @@
 rebuilds them in memory for a read (analyzers/store.py, which never writes into a run); analyzers/parallel.py
 reads many files at once in worker processes or Ray tasks. The serial import is the parallel one with one worker:
 
-1. **read** (:func:`read_job`): the file is copied into raw/ when it is not there, opened once as a
-   :class:`~.readers.source.Source`, handed to the reader whose sniff claims its first bytes, checked, read into an
-   ``Extract`` and its rows labelled with their rank. Its sha256 is computed in a thread meanwhile.
+1. **read** (:func:`read_job`): the file is copied into raw/ when it is not there (in a thread, while it is read
+   where it is: :class:`Copies`), opened once as a :class:`~.readers.source.Source`, handed to the reader whose
+   sniff claims its first bytes, checked, read into an ``Extract`` and its rows labelled with their rank. Its
+   sha256 is computed in a thread meanwhile.
 2. **merge**: a reader that must see every file of its kind at once (two CSV exports of one Nsight Compute report
    hold the same launches) gets them together.
 3. **settle** (:func:`settle`): one file's frames made whole on their own: conformed to their schemas, ranges
@@ -25,7 +26,6 @@ A file's kind comes from its content, never its name.
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
@@ -36,20 +36,19 @@ from typing import Any
 import polars as pl
 
 from tracekit import naming
-from tracekit.errors import BadInputError, StorageError, TracekitError, UnreadableFileError
+from tracekit.errors import BadInputError, TracekitError, UnreadableFileError
 from tracekit.frames import SPECS
-from tracekit.run import PARTITION_KEY, Run, atomic_path, new_run_name, sha256_file
+from tracekit.run import PARTITION_KEY, Run, new_run_name
 
 from .join import nest_and_assign
 from .ranks import RANKED_FRAMES, label_extract
+from .rawfiles import Copies, Hash, in_raw, is_read, raw_names, shown, unexported_reports
 from .readers import registry
 from .readers.base import Extract, reporting_progress
 from .readers.protocol import Reader, ReadOptions
-from .readers.source import COMPRESSED_SUFFIXES, Source, plain_name
+from .readers.source import Source
 from .taxonomy.frames import CLASSIFIED, class_table, ncu_evidence, with_classes, with_launch_ops
 
-# Files a capture leaves in raw/ that hold no frames (the program's own output is raw/program*.stdout / .stderr).
-_IGNORED_SUFFIXES = (".log", ".qdstrm", ".txt", ".tmp", ".nsys-rep", ".stdout", ".stderr")
 _WRAPPER_FAILURES = "breadcrumbs/*/failures.*.jsonl"
 """Failures the instrument wrapper records for wrapped calls that raised, one file per process and pass
 (``TRACEKIT_BREADCRUMB_DIR`` of each capture pass, collectors/crash.py): read into the failures frame. A
@@ -75,41 +74,6 @@ FAILURE_KEY = ("backend", "op", "m", "n", "k", "kind", "error_type", "message")
 per pass, and the run keeps one."""
 RENUMBERED = ("measurements", "failures", "moe", "moe_curve", "moe_routing")
 """Frames whose id column is renumbered 0..n-1 once the files are placed."""
-
-
-def is_read(name: str) -> bool:
-    """Whether an import reads a file of raw/ by its name (logs and .nsys-rep reports are kept, not read)."""
-    return not name.startswith(".") and Path(plain_name(name)).suffix not in _IGNORED_SUFFIXES
-
-
-def unexported_reports(raw_dir: Path) -> list[str]:
-    """Warnings for the .nsys-rep / .qdstrm reports of raw/ with no SQLite export beside them (not read)."""
-    warnings = []
-    for p in sorted(raw_dir.glob("*")) if raw_dir.is_dir() else []:
-        name = plain_name(p.name)
-        if p.is_file() and Path(name).suffix in (".nsys-rep", ".qdstrm"):
-            stem = Path(name).stem
-            if not any((raw_dir / f"{stem}.sqlite{z}").exists() for z in ("", *COMPRESSED_SUFFIXES)):
-                warnings.append(
-                    f"{p.name}: no SQLite export beside it; run `nsys export --type sqlite` on it and re-import"
-                )
-    return warnings
-
-
-def raw_names(paths: list[Path]) -> list[str]:
-    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/."""
-    taken: set[str] = set()
-    out = []
-    for p in paths:
-        base = name = p.name
-        i = 1
-        while name in taken:
-            stem, dot, ext = base.partition(".")
-            name = f"{stem}-{i}{dot}{ext}"
-            i += 1
-        taken.add(name)
-        out.append(name)
-    return out
 
 
 # --- 1. read --------------------------------------------------------------------------------------------------------
@@ -178,29 +142,6 @@ def detect_kind(path: Path) -> str:
     return reader.kind
 
 
-class _Hash:
-    """A file's sha256, computed in a thread while the file is read (hashlib and file reads release the GIL)."""
-
-    def __init__(self, path: Path) -> None:
-        self.value: str | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(path,), daemon=True)
-        self.thread.start()
-
-    def _run(self, path: Path) -> None:
-        try:
-            self.value = sha256_file(path)
-        except BaseException as exc:
-            self.error = exc
-
-    def result(self) -> str:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        assert self.value is not None
-        return self.value
-
-
 @dataclass(frozen=True)
 class ReadJob:
     """One file to read: ``src`` copied to ``raw`` first when they differ. ``rel``: its path in the run's
@@ -241,22 +182,12 @@ class FileResult:
     frames: dict[str, pl.DataFrame] | None = None
 
 
-def shown(text: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    for absolute, given in pairs:
-        text = text.replace(absolute, given)
-    return text
+class _CopyFailed(Exception):
+    """A file's copy into raw/ failed while it was read where it is: the import stops with the copy's error."""
 
-
-def copy_into_raw(src: Path, raw: Path, pairs: tuple[tuple[str, str], ...] = ()) -> None:
-    """Copy ``src`` to ``raw`` (a worker killed mid-copy leaves a hidden .tmp, not a short raw file)."""
-    try:
-        with atomic_path(raw) as tmp:
-            shutil.copy2(src, tmp)
-    except OSError as exc:
-        raise StorageError(
-            f"cannot copy {src} into {Path(shown(str(raw), pairs)).parent} ({exc.strerror or exc})",
-            "free disk space (or check the folder's permissions), then retry",
-        ) from exc
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def read_job(
@@ -264,32 +195,46 @@ def read_job(
     options: ReadOptions | None = None,
     on_event: Callable[[str], None] | None = None,
     opened: tuple[Source, Reader] | None = None,
+    copies: Copies | None = None,
 ) -> FileResult:
     """Step 1 for one file: copy it into raw/ (when ``src`` is elsewhere), read it, label its ranks. ``opened``:
     the file already opened and sniffed from ``src`` (the import's first check), reused so it is decompressed
-    once. Never raises for a file that cannot be read: the result says so."""
+    once; ``copies``: the import's copies into raw/, this file's among them (else it is copied here).
+
+    A file being copied is read where it is, the same bytes, unless its name in raw/ differs (the content's
+    name is the frames' ``source``) or its reader takes in files beside it (``FormatReader.reads_beside``:
+    SQLite's journal), which the copy leaves behind: then it is read from raw/, as a rebuild will read it. Its
+    sha256 is the copy's; a file already in raw/ is hashed in a thread while it is read. Messages name the file
+    in raw/ either way. Never raises for a file that cannot be read: the result says so."""
     src, raw = Path(job.src), Path(job.raw)
-    if src != raw:
-        copy_into_raw(src, raw, job.shown)
+    if src != raw and copies is None:
+        copies = Copies([job])
     out = FileResult(index=job.index, name=raw.name)
     if not job.read:
+        if copies is not None:
+            copies.result(job.index)
         return out
-    record: dict[str, Any] = {"path": job.rel, "bytes": raw.stat().st_size, "sha256": None}
-    digest = _Hash(raw)
+    hashed = Hash(raw) if copies is None else None
+    record: dict[str, Any] = {"path": job.rel, "bytes": src.stat().st_size, "sha256": None}
+    here = src  # where the content is read: raw/ when it is there, or once its copy is made
     try:
         own = registry.empty_file_kind(raw.name)
         if own is not None and record["bytes"] == 0:
             ex = Extract(job.kind or own, raw.name, {})
         else:
-            if opened is not None:
-                source, reader = opened
-                source.moved_to(raw)
-            else:
-                source, reader = open_file(raw, job.kind)
+            source, reader = opened if opened is not None else open_file(src, job.kind)
             with source, reporting_progress(_Progress(raw.name, on_event)):
+                beside = registry.option(reader, "reads_beside")
+                if copies is not None and (src.name != raw.name or beside(source)):  # type: ignore[operator]
+                    if (failed := copies.wait(job.index)) is not None:
+                        raise _CopyFailed(failed)
+                    source.moved_to(raw)
+                    here = raw
                 ex = read_source(source, reader, options)
+    except _CopyFailed as stop:
+        raise stop.error from None
     except TracekitError as exc:
-        out.failed = shown(exc.one_line(), job.shown)
+        out.failed = shown(in_raw(exc.one_line(), here, raw), job.shown)
         record.update(kind=None, status="failed", message=out.failed)
     else:
         ex.warnings[:] = [shown(w, job.shown) for w in ex.warnings]
@@ -301,7 +246,7 @@ def read_job(
         )
         record.update(label_extract(ex, raw.name))  # which rank(s) the file holds, and how that is known
         out.imported, out.partial, out.extract = True, ex.partial, ex
-    record["sha256"] = digest.result()
+    record["sha256"] = hashed.result() if hashed is not None else copies.result(job.index)  # type: ignore[union-attr]
     out.record = record
     return out
 
@@ -517,6 +462,7 @@ def read_here(
     jobs: list[ReadJob],
     on_event: Callable[[str], None] | None = None,
     opened: dict[int, tuple[Source, Reader]] | None = None,
+    copies: Copies | None = None,
 ) -> tuple[list[FileResult], dict[str, pl.DataFrame]]:
     """Steps 1-4 in this process: every job read (in order), merged, settled and placed in memory. Returns the
     results (records, warnings) and the run's frames."""
@@ -524,7 +470,7 @@ def read_here(
     for job in jobs:
         if on_event and job.read:
             on_event(f"reading {Path(job.raw).name}")
-        results.append(read_job(job, None, on_event, (opened or {}).get(job.index)))
+        results.append(read_job(job, None, on_event, (opened or {}).get(job.index), copies))
     merge(results)
     parts = [settled(r).frames for r in results if r.extract is not None]
     return results, place([p for p in parts if p is not None])
@@ -644,10 +590,12 @@ def import_files(
             ),
             key=lambda j: Path(j.raw).name,
         )
-        for job in jobs:  # every file is in raw/ before any is read, as a capture leaves them
-            copy_into_raw(Path(job.src), Path(job.raw))
-        jobs = [ReadJob(j.index, j.raw, j.raw, j.rel, j.read) for j in jobs]
-        results, frames = read_here(jobs, on_event, opened)
+        # every file copied into raw/, in order, in one thread, while they are read where they are
+        copies = Copies(jobs)
+        try:
+            results, frames = read_here(jobs, on_event, opened, copies)
+        finally:
+            copies.join()
     summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})
     if summary["files"] and not summary["imported"]:
         # every file was recognised but none could be read: keep the promise "nothing is written"

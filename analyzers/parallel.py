@@ -69,16 +69,13 @@ from .importer import (
     finish,
     id_offsets,
     import_files,
-    is_read,
     open_file,
-    raw_names,
     read_job,
     settled,
     shifted,
     shifts,
-    shown,
-    unexported_reports,
 )
+from .rawfiles import is_read, raw_names, shown, unexported_reports
 from .readers import registry
 from .store import PARQUET
 from .workers import default_workers, in_one_process

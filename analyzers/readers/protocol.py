@@ -65,6 +65,12 @@ class FormatReader:
         """Raise a TracekitError when a file of this kind cannot be read here (a missing tool, a file that
         is not complete), before a run is made for it. Reading it would raise the same."""
 
+    def reads_beside(self, source: Source) -> bool:
+        """Whether a read of ``source`` also takes in files beside it, which its copy into raw/ leaves behind
+        (SQLite's -wal / -journal). Such a file is read from its copy, as a rebuild of the run will read it;
+        any other is read where it is while it is copied."""
+        return False
+
     def merge(self, extracts: list[Extract]) -> list[Extract]:
         """The extracts of every file of this kind in one run, after reading: what one file cannot know alone
         (two CSV exports of one Nsight Compute report hold the same launches). Returns the extracts to keep."""

@@ -6,21 +6,26 @@ a new format takes: the import, the run's frames and ``show --json`` pick it up 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
+import shutil
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 import pytest
 
-from tracekit.analyzers.importer import detect_kind, import_files, read_file
+from tracekit.analyzers.importer import ReadJob, build, detect_kind, import_files, read_file, read_job
 from tracekit.analyzers.readers import registry
 from tracekit.analyzers.readers.base import Extract
 from tracekit.analyzers.readers.protocol import FormatReader, Reader, ReadOptions
 from tracekit.analyzers.readers.source import Source
 from tracekit.analyzers.store import load_frames
 from tracekit.cli import main
-from tracekit.errors import UnreadableFileError
+from tracekit.errors import StorageError, UnreadableFileError
 from tracekit.frames import KERNELS
 
 TOY = b"#toytrace\n"
@@ -49,12 +54,21 @@ class ToyReader(FormatReader):
         return Extract(self.kind, source.name, {"kernels": KERNELS.conform(kernels)})
 
 
-@pytest.fixture
-def toy() -> ToyReader:
-    reader = ToyReader()
+_R = TypeVar("_R", bound=ToyReader)
+
+
+def _registered(reader: _R) -> Iterator[_R]:
+    """``reader`` registered for one test."""
     registry.register(reader, before="ncu-csv")
-    yield reader
-    registry.unregister("toy")
+    try:
+        yield reader
+    finally:
+        registry.unregister("toy")
+
+
+@pytest.fixture
+def toy() -> Iterator[ToyReader]:
+    yield from _registered(ToyReader())
 
 
 def _toy_file(path: Path) -> Path:
@@ -112,3 +126,86 @@ def test_an_error_names_the_file_as_given_not_a_temporary_copy(tmp_path: Path) -
     with pytest.raises(UnreadableFileError) as err:
         read_file(packed)
     assert str(packed) in err.value.message and "tracekit-raw-" not in err.value.message
+
+
+class _Watching(ToyReader):
+    """The toy reader, noting where it read each file; a file whose first line says so fails to read."""
+
+    kind = "toy"
+
+    def __init__(self) -> None:
+        self.read_from: list[Path] = []
+
+    def read(self, source: Source, options: ReadOptions) -> Extract:
+        self.read_from.append(source.file())
+        if b"broken" in source.head:
+            raise UnreadableFileError(source.file(), "is broken", f"re-export {source.file()}")
+        return super().read(source, options)
+
+
+@pytest.fixture
+def watching() -> Iterator[_Watching]:
+    yield from _registered(_Watching())
+
+
+def test_a_file_is_read_where_it_is_while_its_copy_into_raw_is_made(
+    watching: _Watching, tmp_path: Path
+) -> None:
+    """The import reads each file from where it was given while one thread copies them into raw/ and hashes
+    the copies; a file whose name in raw/ differs (two files of one name) is read from its copy. The record's
+    sha256 and bytes are the file's, and a failure's message names the file in raw/."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _toy_file(tmp_path / "a" / "trace.toy")
+    second = _toy_file(tmp_path / "b" / "trace.toy")
+    broken = tmp_path / "broken.toy"
+    broken.write_bytes(TOY + b"broken\n")
+    run, summary = import_files([first, second, broken], tmp_path / "run")
+    raw = sorted(p.name for p in run.raw_dir.iterdir())
+    assert len(raw) == 3 and "trace.toy" in raw and "broken.toy" in raw
+    renamed = run.raw_dir / next(n for n in raw if n not in ("trace.toy", "broken.toy"))
+    assert sorted(watching.read_from) == sorted([first, renamed, broken])
+    for record in run.manifest["sources"]:
+        copy = run.path / record["path"]
+        assert record["sha256"] == hashlib.sha256(copy.read_bytes()).hexdigest()
+        assert record["bytes"] == copy.stat().st_size
+    copy = run.raw_dir / "broken.toy"
+    message = f"cannot read file: {copy}: is broken — re-export {copy}"
+    assert summary["failed"] == [{"path": "raw/broken.toy", "message": message}]
+
+
+def test_an_nsys_export_with_its_write_ahead_log_beside_it_is_read_from_its_copy(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """SQLite reads a -wal file beside the database with it; the copy in raw/ has none. The import reads such a
+    file from its copy, so its frames are those a rebuild of the run reads, not the log's uncommitted view."""
+    db = tmp_path / "probe.sqlite"
+    shutil.copy(shared_data / "h200-probe" / "probe.sqlite", db)
+    writer = sqlite3.connect(db)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        before = writer.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
+        writer.execute("INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS")
+        writer.commit()
+        assert (tmp_path / "probe.sqlite-wal").stat().st_size > 0
+        assert read_file(db).frames["ranges"].height == 2 * before  # where it is: the log's rows too
+        run, summary = import_files([db], tmp_path / "run")
+    finally:
+        writer.close()
+    assert summary["rows"]["ranges"] == before
+    assert build(run)[0]["ranges"].height == before  # a rebuild from raw/ reads the same
+
+
+def test_a_copy_into_raw_that_fails_stops_the_read_with_a_storage_error(
+    watching: _Watching, tmp_path: Path
+) -> None:
+    """A file cannot be kept (a full disk, a raw/ that is not a folder): the import stops with the copy's error
+    (exit 2, nothing recorded as read), also when the file itself was read meanwhile."""
+    src = _toy_file(tmp_path / "trace.toy")
+    blocked = tmp_path / "raw"
+    blocked.write_text("a file where raw/ belongs\n")
+    job = ReadJob(0, str(src), str(blocked / "trace.toy"), "raw/trace.toy", True)
+    with pytest.raises(StorageError, match="cannot copy"):
+        read_job(job)
+    assert watching.read_from == [src]  # read where it is; its copy failed

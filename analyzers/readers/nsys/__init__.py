@@ -6,6 +6,7 @@ SQL); ``.nsys-rep`` reports are recognised and refused with the export command.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit.errors import UnreadableFileError
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
     from ..source import Source
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sidecars(path: Path) -> list[Path]:
+    """The files beside the database ``path`` that SQLite reads with it: a write-ahead log or a rollback
+    journal that holds anything (``<name>-wal``, ``<name>-journal``)."""
+    found = (Path(f"{path}{side}") for side in ("-wal", "-journal"))
+    return [p for p in found if p.exists() and p.stat().st_size > 0]
 
 
 class SqliteExportReader(FormatReader):
@@ -34,6 +42,10 @@ class SqliteExportReader(FormatReader):
         path = source.file()
         if not is_nsys_sqlite(path):
             _check_file(path)  # raises the precise reason: truncated, malformed, not an nsys export
+
+    def reads_beside(self, source: Source) -> bool:
+        """SQLite reads a -wal or -journal file beside the database; a copy into raw/ has none."""
+        return source.compression is None and bool(sidecars(source.path))
 
     def read(self, source: Source, options: ReadOptions) -> Extract:
         from .reader import read_nsys_sqlite

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
+from . import sidecars
+
 DISABLE_ENV = "TRACEKIT_NO_PAGE_READER"
 """Set (to anything but "" or "0"), every table is read through SQLite: to compare the two, or to rule the page
 reader out when a result looks wrong. Read at import."""
@@ -57,10 +59,8 @@ class Layout:
 def layout(path: Path, table: str) -> Layout | str:
     """``table``'s layout, or why the page reader cannot read it (a WITHOUT ROWID or virtual table, generated
     columns, a file in WAL mode whose latest pages may be in the -wal file, a hot journal)."""
-    for side in ("-wal", "-journal"):
-        other = Path(f"{path}{side}")
-        if other.exists() and other.stat().st_size > 0:
-            return f"a {side} file beside it may hold pages the file lacks"
+    for other in sidecars(path):
+        return f"a {other.name.removeprefix(path.name)} file beside it may hold pages the file lacks"
     try:
         con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
     except sqlite3.Error as e:

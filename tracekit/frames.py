@@ -85,9 +85,13 @@ class FrameSpec:
         if df.width == 0:  # selecting literals from a frame without columns would make one row
             return self.empty()
         exprs = []
+        schema = df.schema
         for c in self.columns:
-            if c.name in df.columns:
-                exprs.append(pl.col(c.name).cast(c.dtype, strict=True))
+            if c.name in schema:
+                # a column of its own type as it is: polars' cast to the same type still rewrites it (a
+                # generated 5M-row id column: 0.05 s and 120 MB of fresh memory)
+                same = schema[c.name] == c.dtype
+                exprs.append(pl.col(c.name) if same else pl.col(c.name).cast(c.dtype, strict=True))
             else:
                 exprs.append(pl.lit(None, dtype=c.dtype).alias(c.name))
         return df.select(exprs)

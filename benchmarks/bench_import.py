@@ -63,9 +63,8 @@ def timed(name, fn):
 
 run = timed("create run", lambda: Run.create(out, command=None))
 raw = run.raw_dir / src.name
-timed("copy into raw/", lambda: importer.copy_into_raw(src, raw))
-job = importer.ReadJob(0, str(raw), str(raw), f"raw/{src.name}", True)
-result = timed("read (sha256 in a thread meanwhile)", lambda: importer.read_job(job))
+job = importer.ReadJob(0, str(src), str(raw), f"raw/{src.name}", True)
+result = timed("read (copied into raw/, hashed, in a thread)", lambda: importer.read_job(job))
 timed("settle (nest ranges, names, assign kernels)", lambda: importer.settled(result))
 frames = timed("place", lambda: importer.place([result.frames]))
 timed("write frames", lambda: store.write_frames(run, frames))

@@ -594,6 +594,9 @@ def import_files(
         copies = Copies(jobs)
         try:
             results, frames = read_here(jobs, on_event, opened, copies)
+        except BaseException:
+            copies.stop()  # Ctrl-C waits for the file being copied, not for every file still to copy
+            raise
         finally:
             copies.join()
     summary = summarize(results, run.raw_dir, {n: df.height for n, df in frames.items()})

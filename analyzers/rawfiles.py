@@ -111,12 +111,20 @@ class Copies:
         self._done = {job.index: threading.Event() for job in jobs}
         self._value: dict[int, str | None] = {}
         self._error: dict[int, BaseException] = {}
-        # not a daemon: an import stopped while reading still leaves every file it was given in raw/
+        self._stop = threading.Event()
+        # not a daemon: a copy under way when the import stops is finished (or its temporary file removed), never
+        # left short in raw/
         self._thread = threading.Thread(target=self._run, args=(jobs,), name="tracekit-copies")
         self._thread.start()
 
     def _run(self, jobs: list[ReadJob]) -> None:
         for job in jobs:
+            if self._stop.is_set():
+                self._error[job.index] = StorageError(
+                    f"the copy of {job.src} was not made: the import stopped"
+                )
+                self._done[job.index].set()
+                continue
             try:
                 copy_into_raw(Path(job.src), Path(job.raw), job.shown)
                 self._value[job.index] = sha256_file(Path(job.raw)) if job.read else None
@@ -135,6 +143,10 @@ class Copies:
         if (error := self.wait(index)) is not None:
             raise error
         return self._value[index]
+
+    def stop(self) -> None:
+        """Copy no file after the one under way (the import stopped: Ctrl-C, or an error)."""
+        self._stop.set()
 
     def join(self) -> None:
         self._thread.join()

@@ -11,6 +11,7 @@ import json
 import lzma
 import shutil
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -18,6 +19,7 @@ from typing import TypeVar
 import polars as pl
 import pytest
 
+from tracekit.analyzers import rawfiles
 from tracekit.analyzers.importer import ReadJob, build, detect_kind, import_files, read_file, read_job
 from tracekit.analyzers.readers import registry
 from tracekit.analyzers.readers.base import Extract
@@ -209,3 +211,34 @@ def test_a_copy_into_raw_that_fails_stops_the_read_with_a_storage_error(
     with pytest.raises(StorageError, match="cannot copy"):
         read_job(job)
     assert watching.read_from == [src]  # read where it is; its copy failed
+
+
+def test_an_import_that_stops_finishes_the_copy_under_way_and_starts_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or an error) while the files are read: the copy under way is finished, whole, and the files
+    after it are not copied, so the import stops without waiting for every copy."""
+    first, second = _toy_file(tmp_path / "a.toy"), _toy_file(tmp_path / "b.toy")
+    jobs = [
+        ReadJob(i, str(p), str(tmp_path / "raw" / p.name), f"raw/{p.name}", True)
+        for i, p in enumerate([first, second])
+    ]
+    started, release = threading.Event(), threading.Event()
+    real = rawfiles.copy_into_raw
+
+    def held(src: Path, raw: Path, pairs: tuple = ()) -> None:  # the first copy waits until the import stops
+        started.set()
+        release.wait(10)
+        real(src, raw, pairs)
+
+    monkeypatch.setattr(rawfiles, "copy_into_raw", held)
+    copies = rawfiles.Copies(jobs)
+    assert started.wait(10)
+    copies.stop()
+    release.set()
+    copies.join()
+    assert copies.result(0) == hashlib.sha256(first.read_bytes()).hexdigest()
+    assert (tmp_path / "raw" / "a.toy").read_bytes() == first.read_bytes()
+    assert not (tmp_path / "raw" / "b.toy").exists()
+    with pytest.raises(StorageError, match="not made"):
+        copies.result(1)

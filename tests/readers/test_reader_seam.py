@@ -197,6 +197,7 @@ def test_an_nsys_export_with_its_write_ahead_log_beside_it_is_read_from_its_copy
         writer.close()
     assert summary["rows"]["ranges"] == before
     assert build(run)[0]["ranges"].height == before  # a rebuild from raw/ reads the same
+    assert [p.name for p in run.raw_dir.iterdir()] == ["probe.sqlite"]  # and leaves no -shm / -wal beside it
 
 
 def test_a_copy_into_raw_that_fails_stops_the_read_with_a_storage_error(

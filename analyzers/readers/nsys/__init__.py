@@ -27,6 +27,14 @@ def sidecars(path: Path) -> list[Path]:
     return [p for p in found if p.exists() and p.stat().st_size > 0]
 
 
+def sqlite_uri(path: Path) -> str:
+    """The URI every read opens the database ``path`` with: read-only and, with no journal beside it
+    (:func:`sidecars`), immutable: SQLite then takes no lock and makes no ``-shm`` / ``-wal`` file beside it (a
+    WAL-mode file's copy in raw/ got both on every read, so a read changed the run)."""
+    uri = path.resolve().as_uri() + "?mode=ro"
+    return uri if sidecars(path) else uri + "&immutable=1"
+
+
 class SqliteExportReader(FormatReader):
     """Any SQLite database: an Nsight Systems export is read; any other gets the precise reason it is not one
     (truncated, malformed, another program's database) from :meth:`check`."""

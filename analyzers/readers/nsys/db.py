@@ -15,7 +15,7 @@ import polars as pl
 
 from tracekit.errors import MissingToolError
 
-from . import pages
+from . import pages, sqlite_uri
 
 ENGINES = ("auto", "pages", "adbc", "sqlite3")
 """How tables are read: ``auto`` from the pages where the page reader is built and sure of a table, else ADBC
@@ -29,7 +29,7 @@ reached 192 GB of virtual size, and fork() then failed with ENOMEM where the ker
 
 
 def _uri(path: Path) -> str:
-    return path.resolve().as_uri() + "?mode=ro"
+    return sqlite_uri(path)
 
 
 # --- queries ----------------------------------------------------------------------------------------------------

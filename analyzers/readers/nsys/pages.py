@@ -23,7 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import sidecars
+from . import sidecars, sqlite_uri
 
 DISABLE_ENV = "TRACEKIT_NO_PAGE_READER"
 """Set (to anything but "" or "0"), every table is read through SQLite: to compare the two, or to rule the page
@@ -62,7 +62,7 @@ def layout(path: Path, table: str) -> Layout | str:
     for other in sidecars(path):
         return f"a {other.name.removeprefix(path.name)} file beside it may hold pages the file lacks"
     try:
-        con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        con = sqlite3.connect(sqlite_uri(path), uri=True)
     except sqlite3.Error as e:
         return f"SQLite could not open it ({e})"
     try:

@@ -23,6 +23,7 @@ from tracekit.analyzers import rawfiles
 from tracekit.analyzers.importer import ReadJob, build, detect_kind, import_files, read_file, read_job
 from tracekit.analyzers.readers import registry
 from tracekit.analyzers.readers.base import Extract
+from tracekit.analyzers.readers.nsys.db import _Db
 from tracekit.analyzers.readers.protocol import FormatReader, Reader, ReadOptions
 from tracekit.analyzers.readers.source import Source
 from tracekit.analyzers.store import load_frames
@@ -180,21 +181,29 @@ def test_an_nsys_export_with_its_write_ahead_log_beside_it_is_read_from_its_copy
     shared_data: Path, tmp_path: Path
 ) -> None:
     """SQLite reads a -wal file beside the database with it; the copy in raw/ has none. The import reads such a
-    file from its copy, so its frames are those a rebuild of the run reads, not the log's uncommitted view."""
-    db = tmp_path / "probe.sqlite"
-    shutil.copy(shared_data / "h200-probe" / "probe.sqlite", db)
-    writer = sqlite3.connect(db)
+    file from its copy, so its frames are those a rebuild of the run reads, not the log's rows too; and the
+    reads leave raw/ holding the copy alone."""
+    held, db = tmp_path / "writer" / "probe.sqlite", tmp_path / "probe.sqlite"
+    held.parent.mkdir()
+    shutil.copy(shared_data / "h200-probe" / "probe.sqlite", held)
+    writer = sqlite3.connect(held)
     try:
         writer.execute("PRAGMA journal_mode = WAL")
         writer.execute("PRAGMA wal_autocheckpoint = 0")
         before = writer.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0]
         writer.execute("INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS")
         writer.commit()
-        assert (tmp_path / "probe.sqlite-wal").stat().st_size > 0
-        assert read_file(db).frames["ranges"].height == 2 * before  # where it is: the log's rows too
-        run, summary = import_files([db], tmp_path / "run")
+        # the database and its log as a writer leaves them, copied while it holds them: no connection of this
+        # process stays open on what is read below (two SQLite libraries, Python's and ADBC's, must not share a
+        # WAL file in one process)
+        shutil.copy(held, db)
+        shutil.copy(held.with_name("probe.sqlite-wal"), tmp_path / "probe.sqlite-wal")
     finally:
         writer.close()
+    assert (tmp_path / "probe.sqlite-wal").stat().st_size > 0
+    assert read_file(db).frames["ranges"].height == 2 * before  # where it is: the log's rows too
+    assert _Db(db, set()).engine != "adbc"  # beside a journal, SQLite through Python's library alone
+    run, summary = import_files([db], tmp_path / "run")
     assert summary["rows"]["ranges"] == before
     assert build(run)[0]["ranges"].height == before  # a rebuild from raw/ reads the same
     assert [p.name for p in run.raw_dir.iterdir()] == ["probe.sqlite"]  # and leaves no -shm / -wal beside it

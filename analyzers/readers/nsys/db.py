@@ -15,7 +15,7 @@ import polars as pl
 
 from tracekit.errors import MissingToolError
 
-from . import pages, sqlite_uri
+from . import pages, sidecars, sqlite_uri
 
 ENGINES = ("auto", "pages", "adbc", "sqlite3")
 """How tables are read: ``auto`` from the pages where the page reader is built and sure of a table, else ADBC
@@ -160,7 +160,12 @@ class _Db:
         self.path = path
         self.uri = _uri(path)
         self.tables = tables
-        self._connect = _adbc_connect() if engine in ("auto", "pages", "adbc") else None
+        # Not ADBC beside a journal (a WAL-mode file's -wal): its own SQLite and Python's would open the same
+        # -shm in one process, where POSIX locks do not tell them apart, and one can truncate the other's
+        # mapping (a SIGBUS, seen when a test held the file open for writing). A file with no journal is opened
+        # immutable and maps no -shm.
+        alone = engine == "adbc" or not sidecars(path)
+        self._connect = _adbc_connect() if engine in ("auto", "pages", "adbc") and alone else None
         if engine == "adbc" and self._connect is None:
             raise MissingToolError("engine 'adbc' needs adbc-driver-sqlite", "pip install adbc-driver-sqlite")
         if engine == "pages" and not pages.AVAILABLE:

@@ -28,10 +28,6 @@ address space for a whole batch up front: at 1 << 30 rows each read left ~25 GB 
 reached 192 GB of virtual size, and fork() then failed with ENOMEM where the kernel checks overcommit)."""
 
 
-def _uri(path: Path) -> str:
-    return sqlite_uri(path)
-
-
 # --- queries ----------------------------------------------------------------------------------------------------
 def _adbc_connect() -> Callable[[str], object] | None:
     try:
@@ -158,7 +154,7 @@ class _Db:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
         self.path = path
-        self.uri = _uri(path)
+        self.uri = sqlite_uri(path)
         self.tables = tables
         # Not ADBC beside a journal (a WAL-mode file's -wal): its own SQLite and Python's would open the same
         # -shm in one process, where POSIX locks do not tell them apart, and one can truncate the other's

@@ -45,7 +45,8 @@ from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
 from ..base import Extract, fit_frame, source_name
-from .db import _Db, _Query, _uri
+from . import sqlite_uri
+from .db import _Db, _Query
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
 
@@ -74,7 +75,7 @@ def _head(path: Path, n: int = 100) -> bytes:
 
 
 def _table_names(path: Path) -> set[str]:
-    con = sqlite3.connect(_uri(path), uri=True)
+    con = sqlite3.connect(sqlite_uri(path), uri=True)
     try:
         return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except UnicodeDecodeError as e:  # a damaged schema page: names that are not text
@@ -243,10 +244,9 @@ def _lookup(df: pl.DataFrame, keys: list[str], table: pl.DataFrame) -> pl.DataFr
 
 def _direct(lkey: pl.Series, rkey: pl.Series, values: pl.DataFrame) -> pl.DataFrame | None:
     """The rows of ``values`` whose ``rkey`` equals each ``lkey`` (null where none does), by address: where the
-    right keys are distinct and span at most a few times the rows (StringIds' dense ids, a process's
-    correlation ids), a slot per key value holds its row and each left key reads its slot. A hash join of 1M
-    kernels against 1.7M runtime rows costs several times more. None (the caller joins) where a key repeats
-    or the span is wide."""
+    right keys are distinct and span at most a few times the rows (StringIds' dense ids), a slot per key value
+    holds its row and each left key reads its slot, instead of hashing both sides. None (the caller joins)
+    where a key repeats or the span is wide (the launch join's process x correlation-id numbers usually are)."""
     keyed = rkey.is_not_null()
     rows = pl.int_range(rkey.len(), dtype=pl.Int64, eager=True)
     if not keyed.all():

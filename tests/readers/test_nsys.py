@@ -347,6 +347,28 @@ def test_marks_dropped_and_domains_named_from_create_events(shared_data: Path, t
     assert not any("NvtxDomainCreate" in w for w in ex.warnings)
 
 
+def test_warnings_keep_their_order_though_kernels_and_ranges_are_built_at_once(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """The kernels (with memcpy / memset) and the NVTX ranges are built in two threads; what each says comes in
+    the file's fixed order all the same: the kernels' warnings before the ranges'."""
+    path = _copy(shared_data, PROBE, tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    gtid = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()[0]
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (1, 34, 'm', ?, 0)",
+        (gtid,),
+    )
+    con.commit()
+    con.close()
+    for _ in range(5):
+        said = read_nsys_sqlite(path).warnings
+        runtime = [i for i, w in enumerate(said) if "no usable CUPTI_ACTIVITY_KIND_RUNTIME" in w]
+        marks = [i for i, w in enumerate(said) if "1 NVTX marks" in w]
+        assert len(runtime) == 1 and len(marks) == 1 and runtime[0] < marks[0], said
+
+
 def _unreadable(path: Path) -> UnreadableFileError:
     assert not is_nsys_sqlite(path)
     with pytest.raises(UnreadableFileError) as info:

@@ -114,6 +114,35 @@ def test_the_reader_uses_pages_by_default_and_not_for_sqlite_engines(shared_data
         assert _Db(path, _table_names(path), engine=engine).page_parts(q) is None
 
 
+def test_a_table_is_split_only_where_cores_are_left_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Tables are read at once already: a table's parts (which polars later copies into one chunk) come one
+    per two cores this read may use, at most four, and one inside a worker of a parallel import."""
+    from tracekit.analyzers import workers
+
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.commit()
+    con.close()
+    where = pages.layout(path, "t")
+    assert not isinstance(where, str)
+    counts = {}
+    for cores in (1, 2, 4, 8, 64):
+        monkeypatch.setattr("os.sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        planned = pages.plan(path, where, [("a", "a", "int")], 5_000_000)
+        assert not isinstance(planned, str)
+        counts[cores] = len(planned)
+    assert counts == {1: 1, 2: 1, 4: 2, 8: 4, 64: 4}
+    small = pages.plan(path, where, [("a", "a", "int")], 300_000)
+    assert not isinstance(small, str) and len(small) == 1  # 300k rows: one part of 250k at most
+    with workers.in_one_process():
+        inside = pages.plan(path, where, [("a", "a", "int")], 5_000_000)
+        assert not isinstance(inside, str) and len(inside) == 1
+    assert len(pages.plan(path, where, [("a", "a", "int")], 5_000_000, 3)) == 3  # type: ignore[arg-type]
+
+
 # --- made-up databases ------------------------------------------------------------------------------------------
 _INTS = st.one_of(
     st.integers(-(2**63), 2**63 - 1),

@@ -2,7 +2,8 @@
 
 An nsys export of a serving step is millions of rows; SQLite steps them at about 0.7 us per row and column (3.4
 s of one core for the 5M NVTX ranges of docs/BENCHMARKS.md's export, 1.9 s for its 1M kernels). The C reader
-walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that, in parallel parts.
+walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that; tables are read at once, a
+large one in parallel parts where cores are left over.
 
 This module is the seam: whether the reader is there (``AVAILABLE``: built at install time where a C compiler
 was found, and not turned off by ``TRACEKIT_NO_PAGE_READER``), what SQLite's schema says about a table that the
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ...workers import own_cores
 from . import sidecars, sqlite_uri
 
 DISABLE_ENV = "TRACEKIT_NO_PAGE_READER"
@@ -42,6 +44,12 @@ AVAILABLE = _pages is not None
 _INT, _TEXT, _ROWID = 0, 1, 2  # the reader's column kinds
 _PART_ROWS = 250_000
 """Rows below which a table is read in one part: a part costs a thread and a file mapping."""
+_CORES_PER_PART = 2
+"""A table is split into parts only where cores are left over. The reader reads its tables at once already
+(reader.py's thread pool), and a table's parts reach polars as chunks of each column, which it copies into one
+at the first join or ``with_columns`` that meets a single-chunk column: on 2 cores four parts cost the import of
+docs/BENCHMARKS.md's 1M + 5M export 0.15 s and 125k page faults more than one (read + settle + place, fresh
+processes alternating ten times: 3.81 s against 3.66 s, median)."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +143,8 @@ def plan(
     path: Path, where: Layout, columns: Sequence[Column], rows_hint: int, parts: int | None = None
 ) -> list[Part] | str:
     """The parts that read ``columns`` of the table (about ``rows_hint`` rows: one part per 250k, at most
-    four, unless ``parts`` says), or why the page reader cannot (it is not built; a column the table lacks;
-    no stored column)."""
+    four and one per two cores this read may use, unless ``parts`` says), or why the page reader cannot (it is
+    not built; a column the table lacks; no stored column)."""
     if _pages is None:
         return "the page reader is not built"
     spec = []
@@ -155,5 +163,5 @@ def plan(
             )
     if not spec:
         return "no stored column asked for"
-    n = parts or max(1, min(4, rows_hint // _PART_ROWS))
+    n = parts or max(1, min(4, rows_hint // _PART_ROWS, own_cores() // _CORES_PER_PART))
     return [Part(path, where.root, tuple(spec), tuple(columns), i, n, rows_hint // n) for i in range(n)]

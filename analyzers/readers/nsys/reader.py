@@ -23,7 +23,7 @@ Where each column comes from (the columns themselves are documented in tracekit/
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
 
 Files are opened read-only (``mode=ro``) and never changed. The big tables are read from the file's pages by
-the page reader (``pages.py``, a C extension) in parallel parts; a table it is not sure of, or every table
+the page reader (``pages.py``, a C extension), several at once; a table it is not sure of, or every table
 where it was not built, through the ADBC SQLite driver straight into Arrow, in rowid chunks on a few threads
 (several times faster than ``sqlite3`` rows, which build a Python object per value); without
 ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give the same frames
@@ -511,7 +511,11 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
             # The page reader walks the b-tree without holding the GIL: the parts are read in parallel. A table
             # it declines in any part (a value or page it is not sure of) is read through SQLite below.
-            done = [(k, pool.submit(part.read)) for k, parts in paged.items() for part in parts]
+            # The largest table first (its parts stay in order): the thread left with it ends when the others do.
+            queue = sorted(
+                ((k, p) for k, ps in paged.items() for p in ps), key=lambda kp: -kp[1].rows_hint * kp[1].parts
+            )
+            done = [(k, pool.submit(part.read)) for k, part in queue]
             from_pages = [(k, f.result()) for k, f in done]
             for key in paged:
                 mine = [df for k, df in from_pages if k == key]
@@ -552,29 +556,52 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         lost["TARGET_INFO_GPU"] = _why(e)
         frames["devices"] = DEVICES.empty()
 
-    if "kernels" in got:
-        if "runtime" not in got:
-            warnings.append(f"{src}: no usable {RUNTIME_TABLE} table, so kernels have no launch thread")
+    def timeline() -> tuple[dict[str, pl.DataFrame], dict[str, str], list[str], list[int]]:
+        """kernels and memops, linked to their launch calls"""
+        out: dict[str, pl.DataFrame] = {}
+        why: dict[str, str] = {}
+        said: list[str] = []
+        bad: list[int] = []
+        if "kernels" in got:
+            if "runtime" not in got:
+                said.append(f"{src}: no usable {RUNTIME_TABLE} table, so kernels have no launch thread")
+            try:
+                out["kernels"] = _read_kernels(got["kernels"], got.get("runtime"), strings, said, src, bad)
+            except pl.exceptions.PolarsError as e:
+                why[KERNEL_TABLE] = _why(e)
+        elif KERNEL_TABLE not in lost:
+            said.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
         try:
-            frames["kernels"] = _read_kernels(
-                got["kernels"], got.get("runtime"), strings, warnings, src, counts
-            )
+            out["memops"] = read_memops(got, got.get("runtime"), src, bad)
         except pl.exceptions.PolarsError as e:
-            lost[KERNEL_TABLE] = _why(e)
-    elif KERNEL_TABLE not in lost:
-        warnings.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
-    try:
-        frames["memops"] = read_memops(got, got.get("runtime"), src, counts)
-    except pl.exceptions.PolarsError as e:
-        lost[MEMCPY_TABLE] = _why(e)
+            why[MEMCPY_TABLE] = _why(e)
+        return out, why, said, bad
 
-    if "nvtx" in got:
-        try:
-            frames["ranges"] = read_ranges(got["nvtx"], ids, strings, warnings, src, counts)
-        except pl.exceptions.PolarsError as e:
-            lost[NVTX_TABLE] = _why(e)
-    elif NVTX_TABLE not in lost:
-        warnings.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
+    def nvtx() -> tuple[dict[str, pl.DataFrame], dict[str, str], list[str], list[int]]:
+        """NVTX ranges"""
+        out: dict[str, pl.DataFrame] = {}
+        why: dict[str, str] = {}
+        said: list[str] = []
+        bad: list[int] = []
+        if "nvtx" in got:
+            try:
+                out["ranges"] = read_ranges(got["nvtx"], ids, strings, said, src, bad)
+            except pl.exceptions.PolarsError as e:
+                why[NVTX_TABLE] = _why(e)
+        elif NVTX_TABLE not in lost:
+            said.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
+        return out, why, said, bad
+
+    # The two halves share nothing but the strings: built at once, each mostly in polars (no GIL held), where
+    # either alone leaves the second core idle much of the time. Their warnings keep this order.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        halves = [pool.submit(timeline), pool.submit(nvtx)]
+        built = [h.result() for h in halves]
+    for out, why, said, bad in built:
+        frames.update(out)
+        lost.update(why)
+        warnings += said
+        counts += bad
 
     if lost and "kernels" not in frames and "ranges" not in frames:
         table = next(t for t in (KERNEL_TABLE, NVTX_TABLE, *lost) if t in lost)  # the one that mattered

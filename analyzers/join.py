@@ -80,11 +80,11 @@ def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Serie
     parts = []
     for c in cols:
         if c.dtype == pl.String:
-            # One source is the usual case: comparing is several times cheaper than hashing the strings.
+            # One source is the usual case: comparing is several times cheaper than hashing the strings, and a
+            # key of one value adds nothing to the ids.
             if c.null_count() == 0 and (c == c[0]).all():
-                c = pl.repeat(0, c.len(), dtype=pl.Int64, eager=True)
-            else:
-                c = c.cast(pl.Categorical).to_physical()
+                continue
+            c = c.cast(pl.Categorical).to_physical()
         parts.append(c.cast(pl.Int64).fill_null(-1))
     raw, size = None, 1
     for c in parts:
@@ -93,11 +93,14 @@ def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Serie
         if size * width >= _LIMIT:
             raw = None
             break
+        if width == 1:
+            continue  # one value (one process, one thread): nothing to add
         code = c - lo
         raw = code if raw is None else raw * width + code
         size *= width
     else:
-        assert raw is not None
+        if raw is None:  # every key has one value
+            raw = pl.repeat(0, cols[0].len() if cols else 0, dtype=pl.Int64, eager=True)
         if max_groups is not None and size <= max_groups:
             return raw
         distinct = raw.unique().sort()
@@ -127,12 +130,12 @@ def _combined_times(
 ) -> tuple[pl.Series, pl.Series, pl.Series]:
     """``g * span + (t - t_min)`` for range starts, ends (null: the group's last instant) and points."""
     ngroups = int(g.max()) + 1 if g.len() else 1  # type: ignore[arg-type]
-    finite = pl.concat([starts, ends.drop_nulls(), points])
-    lo, hi = finite.min(), finite.max()
-    span = int(hi) - int(lo) + 2  # type: ignore[arg-type]
+    bounds = [v for s in (starts, ends, points) for v in (s.min(), s.max()) if v is not None]
+    lo, hi = (min(bounds), max(bounds)) if bounds else (0, 0)
+    span = int(hi) - int(lo) + 2  # type: ignore[call-overload]
     if ngroups * span >= _LIMIT:
         # Replace times by their dense rank (same order, same ties), which always fits.
-        distinct = finite.unique().sort()
+        distinct = pl.concat([starts, ends.drop_nulls(), points]).unique().sort()
         starts, points = distinct.search_sorted(starts), distinct.search_sorted(points)
         ends = pl.when(ends.is_null()).then(None).otherwise(distinct.search_sorted(ends.fill_null(0)))
         ends = pl.select(ends).to_series()
@@ -141,7 +144,10 @@ def _combined_times(
     base = g * span - lo
     gs, gp = base.slice(0, n), base.slice(n)
     start = (gs + starts).rename("start")
-    end = (gs + ends).fill_null(gs + lo + span - 1).rename("end")
+    end = gs + ends
+    if ends.null_count():  # unclosed ranges end at their group's last instant
+        end = end.fill_null(gs + lo + span - 1)
+    end = end.rename("end")
     return start, end, (gp + points).rename("t")
 
 

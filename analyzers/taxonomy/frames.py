@@ -188,23 +188,38 @@ def _launch_ops(kernels: pl.DataFrame, ranges: pl.DataFrame | None) -> pl.Series
     )
     if ranges is None or ranges.height == 0 or "range_id" not in kernels.columns:
         return have.cast(pl.String).rename("launch_op")
-    # only the ranges some kernel runs in (a tenth of an emit_nvtx trace's ranges): the joins below then hash
-    # those names, not every range's
-    ids = kernels["range_id"].drop_nulls().unique()
-    rid = pl.col("range_id").cast(kernels.schema["range_id"])
-    names = ranges.select("range_id", "name").filter(pl.col("name").is_not_null() & rid.is_in(ids.implode()))
-    distinct = names["name"].unique().to_list()
+    kid = kernels["range_id"]
+    rid = ranges["range_id"]
+    if rid.null_count() == 0 and kid.is_between(0, ranges.height - 1).all() and _is_row_number(rid):
+        # the usual case, one file's ranges numbered by row: each kernel's range name found by its address
+        named = ranges["name"].gather(kid)
+    else:
+        # only the ranges some kernel runs in (a tenth of an emit_nvtx trace's ranges) joined by id
+        ids = kid.drop_nulls().unique()
+        names = ranges.select(pl.col("range_id").cast(kid.dtype), "name").filter(
+            pl.col("name").is_not_null() & pl.col("range_id").is_in(ids.implode())
+        )
+        named = kernels.select("range_id").join(names, on="range_id", how="left", maintain_order="left")[
+            "name"
+        ]
+    # each distinct name of those parsed once (hashing a kernel's name, not every range's)
+    distinct = named.drop_nulls().unique().to_list()
     ops = pl.DataFrame(
         {"name": distinct, "__rop": [_op_of_range(n) for n in distinct]},
         schema={"name": pl.String, "__rop": pl.String},
     ).filter(pl.col("__rop").is_not_null())
     if ops.height == 0:
         return have.cast(pl.String).rename("launch_op")
-    by_range = names.join(ops, on="name").select(pl.col("range_id").cast(kernels.schema["range_id"]), "__rop")
-    ranged = kernels.select("range_id").join(by_range, on="range_id", how="left", maintain_order="left")[
-        "__rop"
-    ]
+    ranged = named.replace_strict(ops["name"], ops["__rop"], default=None, return_dtype=pl.String)
     return pl.select(pl.coalesce(have.cast(pl.String), ranged)).to_series().rename("launch_op")
+
+
+def _is_row_number(ids: pl.Series) -> bool:
+    """Whether ``ids`` (no nulls) are 0, 1, ... in row order: a range's id is then its row."""
+    n = ids.len()
+    if n == 0 or ids[0] != 0 or ids[n - 1] != n - 1:
+        return False
+    return bool((ids.cast(pl.Int64) == pl.int_range(n, dtype=pl.Int64, eager=True)).all())
 
 
 def with_launch_ops(kernels: pl.DataFrame, ranges: pl.DataFrame | None) -> pl.DataFrame:

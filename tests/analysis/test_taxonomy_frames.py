@@ -90,6 +90,35 @@ def test_emit_nvtx_op_ranges_are_the_launching_op_under_nsight_systems() -> None
     assert {"aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm"} <= ops
 
 
+def test_op_ranges_found_by_address_and_by_join_agree() -> None:
+    """A kernel's op range is found by address where one file's ranges are numbered by row (as the import
+    settles them), else by a join on the ids: the same launching ops either way, and each the op of the range
+    the kernel runs in."""
+    from tracekit.analyzers.importer import settle
+    from tracekit.analyzers.taxonomy.frames import with_launch_ops
+
+    settled = settle(
+        read_file(ROOT / "samples" / "h200-emit-nvtx-shapes" / "raw" / "emit_nvtx_shapes.sqlite.xz")
+    )
+    kernels, ranges = settled["kernels"].drop("launch_op"), settled["ranges"]
+    assert ranges["range_id"].to_list() == list(range(ranges.height))  # the address path's case
+    by_address = with_launch_ops(kernels, ranges)["launch_op"]
+    # the same ranges with ids that are not row numbers (shifted and listed backwards): the join's case
+    far = 10**9
+    shifted = with_launch_ops(
+        kernels.with_columns(pl.col("range_id") + far),
+        ranges.with_columns(pl.col("range_id") + far).reverse(),
+    )["launch_op"]
+    assert by_address.to_list() == shifted.to_list()
+    ops = dict(zip(ranges["range_id"].to_list(), ranges["name"].to_list(), strict=True))
+    want = [
+        ops[r].split(",")[0] if r is not None and ops[r].startswith("aten::") else None
+        for r in kernels["range_id"]
+    ]
+    assert by_address.to_list() == want
+    assert {"aten::mm", "aten::addmm", "aten::bmm", "aten::_scaled_mm"} <= set(by_address.drop_nulls())
+
+
 def _ncu(**cols: list) -> pl.DataFrame:
     n = len(next(iter(cols.values())))
     return SPECS["ncu"].conform(pl.DataFrame({"ncu_id": list(range(n)), **cols}))

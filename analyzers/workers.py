@@ -28,12 +28,6 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def own_cores() -> int:
-    """The cores one read may keep busy: 1 inside a worker process or a task of a parallel import
-    (:func:`in_one_process`: whoever started it spreads the files over the cores), else :func:`cores`."""
-    return 1 if _ONE_PROCESS or multiprocessing.parent_process() is not None else cores()
-
-
 def default_workers(text_bytes: int | None = None, *, threads: bool = False) -> int:
     """Workers to start by default.
 
@@ -44,9 +38,10 @@ def default_workers(text_bytes: int | None = None, *, threads: bool = False) -> 
     core, at most :data:`MAX_WORKERS`."""
     if text_bytes is None:
         return cores()
-    if text_bytes < (THREADS_MIN_BYTES if threads else POOL_MIN_BYTES):
+    small = text_bytes < (THREADS_MIN_BYTES if threads else POOL_MIN_BYTES)
+    if small or _ONE_PROCESS or multiprocessing.parent_process() is not None:
         return 1
-    return min(own_cores(), MAX_WORKERS)
+    return min(cores(), MAX_WORKERS)
 
 
 @contextmanager

@@ -73,9 +73,9 @@ def _from_pages(db: _Db, q: _Query, parts: int | None = None) -> pl.DataFrame | 
     planned = pages.plan(db.path, where, columns, span[1] - span[0] + 1 if span else 0, parts)
     if isinstance(planned, str):
         return planned
-    got = [p.read() for p in planned]
-    why = next((g for g in got if isinstance(g, str)), None)
-    return why if why is not None else q.filtered(pl.concat(got))  # type: ignore[arg-type]
+    got = [p.read() for p in planned.parts]
+    why = next((g for g in got if g is not None), None)
+    return why if why is not None else q.filtered(planned.frame())
 
 
 def _exports(shared_data: Path, tmp: Path) -> list[Path]:
@@ -114,33 +114,53 @@ def test_the_reader_uses_pages_by_default_and_not_for_sqlite_engines(shared_data
         assert _Db(path, _table_names(path), engine=engine).page_parts(q) is None
 
 
-def test_a_table_is_split_only_where_cores_are_left_over(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """Tables are read at once already: a table's parts (which polars later copies into one chunk) come one
-    per two cores this read may use, at most four, and one inside a worker of a parallel import."""
-    from tracekit.analyzers import workers
-
+def test_parts_read_in_any_order_make_one_chunk_per_column(tmp_path: Path) -> None:
+    """A table's parts each write their rows into the table's buffers at their offset: read in any order, or
+    at once, the frame is SQLite's, one chunk per column (polars copies columns of several chunks into one at
+    the first join), with the NULLs of every part where they belong (parts start at rows that are not a
+    multiple of 8)."""
     path = tmp_path / "t.sqlite"
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER)")
+    con.execute("PRAGMA page_size = 512")
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, s TEXT)")
+    rng = random.Random(7)
+    rows = [
+        (
+            i,
+            None if rng.random() < 0.3 else rng.randint(-(2**40), 2**40),
+            None if rng.random() < 0.2 else "x" * rng.randint(0, 30) + str(i),
+        )
+        for i in range(1, 3001)
+    ]
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
     con.commit()
     con.close()
     where = pages.layout(path, "t")
     assert not isinstance(where, str)
-    counts = {}
-    for cores in (1, 2, 4, 8, 64):
-        monkeypatch.setattr("os.sched_getaffinity", lambda _pid, n=cores: set(range(n)))
-        planned = pages.plan(path, where, [("a", "a", "int")], 5_000_000)
+    want = pl.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "a": [r[1] for r in rows],
+            "s": [r[2] for r in rows],
+            "none": [None] * 3000,
+        },
+        schema={"id": pl.Int64, "a": pl.Int64, "s": pl.String, "none": pl.String},
+    )
+    cols = [("id", "id", "int"), ("a", "a", "int"), ("s", "s", "text"), ("none", None, "text")]
+    for parts, order in ((3, [2, 0, 1]), (4, [3, 2, 1, 0]), (1, [0])):
+        planned = pages.plan(path, where, cols, 3000, parts)
         assert not isinstance(planned, str)
-        counts[cores] = len(planned)
-    assert counts == {1: 1, 2: 1, 4: 2, 8: 4, 64: 4}
-    small = pages.plan(path, where, [("a", "a", "int")], 300_000)
-    assert not isinstance(small, str) and len(small) == 1  # 300k rows: one part of 250k at most
-    with workers.in_one_process():
-        inside = pages.plan(path, where, [("a", "a", "int")], 5_000_000)
-        assert not isinstance(inside, str) and len(inside) == 1
-    assert len(pages.plan(path, where, [("a", "a", "int")], 5_000_000, 3)) == 3  # type: ignore[arg-type]
+        assert [p.offset for p in planned.parts] == [
+            sum(p.rows for p in planned.parts[:i]) for i in range(parts)
+        ]
+        assert sum(p.rows for p in planned.parts) == 3000
+        if parts > 1:
+            # (a part may hold no rows: the root has few children)
+            assert sum(p.rows > 0 for p in planned.parts) >= 2 and any(p.offset % 8 for p in planned.parts)
+        assert all(planned.parts[i].read() is None for i in order)
+        got = planned.frame()
+        assert_frame_equal(got, want)
+        assert got.n_chunks("all") == [1, 1, 1, 1]
 
 
 # --- made-up databases ------------------------------------------------------------------------------------------

@@ -5,7 +5,14 @@
  * The rows of an ordinary (rowid) table sit in the leaves of one b-tree, each a record: a header of serial types
  * and the values after it (https://www.sqlite.org/fileformat2.html, sections 1.6, 2.1). This walks that b-tree
  * in rowid order, the order a ``SELECT ... FROM t`` scans it, and writes the columns the caller names straight
- * into Arrow buffers (64-bit integers, or UTF-8 text with 64-bit offsets) that polars takes without a copy.
+ * into Arrow buffers (64-bit integers, or UTF-8 text as string views) that polars takes without a copy.
+ *
+ * A large table is read in parts (a share of the root's children each, in threads): the rows of each part are
+ * counted first (the leaves' cell counts: no record is read), and every part writes its rows into one buffer
+ * per column at its own offset (a ``Table``), so each column reaches polars as one chunk. (Parts in buffers of
+ * their own were columns of several chunks, which polars copies into one at the first join that meets a
+ * single-chunk column: 0.15 s and 125k page faults of docs/BENCHMARKS.md's 1M + 5M export.) Text is written as
+ * Arrow string views, each part's longer strings in a data buffer of its own.
  *
  * It decides nothing it is not sure of. ``read`` returns a reason (a str) instead of columns where the file or a
  * value is outside the plain form: a page of a kind other than a table b-tree's, an offset or a chain that runs
@@ -36,33 +43,25 @@
 
 enum { K_INT = 0, K_TEXT = 1, K_ROWID = 2 };
 
-/* -- one output column while it is filled ---------------------------------------------------------------- */
+/* -- one output column of one part while it is filled --------------------------------------------------- */
 typedef struct {
     int kind;       /* K_INT, K_TEXT or K_ROWID (an integer column whose value is the row's rowid) */
     int src;        /* its index in the record */
     int missing_ok; /* a record shorter than ``src`` gives NULL (the column's default) rather than declining */
-    int64_t n, cap, nulls;
-    int64_t *v;      /* the values (K_INT, K_ROWID) or the n + 1 offsets into ``data`` (K_TEXT) */
-    uint8_t *valid;  /* Arrow's validity bitmap, a bit per row */
-    char *data;      /* K_TEXT: the bytes of all values */
+    int64_t n, cap, nulls; /* rows written, rows counted for this part, NULLs among them */
+    int64_t *v;      /* K_INT / K_ROWID: the part's values, in the table's buffer at its offset */
+    uint8_t *views;  /* K_TEXT: the part's 16-byte string views, in the table's buffer at its offset */
+    uint8_t *valid;  /* the part's own validity bitmap (bit 0 its first row), merged into the column's at the end */
+    char *data;      /* K_TEXT: the part's text longer than 12 bytes (shorter text lives in its view) */
     int64_t dlen, dcap;
+    int32_t buf;     /* K_TEXT: the index of ``data`` among the column's data buffers */
 } Out;
 
-static int out_grow(Out *o) {
-    int64_t cap = o->cap ? o->cap * 2 : 4096;
-    int64_t *v = realloc(o->v, (size_t)(cap + 1) * sizeof(int64_t));
-    if (!v) return -1;
-    o->v = v;
-    uint8_t *valid = realloc(o->valid, (size_t)(cap + 7) / 8);
-    if (!valid) return -1;
-    o->valid = valid;
-    o->cap = cap;
-    return 0;
-}
+enum { OUT_FULL = -2, OUT_BIG = -3 }; /* out_*: more rows than counted; a part's text past 2 GiB */
 
 /* Room for one more row; sets its validity bit (clears it for a NULL). */
 static inline int out_row(Out *o, int is_valid) {
-    if (o->n == o->cap && out_grow(o)) return -1;
+    if (o->n == o->cap) return OUT_FULL;
     if ((o->n & 7) == 0) o->valid[o->n >> 3] = 0; /* a fresh byte of the bitmap */
     if (is_valid)
         o->valid[o->n >> 3] |= (uint8_t)(1u << (o->n & 7));
@@ -72,37 +71,44 @@ static inline int out_row(Out *o, int is_valid) {
 }
 
 static inline int out_int(Out *o, int is_valid, int64_t x) {
-    if (out_row(o, is_valid)) return -1;
+    int r = out_row(o, is_valid);
+    if (r) return r;
     o->v[o->n++] = is_valid ? x : 0;
     return 0;
 }
 
+/* An Arrow string view: the length, then the text itself (12 bytes at most) or its first 4 bytes, the data
+ * buffer's index and the offset in it (little-endian int32s, as the format's machines are). */
 static inline int out_text(Out *o, int is_valid, const uint8_t *s, int64_t len) {
-    if (out_row(o, is_valid)) return -1;
-    if (o->n == 0) o->v[0] = 0;
+    int r = out_row(o, is_valid);
+    if (r) return r;
+    uint8_t *view = o->views + 16 * o->n;
+    memset(view, 0, 16);
     if (is_valid && len) {
-        if (o->dlen + len > o->dcap) {
-            int64_t cap = o->dcap ? o->dcap : 65536;
-            while (cap < o->dlen + len) cap *= 2;
-            char *d = realloc(o->data, (size_t)cap);
-            if (!d) return -1;
-            o->data = d;
-            o->dcap = cap;
+        if (len > 12) {
+            if (o->dlen + len > INT32_MAX) return OUT_BIG;
+            if (o->dlen + len > o->dcap) {
+                int64_t cap = o->dcap ? o->dcap : 65536;
+                while (cap < o->dlen + len) cap *= 2;
+                char *d = realloc(o->data, (size_t)cap);
+                if (!d) return -1;
+                o->data = d;
+                o->dcap = cap;
+            }
+            memcpy(o->data + o->dlen, s, (size_t)len);
+            int32_t at = (int32_t)o->dlen;
+            memcpy(view + 4, s, 4);
+            memcpy(view + 8, &o->buf, 4);
+            memcpy(view + 12, &at, 4);
+            o->dlen += len;
+        } else {
+            memcpy(view + 4, s, (size_t)len);
         }
-        memcpy(o->data + o->dlen, s, (size_t)len);
-        o->dlen += len;
+        int32_t l = (int32_t)len;
+        memcpy(view, &l, 4);
     }
-    o->v[++o->n] = o->dlen;
+    o->n++;
     return 0;
-}
-
-static void out_free(Out *o) {
-    free(o->v);
-    free(o->valid);
-    free(o->data);
-    o->v = NULL;
-    o->valid = NULL;
-    o->data = NULL;
 }
 
 /* -- UTF-8 ----------------------------------------------------------------------------------------------- */
@@ -152,6 +158,7 @@ typedef struct {
     uint8_t *scratch; /* a payload that spills to overflow pages, put back together */
     uint64_t scratch_cap;
     uint64_t visited;
+    int64_t counted; /* rows counted by a walk without outputs */
 } Db;
 
 static uint32_t get16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
@@ -215,11 +222,11 @@ static int add_record(Db *db, const uint8_t *payload, uint64_t size, int64_t row
     }
     const uint8_t *h = payload + k, *hend = payload + hsize;
     uint64_t off = hsize;
-    int col = 0;
+    int col = 0, r = 0;
     for (int j = 0; j < nout; j++) {
         Out *o = &outs[order[j]];
         if (o->kind == K_ROWID) {
-            if (out_int(o, 1, rowid)) goto nomem;
+            if ((r = out_int(o, 1, rowid))) goto out;
             continue;
         }
         uint64_t t = 0;
@@ -251,20 +258,20 @@ static int add_record(Db *db, const uint8_t *payload, uint64_t size, int64_t row
                 db->why = "a record shorter than its table, where the column has a default";
                 return -1;
             }
-            if ((o->kind == K_TEXT ? out_text(o, 0, NULL, 0) : out_int(o, 0, 0))) goto nomem;
+            if ((r = o->kind == K_TEXT ? out_text(o, 0, NULL, 0) : out_int(o, 0, 0))) goto out;
             continue;
         }
         const uint8_t *val = payload + off;
         int64_t len = serial_size(t);
         off += (uint64_t)len;
         if (t == 0) {
-            if ((o->kind == K_TEXT ? out_text(o, 0, NULL, 0) : out_int(o, 0, 0))) goto nomem;
+            if ((r = o->kind == K_TEXT ? out_text(o, 0, NULL, 0) : out_int(o, 0, 0))) goto out;
         } else if (o->kind == K_INT) {
             if (t == 7 || t >= 12) {
                 db->why = "a real, text or blob in an integer column";
                 return -1;
             }
-            if (out_int(o, 1, read_int(val, t))) goto nomem;
+            if ((r = out_int(o, 1, read_int(val, t)))) goto out;
         } else {
             if (t < 13 || !(t & 1)) {
                 db->why = "a number or blob in a text column";
@@ -274,12 +281,14 @@ static int add_record(Db *db, const uint8_t *payload, uint64_t size, int64_t row
                 db->why = "text that is not UTF-8";
                 return -1;
             }
-            if (out_text(o, 1, val, len)) goto nomem;
+            if ((r = out_text(o, 1, val, len))) goto out;
         }
     }
     return 0;
-nomem:
-    db->why = "out of memory";
+out:
+    db->why = r == OUT_FULL  ? "more rows than its leaves count (a damaged b-tree)"
+              : r == OUT_BIG ? "more than 2 GiB of text in one part"
+                             : "out of memory";
     return -1;
 }
 
@@ -354,7 +363,8 @@ typedef struct {
     uint32_t pgno, next, stop; /* the page, the next child to visit, one past the last child to visit */
 } Frame;
 
-/* The rows under children [lo, hi) of an interior root page, in rowid order. */
+/* The rows under children [lo, hi) of an interior root page, in rowid order; with no ``outs``, only counted
+ * (into ``db->counted``). */
 static int walk(Db *db, uint32_t root, uint32_t lo, uint32_t hi, Out *outs, int nout, const int *order) {
     Frame stack[MAX_DEPTH];
     int depth = 0;
@@ -366,7 +376,16 @@ static int walk(Db *db, uint32_t root, uint32_t lo, uint32_t hi, Out *outs, int 
         uint32_t hdr = f->pgno == 1 ? 100 : 0;
         uint8_t type = page[hdr];
         if (type == 0x0D && depth > 0) {
-            if (read_leaf(db, page, hdr, outs, nout, order)) return -1;
+            if (!outs) { /* counting: the leaf's cells are its rows */
+                uint32_t ncells = get16(page + hdr + 3);
+                if (hdr + 8 + 2 * (uint64_t)ncells > db->usable) {
+                    db->why = "a cell pointer array past its page";
+                    return -1;
+                }
+                db->counted += ncells;
+            } else if (read_leaf(db, page, hdr, outs, nout, order)) {
+                return -1;
+            }
             depth--;
             continue;
         }
@@ -422,19 +441,125 @@ static int64_t root_children(Db *db, uint32_t root) {
     return (int64_t)get16(page + hdr + 3) + 1;
 }
 
+/* -- a table being read: one buffer per column that every part writes at its offset ----------------------- */
+typedef struct {
+    PyObject_HEAD int ncols, nparts;
+    int64_t rows;
+    int kinds[MAX_COLS];
+    void *shared[MAX_COLS]; /* int64 values or 16-byte views, ``rows`` of them */
+    int64_t *offset, *count; /* per part: where its rows start, how many (set when it is read) */
+    uint8_t *done;           /* per part: 1 being read (or declined), 2 read */
+    uint8_t **valid;         /* per column and part: the part's validity bitmap */
+    int64_t *nulls;          /* per column and part */
+    char **data;             /* per column and part: the part's text buffer (K_TEXT) */
+    int64_t *dlen;
+    int handed;              /* the columns were taken */
+} Table;
+
+static void table_free_parts(Table *t) {
+    for (int64_t i = 0; i < (int64_t)t->ncols * t->nparts; i++) {
+        if (t->valid) free(t->valid[i]);
+        if (t->data) free(t->data[i]);
+    }
+    free(t->valid);
+    free(t->data);
+    free(t->nulls);
+    free(t->dlen);
+    free(t->offset);
+    free(t->count);
+    free(t->done);
+    t->valid = NULL;
+    t->data = NULL;
+    t->nulls = t->dlen = t->offset = t->count = NULL;
+    t->done = NULL;
+}
+
+static void table_dealloc(Table *t) {
+    for (int i = 0; i < t->ncols; i++) free(t->shared[i]);
+    table_free_parts(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyObject *table_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    (void)kwargs;
+    PyObject *kinds;
+    Py_ssize_t rows;
+    int nparts;
+    if (!PyArg_ParseTuple(args, "Oni", &kinds, &rows, &nparts)) return NULL;
+    if (!PyTuple_Check(kinds) || PyTuple_GET_SIZE(kinds) < 1 || PyTuple_GET_SIZE(kinds) > MAX_COLS || rows < 0 ||
+        nparts < 1 || nparts > 1024) {
+        PyErr_SetString(PyExc_ValueError, "Table(kinds: tuple of 1 to 64 ints, rows >= 0, parts 1 to 1024)");
+        return NULL;
+    }
+    Table *t = (Table *)type->tp_alloc(type, 0);
+    if (!t) return NULL;
+    t->ncols = (int)PyTuple_GET_SIZE(kinds);
+    t->nparts = nparts;
+    t->rows = rows;
+    for (int i = 0; i < t->ncols; i++) {
+        long k = PyLong_AsLong(PyTuple_GET_ITEM(kinds, i));
+        if (k < K_INT || k > K_ROWID) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a column's kind is 0, 1 or 2");
+            Py_DECREF(t);
+            return NULL;
+        }
+        t->kinds[i] = (int)k;
+        /* one item more than needed: an empty column still has a buffer */
+        t->shared[i] = malloc((size_t)(rows + 1) * (k == K_TEXT ? 16 : sizeof(int64_t)));
+        if (!t->shared[i]) {
+            Py_DECREF(t);
+            return PyErr_NoMemory();
+        }
+    }
+    size_t cells = (size_t)t->ncols * (size_t)nparts;
+    t->offset = calloc((size_t)nparts, sizeof(int64_t));
+    t->count = calloc((size_t)nparts, sizeof(int64_t));
+    t->done = calloc((size_t)nparts, 1);
+    t->valid = calloc(cells, sizeof(uint8_t *));
+    t->nulls = calloc(cells, sizeof(int64_t));
+    t->data = calloc(cells, sizeof(char *));
+    t->dlen = calloc(cells, sizeof(int64_t));
+    if (!t->offset || !t->count || !t->done || !t->valid || !t->nulls || !t->data || !t->dlen) {
+        Py_DECREF(t);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)t;
+}
+
 /* -- the Column object: one finished column, handed to polars through __arrow_c_array__ ------------------- */
 typedef struct {
-    PyObject_HEAD Out o;
+    int kind; /* K_TEXT: string views ("vu"), else int64 ("l") */
+    int64_t n, nulls;
+    void *values;    /* int64 values or 16-byte views */
+    uint8_t *valid;  /* NULL where no value is NULL */
+    int ndata;       /* K_TEXT: data buffers (one per part), and their sizes */
+    char **data;
+    int64_t *sizes;
+} Col;
+
+static void col_free(Col *c) {
+    free(c->values);
+    free(c->valid);
+    for (int i = 0; c->data && i < c->ndata; i++) free(c->data[i]);
+    free(c->data);
+    free(c->sizes);
+    memset(c, 0, sizeof *c);
+}
+
+typedef struct {
+    PyObject_HEAD Col c;
+    int handed;
 } Column;
 
 typedef struct {
-    Out o;
-    const void *buffers[3];
+    Col c;
+    const void **buffers;
 } Owned;
 
 static void release_array(struct ArrowArray *a) {
     Owned *own = a->private_data;
-    out_free(&own->o);
+    col_free(&own->c);
+    free(own->buffers);
     free(own);
     a->release = NULL;
 }
@@ -442,58 +567,50 @@ static void release_array(struct ArrowArray *a) {
 static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kwargs) {
     (void)args;
     (void)kwargs; /* a requested schema is a request, not a demand (the PyCapsule interface): ignored */
-    if (self->o.nulls < 0) {
+    if (self->handed) {
         PyErr_SetString(PyExc_ValueError, "this column was already handed over");
         return NULL;
     }
+    int text = self->c.kind == K_TEXT;
+    int nbuf = text ? 3 + self->c.ndata : 2; /* views: validity, views, the data buffers, their sizes */
     struct ArrowSchema *s = calloc(1, sizeof *s);
     struct ArrowArray *a = calloc(1, sizeof *a);
     Owned *own = calloc(1, sizeof *own);
-    if (!s || !a || !own) {
+    const void **buffers = calloc((size_t)nbuf, sizeof(void *));
+    if (!s || !a || !own || !buffers) {
         free(s);
         free(a);
         free(own);
+        free(buffers);
         return PyErr_NoMemory();
     }
-    Out *o = &self->o;
-    if (!o->v && out_grow(o)) { /* an empty column still needs its offsets / values buffer */
-        free(s);
-        free(a);
-        free(own);
-        return PyErr_NoMemory();
+    own->c = self->c;
+    memset(&self->c, 0, sizeof self->c);
+    self->handed = 1;
+    own->buffers = buffers;
+    buffers[0] = own->c.nulls ? own->c.valid : NULL;
+    buffers[1] = own->c.values;
+    if (text) {
+        for (int i = 0; i < own->c.ndata; i++) buffers[2 + i] = own->c.data[i];
+        buffers[2 + own->c.ndata] = own->c.sizes;
     }
-    if (o->kind == K_TEXT) {
-        if (o->n == 0) o->v[0] = 0;
-        if (!o->data && !(o->data = malloc(1))) {
-            free(s);
-            free(a);
-            free(own);
-            return PyErr_NoMemory();
-        }
-    }
-    own->o = *o;
-    memset(o, 0, sizeof *o);
-    o->nulls = -1; /* handed over */
-    s->format = own->o.kind == K_TEXT ? "U" : "l";
+    s->format = text ? "vu" : "l";
     s->name = "";
     s->flags = ARROW_FLAG_NULLABLE;
     s->release = arrow_release_schema;
-    a->length = own->o.n;
-    a->null_count = own->o.nulls;
-    own->buffers[0] = own->o.nulls ? own->o.valid : NULL;
-    own->buffers[1] = own->o.v;
-    own->buffers[2] = own->o.data;
-    a->n_buffers = own->o.kind == K_TEXT ? 3 : 2;
-    a->buffers = own->buffers;
+    a->length = own->c.n;
+    a->null_count = own->c.nulls;
+    a->n_buffers = nbuf;
+    a->buffers = buffers;
     a->release = release_array;
     a->private_data = own;
     return arrow_capsules(s, a);
 }
 
-static Py_ssize_t column_len(Column *self) { return self->o.nulls < 0 ? 0 : (Py_ssize_t)self->o.n; }
+static Py_ssize_t column_len(Column *self) { return self->handed ? 0 : (Py_ssize_t)self->c.n; }
 
 static void column_dealloc(Column *self) {
-    out_free(&self->o);
+    col_free(&self->c);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -509,9 +626,105 @@ static PyTypeObject COLUMN_TYPE = {
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = (destructor)column_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One column read from a table's pages: 64-bit integers or UTF-8 text, with nulls.",
+    .tp_doc = "One column read from a table's pages: 64-bit integers or UTF-8 text (string views), with nulls.",
     .tp_methods = COLUMN_METHODS,
     .tp_as_sequence = &COLUMN_SEQ,
+};
+
+/* bits [0, n) of ``from`` to bits [at, at + n) of ``to`` (whose bits there are 0) */
+static void copy_bits(uint8_t *to, int64_t at, const uint8_t *from, int64_t n) {
+    if ((at & 7) == 0) {
+        memcpy(to + (at >> 3), from, (size_t)(n >> 3));
+        for (int64_t i = n & ~(int64_t)7; i < n; i++)
+            if (from[i >> 3] >> (i & 7) & 1) to[(at + i) >> 3] |= (uint8_t)(1u << ((at + i) & 7));
+        return;
+    }
+    int sh = (int)(at & 7);
+    for (int64_t i = 0; i < (n + 7) >> 3; i++) {
+        uint8_t b = from[i];
+        if (i == (n >> 3)) b &= (uint8_t)((1u << (n & 7)) - 1); /* the last, partial byte's bits past n */
+        int64_t j = (at >> 3) + i;
+        to[j] |= (uint8_t)(b << sh);
+        if (b >> (8 - sh)) to[j + 1] |= (uint8_t)(b >> (8 - sh));
+    }
+}
+
+static PyObject *table_columns(Table *t, PyObject *unused) {
+    (void)unused;
+    if (t->handed) {
+        PyErr_SetString(PyExc_ValueError, "the columns were already taken");
+        return NULL;
+    }
+    int64_t total = 0;
+    for (int p = 0; p < t->nparts; p++) {
+        if (t->done[p] != 2) {
+            PyErr_Format(PyExc_ValueError, "part %d was not read", p);
+            return NULL;
+        }
+        total += t->count[p];
+    }
+    if (total != t->rows) {
+        PyErr_SetString(PyExc_ValueError, "the parts' rows do not add up to the table's");
+        return NULL;
+    }
+    PyObject *cols = PyTuple_New(t->ncols);
+    if (!cols) return NULL;
+    for (int i = 0; i < t->ncols; i++) {
+        Column *c = PyObject_New(Column, &COLUMN_TYPE);
+        if (!c) {
+            Py_DECREF(cols);
+            return NULL;
+        }
+        memset(&c->c, 0, sizeof c->c);
+        c->handed = 0;
+        PyTuple_SET_ITEM(cols, i, (PyObject *)c);
+        Col *k = &c->c;
+        k->kind = t->kinds[i] == K_TEXT ? K_TEXT : K_INT;
+        k->n = t->rows;
+        for (int p = 0; p < t->nparts; p++) k->nulls += t->nulls[i * t->nparts + p];
+        if (k->nulls) {
+            k->valid = calloc((size_t)(t->rows + 7) / 8 + 1, 1);
+            if (!k->valid) goto nomem;
+            for (int p = 0; p < t->nparts; p++)
+                if (t->count[p]) copy_bits(k->valid, t->offset[p], t->valid[i * t->nparts + p], t->count[p]);
+        }
+        if (k->kind == K_TEXT) {
+            k->ndata = t->nparts;
+            k->data = calloc((size_t)t->nparts, sizeof(char *));
+            k->sizes = calloc((size_t)t->nparts + 1, sizeof(int64_t));
+            if (!k->data || !k->sizes) goto nomem;
+            for (int p = 0; p < t->nparts; p++) {
+                char **d = &t->data[i * t->nparts + p];
+                if (!*d && !(*d = malloc(1))) goto nomem; /* an empty buffer is still a buffer */
+                k->data[p] = *d;
+                *d = NULL;
+                k->sizes[p] = t->dlen[i * t->nparts + p];
+            }
+        }
+        k->values = t->shared[i];
+        t->shared[i] = NULL;
+    }
+    t->handed = 1;
+    table_free_parts(t);
+    return cols;
+nomem:
+    Py_DECREF(cols);
+    return PyErr_NoMemory();
+}
+
+static PyMethodDef TABLE_METHODS[] = {
+    {"columns", (PyCFunction)table_columns, METH_NOARGS,
+     "columns() -> tuple of Column, once every part was read: each column in one chunk."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject TABLE_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_pages.Table",
+    .tp_basicsize = sizeof(Table),
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Table(kinds, rows, parts): the buffers a table's parts are read into (see read).",
+    .tp_methods = TABLE_METHODS,
+    .tp_new = table_new,
 };
 
 /* -- the module ------------------------------------------------------------------------------------------ */
@@ -523,36 +736,167 @@ static int cmp_src(const void *a, const void *b) {
     return sx < sy ? -1 : sx > sy;
 }
 
+/* A part being read: the file mapped, and (find_part) the root's children [lo, hi) that are the part's. */
+typedef struct {
+    Db db;
+    void *map;
+    int64_t nchild;
+    uint32_t lo, hi;
+} Open;
+
+/* The file mapped (under the GIL): 0, or -1 with the reason it cannot be read in ``*why`` or, where ``*why``
+ * is NULL, a Python exception set. */
+static int open_part(const char *path, Open *op, const char **why) {
+    memset(op, 0, sizeof *op);
+    *why = NULL;
+#ifdef _WIN32
+    *why = "not built for this platform";
+    return -1;
+#else
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+        return -1;
+    }
+    op->db.size = (uint64_t)st.st_size;
+    if (op->db.size < 512) {
+        close(fd);
+        *why = "shorter than one page";
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)op->db.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+        return -1;
+    }
+    op->map = map;
+    op->db.map = map;
+    return 0;
+#endif
+}
+
+static void close_part(Open *op) {
+#ifndef _WIN32
+    if (op->map) munmap(op->map, (size_t)op->db.size);
+#endif
+    free(op->db.scratch);
+    op->map = NULL;
+}
+
+/* Without the GIL: the header checked and the part's share of the root's children found. */
+static const char *find_part(Open *op, uint32_t root, unsigned part, unsigned parts) {
+    Db *db = &op->db;
+    const uint8_t *h = db->map;
+    uint32_t ps = get16(h + 16);
+    db->psize = ps == 1 ? 65536 : ps;
+    if (memcmp(h, "SQLite format 3", 16) != 0) return "no SQLite header";
+    if (db->psize < 512 || (db->psize & (db->psize - 1)))
+        return "a page size that is not a power of two from 512 to 65536";
+    if (h[18] != 1 || h[19] != 1) return "not a rollback-journal file (WAL mode: pages may live in the -wal file)";
+    if (get32(h + 56) != 1) return "text that is not UTF-8 (a UTF-16 database)";
+    if (h[20] > db->psize - 480) return "reserved space that leaves pages too small";
+    db->usable = db->psize - h[20];
+    db->npages = (uint32_t)(db->size / db->psize < 0xFFFFFFFFu ? db->size / db->psize : 0xFFFFFFFFu);
+    op->nchild = root_children(db, root);
+    if (op->nchild < 0) return db->why;
+    if (op->nchild == 0) { /* a leaf root: part 0 reads it */
+        op->lo = part == 0 ? 0 : 1;
+        op->hi = 1;
+    } else {
+        op->lo = (uint32_t)((uint64_t)op->nchild * part / parts);
+        op->hi = (uint32_t)((uint64_t)op->nchild * (part + 1) / parts);
+    }
+    return NULL;
+}
+
+/* The rows of the part (outs) or their count (no outs), once find_part found it. */
+static const char *walk_part(Open *op, uint32_t root, Out *outs, int nout, const int *order) {
+    Db *db = &op->db;
+    if (!((op->nchild > 0 || op->lo == 0) && op->lo < op->hi)) return NULL;
+    if (op->nchild == 0) {
+        const uint8_t *page = page_at(db, root);
+        if (!page) return db->why;
+        uint32_t hdr = root == 1 ? 100 : 0;
+        if (!outs) {
+            uint32_t ncells = get16(page + hdr + 3);
+            if (hdr + 8 + 2 * (uint64_t)ncells > db->usable) return "a cell pointer array past its page";
+            db->counted += ncells;
+            return NULL;
+        }
+        return read_leaf(db, page, hdr, outs, nout, order) ? db->why : NULL;
+    }
+    return walk(db, root, op->lo, op->hi, outs, nout, order) ? db->why : NULL;
+}
+
+static PyObject *pages_count(PyObject *mod, PyObject *args) {
+    (void)mod;
+    const char *path;
+    unsigned int root, part, parts;
+    if (!PyArg_ParseTuple(args, "sIII", &path, &root, &part, &parts)) return NULL;
+    if (parts < 1 || part >= parts) {
+        PyErr_SetString(PyExc_ValueError, "part must be below parts");
+        return NULL;
+    }
+    Open op;
+    const char *why;
+    if (open_part(path, &op, &why)) return why ? PyUnicode_FromString(why) : NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    why = find_part(&op, root, part, parts);
+    if (!why) why = walk_part(&op, root, NULL, 0, NULL);
+    Py_END_ALLOW_THREADS;
+    int64_t counted = op.db.counted;
+    close_part(&op);
+    return why ? PyUnicode_FromString(why) : PyLong_FromLongLong(counted);
+}
+
 static PyObject *pages_read(PyObject *mod, PyObject *args) {
     (void)mod;
     const char *path;
     unsigned int root, part, parts;
     PyObject *spec;
-    Py_ssize_t hint;
-    if (!PyArg_ParseTuple(args, "sIOIIn", &path, &root, &spec, &part, &parts, &hint)) return NULL;
-#ifdef _WIN32
-    return PyUnicode_FromString("not built for this platform");
-#else
+    Table *t;
+    Py_ssize_t offset, count;
+    if (!PyArg_ParseTuple(args, "sIOIIO!nn", &path, &root, &spec, &part, &parts, &TABLE_TYPE, &t, &offset, &count))
+        return NULL;
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1 || PyTuple_GET_SIZE(spec) > MAX_COLS) {
         PyErr_SetString(PyExc_ValueError, "columns: a tuple of 1 to 64 (kind, index, missing_ok) tuples");
         return NULL;
     }
-    if (parts < 1 || part >= parts) {
-        PyErr_SetString(PyExc_ValueError, "part must be below parts");
+    if (parts < 1 || part >= parts || (int)parts != t->nparts || t->handed || t->done[part]) {
+        PyErr_SetString(PyExc_ValueError, "part must be below parts, the table's, and not read before");
+        return NULL;
+    }
+    if (offset < 0 || count < 0 || offset + count > t->rows) {
+        PyErr_SetString(PyExc_ValueError, "the part's rows lie outside the table");
         return NULL;
     }
     int nout = (int)PyTuple_GET_SIZE(spec);
+    if (nout != t->ncols) {
+        PyErr_SetString(PyExc_ValueError, "the columns are not the table's");
+        return NULL;
+    }
     Out outs[MAX_COLS];
     int order[MAX_COLS];
     memset(outs, 0, sizeof outs);
     for (int i = 0; i < nout; i++) {
         int kind, src, missing_ok;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spec, i), "iip", &kind, &src, &missing_ok)) return NULL;
-        if (kind < K_INT || kind > K_ROWID || src < 0) {
-            PyErr_SetString(PyExc_ValueError, "a column's kind is 0, 1 or 2 and its index at least 0");
+        if (kind < K_INT || kind > K_ROWID || src < 0 || kind != t->kinds[i]) {
+            PyErr_SetString(PyExc_ValueError, "a column's kind is 0, 1 or 2 (the table's) and its index at least 0");
             return NULL;
         }
-        outs[i] = (Out){.kind = kind, .src = src, .missing_ok = missing_ok};
+        outs[i] = (Out){.kind = kind, .src = src, .missing_ok = missing_ok, .cap = count, .buf = (int32_t)part};
+        if (kind == K_TEXT)
+            outs[i].views = (uint8_t *)t->shared[i] + 16 * offset;
+        else
+            outs[i].v = (int64_t *)t->shared[i] + offset;
         order[i] = i;
     }
     SORT_OUTS = outs; /* under the GIL */
@@ -564,111 +908,68 @@ static PyObject *pages_read(PyObject *mod, PyObject *args) {
             return NULL;
         }
     }
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-    }
-    Db db = {0};
-    db.size = (uint64_t)st.st_size;
+    t->done[part] = 1; /* started (under the GIL): no other call writes its rows */
     const char *why = NULL;
-    void *map = NULL;
-    if (db.size < 512) {
-        close(fd);
-        return PyUnicode_FromString("shorter than one page");
+    for (int i = 0; i < nout && !why; i++)
+        if (!(outs[i].valid = malloc((size_t)(count + 7) / 8 + 1))) why = "out of memory";
+    Open op;
+    if (!why && open_part(path, &op, &why)) {
+        for (int i = 0; i < nout; i++) free(outs[i].valid);
+        return why ? PyUnicode_FromString(why) : NULL;
     }
-    map = mmap(NULL, (size_t)db.size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
-    db.map = map;
-    Py_BEGIN_ALLOW_THREADS;
-    const uint8_t *h = db.map;
-    uint32_t ps = get16(h + 16);
-    db.psize = ps == 1 ? 65536 : ps;
-    if (memcmp(h, "SQLite format 3", 16) != 0)
-        why = "no SQLite header";
-    else if (db.psize < 512 || (db.psize & (db.psize - 1)))
-        why = "a page size that is not a power of two from 512 to 65536";
-    else if (h[18] != 1 || h[19] != 1)
-        why = "not a rollback-journal file (WAL mode: pages may live in the -wal file)";
-    else if (get32(h + 56) != 1)
-        why = "text that is not UTF-8 (a UTF-16 database)";
-    else if (h[20] > db.psize - 480)
-        why = "reserved space that leaves pages too small";
     if (!why) {
-        db.usable = db.psize - h[20];
-        db.npages = (uint32_t)(db.size / db.psize < 0xFFFFFFFFu ? db.size / db.psize : 0xFFFFFFFFu);
-        int64_t nchild = root_children(&db, root);
-        if (nchild < 0) {
-            why = db.why;
-        } else {
-            uint32_t lo, hi;
-            if (nchild == 0) { /* a leaf root: part 0 reads it */
-                lo = part == 0 ? 0 : 1;
-                hi = 1;
-            } else {
-                lo = (uint32_t)((uint64_t)nchild * part / parts);
-                hi = (uint32_t)((uint64_t)nchild * (part + 1) / parts);
-            }
-            for (int i = 0; i < nout; i++) {
-                if (hint > 0) {
-                    /* at most 2M rows up front (16 MB an integer column): a span of rowids can be far
-                     * larger than the rows it holds, and the arrays grow by doubling past it */
-                    int64_t cap = hint < (1 << 21) ? hint : (1 << 21);
-                    outs[i].cap = cap / 2; /* out_grow doubles it */
-                    if (out_grow(&outs[i])) why = "out of memory";
-                }
-            }
-            if (!why && (nchild > 0 || lo == 0) && lo < hi) {
-                if (nchild == 0) {
-                    const uint8_t *page = page_at(&db, root);
-                    if (read_leaf(&db, page, root == 1 ? 100 : 0, outs, nout, order)) why = db.why;
-                } else if (walk(&db, root, lo, hi, outs, nout, order)) {
-                    why = db.why;
-                }
-            }
-        }
+        Py_BEGIN_ALLOW_THREADS;
+        why = find_part(&op, root, part, parts);
+        if (!why) why = walk_part(&op, root, outs, nout, order);
+        for (int i = 0; i < nout && !why; i++)
+            if (outs[i].n != count) why = "fewer rows than its leaves count (a damaged b-tree)";
+        Py_END_ALLOW_THREADS;
+        close_part(&op);
     }
-    munmap(map, (size_t)db.size);
-    free(db.scratch);
-    Py_END_ALLOW_THREADS;
     if (why) {
-        for (int i = 0; i < nout; i++) out_free(&outs[i]);
+        for (int i = 0; i < nout; i++) {
+            free(outs[i].valid);
+            free(outs[i].data);
+        }
         return PyUnicode_FromString(why);
     }
-    PyObject *cols = PyTuple_New(nout);
-    if (!cols) goto fail;
     for (int i = 0; i < nout; i++) {
-        Column *c = PyObject_New(Column, &COLUMN_TYPE);
-        if (!c) {
-            Py_DECREF(cols);
-            goto fail;
-        }
-        c->o = outs[i];
-        memset(&outs[i], 0, sizeof outs[i]);
-        PyTuple_SET_ITEM(cols, i, (PyObject *)c);
+        t->valid[i * t->nparts + part] = outs[i].valid;
+        t->nulls[i * t->nparts + part] = outs[i].nulls;
+        t->data[i * t->nparts + part] = outs[i].data;
+        t->dlen[i * t->nparts + part] = outs[i].dlen;
     }
-    return cols;
-fail:
-    for (int i = 0; i < nout; i++) out_free(&outs[i]);
-    return NULL;
-#endif
+    t->offset[part] = offset;
+    t->count[part] = count;
+    t->done[part] = 2;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef METHODS[] = {
+    {"count", pages_count, METH_VARARGS,
+     "count(path, root, part, parts) -> int, or a str saying why not.\n\n"
+     "The rows of ``part`` of ``parts`` (a share of the root's children) of the table whose b-tree is rooted\n"
+     "at page ``root``: its leaves' cell counts, no record read."},
     {"read", pages_read, METH_VARARGS,
-     "read(path, root, columns, part, parts, rows_hint) -> tuple of Column, or a str saying why not.\n\n"
-     "The rows of the table whose b-tree is rooted at page ``root``, in rowid order; ``columns`` is a tuple of\n"
-     "(kind, index, missing_ok): kind 0 an integer column, 1 a text column, 2 the rowid; index the column's\n"
-     "place in the record; missing_ok whether a record too short to hold it gives NULL. ``part`` of ``parts``\n"
-     "reads that share of the root's children (the parts, concatenated in order, are the table)."},
+     "read(path, root, columns, part, parts, table, offset, count) -> None, or a str saying why not.\n\n"
+     "The rows of ``part`` of ``parts`` of the table (rooted at page ``root``) in rowid order, written into\n"
+     "``table`` (a Table of the columns' kinds) from row ``offset``: exactly ``count`` rows (count's answer),\n"
+     "or it declines. ``columns`` is a tuple of (kind, index, missing_ok): kind 0 an integer column, 1 a text\n"
+     "column, 2 the rowid; index the column's place in the record; missing_ok whether a record too short to\n"
+     "hold it gives NULL. Runs without the GIL; parts of one table may be read at once."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_pages", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__pages(void) {
-    if (PyType_Ready(&COLUMN_TYPE) < 0) return NULL;
-    return PyModule_Create(&MODULE);
+    if (PyType_Ready(&COLUMN_TYPE) < 0 || PyType_Ready(&TABLE_TYPE) < 0) return NULL;
+    PyObject *m = PyModule_Create(&MODULE);
+    if (!m) return NULL;
+    Py_INCREF(&TABLE_TYPE);
+    if (PyModule_AddObject(m, "Table", (PyObject *)&TABLE_TYPE) < 0) {
+        Py_DECREF(&TABLE_TYPE);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

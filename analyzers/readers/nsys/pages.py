@@ -2,8 +2,8 @@
 
 An nsys export of a serving step is millions of rows; SQLite steps them at about 0.7 us per row and column (3.4
 s of one core for the 5M NVTX ranges of docs/BENCHMARKS.md's export, 1.9 s for its 1M kernels). The C reader
-walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that; tables are read at once, a
-large one in parallel parts where cores are left over.
+walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that, a large table in parallel
+parts that each write their rows into the table's buffers at their offset (one chunk per column).
 
 This module is the seam: whether the reader is there (``AVAILABLE``: built at install time where a C compiler
 was found, and not turned off by ``TRACEKIT_NO_PAGE_READER``), what SQLite's schema says about a table that the
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import polars as pl
 
-from ...workers import own_cores
 from . import sidecars, sqlite_uri
 
 DISABLE_ENV = "TRACEKIT_NO_PAGE_READER"
@@ -44,12 +43,6 @@ AVAILABLE = _pages is not None
 _INT, _TEXT, _ROWID = 0, 1, 2  # the reader's column kinds
 _PART_ROWS = 250_000
 """Rows below which a table is read in one part: a part costs a thread and a file mapping."""
-_CORES_PER_PART = 2
-"""A table is split into parts only where cores are left over. The reader reads its tables at once already
-(reader.py's thread pool), and a table's parts reach polars as chunks of each column, which it copies into one
-at the first join or ``with_columns`` that meets a single-chunk column: on 2 cores four parts cost the import of
-docs/BENCHMARKS.md's 1M + 5M export 0.15 s and 125k page faults more than one (read + settle + place, fresh
-processes alternating ten times: 3.81 s against 3.66 s, median)."""
 
 
 @dataclass(frozen=True)
@@ -109,42 +102,57 @@ Column = tuple[str, str | None, str]
 
 @dataclass(frozen=True)
 class Part:
-    """A share of a table's rows (``part`` of ``parts`` of its b-tree's root children); the parts' frames,
-    concatenated in order, are the table in rowid order."""
+    """A share of a table's rows (``part`` of ``parts`` of its b-tree's root children, ``rows`` of them,
+    counted), written into the table's buffers from row ``offset``."""
 
     path: Path
     root: int
     spec: tuple[tuple[int, int, bool], ...]
-    columns: tuple[Column, ...]
     part: int
     parts: int
-    rows_hint: int
+    table: object  # the C reader's Table
+    offset: int
+    rows: int
 
-    def read(self) -> pl.DataFrame | str:
-        """This part as a frame of ``columns`` in their order (Int64 or String), or why the reader declined
-        it. Runs without the GIL but for building the frame."""
+    def read(self) -> str | None:
+        """Read this part into the table; None, or why the reader declined it. Runs without the GIL: the parts
+        of a table may be read at once."""
         assert _pages is not None
-        got = _pages.read(str(self.path), self.root, self.spec, self.part, self.parts, self.rows_hint)
-        if isinstance(got, str):
-            return got
-        stored = iter(got)
-        height = len(got[0])
+        return _pages.read(
+            str(self.path), self.root, self.spec, self.part, self.parts, self.table, self.offset, self.rows
+        )
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A table's read from its pages: its parts (each read once, in any order or at once), then :meth:`frame`."""
+
+    parts: tuple[Part, ...]
+    columns: tuple[Column, ...]
+    table: object
+
+    def frame(self) -> pl.DataFrame:
+        """The table as a frame of ``columns`` in their order (Int64 or String), each column one chunk, once
+        every part was read."""
+        assert _pages is not None
+        stored = iter(self.table.columns())  # type: ignore[attr-defined]
+        height = sum(p.rows for p in self.parts)
         out = []
         for alias, column, kind in self.columns:
             dtype = pl.Int64 if kind == "int" else pl.String
             if column is None:
                 out.append(pl.repeat(None, height, dtype=dtype, eager=True).alias(alias))
             else:
-                out.append(pl.Series(next(stored)).cast(dtype).alias(alias))
+                out.append(pl.Series(next(stored)).alias(alias))
         return pl.DataFrame(out)
 
 
 def plan(
     path: Path, where: Layout, columns: Sequence[Column], rows_hint: int, parts: int | None = None
-) -> list[Part] | str:
-    """The parts that read ``columns`` of the table (about ``rows_hint`` rows: one part per 250k, at most
-    four and one per two cores this read may use, unless ``parts`` says), or why the page reader cannot (it is
-    not built; a column the table lacks; no stored column)."""
+) -> Planned | str:
+    """How to read ``columns`` of the table (about ``rows_hint`` rows: one part per 250k, at most four, unless
+    ``parts`` says), each part's rows counted; or why the page reader cannot (it is not built; a column the
+    table lacks; no stored column; a b-tree it cannot count)."""
     if _pages is None:
         return "the page reader is not built"
     spec = []
@@ -163,5 +171,14 @@ def plan(
             )
     if not spec:
         return "no stored column asked for"
-    n = parts or max(1, min(4, rows_hint // _PART_ROWS, own_cores() // _CORES_PER_PART))
-    return [Part(path, where.root, tuple(spec), tuple(columns), i, n, rows_hint // n) for i in range(n)]
+    n = parts or max(1, min(4, rows_hint // _PART_ROWS))
+    counts = [_pages.count(str(path), where.root, i, n) for i in range(n)]
+    if why := next((c for c in counts if isinstance(c, str)), None):
+        return why
+    table = _pages.Table(tuple(k for k, _, _ in spec), sum(counts), n)
+    offsets = [sum(counts[:i]) for i in range(n)]
+    return Planned(
+        tuple(Part(path, where.root, tuple(spec), i, n, table, offsets[i], counts[i]) for i in range(n)),
+        tuple(columns),
+        table,
+    )

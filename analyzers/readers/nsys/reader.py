@@ -23,7 +23,8 @@ Where each column comes from (the columns themselves are documented in tracekit/
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
 
 Files are opened read-only (``mode=ro``) and never changed. The big tables are read from the file's pages by
-the page reader (``pages.py``, a C extension), several at once; a table it is not sure of, or every table
+the page reader (``pages.py``, a C extension), several tables at once and a large one in parallel parts; a
+table it is not sure of, or every table
 where it was not built, through the ADBC SQLite driver straight into Arrow, in rowid chunks on a few threads
 (several times faster than ``sqlite3`` rows, which build a Python object per value); without
 ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give the same frames
@@ -45,7 +46,7 @@ from tracekit.errors import UnreadableFileError
 from tracekit.frames import DEVICES, KERNELS, RANGES, FrameSpec
 
 from ..base import Extract, fit_frame, source_name
-from . import sqlite_uri
+from . import pages, sqlite_uri
 from .db import _Db, _Query
 
 __all__ = ["is_nsys_sqlite", "read_nsys_sqlite"]
@@ -490,13 +491,13 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         if table in tables:
             makers[key] = lambda table=table: memop_query(db, table)  # type: ignore[misc]
     jobs: dict[str, _Query] = {}
-    paged: dict[str, list] = {}  # key -> the page reader's parts (pages.py)
+    paged: dict[str, pages.Planned] = {}  # key -> the page reader's plan (pages.py)
     for key, make in makers.items():
         try:
             if (q := make()) is not None:
                 jobs[key] = q
-                if (parts := db.page_parts(q)) is not None:
-                    paged[key] = parts
+                if (planned := db.page_parts(q)) is not None:
+                    paged[key] = planned
         except _DAMAGE as e:
             lost[_TABLE_OF[key]] = _why(e)
 
@@ -511,17 +512,17 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
             # The page reader walks the b-tree without holding the GIL: the parts are read in parallel. A table
             # it declines in any part (a value or page it is not sure of) is read through SQLite below.
-            # The largest table first (its parts stay in order): the thread left with it ends when the others do.
+            # The largest table's parts first: the thread left with the last of them ends about when the others do.
             queue = sorted(
-                ((k, p) for k, ps in paged.items() for p in ps), key=lambda kp: -kp[1].rows_hint * kp[1].parts
+                ((k, p) for k, planned in paged.items() for p in planned.parts),
+                key=lambda kp: -sum(p.rows for p in paged[kp[0]].parts),
             )
             done = [(k, pool.submit(part.read)) for k, part in queue]
             from_pages = [(k, f.result()) for k, f in done]
-            for key in paged:
-                mine = [df for k, df in from_pages if k == key]
-                why = next((m for m in mine if isinstance(m, str)), None)
+            for key, planned in paged.items():
+                why = next((m for k, m in from_pages if k == key and m is not None), None)
                 if why is None:
-                    got[key] = jobs[key].filtered(pl.concat(mine, rechunk=False))  # type: ignore[arg-type]
+                    got[key] = jobs[key].filtered(planned.frame())
                 else:
                     db.declined[jobs[key].table] = why
             del from_pages, done

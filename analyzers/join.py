@@ -161,6 +161,22 @@ def _groups_that_fit(starts: pl.Series, ends: pl.Series, points: pl.Series) -> i
     return (_LIMIT - 1) // span
 
 
+def _one_value(a: pl.DataFrame, b: pl.DataFrame, key: str) -> bool:
+    """Whether column ``key`` holds one value and no null in both frames. Asked through expressions, which
+    answer a column the reader made from a literal (a file's ``source``) without writing out its rows: taken as
+    a Series it is written out (0.06 s at 5M rows), and concatenated and compared it cost a join 0.15 s."""
+    seen = set()
+    for f in (a, b):
+        if f.height == 0:
+            continue
+        c = pl.col(key)
+        lo, hi, nulls = f.select(c.min().alias("lo"), c.max().alias("hi"), c.null_count().alias("z")).row(0)
+        if nulls or lo != hi:
+            return False
+        seen.add(lo)
+    return len(seen) == 1
+
+
 def _build(
     ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame | None = None
 ) -> tuple[_Timeline, pl.Series | None]:
@@ -169,14 +185,19 @@ def _build(
     pts = points if points is not None else pl.DataFrame({k: [] for k in [*keys, "t"]})
     cols = []
     for k in keys:
-        dtype = pl.String if ranges[k].dtype == pl.String else pl.Int64
+        if _one_value(ranges, pts, k):
+            continue  # one source (one file's ranges): a key that separates nothing
+        dtype = pl.String if ranges.schema[k] == pl.String else pl.Int64
         cols.append(pl.concat([ranges[k].cast(dtype), pts[k].cast(dtype)]))
     starts, ends, times = (
         ranges["start_ns"].cast(pl.Int64),
         ranges["end_ns"].cast(pl.Int64),
         pts["t"].cast(pl.Int64),
     )
-    g = _key_codes(cols, _groups_that_fit(starts, ends, times))
+    if cols:
+        g = _key_codes(cols, _groups_that_fit(starts, ends, times))
+    else:
+        g = pl.repeat(0, n + pts.height, dtype=pl.Int64, eager=True)
     start, end, t = _combined_times(g, starts, ends, times)
     # Preorder: start, longer first, lower id first. One single-column sort, then ties fixed where they occur.
     order = start.arg_sort()
@@ -323,7 +344,7 @@ def nest_and_assign(
         part = ranges.select(*keys, "range_id", "start_ns", "end_ns")
         if rows.len() != ranges.height:
             part = part.filter(mask)
-        dtypes = {k: pl.String if part[k].dtype == pl.String else pl.Int64 for k in keys}
+        dtypes = {k: pl.String if part.schema[k] == pl.String else pl.Int64 for k in keys}
         pts = {name: _points(family, df, keys, dtypes) for name, df in live.items()}
         if family == "gpu":  # kernels placed on a thread's range keep it
             pts = {name: p.filter(result[name].gather(p["point_id"]).is_null()) for name, p in pts.items()}

@@ -101,6 +101,27 @@ def test_kernel_gets_innermost_range_of_its_launching_thread() -> None:
     assert out.columns == k.columns
 
 
+def test_a_key_of_one_value_is_left_out_and_two_sources_still_apart() -> None:
+    """The timeline's keys include the file (``source``); a key of one value separates nothing and is left out
+    (asked of the frame without writing out a literal column's rows), but two files' ranges on the same
+    process and thread never nest in each other nor take each other's kernels."""
+    rows = [
+        {"range_id": 0, "start_ns": 0, "end_ns": 100},
+        {"range_id": 1, "start_ns": 10, "end_ns": 50, "source": "b"},
+        {"range_id": 2, "start_ns": 20, "end_ns": 30},
+    ]
+    two = ranges_frame(rows)
+    out = nest_ranges(two).sort("range_id")
+    assert out["depth"].to_list() == [0, 0, 1] and out["parent_id"].to_list() == [None, None, 0]
+    k = kernels_frame([{"launch_start_ns": 25}, {"launch_start_ns": 25, "source": "b"}])
+    assert assign_ranges(k, two)["range_id"].to_list() == [2, 1]
+    # one source, as a literal column (what the readers make): the same answers as the written-out column
+    one = ranges_frame([{**r, "source": "t"} for r in rows])
+    literal = one.with_columns(pl.lit("t").alias("source"))
+    assert nest_ranges(literal).equals(nest_ranges(one))
+    assert nest_ranges(one).sort("range_id")["depth"].to_list() == [0, 1, 2]
+
+
 def test_unlinked_kernels_fall_back_to_gpu_annotations() -> None:
     r = ranges_frame(
         [

@@ -24,12 +24,11 @@ Where each column comes from (the columns themselves are documented in tracekit/
 
 Files are opened read-only (``mode=ro``) and never changed. The big tables are read from the file's pages by
 the page reader (``pages.py``, a C extension), several tables at once and a large one in parallel parts; a
-table it is not sure of, or every table
-where it was not built, through the ADBC SQLite driver straight into Arrow, in rowid chunks on a few threads
-(several times faster than ``sqlite3`` rows, which build a Python object per value); without
-``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give the same frames
-(tests/readers/test_nsys.py and test_nsys_pages.py check that on every export), and a query the driver cannot
-type is re-run through ``sqlite3`` with a warning.
+table it is not sure of, or every table where it was not built, through the ADBC SQLite driver straight into
+Arrow, in rowid chunks on a few threads (several times faster than ``sqlite3`` rows, which build a Python
+object per value); without ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give
+the same frames (tests/readers/test_nsys.py and test_nsys_pages.py check that on every export), and a query the
+driver cannot type is re-run through ``sqlite3`` with a warning.
 """
 
 from __future__ import annotations
@@ -223,7 +222,7 @@ def _lookup(df: pl.DataFrame, keys: list[str], table: pl.DataFrame) -> pl.DataFr
     # joined to) copies every column into one chunk first
     left = pl.DataFrame([df.get_column(k) for k in keys])
     one = _one_key(left, table, keys)
-    if one is None and len(keys) == 1 and all(f[keys[0]].dtype.is_integer() for f in (left, table)):
+    if one is None and len(keys) == 1 and all(f.schema[keys[0]].is_integer() for f in (left, table)):
         one = left[keys[0]].cast(pl.Int64), table[keys[0]].cast(pl.Int64)
     if one is not None:
         lkey, rkey = one
@@ -267,7 +266,7 @@ def _direct(lkey: pl.Series, rkey: pl.Series, values: pl.DataFrame) -> pl.DataFr
 def _one_key(left: pl.DataFrame, right: pl.DataFrame, keys: list[str]) -> tuple[pl.Series, pl.Series] | None:
     """Two integer key columns of both frames as one Int64 each (equal exactly where both keys are equal, null
     where either is null), or None where they are not two integers or the number would not fit."""
-    if len(keys) != 2 or not all(f[k].dtype.is_integer() for f in (left, right) for k in keys):
+    if len(keys) != 2 or not all(f.schema[k].is_integer() for f in (left, right) for k in keys):
         return None
     a, b = keys
     seconds = pl.concat([left[b].cast(pl.Int64), right[b].cast(pl.Int64)])

@@ -708,6 +708,7 @@ static PyObject *table_columns(Table *t, PyObject *unused) {
     table_free_parts(t);
     return cols;
 nomem:
+    t->handed = 1; /* some buffers went to the columns dropped here: the table cannot give them again */
     Py_DECREF(cols);
     return PyErr_NoMemory();
 }

@@ -19,6 +19,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,7 +173,9 @@ def plan(
     if not spec:
         return "no stored column asked for"
     n = parts or max(1, min(4, rows_hint // _PART_ROWS))
-    counts = [_pages.count(str(path), where.root, i, n) for i in range(n)]
+    # each part counted in a thread of its own (the walk of a 5M-row table's leaves: 0.05-0.1 s in one)
+    with ThreadPoolExecutor(n) as pool:
+        counts = list(pool.map(lambda i: _pages.count(str(path), where.root, i, n), range(n)))
     if why := next((c for c in counts if isinstance(c, str)), None):
         return why
     table = _pages.Table(tuple(k for k, _, _ in spec), sum(counts), n)

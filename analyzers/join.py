@@ -327,14 +327,18 @@ def nest_and_assign(
     if ranges.height == 0:
         return ranges, out
     result = {name: pl.repeat(None, df.height, dtype=pl.Int64, eager=True) for name, df in live.items()}
-    kind = ranges["kind"]
-    has_start = ranges["start_ns"].is_not_null()
     parent = pl.repeat(None, ranges.height, dtype=pl.Int64, eager=True)
     depth = pl.repeat(None, ranges.height, dtype=pl.Int32, eager=True)
     found = False
+    # asked through expressions: a reader's literal ``kind`` (one event type) answers at once, not row by row
+    kind, has_start = pl.col("kind"), pl.col("start_ns").is_not_null()
+    masks = ranges.select(
+        (kind.is_in(_THREAD_KINDS) & has_start).alias("thread"),
+        ((kind == "gpu_annotation") & has_start).alias("gpu"),
+    )
     families = (
-        ("thread", kind.is_in(_THREAD_KINDS) & has_start, _THREAD_KEYS),
-        ("gpu", (kind == "gpu_annotation") & has_start, _GPU_KEYS),
+        ("thread", masks["thread"], _THREAD_KEYS),
+        ("gpu", masks["gpu"], _GPU_KEYS),
     )
     for family, mask, keys in families:
         rows = mask.arg_true()

@@ -106,10 +106,18 @@ def read_ranges(
             )
         named = named.with_columns(pl.coalesce("domain", pl.format("domain#{}", "domain_id")).alias("domain"))
         ranges = ranges.with_columns(_lookup(ranges, ["proc", "domain_id"], named)["domain"])
+    lo, hi = ranges.select(pl.col("event").min().alias("lo"), pl.col("event").max().alias("hi")).row(0)
+    # one event type (push / pop ranges, the usual case): the kind as a literal, which polars writes out only
+    # where it must (the frame's write), and asked of it answers at once
+    kind = (
+        pl.lit(kinds[lo], dtype=pl.String)
+        if lo == hi and lo in kinds
+        else pl.col("event").replace_strict(kinds, return_dtype=pl.String)
+    )
     ranges = ranges.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("range_id"),
         pl.lit(src).alias("source"),
-        pl.col("event").replace_strict(kinds, return_dtype=pl.String).alias("kind"),
+        kind.alias("kind"),
         (pl.col("proc") % _FIELD).alias("pid"),
         (pl.col("gtid") % _FIELD).alias("tid"),
     )

@@ -37,6 +37,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -441,6 +442,17 @@ def _why(e: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+@dataclass
+class _Half:
+    """What one half of the read (the kernels, or the ranges) made, said and lost, kept apart while the two
+    halves are built at once."""
+
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    lost: dict[str, str] = field(default_factory=dict)  # table -> why it could not be read
+    said: list[str] = field(default_factory=list)  # warnings, in order
+    bad: list[int] = field(default_factory=list)  # counts of values of the wrong type
+
+
 def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     """Read an Nsight Systems SQLite export into ``kernels``, ``ranges`` and ``devices`` frames.
 
@@ -556,52 +568,48 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         lost["TARGET_INFO_GPU"] = _why(e)
         frames["devices"] = DEVICES.empty()
 
-    def timeline() -> tuple[dict[str, pl.DataFrame], dict[str, str], list[str], list[int]]:
+    def timeline() -> _Half:
         """kernels and memops, linked to their launch calls"""
-        out: dict[str, pl.DataFrame] = {}
-        why: dict[str, str] = {}
-        said: list[str] = []
-        bad: list[int] = []
+        half = _Half()
         if "kernels" in got:
             if "runtime" not in got:
-                said.append(f"{src}: no usable {RUNTIME_TABLE} table, so kernels have no launch thread")
+                half.said.append(f"{src}: no usable {RUNTIME_TABLE} table, so kernels have no launch thread")
             try:
-                out["kernels"] = _read_kernels(got["kernels"], got.get("runtime"), strings, said, src, bad)
+                half.frames["kernels"] = _read_kernels(
+                    got["kernels"], got.get("runtime"), strings, half.said, src, half.bad
+                )
             except pl.exceptions.PolarsError as e:
-                why[KERNEL_TABLE] = _why(e)
+                half.lost[KERNEL_TABLE] = _why(e)
         elif KERNEL_TABLE not in lost:
-            said.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
+            half.said.append(f"{src}: no {KERNEL_TABLE} table (no kernels were traced), so no kernel rows")
         try:
-            out["memops"] = read_memops(got, got.get("runtime"), src, bad)
+            half.frames["memops"] = read_memops(got, got.get("runtime"), src, half.bad)
         except pl.exceptions.PolarsError as e:
-            why[MEMCPY_TABLE] = _why(e)
-        return out, why, said, bad
+            half.lost[MEMCPY_TABLE] = _why(e)
+        return half
 
-    def nvtx() -> tuple[dict[str, pl.DataFrame], dict[str, str], list[str], list[int]]:
+    def nvtx() -> _Half:
         """NVTX ranges"""
-        out: dict[str, pl.DataFrame] = {}
-        why: dict[str, str] = {}
-        said: list[str] = []
-        bad: list[int] = []
+        half = _Half()
         if "nvtx" in got:
             try:
-                out["ranges"] = read_ranges(got["nvtx"], ids, strings, said, src, bad)
+                half.frames["ranges"] = read_ranges(got["nvtx"], ids, strings, half.said, src, half.bad)
             except pl.exceptions.PolarsError as e:
-                why[NVTX_TABLE] = _why(e)
+                half.lost[NVTX_TABLE] = _why(e)
         elif NVTX_TABLE not in lost:
-            said.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
-        return out, why, said, bad
+            half.said.append(f"{src}: no {NVTX_TABLE} table (NVTX was not traced), so no range rows")
+        return half
 
     # The two halves share nothing but the strings: built at once, each mostly in polars (no GIL held), where
     # either alone leaves the second core idle much of the time. Their warnings keep this order.
     with ThreadPoolExecutor(max_workers=2) as pool:
         halves = [pool.submit(timeline), pool.submit(nvtx)]
         built = [h.result() for h in halves]
-    for out, why, said, bad in built:
-        frames.update(out)
-        lost.update(why)
-        warnings += said
-        counts += bad
+    for half in built:
+        frames.update(half.frames)
+        lost.update(half.lost)
+        warnings += half.said
+        counts += half.bad
 
     if lost and "kernels" not in frames and "ranges" not in frames:
         table = next(t for t in (KERNEL_TABLE, NVTX_TABLE, *lost) if t in lost)  # the one that mattered

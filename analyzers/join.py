@@ -76,14 +76,10 @@ def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Serie
     """An id per distinct tuple of ``cols`` (equal-length series; nulls are a value), ascending with the tuples:
     dense (0, 1, ...), unless the tuples' mixed-radix number stays below ``max_groups``, which is then the id as it
     is (the same order, so the same sort and the same answers, without hashing every row: 0.05-0.1 s of a join
-    over 3-6M rows)."""
+    over 3-6M rows). A key of one value is the caller's to leave out (:func:`_one_value`: one file's source)."""
     parts = []
     for c in cols:
         if c.dtype == pl.String:
-            # One source is the usual case: comparing is several times cheaper than hashing the strings, and a
-            # key of one value adds nothing to the ids.
-            if c.null_count() == 0 and (c == c[0]).all():
-                continue
             c = c.cast(pl.Categorical).to_physical()
         parts.append(c.cast(pl.Int64).fill_null(-1))
     raw, size = None, 1
@@ -94,7 +90,7 @@ def _key_codes(cols: list[pl.Series], max_groups: int | None = None) -> pl.Serie
             raw = None
             break
         if width == 1:
-            continue  # one value (one process, one thread): nothing to add
+            continue  # one value (a key that is null throughout): nothing to add
         code = c - lo
         raw = code if raw is None else raw * width + code
         size *= width
@@ -125,14 +121,21 @@ class _Timeline:
     inner: pl.Series | None = None  # ... and each point's innermost range position (_build's points)
 
 
-def _combined_times(
-    g: pl.Series, starts: pl.Series, ends: pl.Series, points: pl.Series
-) -> tuple[pl.Series, pl.Series, pl.Series]:
-    """``g * span + (t - t_min)`` for range starts, ends (null: the group's last instant) and points."""
-    ngroups = int(g.max()) + 1 if g.len() else 1  # type: ignore[arg-type]
+def _time_bounds(starts: pl.Series, ends: pl.Series, points: pl.Series) -> tuple[int, int] | None:
+    """The earliest and latest of the ranges' starts and ends and the points (None when there are no times):
+    each series' min and max, not a min and max of all of them concatenated (16M rows at 5M ranges)."""
     bounds = [v for s in (starts, ends, points) for v in (s.min(), s.max()) if v is not None]
-    lo, hi = (min(bounds), max(bounds)) if bounds else (0, 0)
-    span = int(hi) - int(lo) + 2  # type: ignore[call-overload]
+    return (int(min(bounds)), int(max(bounds))) if bounds else None  # type: ignore[call-overload]
+
+
+def _combined_times(
+    g: pl.Series, starts: pl.Series, ends: pl.Series, points: pl.Series, bounds: tuple[int, int] | None
+) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """``g * span + (t - t_min)`` for range starts, ends (null: the group's last instant) and points;
+    ``bounds``: :func:`_time_bounds` of them."""
+    ngroups = int(g.max()) + 1 if g.len() else 1  # type: ignore[arg-type]
+    lo, hi = bounds or (0, 0)
+    span = hi - lo + 2
     if ngroups * span >= _LIMIT:
         # Replace times by their dense rank (same order, same ties), which always fits.
         distinct = pl.concat([starts, ends.drop_nulls(), points]).unique().sort()
@@ -151,14 +154,10 @@ def _combined_times(
     return start, end, (gp + points).rename("t")
 
 
-def _groups_that_fit(starts: pl.Series, ends: pl.Series, points: pl.Series) -> int | None:
+def _groups_that_fit(bounds: tuple[int, int] | None) -> int | None:
     """How many groups ``_combined_times`` can place side by side without replacing the times by their ranks
-    (None when there are no times)."""
-    bounds = [v for s in (starts, ends, points) for v in (s.min(), s.max()) if v is not None]
-    if not bounds:
-        return None
-    span = int(max(bounds)) - int(min(bounds)) + 2  # type: ignore[call-overload]
-    return (_LIMIT - 1) // span
+    (None when there are no times), from :func:`_time_bounds`."""
+    return None if bounds is None else (_LIMIT - 1) // (bounds[1] - bounds[0] + 2)
 
 
 def _one_value(a: pl.DataFrame, b: pl.DataFrame, key: str) -> bool:
@@ -194,11 +193,12 @@ def _build(
         ranges["end_ns"].cast(pl.Int64),
         pts["t"].cast(pl.Int64),
     )
+    bounds = _time_bounds(starts, ends, times)
     if cols:
-        g = _key_codes(cols, _groups_that_fit(starts, ends, times))
+        g = _key_codes(cols, _groups_that_fit(bounds))
     else:
         g = pl.repeat(0, n + pts.height, dtype=pl.Int64, eager=True)
-    start, end, t = _combined_times(g, starts, ends, times)
+    start, end, t = _combined_times(g, starts, ends, times, bounds)
     # Preorder: start, longer first, lower id first. One single-column sort, then ties fixed where they occur.
     order = start.arg_sort()
     s_sorted = start.gather(order)

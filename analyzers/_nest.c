@@ -206,11 +206,10 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
     }
     /* one item more than needed: an empty column still has a buffer */
     depth = malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (!A) /* asked for the rows' answers, the caller needs no parent positions in preorder: 8 bytes a range */
-        parent = malloc((size_t)(n + 1) * sizeof(int64_t));
+    parent = malloc((size_t)(n + 1) * sizeof(int64_t));
     inner = malloc((size_t)(m + 1) * sizeof(int64_t));
     stack = malloc((size_t)(n + 1) * sizeof(int64_t));
-    if (!depth || (!A && !parent) || !inner || !stack) {
+    if (!depth || !parent || !inner || !stack) {
         PyErr_NoMemory();
         goto done;
     }
@@ -247,7 +246,7 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
             break;
         }
         depth[i] = (int32_t)sp;
-        if (parent) parent[i] = sp ? stack[sp - 1] : -1;
+        parent[i] = sp ? stack[sp - 1] : -1;
         if (A) { /* the same answers at the caller's row: no scatter of two 5M-row columns afterwards */
             int64_t r = A[i];
             uint8_t bit = (uint8_t)(1u << (r & 7));
@@ -278,10 +277,7 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
     int wanted = A ? 5 : 3;
     out[0] = export(depth, n, "i");
     depth = NULL;
-    if (out[0] && A) {
-        Py_INCREF(Py_None);
-        out[1] = Py_None;
-    } else if (out[0]) {
+    if (out[0]) {
         out[1] = export(parent, n, "l");
         parent = NULL;
     }
@@ -327,8 +323,7 @@ static PyMethodDef METHODS[] = {
      "``inner`` (int64, null for none) per point in the caller's order. None where two ranges cross.\n\n"
      "sweep(starts, ends, t, t_order, at, ids, n_out) -> (depth, parent, inner, row_depth, row_parent) | None\n\n"
      "Also each range's depth (int32) and parent's id (int64, from ``ids``: the ranges' ids in preorder)\n"
-     "written at its row ``at`` of a column of ``n_out`` rows, null at rows no range is at and for no parent;\n"
-     "``parent`` (in preorder) is then None."},
+     "written at its row ``at`` of a column of ``n_out`` rows, null at rows no range is at and for no parent."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_nest", NULL, -1, METHODS, NULL, NULL, NULL, NULL};

@@ -268,12 +268,11 @@ def _sweep(
     ends: pl.Series,
     t: pl.Series | None,
     at: tuple[pl.Series, pl.Series, int] | None = None,
-) -> tuple[pl.Series, pl.Series | None, pl.Series, pl.Series | None, pl.Series | None] | None:
+) -> tuple[pl.Series, pl.Series, pl.Series, pl.Series | None, pl.Series | None] | None:
     """Depth and parent position of each range (in preorder, on the integer line) and the innermost range
     position of each point of ``t``, by the C sweep; None where it is not built or two ranges cross. With
     ``at`` (each range's row in a frame, the ranges' ids in preorder, the frame's height), also the depth and
-    the parent's id at each range's row of that frame (null elsewhere): the C pass writes them where they go;
-    the parent positions in preorder are then None (:func:`_parent_pos` finds them from the depths if asked)."""
+    the parent's id at each range's row of that frame (null elsewhere): the C pass writes them where they go."""
     points = t if t is not None else pl.Series([], dtype=pl.Int64)
     if _nest is None or starts.null_count() or ends.null_count() or points.null_count():
         return None  # (no nulls reach here: unclosed ends are filled, points without a time are left out)
@@ -285,12 +284,9 @@ def _sweep(
     if swept is None:
         return None
     names = ("depth", "parent_pos", "pos", "depth", "parent_id")
-    depth, parent, inner, row_depth, row_parent = (
-        None if pair is None else pl.Series(_Capsules(pair)).alias(name)
-        for pair, name in zip((*swept, None, None)[:5], names, strict=True)
-    )
-    assert depth is not None and inner is not None
-    return depth, parent, inner, row_depth, row_parent
+    cols = [pl.Series(_Capsules(pair)).alias(name) for pair, name in zip(swept, names, strict=False)]
+    row_depth, row_parent = (cols[3], cols[4]) if at is not None else (None, None)
+    return cols[0], cols[1], cols[2], row_depth, row_parent
 
 
 class _Capsules:

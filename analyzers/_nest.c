@@ -8,9 +8,7 @@
  * at a fraction of the cost (5M ranges and 1M points: about 1 s of polars). Where two ranges cross (one starts
  * inside another and ends after it) the stack no longer tells the counts: ``sweep`` returns False at the first
  * crossing and join.py answers the whole timeline its own way, whose results these must equal
- * (tests/readers/test_join.py compares both with brute force). Asked to, the pass also writes each range's
- * depth and parent id at the range's row of the caller's frame: scattering them there afterwards took polars
- * 0.18-0.21 s of one core at 5M ranges.
+ * (tests/readers/test_join.py compares both with brute force).
  *
  * Columns come in and go out through Arrow's C data interface (the PyCapsule protocol polars speaks), so the
  * join needs no numpy: importing numpy for four buffers cost an import 0.06-0.12 s, and copying them more.
@@ -112,13 +110,21 @@ static void release_array(struct ArrowArray *a) {
     a->release = NULL;
 }
 
-/* ``values`` (n items of ``format`` "i" int32 or "l" int64) with the validity bitmap ``valid`` (NULL: every
- * item valid) of ``nulls`` unset bits as a (schema, array) capsule pair. Takes ``values`` and ``valid`` (freed
- * with the array, or here on failure). */
-static PyObject *export_valid(void *values, uint8_t *valid, int64_t nulls, int64_t n, const char *format) {
+/* ``values`` (n items of ``format`` "i" int32 or "l" int64) as a (schema, array) capsule pair; int64 values
+ * below 0 become nulls. Takes ``values`` (freed with the array, or here on failure). */
+static PyObject *export(void *values, int64_t n, const char *format) {
     struct ArrowSchema *s = calloc(1, sizeof *s);
     struct ArrowArray *a = calloc(1, sizeof *a);
     Owned *own = calloc(1, sizeof *own);
+    uint8_t *valid = NULL;
+    int64_t nulls = 0;
+    if (format[0] == 'l') {
+        const int64_t *v = values;
+        for (int64_t i = 0; i < n; i++) nulls += v[i] < 0;
+        if (nulls && (valid = calloc((size_t)(n + 7) / 8, 1)))
+            for (int64_t i = 0; i < n; i++)
+                if (v[i] >= 0) valid[i >> 3] |= (uint8_t)(1u << (i & 7));
+    }
     if (!s || !a || !own || (nulls && !valid)) {
         free(s);
         free(a);
@@ -144,63 +150,27 @@ static PyObject *export_valid(void *values, uint8_t *valid, int64_t nulls, int64
     return arrow_capsules(s, a);
 }
 
-/* ``export_valid`` where int64 values below 0 are the nulls. */
-static PyObject *export(void *values, int64_t n, const char *format) {
-    uint8_t *valid = NULL;
-    int64_t nulls = 0;
-    if (format[0] == 'l') {
-        const int64_t *v = values;
-        for (int64_t i = 0; i < n; i++) nulls += v[i] < 0;
-        if (nulls && (valid = calloc((size_t)(n + 7) / 8, 1)))
-            for (int64_t i = 0; i < n; i++)
-                if (v[i] >= 0) valid[i >> 3] |= (uint8_t)(1u << (i & 7));
-    }
-    return export_valid(values, valid, nulls, n, format);
-}
-
-/* The unset bits of the first ``n`` of ``valid``. */
-static int64_t unset_bits(const uint8_t *valid, int64_t n) {
-    int64_t set = 0;
-    for (int64_t b = 0; b < n / 8; b++) set += __builtin_popcount(valid[b]);
-    for (int64_t i = n / 8 * 8; i < n; i++) set += (valid[i >> 3] >> (i & 7)) & 1;
-    return n - set;
-}
-
 static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
     (void)mod;
-    PyObject *o[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    Py_ssize_t n_out = 0;
-    if (!PyArg_ParseTuple(args, "OOOO|OOn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &n_out)) return NULL;
-    static const char *names[6] = {"starts", "ends", "t", "t_order", "at", "ids"};
-    int opened = o[4] ? 6 : 4; /* with ``at`` and ``ids``: depth and parent id by the caller's row too */
-    if (o[4] && !o[5]) {
-        PyErr_SetString(PyExc_TypeError, "at without ids");
-        return NULL;
-    }
-    In in[6];
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    static const char *names[4] = {"starts", "ends", "t", "t_order"};
+    In in[4];
     memset(in, 0, sizeof in);
     PyObject *result = NULL;
-    int32_t *depth = NULL, *row_depth = NULL;
-    int64_t *parent = NULL, *inner = NULL, *stack = NULL, *row_parent = NULL;
-    uint8_t *row_dvalid = NULL, *row_pvalid = NULL;
-    for (int i = 0; i < opened; i++)
+    int32_t *depth = NULL;
+    int64_t *parent = NULL, *inner = NULL, *stack = NULL;
+    for (int i = 0; i < 4; i++)
         if (in_open(o[i], &in[i], names[i])) goto done;
     int64_t n = in[0].n, m = in[2].n;
-    if (in[1].n != n || in[3].n != m || (opened == 6 && (in[4].n != n || in[5].n != n))) {
-        PyErr_SetString(PyExc_ValueError, "starts, ends (at, ids) and t, t_order: two lengths");
+    if (in[1].n != n || in[3].n != m) {
+        PyErr_SetString(PyExc_ValueError, "starts, ends and t, t_order: two lengths");
         goto done;
     }
     const int64_t *S = in[0].v, *E = in[1].v, *T = in[2].v, *TO = in[3].v;
-    const int64_t *A = opened == 6 ? in[4].v : NULL, *I = opened == 6 ? in[5].v : NULL;
     for (int64_t k = 0; k < m; k++) {
         if (TO[k] < 0 || TO[k] >= m) {
             PyErr_SetString(PyExc_ValueError, "t_order holds a position past the points");
-            goto done;
-        }
-    }
-    for (int64_t i = 0; A && i < n; i++) {
-        if (A[i] < 0 || A[i] >= n_out) {
-            PyErr_SetString(PyExc_ValueError, "at holds a row past n_out");
             goto done;
         }
     }
@@ -212,16 +182,6 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
     if (!depth || !parent || !inner || !stack) {
         PyErr_NoMemory();
         goto done;
-    }
-    if (A) { /* rows no range of this call is at stay null: zeroed values, unset validity */
-        row_depth = calloc((size_t)n_out + 1, sizeof(int32_t));
-        row_parent = calloc((size_t)n_out + 1, sizeof(int64_t));
-        row_dvalid = calloc((size_t)(n_out + 7) / 8 + 1, 1);
-        row_pvalid = calloc((size_t)(n_out + 7) / 8 + 1, 1);
-        if (!row_depth || !row_parent || !row_dvalid || !row_pvalid) {
-            PyErr_NoMemory();
-            goto done;
-        }
     }
     int proper = 1;
     Py_BEGIN_ALLOW_THREADS;
@@ -247,16 +207,6 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
         }
         depth[i] = (int32_t)sp;
         parent[i] = sp ? stack[sp - 1] : -1;
-        if (A) { /* the same answers at the caller's row: no scatter of two 5M-row columns afterwards */
-            int64_t r = A[i];
-            uint8_t bit = (uint8_t)(1u << (r & 7));
-            row_depth[r] = (int32_t)sp;
-            row_dvalid[r >> 3] |= bit;
-            if (sp) {
-                row_parent[r] = I[stack[sp - 1]];
-                row_pvalid[r >> 3] |= bit;
-            }
-        }
         stack[sp++] = i;
     }
     if (proper) {
@@ -271,45 +221,25 @@ static PyObject *nest_sweep(PyObject *mod, PyObject *args) {
         result = Py_None;
         goto done;
     }
-    /* each export takes its buffers (freed with the array, or there on failure); what is not exported is freed
-     * below */
-    PyObject *out[5] = {NULL, NULL, NULL, NULL, NULL};
-    int wanted = A ? 5 : 3;
-    out[0] = export(depth, n, "i");
+    PyObject *d = export(depth, n, "i");
     depth = NULL;
-    if (out[0]) {
-        out[1] = export(parent, n, "l");
-        parent = NULL;
+    PyObject *p = d ? export(parent, n, "l") : NULL;
+    parent = NULL;
+    PyObject *q = p ? export(inner, m, "l") : NULL;
+    inner = NULL;
+    if (d && p && q)
+        result = Py_BuildValue("(NNN)", d, p, q);
+    else {
+        Py_XDECREF(d);
+        Py_XDECREF(p);
+        Py_XDECREF(q);
     }
-    if (out[1]) {
-        out[2] = export(inner, m, "l");
-        inner = NULL;
-    }
-    if (A && out[2]) {
-        out[3] = export_valid(row_depth, row_dvalid, unset_bits(row_dvalid, n_out), n_out, "i");
-        row_depth = NULL;
-        row_dvalid = NULL;
-    }
-    if (A && out[3]) {
-        out[4] = export_valid(row_parent, row_pvalid, unset_bits(row_pvalid, n_out), n_out, "l");
-        row_parent = NULL;
-        row_pvalid = NULL;
-    }
-    if (out[wanted - 1])
-        result = A ? Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4])
-                   : Py_BuildValue("(NNN)", out[0], out[1], out[2]);
-    else
-        for (int i = 0; i < 5; i++) Py_XDECREF(out[i]);
 done:
     free(depth);
     free(parent);
     free(inner);
     free(stack);
-    free(row_depth);
-    free(row_parent);
-    free(row_dvalid);
-    free(row_pvalid);
-    for (int i = 0; i < opened; i++) in_close(&in[i]);
+    for (int i = 0; i < 4; i++) in_close(&in[i]);
     return result;
 }
 
@@ -320,10 +250,7 @@ static PyMethodDef METHODS[] = {
      "``ends``: ranges in preorder on join.py's integer line; ``t``: the points, ascending; ``t_order``: the\n"
      "place of each point in the caller's order. Returns, as (schema, array) capsule pairs of Arrow's C data\n"
      "interface: ``depth`` (int32) and ``parent`` (int64 preorder position, null for none) per range, and\n"
-     "``inner`` (int64, null for none) per point in the caller's order. None where two ranges cross.\n\n"
-     "sweep(starts, ends, t, t_order, at, ids, n_out) -> (depth, parent, inner, row_depth, row_parent) | None\n\n"
-     "Also each range's depth (int32) and parent's id (int64, from ``ids``: the ranges' ids in preorder)\n"
-     "written at its row ``at`` of a column of ``n_out`` rows, null at rows no range is at and for no parent."},
+     "``inner`` (int64, null for none) per point in the caller's order. None where two ranges cross."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_nest", NULL, -1, METHODS, NULL, NULL, NULL, NULL};

@@ -41,8 +41,7 @@ The sweep (``_nest.c``)
     Where a timeline's ranges nest properly, the ranges open at any instant form a stack whose height is the
     depth those counts give: after the one sort into preorder, a pass in C with a stack gives depth, parent and
     every point's innermost range at once. At the first two ranges that cross it declines, and the counts
-    above answer the whole family. It writes depth and parent id at each range's row of the frame (no scatter
-    back from preorder afterwards). Not built (no C compiler at install) or turned off by
+    above answer the whole family. Not built (no C compiler at install) or turned off by
     ``TRACEKIT_NO_SWEEP``, the counts answer everything.
 
 Measured with benchmarks/bench_nsys.py (1.0M kernels, 5.0M NVTX ranges, 2 cores): nest_ranges 10.4 s -> 1.4 s,
@@ -120,9 +119,6 @@ class _Timeline:
     ends_z: pl.Series | None = None  # sorted ends of zero-length ranges
     parent: pl.Series | None = None  # the sweep's answers: each range's parent position ...
     inner: pl.Series | None = None  # ... and each point's innermost range position (_build's points)
-    # ... and, asked with ``rows``, each range's depth and parent id at its row of the caller's frame
-    row_depth: pl.Series | None = None
-    row_parent: pl.Series | None = None
 
 
 def _time_bounds(starts: pl.Series, ends: pl.Series, points: pl.Series) -> tuple[int, int] | None:
@@ -181,15 +177,9 @@ def _one_value(a: pl.DataFrame, b: pl.DataFrame, key: str) -> bool:
 
 
 def _build(
-    ranges: pl.DataFrame,
-    keys: list[str],
-    points: pl.DataFrame | None = None,
-    rows: tuple[pl.Series | None, int] | None = None,
+    ranges: pl.DataFrame, keys: list[str], points: pl.DataFrame | None = None
 ) -> tuple[_Timeline, pl.Series | None]:
-    """The timeline of ``ranges`` grouped by ``keys``; with ``points`` (same keys and a ``t`` column), their keys.
-    ``rows``: (the caller's row of each row of ``ranges``, None where they are the same, the caller's height):
-    where the sweep answers, it also writes each range's depth and parent id at that row (``row_depth``,
-    ``row_parent``), so the caller scatters nothing."""
+    """The timeline of ``ranges`` grouped by ``keys``; with ``points`` (same keys and a ``t`` column), their keys."""
     n = ranges.height
     pts = points if points is not None else pl.DataFrame({k: [] for k in [*keys, "t"]})
     cols = []
@@ -225,23 +215,10 @@ def _build(
         order = order.scatter(at, sub["row"])
     e_sorted = end.gather(order)
     range_id = ranges["range_id"].gather(order)
-    at = None
-    if rows is not None and not range_id.null_count():
-        at = (order if rows[0] is None else rows[0].gather(order), range_id, rows[1])
-    swept = _sweep(s_sorted, e_sorted, t if points is not None else None, at)
+    swept = _sweep(s_sorted, e_sorted, t if points is not None else None)
     if swept is not None:
-        depth, parent, inner, row_depth, row_parent = swept
-        tl = _Timeline(
-            range_id,
-            order,
-            s_sorted,
-            e_sorted,
-            depth,
-            parent=parent,
-            inner=inner,
-            row_depth=row_depth,
-            row_parent=row_parent,
-        )
+        depth, parent, inner = swept
+        tl = _Timeline(range_id, order, s_sorted, e_sorted, depth, parent=parent, inner=inner)
         return tl, (t if points is not None else None)
     zero = e_sorted == s_sorted
     ends_nz = e_sorted.filter(~zero).sort()
@@ -264,29 +241,24 @@ def _build(
 
 
 def _sweep(
-    starts: pl.Series,
-    ends: pl.Series,
-    t: pl.Series | None,
-    at: tuple[pl.Series, pl.Series, int] | None = None,
-) -> tuple[pl.Series, pl.Series, pl.Series, pl.Series | None, pl.Series | None] | None:
+    starts: pl.Series, ends: pl.Series, t: pl.Series | None
+) -> tuple[pl.Series, pl.Series, pl.Series] | None:
     """Depth and parent position of each range (in preorder, on the integer line) and the innermost range
-    position of each point of ``t``, by the C sweep; None where it is not built or two ranges cross. With
-    ``at`` (each range's row in a frame, the ranges' ids in preorder, the frame's height), also the depth and
-    the parent's id at each range's row of that frame (null elsewhere): the C pass writes them where they go."""
+    position of each point of ``t``, by the C sweep; None where it is not built or two ranges cross."""
     points = t if t is not None else pl.Series([], dtype=pl.Int64)
     if _nest is None or starts.null_count() or ends.null_count() or points.null_count():
         return None  # (no nulls reach here: unclosed ends are filled, points without a time are left out)
     t_order = points.arg_sort().cast(pl.Int64)
-    args = [starts.cast(pl.Int64), ends.cast(pl.Int64), points.cast(pl.Int64).gather(t_order), t_order]
-    if at is not None:
-        args += [at[0].cast(pl.Int64), at[1].cast(pl.Int64), at[2]]
-    swept = _nest.sweep(*args)
+    swept = _nest.sweep(
+        starts.cast(pl.Int64), ends.cast(pl.Int64), points.cast(pl.Int64).gather(t_order), t_order
+    )
     if swept is None:
         return None
-    names = ("depth", "parent_pos", "pos", "depth", "parent_id")
-    cols = [pl.Series(_Capsules(pair)).alias(name) for pair, name in zip(swept, names, strict=False)]
-    row_depth, row_parent = (cols[3], cols[4]) if at is not None else (None, None)
-    return cols[0], cols[1], cols[2], row_depth, row_parent
+    depth, parent, inner = (
+        pl.Series(_Capsules(pair)).alias(name)
+        for pair, name in zip(swept, ("depth", "parent_pos", "pos"), strict=True)
+    )
+    return depth, parent, inner
 
 
 class _Capsules:
@@ -355,8 +327,9 @@ def nest_and_assign(
     if ranges.height == 0:
         return ranges, out
     result = {name: pl.repeat(None, df.height, dtype=pl.Int64, eager=True) for name, df in live.items()}
-    parent: pl.Series | None = None
-    depth: pl.Series | None = None
+    parent = pl.repeat(None, ranges.height, dtype=pl.Int64, eager=True)
+    depth = pl.repeat(None, ranges.height, dtype=pl.Int32, eager=True)
+    found = False
     # asked through expressions: a reader's literal ``kind`` (one event type) answers at once, not row by row
     kind, has_start = pl.col("kind"), pl.col("start_ns").is_not_null()
     masks = ranges.select(
@@ -371,6 +344,7 @@ def nest_and_assign(
         rows = mask.arg_true()
         if rows.len() == 0:
             continue
+        found = True
         part = ranges.select(*keys, "range_id", "start_ns", "end_ns")
         if rows.len() != ranges.height:
             part = part.filter(mask)
@@ -379,24 +353,10 @@ def nest_and_assign(
         if family == "gpu":  # kernels placed on a thread's range keep it
             pts = {name: p.filter(result[name].gather(p["point_id"]).is_null()) for name, p in pts.items()}
         pts = {name: p for name, p in pts.items() if p.height}
-        # every row in the family: the sweep's preorder is the row order's permutation itself (no gather)
-        every = rows.len() == ranges.height
-        tl, t = _build(
-            part,
-            keys,
-            pl.concat(list(pts.values())) if pts else None,
-            (None if every else rows, ranges.height),
-        )
-        if tl.row_depth is not None and tl.row_parent is not None:
-            mine_p, mine_d = tl.row_parent, tl.row_depth
-        else:  # the counts answered: their preorder answers scattered to the rows
-            at = rows.gather(tl.order)
-            mine_p = pl.repeat(None, ranges.height, dtype=pl.Int64, eager=True)
-            mine_p = mine_p.scatter(at, tl.range_id.gather(_parent_pos(tl)))
-            mine_d = pl.repeat(None, ranges.height, dtype=pl.Int32, eager=True).scatter(at, tl.depth)
-        # the families' rows are apart: a second one fills the rows the first left null
-        parent = mine_p if parent is None else pl.select(pl.coalesce(parent, mine_p)).to_series()
-        depth = mine_d if depth is None else pl.select(pl.coalesce(depth, mine_d)).to_series()
+        tl, t = _build(part, keys, pl.concat(list(pts.values())) if pts else None)
+        at = rows.gather(tl.order)
+        parent = parent.scatter(at, tl.range_id.gather(_parent_pos(tl))) if at.len() else parent
+        depth = depth.scatter(at, tl.depth)
         if t is None:
             continue
         pos, offset = _innermost(tl, t), 0
@@ -408,9 +368,7 @@ def nest_and_assign(
             if at_p.len():
                 result[name] = result[name].scatter(at_p, tl.range_id.gather(mine.filter(hit)))
     out.update({name: df.with_columns(result[name].alias("range_id")) for name, df in live.items()})
-    nested = ranges  # no range in either family: parent and depth stay as they are
-    if parent is not None and depth is not None:
-        nested = ranges.with_columns(parent.alias("parent_id"), depth.alias("depth"))
+    nested = ranges.with_columns(parent.alias("parent_id"), depth.alias("depth")) if found else ranges
     return nested, {name: out[name] for name in targets}
 
 

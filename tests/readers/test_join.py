@@ -75,26 +75,6 @@ def test_nesting_depth_and_parent() -> None:
     assert out["parent_id"].to_list() == [None, 0, 1, 0, None]
 
 
-def test_families_interleaved_in_the_frame_keep_their_rows() -> None:
-    """Thread ranges, GPU annotations and a start/end range (neither family: no nesting) interleaved, ids not in
-    row order: each row gets its own range's depth and parent, by the sweep writing them at the rows and by the
-    counts' scatter alike; the start/end row stays null."""
-    r = ranges_frame(
-        [
-            {"range_id": 7, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 100, "end_ns": 200},
-            {"range_id": 3, "start_ns": 10, "end_ns": 50},
-            {"range_id": 9, "kind": "start_end", "start_ns": 0, "end_ns": 300},
-            {"range_id": 5, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 120, "end_ns": 150},
-            {"range_id": 1, "start_ns": 0, "end_ns": 100},
-            {"range_id": 4, "start_ns": 20, "end_ns": 30},
-        ]
-    )
-    out = nest_ranges(r)
-    assert out["range_id"].to_list() == [7, 3, 9, 5, 1, 4]  # the frame's order kept
-    assert out["depth"].to_list() == [0, 1, None, 1, 0, 2]
-    assert out["parent_id"].to_list() == [None, 1, None, 7, None, 3]
-
-
 def test_kernel_gets_innermost_range_of_its_launching_thread() -> None:
     r = ranges_frame(
         [
@@ -358,20 +338,10 @@ def test_the_sweep_takes_series_of_several_chunks_and_refuses_other_types(way: s
     assert starts.n_chunks() > 1 and ends.n_chunks() > 1
     got = join._sweep(starts, ends, chunked([5, 15], [35, 200]))
     assert got is not None
-    depth, parent, inner, row_depth, row_parent = got
+    depth, parent, inner = got
     assert depth.to_list() == [0, 1, 1] and depth.dtype == pl.Int32
     assert parent.to_list() == [None, 0, 0]
     assert inner.to_list() == [0, 1, 2, None]
-    assert row_depth is None and row_parent is None  # not asked for
-    # asked for: depth and the parent's id written at each range's row of a 5-row frame, null elsewhere
-    got = join._sweep(starts, ends, None, (chunked([4], [0, 2]), chunked([10, 11], [12]), 5))
-    assert got is not None
-    *_, row_depth, row_parent = got
-    assert row_depth is not None and row_parent is not None
-    assert row_depth.to_list() == [1, None, 1, None, 0] and row_depth.dtype == pl.Int32
-    assert row_parent.to_list() == [10, None, 10, None, None] and row_parent.dtype == pl.Int64
-    with pytest.raises(ValueError, match="past n_out"):
-        join._sweep(starts, ends, None, (pl.Series([0, 1, 5]), pl.Series([0, 1, 2]), 5))
     one = pl.Series([0], dtype=pl.Int64)
     with pytest.raises(ValueError, match="64-bit integers"):
         join._nest.sweep(one.cast(pl.Int32), one, one, one)

@@ -75,6 +75,26 @@ def test_nesting_depth_and_parent() -> None:
     assert out["parent_id"].to_list() == [None, 0, 1, 0, None]
 
 
+def test_families_interleaved_in_the_frame_keep_their_rows() -> None:
+    """Thread ranges, GPU annotations and a start/end range (neither family: no nesting) interleaved, ids not in
+    row order: each row gets its own range's depth and parent, by the sweep and by the counts alike; the
+    start/end row stays null."""
+    r = ranges_frame(
+        [
+            {"range_id": 7, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 100, "end_ns": 200},
+            {"range_id": 3, "start_ns": 10, "end_ns": 50},
+            {"range_id": 9, "kind": "start_end", "start_ns": 0, "end_ns": 300},
+            {"range_id": 5, "kind": "gpu_annotation", "device": 0, "tid": 7, "start_ns": 120, "end_ns": 150},
+            {"range_id": 1, "start_ns": 0, "end_ns": 100},
+            {"range_id": 4, "start_ns": 20, "end_ns": 30},
+        ]
+    )
+    out = nest_ranges(r)
+    assert out["range_id"].to_list() == [7, 3, 9, 5, 1, 4]  # the frame's order kept
+    assert out["depth"].to_list() == [0, 1, None, 1, 0, 2]
+    assert out["parent_id"].to_list() == [None, 1, None, 7, None, 3]
+
+
 def test_kernel_gets_innermost_range_of_its_launching_thread() -> None:
     r = ranges_frame(
         [

@@ -47,19 +47,6 @@ most of the time."""
 
 
 # --- write ----------------------------------------------------------------------------------------------------------
-def _nulls_as_scalars(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with each column that is null throughout held as one null broadcast (polars' scalar column): the
-    same file, encoded without walking millions of nulls first. A foreign nsys export's ranges leave 15 of 28
-    columns null (the GEMM fields of tracekit's own ranges); writing the 1M + 5M export's frames took 1.59 s
-    instead of 1.66 (median of 6, alternating, docs/BENCHMARKS.md)."""
-    if df.height < 2:
-        return df
-    empty = [
-        name for name, col in zip(df.columns, df.get_columns(), strict=True) if col.null_count() == df.height
-    ]
-    return df.with_columns(pl.lit(None, dtype=df.schema[name]).alias(name) for name in empty) if empty else df
-
-
 def _write_partitioned(run: Run, name: str, df: pl.DataFrame, key: str) -> None:
     """One folder per value of ``key`` (the column dropped from the files), swapped in with two renames."""
     run.frames_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +80,6 @@ def write_frame(run: Run, name: str, df: pl.DataFrame, *, partition_by: str | No
     if partition_by is not None and partition_by != PARTITION_KEY:
         raise ValueError(f"frames are partitioned by {PARTITION_KEY!r} only, not {partition_by!r}")
     partitioned = partition_by is not None and partition_by in df.columns and df.height > 0
-    df = _nulls_as_scalars(df)
     target = run.frame_dir(name) if partitioned else run.frame_path(name)
     try:
         if partitioned:

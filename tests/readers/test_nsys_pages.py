@@ -108,10 +108,10 @@ def test_every_export_reads_from_its_pages_as_through_sqlite(shared_data: Path, 
 def test_the_reader_uses_pages_by_default_and_not_for_sqlite_engines(shared_data: Path) -> None:
     path = shared_data / "thirdparty/nsys-ai/h100_2gpu_1s.sqlite"
     q = _kernel_query(_Db(path, _table_names(path)))
-    assert _Db(path, _table_names(path)).page_parts(q) is not None
-    assert _Db(path, _table_names(path), engine="pages").page_parts(q) is not None
+    assert _Db(path, _table_names(path)).page_plan(q) is not None
+    assert _Db(path, _table_names(path), engine="pages").page_plan(q) is not None
     for engine in ("adbc", "sqlite3"):
-        assert _Db(path, _table_names(path), engine=engine).page_parts(q) is None
+        assert _Db(path, _table_names(path), engine=engine).page_plan(q) is None
 
 
 def test_parts_read_in_any_order_make_one_chunk_per_column(tmp_path: Path) -> None:
@@ -299,7 +299,7 @@ def test_a_column_sqlite_would_cast_is_left_to_sqlite(tmp_path: Path) -> None:
     _one_table(tmp_path / "t.sqlite", "CREATE TABLE t (a TEXT)", "'12'")
     db = _Db(tmp_path / "t.sqlite", {"t"}, engine="pages")
     q = _Query("t", db.columns("t"), (("a", "a", True),), {"a": pl.Int64()})
-    assert db.page_parts(q) is None
+    assert db.page_plan(q) is None
     assert "CAST" in db.declined["t"]
 
 

@@ -222,7 +222,7 @@ class _Db:
             self._spans[table] = None if lo is None or hi is None or hi < lo else (lo, hi)
         return self._spans[table]
 
-    def page_parts(self, q: _Query) -> pages.Planned | None:
+    def page_plan(self, q: _Query) -> pages.Planned | None:
         """The page reader's plan for the query (``pages.py``: its parts, then the frame), or None where it is
         not used for it (then ``chunks``); why not is kept in ``declined``."""
         if not self.use_pages:

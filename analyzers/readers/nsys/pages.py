@@ -132,12 +132,17 @@ class Planned:
     columns: tuple[Column, ...]
     table: object
 
+    @property
+    def rows(self) -> int:
+        """The table's rows: its parts', counted."""
+        return sum(p.rows for p in self.parts)
+
     def frame(self) -> pl.DataFrame:
         """The table as a frame of ``columns`` in their order (Int64 or String), each column one chunk, once
         every part was read."""
         assert _pages is not None
         stored = iter(self.table.columns())  # type: ignore[attr-defined]
-        height = sum(p.rows for p in self.parts)
+        height = self.rows
         out = []
         for alias, column, kind in self.columns:
             dtype = pl.Int64 if kind == "int" else pl.String

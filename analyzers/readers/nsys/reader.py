@@ -507,7 +507,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
         try:
             if (q := make()) is not None:
                 jobs[key] = q
-                if (planned := db.page_parts(q)) is not None:
+                if (planned := db.page_plan(q)) is not None:
                     paged[key] = planned
         except _DAMAGE as e:
             lost[_TABLE_OF[key]] = _why(e)
@@ -526,7 +526,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
             # The largest table's parts first: the thread left with the last of them ends about when the others do.
             queue = sorted(
                 ((k, p) for k, planned in paged.items() for p in planned.parts),
-                key=lambda kp: -sum(p.rows for p in paged[kp[0]].parts),
+                key=lambda kp: -paged[kp[0]].rows,
             )
             done = [(k, pool.submit(part.read)) for k, part in queue]
             from_pages = [(k, f.result()) for k, f in done]

@@ -5,10 +5,10 @@
 rebuilds them in memory for a read (analyzers/store.py, which never writes into a run); analyzers/parallel.py
 reads many files at once in worker processes or Ray tasks. The serial import is the parallel one with one worker:
 
-1. **read** (:func:`read_job`): the file is copied into raw/ when it is not there (in a thread, while it is read
+1. **read** (:func:`read_job`): the file is copied into raw/ when it is not there (in a thread, once it is read
    where it is: :class:`Copies`), opened once as a :class:`~.readers.source.Source`, handed to the reader whose
    sniff claims its first bytes, checked, read into an ``Extract`` and its rows labelled with their rank. Its
-   sha256 is computed in a thread meanwhile.
+   sha256 is computed in that thread after the copy (the import's own copies: while the frames are settled).
 2. **merge**: a reader that must see every file of its kind at once (two CSV exports of one Nsight Compute report
    hold the same launches) gets them together.
 3. **settle** (:func:`settle`): one file's frames made whole on their own: conformed to their schemas, ranges
@@ -181,6 +181,8 @@ class FileResult:
     """Per frame with a ``rank`` column, the rank values its rows hold (None for rows without a rank)."""
     extract: Extract | None = None
     frames: dict[str, pl.DataFrame] | None = None
+    hash_pending: bool = False
+    """The record's sha256 is the import's to fill in from its :class:`Copies` (:func:`hash_copies`)."""
 
 
 class _CopyFailed(Exception):
@@ -205,9 +207,12 @@ def read_job(
     A file being copied is read where it is, the same bytes, unless its name in raw/ differs (the content's
     name is the frames' ``source``) or its reader takes in files beside it (``FormatReader.reads_beside``:
     SQLite's journal), which the copy leaves behind: then it is read from raw/, as a rebuild will read it. Its
-    sha256 is the copy's; a file already in raw/ is hashed in a thread while it is read. Messages name the file
-    in raw/ either way. Never raises for a file that cannot be read: the result says so."""
+    sha256 is the copy's: with the import's ``copies``, its copy is released once it is read and the hash is
+    left to :func:`hash_copies` (``hash_pending``); a file already in raw/ is hashed in a thread while it is
+    read. Messages name the file in raw/ either way. Never raises for a file that cannot be read: the result
+    says so."""
     src, raw = Path(job.src), Path(job.raw)
+    theirs = copies is not None
     if src != raw and copies is None:
         copies = Copies([job])
     out = FileResult(index=job.index, name=raw.name)
@@ -219,9 +224,9 @@ def read_job(
     record: dict[str, Any] = {"path": job.rel, "bytes": src.stat().st_size, "sha256": None}
     here = src  # where the content is read: raw/ when it is there, or once its copy is made
     try:
-        own = registry.empty_file_kind(raw.name)
-        if own is not None and record["bytes"] == 0:
-            ex = Extract(job.kind or own, raw.name, {})
+        empty = registry.empty_file_kind(raw.name)
+        if empty is not None and record["bytes"] == 0:
+            ex = Extract(job.kind or empty, raw.name, {})
         else:
             source, reader = opened if opened is not None else open_file(src, job.kind)
             with source, reporting_progress(_Progress(raw.name, on_event)):
@@ -247,9 +252,25 @@ def read_job(
         )
         record.update(label_extract(ex, raw.name))  # which rank(s) the file holds, and how that is known
         out.imported, out.partial, out.extract = True, ex.partial, ex
-    record["sha256"] = hashed.result() if hashed is not None else copies.result(job.index)  # type: ignore[union-attr]
     out.record = record
+    if theirs:
+        copies.release(job.index)  # type: ignore[union-attr]
+    if hashed is not None:
+        record["sha256"] = hashed.result()
+    elif theirs:
+        out.hash_pending = True
+    else:
+        record["sha256"] = copies.result(job.index)  # type: ignore[union-attr]
     return out
+
+
+def hash_copies(results: list[FileResult], copies: Copies) -> None:
+    """The sha256 of each file :func:`read_job` left to the import's copies, once copied (raises what a copy
+    raised: StorageError for a full disk)."""
+    for r in results:
+        if r.hash_pending and r.record is not None:
+            r.record["sha256"] = copies.result(r.index)
+            r.hash_pending = False
 
 
 def merge(results: list[FileResult]) -> None:
@@ -600,10 +621,11 @@ def import_files(
             ),
             key=lambda j: Path(j.raw).name,
         )
-        # every file copied into raw/, in order, in one thread, while they are read where they are
-        copies = Copies(jobs)
+        # every file copied into raw/, in order, in one thread, each once it is read where it is
+        copies = Copies(jobs, held=True)
         try:
             results, frames = read_here(jobs, on_event, opened, copies)
+            hash_copies(results, copies)
         except BaseException:
             copies.stop()  # Ctrl-C waits for the file being copied, not for every file still to copy
             raise

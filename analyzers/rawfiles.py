@@ -105,10 +105,18 @@ class Copies:
     """The files of an import copied into raw/ in order, in one thread, each then hashed (sha256) from its
     copy, while :func:`read_job` reads them where they are: the copy of a large file costs the import no
     time of its own (0.3-0.35 s of the 564 MB export in docs/BENCHMARKS.md). Each copy is
-    :func:`copy_into_raw`'s."""
+    :func:`copy_into_raw`'s.
 
-    def __init__(self, jobs: list[ReadJob]) -> None:
+    ``held``: a file's copy starts once :meth:`release` says its reading is done (or something waits for it),
+    so that copying and hashing (0.7 CPU s at 564 MB) take no core from the reading, whose C page reader and
+    polars use both; they run while the frames are settled, which leaves a core partly idle (docs/BENCHMARKS.md)."""
+
+    def __init__(self, jobs: list[ReadJob], *, held: bool = False) -> None:
         self._done = {job.index: threading.Event() for job in jobs}
+        self._go = {job.index: threading.Event() for job in jobs}
+        if not held:
+            for go in self._go.values():
+                go.set()
         self._value: dict[int, str | None] = {}
         self._error: dict[int, BaseException] = {}
         self._stop = threading.Event()
@@ -119,6 +127,7 @@ class Copies:
 
     def _run(self, jobs: list[ReadJob]) -> None:
         for job in jobs:
+            self._go[job.index].wait()
             if self._stop.is_set():
                 self._error[job.index] = StorageError(
                     f"the copy of {job.src} was not made: the import stopped"
@@ -133,7 +142,8 @@ class Copies:
             self._done[job.index].set()
 
     def wait(self, index: int) -> BaseException | None:
-        """Wait for the copy of job ``index``; what it raised, or None."""
+        """Wait for the copy of job ``index`` (released, if it was held); what it raised, or None."""
+        self.release(index)
         self._done[index].wait()
         return self._error.get(index)
 
@@ -147,6 +157,12 @@ class Copies:
     def stop(self) -> None:
         """Copy no file after the one under way (the import stopped: Ctrl-C, or an error)."""
         self._stop.set()
+        for go in self._go.values():
+            go.set()
+
+    def release(self, index: int) -> None:
+        """Job ``index``'s copy may start (its reading is done)."""
+        self._go[index].set()
 
     def join(self) -> None:
         self._thread.join()

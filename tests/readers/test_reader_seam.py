@@ -252,3 +252,67 @@ def test_an_import_that_stops_finishes_the_copy_under_way_and_starts_no_other(
     assert not (tmp_path / "raw" / "b.toy").exists()
     with pytest.raises(StorageError, match="not made"):
         copies.result(1)
+
+
+def test_the_import_copies_each_file_once_it_is_read_and_hashes_the_copy(
+    watching: _Watching, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import's copies are held until their file is read (copying and hashing take no core from the
+    reading); each file's sha256 still reaches run.json, and a copy that fails after its file was read stops the
+    import with the copy's error."""
+    first, second = _toy_file(tmp_path / "a.toy"), _toy_file(tmp_path / "b.toy")
+    order: list[str] = []
+    real_read, real_copy = watching.read, rawfiles.copy_into_raw
+
+    def read(source: Source, options: ReadOptions) -> Extract:
+        order.append(f"read {source.file().name}")
+        return real_read(source, options)
+
+    def copy(src: Path, raw: Path, pairs: tuple = ()) -> None:
+        order.append(f"copy {src.name}")
+        real_copy(src, raw, pairs)
+
+    monkeypatch.setattr(watching, "read", read)
+    monkeypatch.setattr(rawfiles, "copy_into_raw", copy)
+    run, _ = import_files([first, second], tmp_path / "run")
+    assert order.index("copy a.toy") > order.index("read a.toy")
+    assert order.index("copy b.toy") > order.index("read b.toy")
+    hashes = {r["path"]: r["sha256"] for r in run.manifest["sources"]}
+    assert hashes == {f"raw/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest() for p in (first, second)}
+
+    def full(src: Path, raw: Path, pairs: tuple = ()) -> None:
+        raise StorageError(f"cannot copy {src} into raw (No space left on device)", "free disk space")
+
+    monkeypatch.setattr(rawfiles, "copy_into_raw", full)
+    with pytest.raises(StorageError, match="No space left"):
+        import_files([first], tmp_path / "run2")
+
+
+def test_held_copies_start_when_released_or_waited_for_and_stop_when_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held copy does not start by itself; releasing it, or waiting for it (a reader that must read the copy),
+    starts it; an import that stops leaves the held ones uncopied, and the thread ends."""
+    files = [_toy_file(tmp_path / f"{c}.toy") for c in "abc"]
+    jobs = [
+        ReadJob(i, str(p), str(tmp_path / "raw" / p.name), f"raw/{p.name}", True) for i, p in enumerate(files)
+    ]
+    copied: list[str] = []
+    real = rawfiles.copy_into_raw
+
+    def copy(src: Path, raw: Path, pairs: tuple = ()) -> None:
+        copied.append(src.name)
+        real(src, raw, pairs)
+
+    monkeypatch.setattr(rawfiles, "copy_into_raw", copy)
+    copies = rawfiles.Copies(jobs, held=True)
+    copies._thread.join(0.2)
+    assert copied == []  # nothing released
+    copies.release(0)
+    assert copies.wait(1) is None  # the first released, the second waited for
+    assert copied == ["a.toy", "b.toy"]
+    copies.stop()
+    copies.join()
+    assert copied == ["a.toy", "b.toy"] and not (tmp_path / "raw" / "c.toy").exists()
+    with pytest.raises(StorageError, match="not made"):
+        copies.result(2)

@@ -64,10 +64,13 @@ def timed(name, fn):
 run = timed("create run", lambda: Run.create(out, command=None))
 raw = run.raw_dir / src.name
 job = importer.ReadJob(0, str(src), str(raw), f"raw/{src.name}", True)
-result = timed("read (copied into raw/, hashed, in a thread)", lambda: importer.read_job(job))
-timed("settle (nest ranges, names, assign kernels)", lambda: importer.settled(result))
+copies = importer.Copies([job], held=True)  # as import_files: the copy starts once the file is read
+result = timed("read (its copy into raw/ held)", lambda: importer.read_job(job, copies=copies))
+timed("settle (copy + hash meanwhile)", lambda: importer.settled(result))
 frames = timed("place", lambda: importer.place([result.frames]))
-timed("write frames", lambda: store.write_frames(run, frames))
+timed("copy + hash, what is left", lambda: (importer.hash_copies([result], copies), copies.join()))
+ranks = frames["kernels"]["rank"].n_unique() if "rank" in frames["kernels"].columns else 1
+timed("write frames", lambda: store.write_frames(run, frames, partition_by="rank" if ranks >= 2 else None))
 print(json.dumps(phases))
 """
 """The phases of an import, in the order the importer runs them, each timed in one process."""

@@ -253,14 +253,11 @@ def read_job(
         record.update(label_extract(ex, raw.name))  # which rank(s) the file holds, and how that is known
         out.imported, out.partial, out.extract = True, ex.partial, ex
     out.record = record
-    if theirs:
+    if theirs:  # (then no Hash: that is only for a file read from raw/ without copies)
         copies.release(job.index)  # type: ignore[union-attr]
-    if hashed is not None:
-        record["sha256"] = hashed.result()
-    elif theirs:
         out.hash_pending = True
     else:
-        record["sha256"] = copies.result(job.index)  # type: ignore[union-attr]
+        record["sha256"] = hashed.result() if hashed is not None else copies.result(job.index)  # type: ignore[union-attr]
     return out
 
 

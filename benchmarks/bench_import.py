@@ -50,7 +50,6 @@ import json, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
 import tracekit.analyzers.importer as importer
-from tracekit.analyzers import store
 from tracekit.run import Run
 phases = {"start + imports": time.perf_counter() - t0}
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -69,8 +68,7 @@ result = timed("read (its copy into raw/ held)", lambda: importer.read_job(job, 
 timed("settle (copy + hash meanwhile)", lambda: importer.settled(result))
 frames = timed("place", lambda: importer.place([result.frames]))
 timed("copy + hash, what is left", lambda: (importer.hash_copies([result], copies), copies.join()))
-ranks = frames["kernels"]["rank"].n_unique() if "rank" in frames["kernels"].columns else 1
-timed("write frames", lambda: store.write_frames(run, frames, partition_by="rank" if ranks >= 2 else None))
+timed("write frames + manifest", lambda: importer._write(run, frames, [result]))
 print(json.dumps(phases))
 """
 """The phases of an import, in the order the importer runs them, each timed in one process."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit.errors import StorageError
-from tracekit.run import atomic_path, sha256_file
+from tracekit.run import atomic_path, raw_name, sha256_file
 
 from .readers.source import COMPRESSED_SUFFIXES, plain_name
 
@@ -45,11 +45,12 @@ def unexported_reports(raw_dir: Path) -> list[str]:
 
 
 def raw_names(paths: list[Path]) -> list[str]:
-    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/."""
+    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/ (a name too long for
+    a clash's number made safe by ``tracekit.run.raw_name``)."""
     taken: set[str] = set()
     out = []
     for p in paths:
-        base = name = p.name
+        base = name = raw_name(p.name)
         i = 1
         while name in taken:
             stem, dot, ext = base.partition(".")

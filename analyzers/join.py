@@ -45,7 +45,7 @@ The sweep (``_nest.c``)
     ``TRACEKIT_NO_SWEEP``, the counts answer everything.
 
 Measured with benchmarks/bench_nsys.py (1.0M kernels, 5.0M NVTX ranges, 2 cores): nest_ranges 10.4 s -> 1.4 s,
-assign_ranges 1.5 s -> 1.2 s (docs/BENCHMARKS.md, "nsys SQLite: read + join").
+assign_ranges 1.5 s -> 1.2 s (docs/PERFORMANCE.md, "The range join").
 """
 
 from __future__ import annotations

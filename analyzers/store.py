@@ -37,7 +37,7 @@ from .ranks import run_ranks
 from .taxonomy.frames import classify_on_load
 
 PARQUET = {"compression": "zstd", "compression_level": 2, "statistics": True}
-"""How every frame file is written. zstd level 2, not polars' default 3: the 5M-range frame of docs/BENCHMARKS.md's
+"""How every frame file is written. zstd level 2, not polars' default 3: the 5M-range frame of docs/PERFORMANCE.md's
 nsys export in 1.07 s instead of 1.24 s, 35.8 MB instead of 35.6 (level 1: 1.06 s, 49.8 MB; lz4: 1.12 s, 89 MB);
 reading them back takes the same time."""
 

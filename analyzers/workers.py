@@ -15,7 +15,7 @@ THREADS_MIN_BYTES = 48 << 20
 is decoded by several: a thread costs nothing to start."""
 MAX_WORKERS = 8
 """Each worker decoding a file's chunks holds a few chunks and their events (~0.4 GB). On this project's 2-core
-machine two workers read 1M Kineto kernels in 10.6-14.5 s against 16-22 s in one process (docs/BENCHMARKS.md)."""
+machine two workers read 1M Kineto kernels in 10.6-14.5 s against 16-22 s in one process (docs/PERFORMANCE.md)."""
 
 _ONE_PROCESS: list[bool] = []
 

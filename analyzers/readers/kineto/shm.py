@@ -3,7 +3,7 @@
 Sent through a pipe, each 32 MB chunk was pickled, written in 64 KiB pieces, read back and unpickled: on a
 1M-kernel trace (2.2 GB of text) the two workers of a 2-core machine spent about a third of their CPU time in
 ``read`` and in page faults on the fresh buffers, and two workers were barely faster than one process
-(docs/BENCHMARKS.md, "Kineto workers: text through shared memory"). Here the reading process copies each chunk
+(docs/PERFORMANCE.md). Here the reading process copies each chunk
 into a slot of a ``Ring`` (one shared block, faulted in once) and sends only the slot's name and offset; the
 worker copies the text out into its own reused buffer and decodes it there.
 

@@ -204,7 +204,7 @@ PIN_EVERY = 64
 small-object allocator unmaps a 1 MiB arena as soon as its last object dies; a chunk's ~100 MB of events all die
 together, so each chunk mapped and faulted its arenas afresh: in two workers on a 1M-kernel trace, 1.6M page
 faults and 4.8 s of system time. With one live event in each arena they stay mapped and the next chunks reuse
-them: 0.4M faults and 1.2 s (docs/BENCHMARKS.md). The pins cost ~1/64 of one chunk's events."""
+them: 0.4M faults and 1.2 s (docs/PERFORMANCE.md). The pins cost ~1/64 of one chunk's events."""
 
 
 def release_scratch() -> None:

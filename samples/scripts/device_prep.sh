@@ -12,7 +12,7 @@ limit=$((64 * 1024 * 1024))
 if [[ ! -d .whl ]] || ! ls .whl/polars-*.whl >/dev/null 2>&1; then
   ../shared/tools/device-wheels.sh .whl msgspec
 fi
-rm -f .whl/tracekit-*.whl .whl/zlib_ng-*.whl .whl/adbc_*.whl # optional dependencies: gzip / sqlite3 fallbacks
+rm -f .whl/tracekit-*.whl .whl/zlib_ng-*.whl # optional dependency: the gzip fallback
 # tracekit's wheel holds its C scanner, built for one Python: the GPU machine's (3.12; DEVICE_PYTHON to change)
 "${DEVICE_PYTHON:-python3.12}" -m pip wheel -q --no-deps -w .whl .
 [[ -d .nsys-libs ]] || ../shared/tools/nsys-libs.sh .nsys-libs

@@ -1,5 +1,5 @@
-"""The compiled modules: the Kineto reader's C scanner (analyzers/readers/kineto/_scan.c), the nsys reader's
-page reader (analyzers/readers/nsys/_pages.c) and the nesting sweep of the range join (analyzers/_nest.c).
+"""The compiled modules: the Kineto reader's C scanner (analyzers/readers/kineto/_scan.c) and the nsys reader's
+page reader (analyzers/readers/nsys/_pages.c), each the fast path of its format (docs/PERFORMANCE.md).
 
 Everything else about the package is in pyproject.toml; this file exists because pyproject's own table for
 extension modules is still experimental in setuptools.
@@ -7,8 +7,8 @@ extension modules is still experimental in setuptools.
 ``TRACEKIT_NATIVE`` (read at build time) chooses what a build does with them:
 
 - unset or ``auto``: built where a C compiler is found, else left out (``optional=True``) and the install goes on
-  without them: the Kineto reader decodes with msgspec, the nsys reader reads through SQLite and the join nests
-  with polars (same frames, slower; tests/core/test_native_fallback.py compares the two);
+  without them: the Kineto reader decodes with msgspec and the nsys reader reads through SQLite (same frames,
+  slower; tests/core/test_native_fallback.py compares the two);
 - ``require``: a module that does not build fails the install (CI builds this way, .ci/run);
 - ``skip``: none is built (to install or test the pure-Python paths on a machine that has a compiler).
 """
@@ -40,13 +40,6 @@ def native_modules(mode: str) -> list[Extension]:
         Extension(
             "tracekit.analyzers.readers.nsys._pages",
             sources=["analyzers/readers/nsys/_pages.c"],
-            depends=["analyzers/_arrow.h"],
-            optional=optional,
-            extra_compile_args=FLAGS,
-        ),
-        Extension(
-            "tracekit.analyzers._nest",
-            sources=["analyzers/_nest.c"],
             depends=["analyzers/_arrow.h"],
             optional=optional,
             extra_compile_args=FLAGS,

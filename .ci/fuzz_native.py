@@ -1,6 +1,6 @@
 """Damaged real files through every native reader, for the sanitizer build (.ci/sanitize).
 
-Run by ``.ci/sanitize`` in an interpreter with AddressSanitizer preloaded, after it built the three C modules
+Run by ``.ci/sanitize`` in an interpreter with AddressSanitizer preloaded, after it built the two C modules
 with ``-fsanitize=address,undefined`` into ``BUILD_LIB``; this script loads those builds in place of the
 installed ones (and checks it did), then feeds them:
 
@@ -8,9 +8,7 @@ installed ones (and checks it did), then feeds them:
   zeroed blocks, b-tree page flips, SQL-level damage) read table by table with the page reader
   (``engine="pages"``), then imported whole (``import_files``: the reader, the join, the writes);
 - ``_scan.c``: each damaged Kineto trace (byte damage and JSON values of the wrong type, inside the gzip) scanned
-  whole, as chunks at seeded cut points, and imported with the scanner forced on for any size;
-- ``_nest.c``: the ranges and kernels of every import above go through its sweep, and seeded random intervals
-  (nested, crossing, zero-length, equal, at the int64 limits, unsorted) go to it directly.
+  whole, as chunks at seeded cut points, and imported with the scanner forced on for any size.
 
 A Python exception from a damaged file is expected (the file is bad); a sanitizer report aborts the process
 (``halt_on_error``, ``-fno-sanitize-recover``), which fails the run. Prints one line per source and totals.
@@ -40,13 +38,12 @@ sys.path.insert(0, str(ROOT))
 NATIVE = {
     "tracekit.analyzers.readers.kineto._scan": "tracekit/analyzers/readers/kineto/_scan",
     "tracekit.analyzers.readers.nsys._pages": "tracekit/analyzers/readers/nsys/_pages",
-    "tracekit.analyzers._nest": "tracekit/analyzers/_nest",
 }
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 class SanitizedBuilds(MetaPathFinder):
-    """Finds the three native modules in the sanitizer build folder, before the installed ones."""
+    """Finds the native modules in the sanitizer build folder, before the installed ones."""
 
     def __init__(self, lib: Path) -> None:
         self.lib = lib
@@ -126,42 +123,6 @@ _EVENT_GAP = re.compile(rb"\},\s*\{")
 """Between two events of the array: the chunk boundaries the reader itself cuts at."""
 
 
-def nest_cases(rng: random.Random, n: int, tally: Counter[str]) -> None:
-    """Random intervals straight into the sweep (through join.py's wrapper, and raw)."""
-    import polars as pl
-
-    from tracekit.analyzers import join
-
-    lo, hi = -(1 << 63), (1 << 63) - 1
-    for _ in range(n):
-        size = rng.choice([0, 1, 2, 3, 17, 300, 5000])
-        starts, ends = [], []
-        for _ in range(size):
-            s = rng.choice([rng.randrange(0, 1000), rng.randrange(lo, hi), lo, hi, 0])
-            e = s + rng.choice([0, 0, 1, rng.randrange(0, 1000), -rng.randrange(1, 10)])
-            starts.append(max(lo, min(hi, s)))
-            ends.append(max(lo, min(hi, e)))
-        points = [
-            rng.choice([rng.randrange(-10, 1010), lo, hi]) for _ in range(rng.randrange(0, 2 * size + 2))
-        ]
-        s_ser = pl.Series(sorted(starts) if rng.random() < 0.7 else starts, dtype=pl.Int64)
-        e_ser = pl.Series(ends, dtype=pl.Int64)
-        t_ser = pl.Series(points, dtype=pl.Int64)
-        try:
-            got = join._sweep(s_ser, e_ser, t_ser)
-            tally["nest swept" if got is not None else "nest declined"] += 1
-        except (ValueError, OverflowError):
-            tally["nest refused"] += 1
-        # the raw call with orders that are not a permutation, and lengths that disagree
-        order = pl.Series([rng.randrange(-2, len(points) + 2) for _ in points], dtype=pl.Int64)
-        for args in [(s_ser, e_ser, t_ser, order), (s_ser, e_ser.head(max(0, size - 1)), t_ser, order)]:
-            try:
-                join._nest.sweep(*args)  # type: ignore[union-attr]
-                tally["nest raw"] += 1
-            except (ValueError, OverflowError, TypeError):
-                tally["nest raw refused"] += 1
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -175,11 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.meta_path.insert(0, SanitizedBuilds(args.build_lib.resolve()))
 
     from tests.support import fuzz_corpus as F
-    from tracekit.analyzers import join
     from tracekit.analyzers.readers.kineto import native
     from tracekit.analyzers.readers.nsys import pages
 
-    loaded = [native._scan, pages._pages, join._nest]
+    loaded = [native._scan, pages._pages]
     for module in loaded:
         where = Path(getattr(module, "__file__", "") or "")
         if not where.is_relative_to(args.build_lib.resolve()):
@@ -211,13 +171,6 @@ def main(argv: list[str] | None = None) -> int:
                 f"{src.name[:60]:60} {time.perf_counter() - t:6.1f} s  {dict(sorted(tally.items()))}",
                 flush=True,
             )
-    tally = Counter()
-    t = time.perf_counter()
-    nest_cases(rng, round(400 * args.scale), tally)
-    total.update(tally)
-    print(
-        f"{'random intervals into _nest.sweep':60} {time.perf_counter() - t:6.1f} s  {dict(sorted(tally.items()))}"
-    )
     print(f"total {time.perf_counter() - t0:.1f} s: {dict(sorted(total.items()))}; no sanitizer report")
     return 0
 

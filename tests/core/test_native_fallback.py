@@ -1,9 +1,9 @@
 """The compiled modules and the install without them.
 
-``setup.py`` builds three C modules (``TRACEKIT_NATIVE``: ``auto`` optional, ``require`` a failure where one does
+``setup.py`` builds two C modules (``TRACEKIT_NATIVE``: ``auto`` optional, ``require`` a failure where one does
 not build, ``skip`` none). CI installs with ``require`` and fails when one is missing (:func:`test_every_native_
 module_is_built_where_required`); a user without a compiler gets the pure-Python paths, tested here as such: a
-fresh interpreter where importing the three modules fails (as it does where they were never built) imports real
+fresh interpreter where importing the two modules fails (as it does where they were never built) imports real
 files of both formats, and its frames must equal the native import's.
 """
 
@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NATIVE = (
     "tracekit.analyzers.readers.kineto._scan",
     "tracekit.analyzers.readers.nsys._pages",
-    "tracekit.analyzers._nest",
 )
 
 HIDDEN = textwrap.dedent(
@@ -40,12 +39,11 @@ HIDDEN = textwrap.dedent(
 
     sys.meta_path.insert(0, NoNative())
     from pathlib import Path
-    from tracekit.analyzers import join
     from tracekit.analyzers.importer import import_files
     from tracekit.analyzers.readers.kineto import native
     from tracekit.analyzers.readers.nsys import pages
 
-    assert not native.AVAILABLE and not pages.AVAILABLE and join._nest is None
+    assert not native.AVAILABLE and not pages.AVAILABLE
     import_files([Path(p) for p in sys.argv[2:]], Path(sys.argv[1]))
     print("imported without the native modules")
     """
@@ -87,12 +85,12 @@ def test_every_native_module_is_built_where_required() -> None:
 
 @pytest.mark.slow
 def test_the_pure_python_paths_give_the_native_frames(shared_data: Path, tmp_path: Path) -> None:
-    from tracekit.analyzers import join
     from tracekit.analyzers.importer import import_files
+    from tracekit.analyzers.readers.kineto import native
     from tracekit.analyzers.readers.nsys import pages
     from tracekit.analyzers.store import load_frames
 
-    if not pages.AVAILABLE or join._nest is None:
+    if not pages.AVAILABLE or not native.AVAILABLE:
         pytest.skip("the native modules are not built here: there is nothing to compare the fallback with")
     files = [shared_data / "h200-probe" / "probe.sqlite", shared_data / "h200-probe" / "torch_trace.json.gz"]
     native_run, _ = import_files(files, tmp_path / "native")

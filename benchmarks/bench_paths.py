@@ -5,10 +5,13 @@ Each variant runs the import command in a fresh interpreter (``tracekit.cli.main
 does) with the native modules switched off through their environment variables (inherited by worker
 processes) or, for variants that existed only as code paths, a few lines run before the command:
 
-- nsys (``nsys_1m_5m.sqlite``: ~1M kernels, ~5M NVTX ranges): ``native`` (the page reader and the C sweep),
-  ``no-sweep`` (the page reader, polars nesting), ``sqlite3`` (no native module);
+- nsys (``nsys_1m_5m.sqlite``: ~1M kernels, ~5M NVTX ranges): ``native`` (the page reader), ``sqlite3`` (the
+  fallback);
 - Kineto (``kineto_1m.json.gz``: ~1M kernels): ``native`` (the C scanner in threads), ``msgspec`` (msgspec
   in the same threads; the fallback).
+
+The variants that decided which paths stay (ADBC, the C nesting sweep, msgspec in worker processes) ran with
+this script at commit 5686a2c, where they still existed; docs/PERFORMANCE.md has their numbers.
 
 Rounds alternate the variants' order (the first of a round runs on a colder page cache); the table gives each
 run, the median, and each variant's saving against the fallback as a share of the fallback's command. The files
@@ -35,38 +38,14 @@ sys.path.insert(0, str(HERE))
 import bench_import  # noqa: E402
 
 RUN = "import sys; from tracekit.cli import main; main(['import', sys.argv[1], '-o', sys.argv[2]])"
-NO_ADBC = """
-import sys
-from importlib.abc import MetaPathFinder
-class NoAdbc(MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "adbc_driver_sqlite":
-            raise ImportError(name)
-sys.meta_path.insert(0, NoAdbc())
-"""
-"""Run before the command: adbc-driver-sqlite as if not installed (the nsys reader then uses sqlite3)."""
-THREADS = """
-from tracekit.analyzers.readers.kineto import stream
-_init = stream.Decoder.__init__
-stream.Decoder.__init__ = lambda self, workers, slot_bytes=None, *, processes=None: _init(
-    self, workers, slot_bytes, processes=False
-)
-"""
-"""Run before the command: chunks decoded by msgspec in threads, not spawned processes."""
-NO_PAGES = {"TRACEKIT_NO_PAGE_READER": "1"}
-NO_SWEEP = {"TRACEKIT_NO_SWEEP": "1"}
 VARIANTS: dict[str, dict[str, tuple[dict[str, str], str]]] = {
     "nsys": {
         "native": ({}, ""),
-        "no-sweep": (NO_SWEEP, ""),
-        "adbc": (NO_PAGES, ""),
-        "sqlite3+sw": (NO_PAGES, NO_ADBC),
-        "sqlite3": ({**NO_PAGES, **NO_SWEEP}, NO_ADBC),
+        "sqlite3": ({"TRACEKIT_NO_PAGE_READER": "1"}, ""),
     },
     "kineto": {
         "native": ({}, ""),
-        "processes": ({"TRACEKIT_NO_SCANNER": "1"}, ""),
-        "threads": ({"TRACEKIT_NO_SCANNER": "1"}, THREADS),
+        "msgspec": ({"TRACEKIT_NO_SCANNER": "1"}, ""),
     },
 }
 """Per input: variant -> (environment added, code run before the command). The fallback is the last."""

@@ -5,7 +5,7 @@
 #   samples/scripts/device_prep.sh --slim   also delete, from the working tree only, what no GPU phase reads (the
 #                                           TUI snapshots and the committed samples); restore after the call with
 #                                           `git checkout -- tests/__snapshots__ samples`
-# Then: run(carry=[".whl", ".nsys-libs"], command="TK_OUT=/tmp/tk TK_PACK=$OUT bash samples/scripts/gpu_session.sh ...")
+# Then: run(carry=[".whl", ".nsys-libs"], command="TK_OUT=/tmp/tk TK_PACK=$OUT bash samples/scripts/gpu_phases.sh ...")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 limit=$((64 * 1024 * 1024))

@@ -20,44 +20,54 @@ _STYLE = {
 }
 
 
+def gemm_label(label: str) -> str:
+    """A compared GEMM's label as the table shows it: a kernel name (a case found by its kernel, not its shape)
+    shortened by :func:`tracekit.text.short_kernel_name`, so it takes one line; a shape label whole."""
+    from tracekit.text import clean, short_kernel_name
+
+    return short_kernel_name(label) if "(" in label or "<" in label else clean(label)
+
+
 def _render(result: dict[str, Any], base: str, new: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    import polars as pl
     from rich.text import Text
 
-    from tracekit.commands._render import safe
+    from tracekit.commands._render import frame_table, safe
+    from tracekit.text import make_console
 
-    console = Console()
-    table = Table(
-        title=f"{safe(base)} → {safe(new)} (threshold {result['threshold_pct']:g}%)", title_justify="left"
-    )
-    for col, just in (
-        ("GEMM", "left"),
-        ("base µs", "right"),
-        ("new µs", "right"),
-        ("Δ time", "right"),
-        ("noise ±", "right"),
-        ("TFLOP/s", "right"),
-        ("status", "left"),
-        ("factors moved", "left"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    console = make_console()
+    rows = []
     for r in result["gemms"]:
         moved = ", ".join(
             f"{m['factor']} {formatted(m['base'], '{:.2f}')}→{formatted(m['new'], '{:.2f}')}"
             for m in r.get("factors_moved") or []
         )
-        tfl = f"{formatted(r.get('base_tflops'), '{:,.0f}')}→{formatted(r.get('new_tflops'), '{:,.0f}')}"
-        table.add_row(
-            Text(safe(r["gemm"], 60)),
-            formatted(r.get("base_time_us")),
-            formatted(r.get("new_time_us")),
-            formatted(r.get("time_change_pct"), "{:+.1f}%"),
-            formatted(r.get("noise_pct"), "{:.1f}%"),
-            tfl,
-            Text(r["status"], style=_STYLE.get(r["status"], "")),
-            Text(safe(moved or r.get("error") or "", 80)),
+        rows.append(
+            {
+                "GEMM": gemm_label(r["gemm"]),
+                "base µs": formatted(r.get("base_time_us")),
+                "new µs": formatted(r.get("new_time_us")),
+                "Δ time": formatted(r.get("time_change_pct"), "{:+.1f}%"),
+                "noise ±": formatted(r.get("noise_pct"), "{:.1f}%"),
+                "TFLOP/s": f"{formatted(r.get('base_tflops'), '{:,.0f}')}→"
+                f"{formatted(r.get('new_tflops'), '{:,.0f}')}",
+                "status": r["status"],
+                "factors moved": moved or r.get("error") or "",
+            }
         )
+    cols = ["GEMM", "base µs", "new µs", "Δ time", "noise ±", "TFLOP/s", "status", "factors moved"]
+    # the shared table layout (tracekit.commands._render.frame_table): numbers and statuses whole, one line per
+    # GEMM; to a pipe the natural width (tracekit.text.make_console); on a narrow terminal the least needed
+    # columns are left out, and the title says which
+    table = frame_table(
+        pl.DataFrame(rows, schema=dict.fromkeys(cols, pl.String)),
+        f"{safe(base)} → {safe(new)} (threshold {result['threshold_pct']:g}%)",
+        {"GEMM": 80, "factors moved": 200},
+        width=console.width,
+        priority=["GEMM", "Δ time", "status", "noise ±", "new µs", "base µs", "TFLOP/s", "factors moved"],
+        min_widths={"GEMM": 30, "factors moved": 24},
+        whole=("base µs", "new µs", "Δ time", "noise ±", "TFLOP/s", "status"),
+    )
     console.print(table)
     for title, items in (
         ("new failures", result["new_failures"]),
@@ -74,7 +84,7 @@ def _render(result: dict[str, Any], base: str, new: str) -> None:
     for side in ("only_in_base", "only_in_new"):
         if result[side]:
             console.print(
-                Text(f"{side.replace('_', ' ')}: " + ", ".join(safe(x, 60) for x in result[side][:20]))
+                Text(f"{side.replace('_', ' ')}: " + ", ".join(gemm_label(x) for x in result[side][:20]))
             )
     c = result["counts"]
     console.print(

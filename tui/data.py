@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.analyzers.analysis.model import Analysis as TypedAnalysis
@@ -104,20 +105,32 @@ class RunData:
 
     @property
     def device_label(self) -> str:
-        if not self.devices:
-            return "device unknown"
-        parts = []
-        for d in self.devices:
-            text = str(d.get("name") or "GPU ?")
-            if d.get("compute_capability"):
-                text += f" (SM {d['compute_capability']}"
-                text += f", {d['sm_count']} SMs)" if d.get("sm_count") else ")"
-            parts.append(text)
-        return " + ".join(parts)
+        return devices_label(self.devices)
 
     @property
     def failure_count(self) -> int:
         return self.frames["failures"].height
+
+
+def analysis_devices_label(data: RunData, analysis: Any) -> str:
+    """The overview's GPU: the one ``--device`` named once the Analysis is built (its devices), else the files'."""
+    if analysis is not None and analysis.run.device_override and analysis.devices:
+        return devices_label([msgspec.structs.asdict(d) for d in analysis.devices])
+    return data.device_label
+
+
+def devices_label(devices: list[dict[str, Any]]) -> str:
+    """GPUs as the overview's header names them: ``NVIDIA H200 (SM 9.0, 132 SMs)``, several joined by ``+``."""
+    if not devices:
+        return "device unknown"
+    parts = []
+    for d in devices:
+        text = str(d.get("name") or "GPU ?")
+        if d.get("compute_capability"):
+            text += f" (SM {d['compute_capability']}"
+            text += f", {d['sm_count']} SMs)" if d.get("sm_count") else ")"
+        parts.append(text)
+    return " + ".join(parts)
 
 
 def load_run(path: Path | str) -> RunData:

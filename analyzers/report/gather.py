@@ -66,6 +66,21 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     }
 
 
+def _with_device(env: dict[str, Any], analysis: Any) -> dict[str, Any]:
+    """``env`` with the GPU that ``--device`` named (the Analysis' device) in place of the files' (the report
+    says the GPU the peaks came from, never "an unknown GPU" beside them)."""
+    if not analysis.run.device_override or not analysis.devices:
+        return env
+    dev = analysis.devices[0]
+    return {
+        **env,
+        "gpu": dev.name,
+        "compute_capability": dev.compute_capability or env.get("compute_capability"),
+        "sm_count": dev.sm_count or env.get("sm_count"),
+        "gpu_source": f"--device {analysis.run.device_override}",
+    }
+
+
 def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     cap = run.record.capture
     ncu = cap.ncu or NcuCapture()
@@ -298,7 +313,7 @@ def build_report(
                 "schema_version": record.schema_version,
                 "import_warnings": record.import_warnings or [],
             },
-            "environment": _environment(run, frames),
+            "environment": _with_device(_environment(run, frames), analysis),
             "capture": _capture(run, frames),
             "reproduce": reproduce_command(record),
             "calibration": analysis.run.calibration,

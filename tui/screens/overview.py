@@ -20,7 +20,16 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count, step_breakdown
+from tracekit.tui.data import (
+    Analysis,
+    Prefetch,
+    RunData,
+    analysis_devices_label,
+    analyze,
+    load_run,
+    rank_count,
+    step_breakdown,
+)
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
@@ -103,7 +112,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
     if ranks > 1:
         counts.append(f"{ranks} ranks (d)")
     counts_text = " · ".join(counts)
-    device = clean(d.device_label)
+    device = clean(analysis_devices_label(d, analysis))
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]

@@ -355,7 +355,9 @@ def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:
         return "no GEMM shape or FLOP count", NCU_HINT
     if peak is None:
         cls = case.dtype_class or "tensor"
-        if case.device is None or case.device.provenance == "unknown":  # no GPU named, by the files or --device
+        if (
+            case.device is None or case.device.provenance == "unknown"
+        ):  # no GPU named, by the files or --device
             return (
                 f"no {cls} peak known for this GPU",
                 "name the GPU with --device NAME (tracekit explain --help lists the catalog)",

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["CONTROL", "PIPE_WIDTH", "clean", "has_control", "make_console", "short_kernel_name"]
+__all__ = ["CONTROL", "PIPE_WIDTH", "clean", "has_control", "make_console", "short_kernel_name", "short_name"]
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """Every control character: C0, DEL and C1."""
@@ -66,10 +66,15 @@ def make_console(*, stderr: bool = False, **options: Any) -> Any:
     return console
 
 
+_PLAIN = re.compile(r"\w+")
+
+
 def short_kernel_name(name: Any) -> str:
     """A kernel's name as a person scans a table: no return type, no parameter list, template arguments elided.
 
-    ``void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<...>>(Params)`` -> ``cutlass::Kernel2<…>``;
+    ``void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<...>>(Params)`` -> ``cutlass::Kernel2<…>``; a
+    template argument that is one plain name is kept, as it is what tells such kernels apart
+    (``cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>``);
     ``sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64`` stays whole (it has nothing to elide). The
     namespace stays: it tells a CUTLASS kernel from a PyTorch one. Reports keep the full name beside it (a
     hover title in HTML, ``--json``); control characters are shown as ``\\xNN`` (:func:`clean`)."""
@@ -85,16 +90,23 @@ def short_kernel_name(name: Any) -> str:
                     s = s[:i].rstrip() or s
                     break
     out: list[str] = []
-    depth = 0
-    for c in s:
+    depth, start = 0, 0
+    for i, c in enumerate(s):
         if c == "<":
             if depth == 0:
-                out.append("<…>")
+                start = i
             depth += 1
         elif c == ">" and depth:
             depth -= 1
+            if (
+                depth == 0
+            ):  # one plain name is what tells kernels apart (cutlass::Kernel<cutlass_80_…_align1>)
+                inner = s[start + 1 : i]
+                out.append(f"<{inner}>" if _PLAIN.fullmatch(inner) else "<…>")
         elif depth == 0:
             out.append(c)
+    if depth:  # a name cut inside its template arguments
+        out.append("<…>")
     s = "".join(out).strip()
     depth, cut = 0, -1
     for i, c in enumerate(s):  # a return type (``void``) before the name: the last space outside (...)
@@ -102,3 +114,11 @@ def short_kernel_name(name: Any) -> str:
         if c == " " and depth == 0:
             cut = i
     return s[cut + 1 :] or clean(name)
+
+
+def short_name(label: Any) -> str:
+    """A case's label as tables and plot legends show it: a kernel name (one with a parameter list or template
+    arguments) shortened by :func:`short_kernel_name`; any other label (``torch-bf16 4096x2048x6144``, a range
+    name) whole, as it is already short and its spaces are part of it."""
+    text = clean(label)
+    return short_kernel_name(text) if "(" in text or "<" in text else text

@@ -123,9 +123,12 @@ def test_hints_and_the_run_line_keep_a_long_path_whole(
 def test_short_kernel_names() -> None:
     long = "void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<cutlass::half_t, 4>>(cutlass::Params)"
     assert short_kernel_name(long) == "cutlass::Kernel2<…>"
-    assert short_kernel_name("void at::native::(anonymous namespace)::f<float>(float*)") == (
+    assert short_kernel_name("void at::native::(anonymous namespace)::f<float, 4>(float*)") == (
         "at::native::(anonymous namespace)::f<…>"
     )
+    tile = "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>"
+    assert short_kernel_name(f"void {tile}(cutlass::gemm::Params)") == tile  # the name that tells them apart
+    assert short_kernel_name("void cutlass::Kernel2<cutlass::gemm::GemmUniv") == "cutlass::Kernel2<…>"
     plain = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
     assert short_kernel_name(plain) == plain
     assert short_kernel_name("bad\x1b[31m") == "bad\\x1b[31m"

@@ -404,7 +404,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
     from rich.text import Text
 
     from tracekit.analyzers.breakdown import Breakdown
-    from tracekit.analyzers.breakdown.table import breakdown_frame
+    from tracekit.analyzers.breakdown.table import breakdown_frame, collapse_same_ranges
 
     b = Breakdown.from_dict(data)
     if b.empty:
@@ -412,7 +412,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
     names = len({s.range for s in b.ranges})
     import polars as pl
 
-    df = breakdown_frame(b, limit)
+    df = collapse_same_ranges(breakdown_frame(b, limit))
     classes = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms", "idle", "comm_hidden")]
     df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(2))
     title = (

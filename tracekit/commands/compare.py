@@ -10,6 +10,7 @@ import click
 
 from tracekit.errors import RegressionError
 from tracekit.numbers import formatted
+from tracekit.text import short_name as gemm_label
 
 _STYLE = {
     "regression": "bold red",
@@ -18,14 +19,6 @@ _STYLE = {
     "noise": "dim",
     "unchanged": "dim",
 }
-
-
-def gemm_label(label: str) -> str:
-    """A compared GEMM's label as the table shows it: a kernel name (a case found by its kernel, not its shape)
-    shortened by :func:`tracekit.text.short_kernel_name`, so it takes one line; a shape label whole."""
-    from tracekit.text import clean, short_kernel_name
-
-    return short_kernel_name(label) if "(" in label or "<" in label else clean(label)
 
 
 def _render(result: dict[str, Any], base: str, new: str) -> None:

@@ -170,6 +170,16 @@ def case_row(case: Any) -> dict[str, Any]:
         "sm_clock_hz": case.sm_clock_hz,
         "verdict": verdict,
         "verdict_kind": v.kind,
+        # the same quantities under Analysis.cases_frame()'s names (docs/ANALYSIS.md), so that code written
+        # against one reads the other; the keys above stay for the scripts written against them
+        "dtype_a": s.dtype_a if s else None,
+        "dtype_b": s.dtype_b if s else None,
+        "dtype_out": s.dtype_out if s else None,
+        "rate_source": case.rate.source,
+        "kernel": case.kernel.name,
+        "span_ns_median": t.span_ns.median,
+        "gemm_ns_median": t.gemm_ns.median,
+        "span_ns_total": t.span_ns_total,
     }
 
 
@@ -201,7 +211,10 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         "schema_version": SCHEMA_VERSION,
         "analysis_schema_version": analysis.schema_version,
         "run": {
-            "path": str(run.path),
+            # a bundle is named by its zip, never by the cache folder it is unpacked in (docs/TUI.md)
+            "path": str(
+                record.bundle.opened_from if record.bundle and record.bundle.opened_from else run.path
+            ),
             "status": run.status,
             "partial": bool(record.partial),
             "incomplete_reason": record.incomplete_reason,

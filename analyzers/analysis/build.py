@@ -250,7 +250,7 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     if scope == "none":
         return None
     from ..breakdown import RANGE_LIMIT, breakdown, memops_recorded
-    from ..breakdown.table import headline
+    from ..breakdown.steps import step_headline
 
     kernels, memops = frames.get("kernels"), frames.get("memops")
     if (kernels is None or kernels.height == 0) and (memops is None or memops.height == 0):
@@ -264,7 +264,10 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     if not result.devices:
         return None
     out = result.to_dict()
-    out["headline"] = "; ".join(headline(s) for s in result.devices)
+    # over the user's steps where the run has any, saying which (analyzers/breakdown/steps.py)
+    out["headline"] = step_headline(
+        frames, result, memops=memops_recorded(run.record if run is not None else None)
+    )
     return out
 
 

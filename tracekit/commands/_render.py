@@ -40,8 +40,15 @@ def frame_table(
     from rich.table import Table
     from rich.text import Text
 
+    from tracekit.text import PIPE_WIDTH
+
     widths = widths or {}
-    cells = {c: [safe(numbers.table(v), widths.get(c, 60)) for v in df[c].to_list()] for c in df.columns}
+    # to a pipe or a file (make_console's PIPE_WIDTH) names are printed whole: nothing asks them to fit
+    whole_names = width is not None and width >= PIPE_WIDTH
+    cells = {
+        c: [safe(numbers.table(v), None if whole_names else widths.get(c, 60)) for v in df[c].to_list()]
+        for c in df.columns
+    }
     numeric = {c: df.schema[c].is_numeric() or c in whole for c in df.columns}
 
     def need(c: str) -> int:
@@ -374,13 +381,20 @@ def render_summary(
             )
             if c in ncu.columns
         ]
-        shown = cut(ncu.select(cols))
+        # times and clocks in the units people read them in (µs, MHz), the unit in the column's name: raw ns and
+        # Hz printed 1,168,077,824 and 1,364,828,514 (--json keeps the frame's units)
+        units = {"duration_ns": ("duration_µs", 1e3), "sm_clock_hz": ("sm_clock_MHz", 1e6)}
+        shown = cut(
+            ncu.select(
+                [(pl.col(c) / units[c][1]).alias(units[c][0]) if c in units else pl.col(c) for c in cols]
+            )
+        )
         table = frame_table(
             shown,
             "Nsight Compute kernels",
             {"name": 50, "nvtx_range": 50},
             width=w,
-            priority=["name", "duration_ns", "tensor_pipe_pct", "sm_clock_hz"],
+            priority=["name", "duration_µs", "tensor_pipe_pct", "sm_clock_MHz"],
         )
         _print_cut(console, table, ncu.height, shown.height, "Nsight Compute kernels", path)
     everything = (

@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
+from tracekit.text import short_name
 from tracekit.tui.data import (
     Analysis,
     Prefetch,
@@ -49,7 +50,9 @@ def _ms(value: Any, row: dict[str, Any]) -> str:
 
 GEMM_COLUMNS = [
     Col("gemm_id", "#", 3, "right", fmt=lambda v, r: str(v + 1)),
-    Col("backend", "backend", 12),
+    # a backend (torch-fp8-tensorwise) or, for a case found by its kernel, the kernel's short name: wider where
+    # the table has room, cut in the middle where not (sm80_xmma_gemm_… kernels differ at their end)
+    Col("backend", "backend", 12, fmt=lambda v, r: short_name(v), grow_to=32, middle=True),
     Col("m", "M", 5, "right"),
     Col("n", "N", 5, "right"),
     Col("k", "K", 5, "right"),

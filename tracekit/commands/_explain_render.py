@@ -307,9 +307,13 @@ def render_analysis(
     from rich.text import Text
 
     from tracekit.commands._render import safe
-    from tracekit.text import make_console
+    from tracekit.text import PIPE_WIDTH, make_console
 
     console = console or make_console()
+    if console.width >= PIPE_WIDTH:
+        # to a pipe the cards are prose, not tables: read at a fixed width that still holds the factor table (WIDE),
+        # instead of lines a thousand columns long
+        console.width = WIDE + 20
     if not cases:
         render_summary(console, analysis, 0, 0)
         what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"

@@ -132,3 +132,14 @@ def test_short_kernel_names() -> None:
     plain = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
     assert short_kernel_name(plain) == plain
     assert short_kernel_name("bad\x1b[31m") == "bad\\x1b[31m"
+
+
+def test_explain_to_a_pipe_reads_at_a_fixed_width(samples_dir: Path) -> None:
+    """Cards are prose: to a pipe they are drawn at 200 columns (the factor table's wide layout), not 1,000."""
+    from tracekit.commands._explain_render import WIDE
+
+    p = _tracekit("explain", str(samples_dir / GEMM), "--top", "1")
+    assert p.returncode == 0, p.stderr
+    borders = [ln for ln in p.stdout.splitlines() if ln.startswith(("╭", "╰"))]
+    assert borders and all(len(ln) == WIDE + 20 for ln in borders)
+    assert any(ln.startswith("│ factor ") for ln in p.stdout.splitlines())  # the wide factor table

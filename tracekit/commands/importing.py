@@ -85,7 +85,7 @@ def import_(
     Examples:
       tracekit import samples/h200-gemm-probe/raw/probe.sqlite.xz -o runs/probe   # compressed files are fine
       tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
-      tracekit import --rebuild runs/probe        # after upgrading tracekit: the frames again, from raw/
+      tracekit import --rebuild runs/<run>        # after upgrading tracekit: the frames again, from raw/
       tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
       tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """

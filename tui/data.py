@@ -119,16 +119,25 @@ class RunData:
     def failure_count(self) -> int:
         return self.frames["failures"].height
 
+    def count(self, name: str) -> int:
+        """A frame's rows, without reading the frame where the manifest counts them."""
+        from tracekit.analyzers.store import RunFrames
+
+        if isinstance(self.frames, RunFrames):
+            return self.frames.height(name)
+        return self.frames[name].height
+
 
 def load_run(path: Path | str) -> RunData:
-    """Open a run folder or bundle and read all its frames (rebuilding them from raw/ when stale)."""
-    from tracekit.analyzers.store import load_frames, open_run
+    """Open a run folder or bundle; its frames are read as the screens need them (``store.RunFrames``: the
+    overview's table comes from the stored Analysis, not from the frames)."""
+    from tracekit.analyzers.store import RunFrames, open_run
     from tracekit.analyzers.summary import devices
 
     path = Path(path)
     run = open_run(path)
-    frames = load_frames(run)
-    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))
+    frames = RunFrames(run)
+    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))  # type: ignore[arg-type]
 
 
 Analysis = TypedAnalysis
@@ -144,11 +153,18 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
-    """The run's Analysis (:func:`tracekit.analyzers.analysis.analyze_frames`, what explain, show and report
-    render): cases most time in calls first, each with its waterfall, and the summary; ``device`` (``tracekit view
-    --device``) overrides the GPU the files name."""
-    from tracekit.analyzers.analysis import analyze_frames
+    """The run's Analysis (:func:`tracekit.analyzers.analysis.load_analysis`, what explain, show and report
+    render: the stored one where it fits): cases most time in calls first, each with its waterfall, and the
+    summary; ``device`` (``tracekit view --device``) overrides the GPU the files name."""
+    from tracekit.analyzers.analysis import analyze_frames, load_analysis
+    from tracekit.analyzers.store import RunFrames
 
+    try:
+        return load_analysis(
+            data.run, device=device, frames=None if isinstance(data.frames, RunFrames) else data.frames
+        )
+    except BadInputError:
+        pass  # a broken cached calibration profile: analysed without it, as below
     cal, cal_source = _calibration(data)
     return analyze_frames(
         data.frames,
@@ -215,9 +231,18 @@ def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
 
 
 def rank_count(frames: dict[str, pl.DataFrame]) -> int:
-    """How many distributed ranks the run's frames hold (0 for a single-process run)."""
-    from tracekit.analyzers.ranks import run_ranks
+    """How many distributed ranks the run's frames hold (0 for a single-process run); of a run's frames read as
+    needed (``store.RunFrames``), only the rank columns are read."""
+    from tracekit.analyzers.ranks import RANKED_FRAMES, run_ranks
+    from tracekit.analyzers.store import RunFrames
 
+    if isinstance(frames, RunFrames):
+        found: set[int] = set()
+        for name in RANKED_FRAMES:
+            scan = frames.scan(name)
+            if "rank" in scan.collect_schema().names():
+                found |= set(scan.select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list())
+        return len(found)
     return len(run_ranks(frames))
 
 

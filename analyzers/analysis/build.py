@@ -117,6 +117,8 @@ def _ranks(
     environment: Environment | dict[str, Any] | None,
     calibration: dict[str, Any] | None,
 ) -> RankSummary | None:
+    import msgspec
+
     from ..ranks import analyze_ranks
 
     ra = analyze_ranks(frames, environment=environment, calibration=calibration)
@@ -124,7 +126,8 @@ def _ranks(
         return None
     d = ra.to_dict()
     fields = set(RankRow.__struct_fields__)
-    rows = [RankRow(**{k: v for k, v in r.items() if k in fields}) for r in d["ranks"]]
+    # converted, not constructed: the float fields get floats (a stored Analysis decodes to the same)
+    rows = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankRow) for r in d["ranks"]]
     return RankSummary(
         ranks=rows,
         straggler=d["straggler"],

@@ -112,20 +112,21 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --gate  # exit 5: bf16 M=4096 regressed
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --json | jq '.gemms[] | select(.status=="regression")'
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.compare import compare_runs
-    from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.commands.explain import say
 
     rb, rn = open_run(base), open_run(new)
-    fb, fn = load_frames(rb), load_frames(rn)
+    fb, fn = RunFrames(rb), RunFrames(rn)
     result = compare_runs(
         fb,
         fn,
         threshold_pct=threshold,
         base_environment=rb.record.environment,
         new_environment=rn.record.environment,
-        base_analysis=analyze_run(rb, fb, breakdown="none"),
-        new_analysis=analyze_run(rn, fn, breakdown="none"),
+        base_analysis=load_analysis(rb, say=say),
+        new_analysis=load_analysis(rn, say=say),
     )
     result["base"], result["new"] = str(base), str(new)
     if as_json:

@@ -70,9 +70,10 @@ def report(
       tracekit report samples/h200-gemm-probe --format json | jq '.cases[0].verdict'
       tracekit report samples/h200-counter-probe --device h200 -o ticket.md   # CSV exports name no GPU
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.report import build_report, write_report
-    from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.commands.explain import say
 
     count = top_count(top, show_all)
     device = resolve_device(device_name)
@@ -81,8 +82,8 @@ def report(
     if out is not None and out.exists() and out.is_dir():
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
-    frames = load_frames(r)
-    analysis = analyze_run(r, frames, device=device, calibration=calibration)
+    frames = RunFrames(r)  # each frame read where the report needs it; the stored Analysis holds the rest
+    analysis = load_analysis(r, device=device, calibration=calibration, say=say)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     rep = build_report(r, frames, gemm_filter=gemm_filter, analysis=analysis, top=count)

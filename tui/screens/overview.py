@@ -93,12 +93,9 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
         line1 += [(clean(d.status), status_tone), sep, fail_part]
     n_gemms = len(analysis.cases) if analysis is not None else None
     counts = [f"{'…' if n_gemms is None else f'{n_gemms:,}'} GEMMs"]
-    if f["kernels"].height:
-        counts.append(f"{f['kernels'].height:,} kernels")
-    if f["ncu"].height:
-        counts.append(f"{f['ncu'].height:,} ncu")
-    if f["measurements"].height:
-        counts.append(f"{f['measurements'].height:,} measured")
+    for name, label in (("kernels", "kernels"), ("ncu", "ncu"), ("measurements", "measured")):
+        if rows := d.count(name):  # the manifest's count: no frame read for the header
+            counts.append(f"{rows:,} {label}")
     ranks = rank_count(f)
     if ranks > 1:
         counts.append(f"{ranks} ranks (d)")

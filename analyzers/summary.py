@@ -188,9 +188,9 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     import msgspec
 
     if analysis is None:
-        from .analysis import analyze_run
+        from .analysis import load_analysis
 
-        analysis = analyze_run(run, frames)
+        analysis = load_analysis(run, frames=frames if isinstance(frames, dict) else None)
     from tracekit.frames import SCHEMA_VERSION
 
     devs = [

@@ -166,6 +166,7 @@ def _frame_digests(run: Run) -> list[FileDigest]:
     if changed:
         with contextlib.suppress(OSError):  # no cache: the next read hashes again
             _write_bytes(path, msgspec.msgpack.encode(index))
+            _trim(path.parent)
     return out
 
 
@@ -281,9 +282,23 @@ def decode_analysis(stored: Stored) -> Analysis | None:
         return None
 
 
+CACHE_KEEP = 200
+"""Files the cache keeps per folder (Analyses; frame-hash indexes): a write past it removes the oldest."""
+
+
 def _write_bytes(path: Path, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
+
+
+def _trim(folder: Path, keep: int = CACHE_KEEP) -> None:
+    """The ``keep`` most recently written files of a cache folder; older ones removed (best effort)."""
+    with contextlib.suppress(OSError):
+        files = [p for p in folder.iterdir() if p.suffix == ".msgpack" and p.is_file()]
+        if len(files) > keep:
+            files.sort(key=lambda p: p.stat().st_mtime_ns)
+            for old in files[: len(files) - keep]:
+                old.unlink(missing_ok=True)
 
 
 def _write(path: Path, inputs: Inputs, analysis: Analysis) -> None:
@@ -411,6 +426,7 @@ def load_analysis(
     analysis = _build(run, frames, spec, cal, source, breakdown)
     with contextlib.suppress(OSError):  # a read-only or full home: the Analysis is built again next time
         _write(cached_path, inputs, analysis)
+        _trim(cached_path.parent)
     return analysis
 
 

@@ -25,7 +25,7 @@ import click
     "--rebuild",
     "rebuild",
     type=click.Path(path_type=Path),
-    help="Rebuild the frames of an existing RUN from its raw/.",
+    help="Rebuild the frames of an existing RUN from its raw/, and the Analysis stored with it.",
 )
 @click.option(
     "--workers",
@@ -61,7 +61,8 @@ def import_(
 
     The kind of each file is detected from its content. Files are copied untouched into RUN/raw/; frames are
     written to RUN/frames/. A file that cannot be read is reported and kept in raw/ (the run is marked partial,
-    exit 4); if none can be read nothing is written (exit 2).
+    exit 4); if none can be read nothing is written (exit 2). The run's Analysis is built and stored with it
+    (RUN/analysis.msgpack, docs/ANALYSIS.md), so show, explain, report and view load it instead of building it.
 
     Several files (one per rank of a distributed job) are read in parallel, one process per file up to --workers,
     each writing its rank's frames; the run is the same as with --workers 1. With --executor ray each file is a

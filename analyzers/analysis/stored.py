@@ -101,8 +101,8 @@ class Inputs(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     manifest_sha256: str
     files: list[FileDigest]
     frames: str = "current"
-    """``current`` (keyed by the frames' content) or ``rebuilt`` (frames rebuilt from raw/ on read: keyed by the
-    raw files)."""
+    """``current`` or ``migrated`` (frames of this or an earlier schema read from the run's files: keyed by their
+    content) or ``rebuilt`` (frames rebuilt from raw/ on read: keyed by the raw files)."""
 
     def key(self) -> str:
         """The SHA-256 of the inputs."""
@@ -200,7 +200,7 @@ def _inputs(
     calibration_source: str | None,
     breakdown: str,
 ) -> Inputs:
-    current = run.frames_current()
+    on_disk = run.frames_current() or run.frames_migratable()  # else rebuilt from raw/ on read
     return Inputs(
         tracekit_version=code_version(),
         analysis_schema_version=ANALYSIS_SCHEMA_VERSION,
@@ -210,8 +210,8 @@ def _inputs(
         calibration_sha256=_calibration_sha256(calibration),
         breakdown=breakdown,
         manifest_sha256=_manifest_sha256(run),
-        files=_frame_digests(run) if current else _raw_digests(run),
-        frames="current" if current else "rebuilt",
+        files=_frame_digests(run) if on_disk else _raw_digests(run),
+        frames="current" if run.frames_current() else "migrated" if on_disk else "rebuilt",
     )
 
 

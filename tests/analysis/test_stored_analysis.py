@@ -230,3 +230,38 @@ def test_a_run_without_a_stored_analysis_reads_and_says_how_to_store_it(tmp_path
         lines = done.stderr.strip().splitlines()
         assert lines == [S.hint_line(open_run(run))], done.stderr
     assert _snapshot(run) == before and _cached(cache)
+
+
+def test_no_view_builds_the_analysis_of_an_imported_run(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """show (table and --json), explain, report, compare and the TUI's loading all load the stored Analysis:
+    the builder refuses to run, and none of them fails."""
+    from click.testing import CliRunner
+
+    from tracekit.analyzers.analysis import build
+    from tracekit.cli import cli
+    from tracekit.tui.data import analyze, load_run
+
+    run = _imported("h200-bench-gemm", tmp_path)
+    other = _imported("h200-capture-gemm", tmp_path)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a view built the Analysis")
+
+    monkeypatch.setattr(build, "analyze_frames", refuse)
+    runner = CliRunner()
+    for args in (
+        ["show", str(run)],
+        ["show", str(run), "--json"],
+        ["explain", str(run)],
+        ["explain", str(run), "--json"],
+        ["report", str(run), "--format", "json"],
+        ["report", str(run), "-o", str(tmp_path / "t.md")],
+        ["compare", str(other), str(run)],
+    ):
+        done = runner.invoke(cli, args)
+        assert done.exit_code == 0, (args, done.output[-2000:], done.exception)
+    data = load_run(run)
+    assert analyze(data).to_json() == load_analysis(open_run(run)).to_json()
+    assert _cached(cache) == []

@@ -1,6 +1,6 @@
 /* Arrow's C data interface (https://arrow.apache.org/docs/format/CDataInterface.html) as tracekit's C modules
  * use it to hand columns to polars and take them from it (the PyCapsule interface): the structs, and the
- * capsules' destructors. Included by analyzers/_nest.c and analyzers/readers/nsys/_pages.c; needs Python.h
+ * capsules' destructors. Included by analyzers/readers/nsys/_pages.c; needs Python.h
  * first.
  */
 #ifndef TRACEKIT_ARROW_H

@@ -354,9 +354,25 @@ def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:
             return what, how or "capture with `tracekit capture --ncu`"
         return "no GEMM shape or FLOP count", NCU_HINT
     if peak is None:
+        cls = case.dtype_class or "tensor"
+        if (
+            case.device is None or case.device.provenance == "unknown"
+        ):  # no GPU named, by the files or --device
+            return (
+                f"no {cls} peak known for this GPU",
+                "name the GPU with --device NAME (tracekit explain --help lists the catalog)",
+            )
+        # the GPU is known (named by the files or by --device): never ask for --device again
+        if case.peak_unknown:
+            return (
+                f"the {cls} peak of {case.device.name} is below the measured rate",
+                f"check that {case.device.name} is the GPU that ran (`tracekit devices {case.device.key}`) "
+                "and that the FLOP count is right",
+            )
         return (
-            f"no {case.dtype_class or 'tensor'} peak known for this GPU",
-            "name the GPU with --device NAME (tracekit explain --help lists the catalog)",
+            f"the device catalog has no {cls} peak for {case.device.name}",
+            f"measure this GPU's ceilings with `tracekit calibrate` and pass --calibration, or use a GPU whose "
+            f"{cls} peak the catalog lists (`tracekit devices`)",
         )
     if not case.timing.gemm_ns_total:
         return (

@@ -548,7 +548,22 @@ def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult])
     write_frames(run, frames, partition_by=PARTITION_KEY if len(ranks) >= 2 else None)
     run.mark_partial(summary["partial"], summary["warnings"])
     run.save()
+    # the Analysis of the frames just written, kept with the run (frames partitioned by rank are read back:
+    # every read sees them in that order)
+    keep_analysis(run, frames if len(ranks) < 2 else None, summary["warnings"])
     return {"run": str(run.path), **summary, "ranks": ranks}
+
+
+def keep_analysis(run: Run, frames: dict[str, pl.DataFrame] | None, warnings: list[str]) -> None:
+    """Build the run's Analysis and store it with the run (analyzers/analysis/stored.py), so reads load it
+    instead of building it. A failure is a warning of the import, not its failure: reads build it then."""
+    from .analysis.stored import STORED_FILE, store_analysis
+
+    try:
+        store_analysis(run, frames)
+    except TracekitError as exc:
+        (run.path / STORED_FILE).unlink(missing_ok=True)
+        warnings.append(f"analysis not stored ({exc.one_line()}); reads build it")
 
 
 def import_into(run: Run, on_event: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -37,33 +37,20 @@ One integer key per group and time
     family, built with every point on it, serves all three (each call above builds its own: the sort of 5M
     ranges three times over on the nsys 1M-kernel export).
 
-The sweep (``_nest.c``)
-    Where a timeline's ranges nest properly, the ranges open at any instant form a stack whose height is the
-    depth those counts give: after the one sort into preorder, a pass in C with a stack gives depth, parent and
-    every point's innermost range at once. At the first two ranges that cross it declines, and the counts
-    above answer the whole family. Not built (no C compiler at install) or turned off by
-    ``TRACEKIT_NO_SWEEP``, the counts answer everything.
+One way, in polars
+    A C sweep (a stack of open ranges over the preorder) answered properly nested timelines beside these counts
+    until the two were measured on the whole import command: it saved less than the 20% a native path must
+    save to be kept (docs/PERFORMANCE.md, "One fast path and one fallback per format"), and was removed.
 
 Measured with benchmarks/bench_nsys.py (1.0M kernels, 5.0M NVTX ranges, 2 cores): nest_ranges 10.4 s -> 1.4 s,
-assign_ranges 1.5 s -> 1.2 s (docs/BENCHMARKS.md, "nsys SQLite: read + join").
+assign_ranges 1.5 s -> 1.2 s (docs/PERFORMANCE.md, "The range join").
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import polars as pl
-
-SWEEP_DISABLE_ENV = "TRACEKIT_NO_SWEEP"
-"""Set (to anything but "" or "0"), the counts answer every timeline: to compare, or to rule the sweep out."""
-
-try:
-    from . import _nest  # type: ignore[attr-defined]
-except ImportError:  # built without a C compiler
-    _nest = None
-if os.environ.get(SWEEP_DISABLE_ENV, "") not in ("", "0"):
-    _nest = None
 
 _THREAD_KINDS = ("push_pop", "annotation", "op")
 _MAX_DEPTH = 256
@@ -117,8 +104,6 @@ class _Timeline:
     depth: pl.Series
     ends_nz: pl.Series | None = None  # sorted ends of ranges with end != start (the counts' way)
     ends_z: pl.Series | None = None  # sorted ends of zero-length ranges
-    parent: pl.Series | None = None  # the sweep's answers: each range's parent position ...
-    inner: pl.Series | None = None  # ... and each point's innermost range position (_build's points)
 
 
 def _time_bounds(starts: pl.Series, ends: pl.Series, points: pl.Series) -> tuple[int, int] | None:
@@ -215,11 +200,6 @@ def _build(
         order = order.scatter(at, sub["row"])
     e_sorted = end.gather(order)
     range_id = ranges["range_id"].gather(order)
-    swept = _sweep(s_sorted, e_sorted, t if points is not None else None)
-    if swept is not None:
-        depth, parent, inner = swept
-        tl = _Timeline(range_id, order, s_sorted, e_sorted, depth, parent=parent, inner=inner)
-        return tl, (t if points is not None else None)
     zero = e_sorted == s_sorted
     ends_nz = e_sorted.filter(~zero).sort()
     ends_z = e_sorted.filter(zero).sort()
@@ -240,41 +220,8 @@ def _build(
     return tl, (t if points is not None else None)
 
 
-def _sweep(
-    starts: pl.Series, ends: pl.Series, t: pl.Series | None
-) -> tuple[pl.Series, pl.Series, pl.Series] | None:
-    """Depth and parent position of each range (in preorder, on the integer line) and the innermost range
-    position of each point of ``t``, by the C sweep; None where it is not built or two ranges cross."""
-    points = t if t is not None else pl.Series([], dtype=pl.Int64)
-    if _nest is None or starts.null_count() or ends.null_count() or points.null_count():
-        return None  # (no nulls reach here: unclosed ends are filled, points without a time are left out)
-    t_order = points.arg_sort().cast(pl.Int64)
-    swept = _nest.sweep(
-        starts.cast(pl.Int64), ends.cast(pl.Int64), points.cast(pl.Int64).gather(t_order), t_order
-    )
-    if swept is None:
-        return None
-    depth, parent, inner = (
-        pl.Series(_Capsules(pair)).alias(name)
-        for pair, name in zip(swept, ("depth", "parent_pos", "pos"), strict=True)
-    )
-    return depth, parent, inner
-
-
-class _Capsules:
-    """A column the C sweep made, as polars takes it: Arrow's (schema, array) capsules, handed over once."""
-
-    def __init__(self, pair: tuple[object, object]) -> None:
-        self.pair = pair
-
-    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
-        return self.pair  # type: ignore[return-value]
-
-
 def _parent_pos(tl: _Timeline) -> pl.Series:
     """Preorder position of each range's parent: the last range one level up before it (null at depth 0)."""
-    if tl.parent is not None:
-        return tl.parent
     pre = pl.DataFrame({"pos": pl.int_range(tl.depth.len(), dtype=pl.Int64, eager=True), "depth": tl.depth})
     parent = pre.with_columns((pl.col("depth") - 1).alias("d")).join_asof(
         pre.select(
@@ -375,8 +322,6 @@ def nest_and_assign(
 def _innermost(tl: _Timeline, t: pl.Series) -> pl.Series:
     """For each point of the combined line ``t`` (those ``_build`` was given), the preorder position of the
     innermost range containing it."""
-    if tl.inner is not None:
-        return tl.inner
     assert tl.ends_nz is not None and tl.ends_z is not None
     n = tl.start.len()
     last = tl.start.search_sorted(t, side="right").cast(pl.Int64) - 1  # R: last range started by t

@@ -503,6 +503,9 @@ def import_parallel(
     )
     run.mark_partial(partial, warnings)
     run.save()
+    from .importer import keep_analysis
+
+    keep_analysis(run, None, warnings)
     return run, {
         "run": str(run.path),
         "files": len(run.record.sources),

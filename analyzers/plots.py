@@ -88,6 +88,15 @@ def _short(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _middle(text: str, n: int) -> str:
+    """``text`` in ``n`` characters, cut in the middle: kernel names that share a prefix differ at their end (a
+    tile size, ``_tn_align1``, ``N=64 K=100``), which an end cut would remove from every legend entry alike."""
+    if len(text) <= n:
+        return text
+    head = (n - 1) // 2
+    return text[:head] + "…" + text[len(text) - (n - 1 - head) :]
+
+
 def _nice_step(span: float, ticks: int = 6) -> float:
     raw = span / max(ticks, 1)
     mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
@@ -167,7 +176,7 @@ def tflops_vs_m(
         for x, y in pts:
             svg.circle(x, y, 3, fill=color)
         svg.line(left + pw + 12, ly, left + pw + 32, ly, stroke=color, stroke_width=2)
-        svg.text(left + pw + 38, ly + 4, _short(s.name, 30), size=10)
+        svg.text(left + pw + 38, ly + 4, _middle(s.name, 30), size=10)
         ly += 16
     return svg.to_string()
 

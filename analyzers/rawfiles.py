@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracekit.errors import StorageError
-from tracekit.run import atomic_path, sha256_file
+from tracekit.run import atomic_path, raw_name, sha256_file
 
 from .readers.source import COMPRESSED_SUFFIXES, plain_name
 
@@ -45,11 +45,12 @@ def unexported_reports(raw_dir: Path) -> list[str]:
 
 
 def raw_names(paths: list[Path]) -> list[str]:
-    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/."""
+    """The names ``Run.add_raw`` gives ``paths`` copied one after another into an empty raw/ (a name too long for
+    a clash's number made safe by ``tracekit.run.raw_name``)."""
     taken: set[str] = set()
     out = []
     for p in paths:
-        base = name = p.name
+        base = name = raw_name(p.name)
         i = 1
         while name in taken:
             stem, dot, ext = base.partition(".")
@@ -104,12 +105,12 @@ def copy_into_raw(src: Path, raw: Path, pairs: tuple[tuple[str, str], ...] = ())
 class Copies:
     """The files of an import copied into raw/ in order, in one thread, each then hashed (sha256) from its
     copy, while :func:`read_job` reads them where they are: the copy of a large file costs the import no
-    time of its own (0.3-0.35 s of the 564 MB export in docs/BENCHMARKS.md). Each copy is
+    time of its own (0.3-0.35 s of the 564 MB export in docs/PERFORMANCE.md). Each copy is
     :func:`copy_into_raw`'s.
 
     ``held``: a file's copy starts once :meth:`release` says its reading is done (or something waits for it),
     so that copying and hashing (0.7 CPU s at 564 MB) take no core from the reading, whose C page reader and
-    polars use both; they run while the frames are settled, which leaves a core partly idle (docs/BENCHMARKS.md).
+    polars use both; they run while the frames are settled, which leaves a core partly idle (docs/PERFORMANCE.md).
     The reading leaves the file in the page cache and the copy writes into it, so the copy runs at memory speed;
     only a file larger than the kernel lets be dirty at once (20% of memory by default) on a slow disk copies
     at the disk's speed, and then after the read rather than beside it. Holding only the hash (the copy at

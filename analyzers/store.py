@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from .ranks import run_ranks
 from .taxonomy.frames import classify_on_load
 
 PARQUET = {"compression": "zstd", "compression_level": 2, "statistics": True}
-"""How every frame file is written. zstd level 2, not polars' default 3: the 5M-range frame of docs/BENCHMARKS.md's
+"""How every frame file is written. zstd level 2, not polars' default 3: the 5M-range frame of docs/PERFORMANCE.md's
 nsys export in 1.07 s instead of 1.24 s, 35.8 MB instead of 35.6 (level 1: 1.06 s, 49.8 MB; lz4: 1.12 s, 89 MB);
 reading them back takes the same time."""
 
@@ -260,6 +260,53 @@ def load_frames(run: Run, names: Iterable[str] | None = None) -> dict[str, pl.Da
         # frames from before the kernel taxonomy: the classes are computed on load, in memory
         frames = classify_on_load(frames, lambda name: read_frame(run, name))  # type: ignore[arg-type,return-value]
     return frames  # type: ignore[return-value]
+
+
+class RunFrames(Mapping[str, pl.DataFrame]):
+    """A run's frames read on first use, one by one (``frames["failures"]`` reads that frame only), and
+    :meth:`scan` for a LazyFrame that reads only the columns and rows a query keeps: the views that print more
+    than the stored Analysis (show's range and kernel tables, the report's environment) read what they print,
+    not every frame of a run of millions of rows."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._read: dict[str, pl.DataFrame] = {}
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        if name not in SPECS:
+            raise KeyError(name)
+        if name not in self._read:
+            self._read[name] = load_frames(self._run, [name])[name]
+        return self._read[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SPECS)
+
+    def __len__(self) -> int:
+        return len(SPECS)
+
+    def height(self, name: str) -> int:
+        """The frame's row count without reading it: the manifest's count for frames of this schema, else a
+        count over a scan."""
+        if name in self._read:
+            return self._read[name].height
+        info = self._run.record.frames
+        if self._run.frames_current() and info is not None and name in (info.rows or {}):
+            return int(info.rows[name])
+        return int(self.scan(name).select(pl.len()).collect().item())
+
+    def scan(self, name: str) -> pl.LazyFrame:
+        """One frame as a LazyFrame (:func:`scan_frame`; the frame already read, where it was)."""
+        if name in self._read:
+            return self._read[name].lazy()
+        return scan_frame(self._run, name)
+
+
+def scan_of(frames: Mapping[str, pl.DataFrame], name: str) -> pl.LazyFrame:
+    """``frames[name]`` as a LazyFrame: scanned from the run's files for :class:`RunFrames`, else the frame held."""
+    if isinstance(frames, RunFrames):
+        return frames.scan(name)
+    return frames[name].lazy()
 
 
 def scan_frame(run: Run, name: str) -> pl.LazyFrame:

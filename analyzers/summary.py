@@ -4,6 +4,7 @@ measured GEMMs and failures. Pure functions over frames; the command only render
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -75,15 +76,15 @@ def crash_evidence(failure: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def range_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
-    """Ranges grouped by name: count, total and median duration, kernels inside."""
-    ranges = frames["ranges"]
-    if ranges.height == 0:
-        return pl.DataFrame(
-            schema={"name": pl.String, "count": pl.UInt32, "total_ms": pl.Float64, "kernels": pl.UInt32}
-        )
+def range_table(frames: Mapping[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
+    """Ranges grouped by name: count, total and median duration, kernels inside. A lazy query over the columns
+    it needs (the run's files scanned, for ``store.RunFrames``)."""
+    from .store import scan_of
+
+    ranges = scan_of(frames, "ranges").select("range_id", "name", "start_ns", "end_ns")
     kcount = (
-        frames["kernels"]
+        scan_of(frames, "kernels")
+        .select("range_id")
         .filter(pl.col("range_id").is_not_null())
         .group_by("range_id")
         .agg(pl.len().alias("nk"))
@@ -100,25 +101,31 @@ def range_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFram
         )
         .sort("total_ms", descending=True, nulls_last=True)
         .head(limit)
+        .collect()
     )
 
 
-def kernel_table(frames: dict[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
-    """Timeline kernels grouped by name: launches, total and mean time, share of GPU time."""
-    k = frames["kernels"]
-    if k.height == 0:
-        return pl.DataFrame(schema={"name": pl.String, "launches": pl.UInt32, "total_ms": pl.Float64})
-    total = k["duration_ns"].sum() or 1
+def kernel_table(frames: Mapping[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
+    """Timeline kernels grouped by name: launches, total and mean time, share of GPU time. A lazy query over the
+    two columns it needs."""
+    from .store import scan_of
+
+    k = scan_of(frames, "kernels").select("name", "duration_ns")
     return (
         k.group_by("name")
         .agg(
             pl.len().alias("launches"),
             (pl.col("duration_ns").sum() / 1e6).alias("total_ms"),
             (pl.col("duration_ns").mean() / 1e3).alias("mean_us"),
+            pl.col("duration_ns").sum().alias("_ns"),
         )
-        .with_columns((pl.col("total_ms") * 1e6 / total * 100).alias("pct"))
+        .with_columns(
+            (pl.col("total_ms") * 1e6 / pl.max_horizontal(pl.col("_ns").sum(), pl.lit(1)) * 100).alias("pct")
+        )
+        .drop("_ns")
         .sort("total_ms", descending=True)
         .head(limit)
+        .collect()
     )
 
 
@@ -170,6 +177,16 @@ def case_row(case: Any) -> dict[str, Any]:
         "sm_clock_hz": case.sm_clock_hz,
         "verdict": verdict,
         "verdict_kind": v.kind,
+        # the same quantities under Analysis.cases_frame()'s names (docs/ANALYSIS.md), so that code written
+        # against one reads the other; the keys above stay for the scripts written against them
+        "dtype_a": s.dtype_a if s else None,
+        "dtype_b": s.dtype_b if s else None,
+        "dtype_out": s.dtype_out if s else None,
+        "rate_source": case.rate.source,
+        "kernel": case.kernel.name,
+        "span_ns_median": t.span_ns.median,
+        "gemm_ns_median": t.gemm_ns.median,
+        "span_ns_total": t.span_ns_total,
     }
 
 
@@ -181,9 +198,9 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     import msgspec
 
     if analysis is None:
-        from .analysis import analyze_run
+        from .analysis import load_analysis
 
-        analysis = analyze_run(run, frames)
+        analysis = load_analysis(run, frames=frames if isinstance(frames, dict) else None)
     from tracekit.frames import SCHEMA_VERSION
 
     devs = [
@@ -201,7 +218,10 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         "schema_version": SCHEMA_VERSION,
         "analysis_schema_version": analysis.schema_version,
         "run": {
-            "path": str(run.path),
+            # a bundle is named by its zip, never by the cache folder it is unpacked in (docs/TUI.md)
+            "path": str(
+                record.bundle.opened_from if record.bundle and record.bundle.opened_from else run.path
+            ),
             "status": run.status,
             "partial": bool(record.partial),
             "incomplete_reason": record.incomplete_reason,

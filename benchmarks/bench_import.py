@@ -17,7 +17,7 @@ both and their difference (what no phase benchmark sees: start-up, imports, the 
 With ``--against PYTHON`` (the interpreter of another checkout's environment, e.g. main's, with tracekit
 installed there) each repeat runs the whole command with that interpreter and with this one, in alternating
 order, and the table gives each round side by side and the ratio of this code to the baseline. Use it for every
-speed claim: on this machine the same code has run 1.6x slower from one day to the next (docs/NOTES.md), so only
+speed claim: on this machine the same code has run 1.6x slower from one day to the next (docs/PERFORMANCE.md), so only
 code against code in the same minutes compares.
 
     python benchmarks/bench_import.py [--inputs nsys,kineto] [--repeats 3] [--work /tmp/bench-import]

@@ -5,7 +5,7 @@ holds the wanted number of kernel events: each copy is shifted in time past the 
 and External ids are offset, and its ProfilerStep numbers continue, so the result is one long, valid trace. It is
 written as one ``.json.gz``; then each tool parses it in its own subprocess and a row is printed: tool, seconds,
 CPU seconds (the process and its workers), kernels parsed, kernels/second, peak memory. Peak memory is the largest sum of the resident memory of the
-measuring process and its worker processes (tracekit decodes chunks in worker processes), sampled every 20 ms,
+measuring process and its children (tracekit decodes chunks in worker threads), sampled every 20 ms,
 and at least the process's own high-water mark.
 
 One row per size (``--sizes``, default 0.2M, 1M and 3M kernels: the memory curve; the decode holds a few chunks

@@ -1,10 +1,9 @@
-"""The Kineto read over worker counts: threads with the C scanner against processes without it, on one machine.
+"""The Kineto read over worker counts: threads with the C scanner against the same threads without it (msgspec).
 
 Builds a large plain-JSON trace once (``bench_kineto.replicate`` of a given trace, gunzipped, so that the
 workers read their own byte ranges and no single thread inflates the whole file), then reads it with
 ``read_kineto(path, workers=N)`` in a fresh process for each worker count, once with the scanner (worker
-threads) and once with ``TRACEKIT_NO_SCANNER=1`` (worker processes decoding with msgspec, the reader as it was
-before the scanner). Prints wall and CPU seconds (the process and its children) per run.
+threads) and once with ``TRACEKIT_NO_SCANNER=1`` (the same threads decoding with msgspec: the fallback). Prints wall and CPU seconds (the process and its children) per run.
 
     python benchmarks/bench_kineto_workers.py --source samples/h100-serve-torchprof/raw/torch_trace.json.gz \\
         --kernels 1000000 --workers 1,2,4,8 [--work /tmp/kw]
@@ -77,7 +76,7 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"{cores} cores; {plain.stat().st_size / 1e9:.2f} GB of JSON")
     print(
-        f"{'workers':>7s} {'threads + scanner: wall / CPU s':>32s} {'processes + msgspec: wall / CPU s':>34s}"
+        f"{'workers':>7s} {'threads + scanner: wall / CPU s':>32s} {'threads + msgspec: wall / CPU s':>34s}"
     )
     for w in (int(x) for x in args.workers.split(",")):
         a, b = _run(plain, w, True), _run(plain, w, False)

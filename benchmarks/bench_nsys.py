@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", type=int, default=1_000_000, help="kernels in the scaled copy (about)")
     ap.add_argument("--nvtx", type=int, default=5_000_000, help="NVTX rows in the scaled copy (about)")
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="nsys SQLite export to scale")
-    ap.add_argument("--engine", choices=("auto", "adbc", "sqlite3"), default="auto", help="reader engine")
+    ap.add_argument("--engine", choices=("auto", "pages", "sqlite3"), default="auto", help="reader engine")
     ap.add_argument("--budget", type=float, default=10.0, help="seconds allowed for read + join")
     args = ap.parse_args(argv)
     if not args.source.is_file():

@@ -101,7 +101,7 @@ def instrument() -> None:
     nsys.fit_frame = _timed("fit_frame", base.fit_frame)
     _nsys_db._Db.query = _timed("query", _nsys_db._Db.query, _query_label)  # type: ignore[method-assign]
     _nsys_db._Db.chunks = _timed("chunks (rowid bounds)", _nsys_db._Db.chunks)  # type: ignore[method-assign]
-    for name in ("_query_adbc", "_query_sqlite3"):
+    for name in ("_query_sqlite3",):
         setattr(_nsys_db, name, _timed(name, getattr(_nsys_db, name)))
     orig_pool = nsys.ThreadPoolExecutor
 

@@ -187,7 +187,7 @@ def unanswered(error: str) -> dict[str, Any]:
 ENV_TIMEOUT = "TRACEKIT_FINGERPRINT_TIMEOUT_S"
 TIMEOUT_S = 120.0
 """How long a fingerprint worker may take, from its start, unless ``$TRACEKIT_FINGERPRINT_TIMEOUT_S`` says
-otherwise: ``import torch`` and CUDA's start took 4.4 s on the H200 host (docs/BENCHMARKS.md), 12 s on a loaded
+otherwise: ``import torch`` and CUDA's start took 4.4 s on the H200 host (docs/NOTES.md), 12 s on a loaded
 machine; a driver that hangs must not hold the run."""
 
 

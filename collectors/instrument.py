@@ -27,7 +27,7 @@ must stay the original.
 
 Cost: a torch wrapper keys its cached range on the operands' shapes, dtype and device, so after the first call
 of a shape it adds about 0.6 µs on a desktop-class CPU and about 1 µs on a GPU server's host (the key's attribute
-reads are half of it; ``benchmarks/bench_instrument.py --torch`` measures it, docs/BENCHMARKS.md has the table).
+reads are half of it; ``benchmarks/bench_instrument.py --torch`` measures it, docs/PERFORMANCE.md has the numbers).
 Inside an open tracekit GEMM range (``tracekit bench gemm``) and while torch.compile traces, wrappers call
 straight through.
 

@@ -80,7 +80,7 @@ it was captured, whose shapes its replayed kernels take. ``all``: every operator
 def worker_ops(ops: str) -> str:
     """What a tracekit benchmark's own worker records for ``ops``: its GEMMs run inside tracekit ranges whose
     names carry M, N, K and dtypes, so ``shapes`` would add only per-operator events (half a GEMM sweep's trace,
-    docs/BENCHMARKS.md): ``ranges`` instead. Anything unknown is ``ranges`` too."""
+    docs/PERFORMANCE.md): ``ranges`` instead. Anything unknown is ``ranges`` too."""
     return "all" if ops == "all" else "ranges"
 
 

@@ -18,6 +18,19 @@ SHARED = ROOT.parent / "shared" / "data"
 SAMPLES = ROOT / "samples"
 
 
+TEST_COLUMNS = "100"
+"""The terminal width every test draws at, whatever terminal (or none) runs pytest: Rich reads ``COLUMNS``, so
+output does not change with the window that started the tests (a CI log has none, a laptop has its own)."""
+
+
+@pytest.fixture(autouse=True)
+def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test at :data:`TEST_COLUMNS` columns, in-process and in the subprocesses it starts (they inherit the
+    environment); a test about another width (or none: a pipe) sets or deletes ``COLUMNS`` itself."""
+    monkeypatch.setenv("COLUMNS", TEST_COLUMNS)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only folder of real profiling files from other GPUs (../shared/data); skipped where absent."""

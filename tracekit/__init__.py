@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from tracekit.analyzers.analysis.api import Run
     from tracekit.analyzers.analysis.model import Analysis
 
-__all__ = ["SCHEMA_VERSION", "Analysis", "Run", "__version__", "analyze", "instrument", "load"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Analysis",
+    "PartialRunWarning",
+    "Run",
+    "__version__",
+    "analyze",
+    "instrument",
+    "load",
+]
 
 
 def instrument(*args: Any, **kwargs: Any) -> Any:
@@ -45,7 +54,26 @@ def load(path: Any) -> Run:
     See :func:`tracekit.analyzers.analysis.api.load`."""
     from tracekit.analyzers.analysis.api import load as _load
 
-    return _load(path)
+    run = _load(path)
+    _warn_partial(run)
+    return run
+
+
+class PartialRunWarning(UserWarning):
+    """A run or file that was read only in part (a truncated trace, a file of a run that did not read): its
+    frames hold what could be read. The CLI says the same on stderr and exits 4 where it imports."""
+
+
+def _warn_partial(run: Any) -> None:
+    """Python's ``warnings`` for a partial run, as the CLI's ``tracekit: warning:`` lines: a notebook that loads a
+    truncated trace hears it once, and ``warnings.simplefilter("error")`` makes it an error."""
+    import warnings
+
+    record = run.record
+    if not record.partial:
+        return
+    said = "; ".join(record.import_warnings or []) or "some of its files could not be read"
+    warnings.warn(f"{run.path} was read only in part: {said}", PartialRunWarning, stacklevel=3)
 
 
 def analyze(run: Any, device: Any = None, calibration: Any = None) -> Analysis:

@@ -95,6 +95,8 @@ def _check_name(bundle: Path, name: str, limits: Limits) -> str | None:
         return f"member '{_shown(name)}' has an empty or '.' path component"
     if any(":" in p for p in parts):
         return f"member '{_shown(name)}' has a ':' in its name"
+    if any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts):
+        return f"member '{_shown(name)}' has a path component longer than 255 bytes"
     if len(parts) > limits.max_depth:
         return f"member '{_shown(name)}' is nested deeper than {limits.max_depth} folders"
     return None

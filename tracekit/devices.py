@@ -587,9 +587,12 @@ CALIBRATION_FORMAT = "tracekit-calibration"
 
 
 def calibration_path(gpu_name: str) -> Path:
-    """Where ``tracekit calibrate`` saves the profile of a GPU by default."""
-    slug = normalize_name(gpu_name).replace(" ", "-") or "gpu"
-    return CALIBRATION_DIR.expanduser() / f"{slug}.json"
+    """Where ``tracekit calibrate`` saves the profile of a GPU by default. The name comes from a file (a trace's
+    device table, a run's manifest): :func:`tracekit.slug.slug` bounds it and drops separators and control
+    characters, so any name gives a path that can be opened."""
+    from tracekit.slug import slug
+
+    return CALIBRATION_DIR.expanduser() / f"{slug(normalize_name(gpu_name), empty='gpu')}.json"
 
 
 def load_calibration(path: Path | str) -> dict[str, Any]:

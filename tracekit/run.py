@@ -29,6 +29,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -128,10 +129,33 @@ def _plain(value: msgspec.Struct | Mapping[str, Any], record: type[_Part], what:
 
 
 def new_run_name(label: str = "run") -> str:
-    """A name unique even for two captures started in the same second: time, label, random suffix."""
+    """A name unique even for two captures started in the same second: time, label, random suffix. The label
+    comes from a file or program name: :func:`tracekit.slug.slug` bounds it and makes it safe."""
+    from tracekit.slug import slug
+
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in label)[:40] or "run"
-    return f"{stamp}-{safe}-{secrets.token_hex(3)}"
+    return f"{stamp}-{slug(label, limit=40, lower=False, empty='run')}-{secrets.token_hex(3)}"
+
+
+RAW_NAME_BYTES = 200
+"""The longest name a file keeps in raw/ (of the 255 bytes a component may have: room for a clash's number)."""
+
+
+def raw_name(name: str) -> str:
+    """``name`` as the name of a file in raw/: unchanged where it is at most :data:`RAW_NAME_BYTES` bytes with
+    no control character or separator; else :func:`tracekit.slug.slug` of it, keeping up to two short suffixes
+    (``.json.gz``, ``.sqlite``) by which the importer knows the format."""
+    from tracekit.slug import slug
+
+    if len(name.encode("utf-8", "surrogateescape")) <= RAW_NAME_BYTES and not re.search(
+        r"[\x00-\x1f\x7f/\\]", name
+    ):
+        return name
+    parts = name.split(".")
+    suffixes: list[str] = []
+    while len(parts) > 1 and len(suffixes) < 2 and re.fullmatch(r"[A-Za-z0-9-]{1,12}", parts[-1]):
+        suffixes.insert(0, parts.pop())
+    return ".".join([slug(".".join(parts), lower=False, empty="file"), *suffixes])
 
 
 class Run:
@@ -361,9 +385,10 @@ class Run:
         self.save()
 
     def add_raw(self, src: Path, *, name: str | None = None, move: bool = False) -> Path:
-        """Copy (or move) a file into raw/, never overwriting: a clash gets a numbered name."""
+        """Copy (or move) a file into raw/, never overwriting: a clash gets a numbered name. A name too long to
+        take a number, or with control characters, is made safe first (:func:`raw_name`)."""
         self.raw_dir.mkdir(parents=True, exist_ok=True)
-        base = name or src.name
+        base = raw_name(name or src.name)
         target = self.raw_dir / base
         i = 1
         while target.exists():

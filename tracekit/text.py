@@ -10,10 +10,11 @@ messages, tracebacks). Imports nothing but the standard library, so collectors a
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-__all__ = ["CONTROL", "clean", "has_control"]
+__all__ = ["CONTROL", "PIPE_WIDTH", "clean", "has_control", "make_console", "short_kernel_name", "short_name"]
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """Every control character: C0, DEL and C1."""
@@ -37,3 +38,87 @@ def clean(value: Any, *, keep_newlines: bool = False) -> str:
 def has_control(text: str) -> bool:
     """Whether ``text`` holds a control character (newline and tab included): names must hold none."""
     return CONTROL.search(text) is not None
+
+
+PIPE_WIDTH = 1000
+"""The width drawn for a pipe or a file (a CI log, ``less``, ``> out.txt``) when ``COLUMNS`` names none: wide
+enough that no table is cut to fit an imagined terminal. A table takes its natural width, never this one."""
+
+
+def make_console(*, stderr: bool = False, **options: Any) -> Any:
+    """The Rich console every command draws with, so one layout rule serves them all.
+
+    On a terminal: its width. ``COLUMNS`` set: that width, terminal or not (tests and users pin it). A pipe or a
+    file with no ``COLUMNS``: :data:`PIPE_WIDTH`, so tables are printed whole instead of being squeezed into
+    Rich's default of 80 columns; a reader of a log scrolls sideways, but no number, status or name is cut.
+    Commands and paths that a user copies are printed with ``soft_wrap=True`` (never folded), whatever the width.
+    Rich is imported here, not at module level: this module stays importable by the collectors' bare
+    environments."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, **options)
+    if (
+        "width" not in options
+        and not os.environ.get("COLUMNS", "").strip().isdigit()
+        and not console.is_terminal
+    ):
+        console.width = PIPE_WIDTH
+    return console
+
+
+_PLAIN = re.compile(r"\w+")
+
+
+def short_kernel_name(name: Any) -> str:
+    """A kernel's name as a person scans a table: no return type, no parameter list, template arguments elided.
+
+    ``void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<...>>(Params)`` -> ``cutlass::Kernel2<…>``; a
+    template argument that is one plain name is kept, as it is what tells such kernels apart
+    (``cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>``);
+    ``sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64`` stays whole (it has nothing to elide). The
+    namespace stays: it tells a CUTLASS kernel from a PyTorch one. Reports keep the full name beside it (a
+    hover title in HTML, ``--json``); control characters are shown as ``\\xNN`` (:func:`clean`)."""
+    s = clean(name).strip()
+    if s.endswith(")"):  # the parameter list: the last top-level (...)
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            if s[i] == ")":
+                depth += 1
+            elif s[i] == "(":
+                depth -= 1
+                if depth == 0:
+                    s = s[:i].rstrip() or s
+                    break
+    out: list[str] = []
+    depth, start = 0, 0
+    for i, c in enumerate(s):
+        if c == "<":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+            if (
+                depth == 0
+            ):  # one plain name is what tells kernels apart (cutlass::Kernel<cutlass_80_…_align1>)
+                inner = s[start + 1 : i]
+                out.append(f"<{inner}>" if _PLAIN.fullmatch(inner) else "<…>")
+        elif depth == 0:
+            out.append(c)
+    if depth:  # a name cut inside its template arguments
+        out.append("<…>")
+    s = "".join(out).strip()
+    depth, cut = 0, -1
+    for i, c in enumerate(s):  # a return type (``void``) before the name: the last space outside (...)
+        depth += (c == "(") - (c == ")")
+        if c == " " and depth == 0:
+            cut = i
+    return s[cut + 1 :] or clean(name)
+
+
+def short_name(label: Any) -> str:
+    """A case's label as tables and plot legends show it: a kernel name (one with a parameter list or template
+    arguments) shortened by :func:`short_kernel_name`; any other label (``torch-bf16 4096x2048x6144``, a range
+    name) whole, as it is already short and its spaces are part of it."""
+    text = clean(label)
+    return short_kernel_name(text) if "(" in text or "<" in text else text

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.analyzers.analysis.model import Analysis as TypedAnalysis
@@ -104,31 +105,52 @@ class RunData:
 
     @property
     def device_label(self) -> str:
-        if not self.devices:
-            return "device unknown"
-        parts = []
-        for d in self.devices:
-            text = str(d.get("name") or "GPU ?")
-            if d.get("compute_capability"):
-                text += f" (SM {d['compute_capability']}"
-                text += f", {d['sm_count']} SMs)" if d.get("sm_count") else ")"
-            parts.append(text)
-        return " + ".join(parts)
+        return devices_label(self.devices)
 
     @property
     def failure_count(self) -> int:
         return self.frames["failures"].height
 
+    def count(self, name: str) -> int:
+        """A frame's rows, without reading the frame where the manifest counts them."""
+        from tracekit.analyzers.store import RunFrames
+
+        if isinstance(self.frames, RunFrames):
+            return self.frames.height(name)
+        return self.frames[name].height
+
+
+def analysis_devices_label(data: RunData, analysis: Any) -> str:
+    """The overview's GPU: the one ``--device`` named once the Analysis is built (its devices), else the files'."""
+    if analysis is not None and analysis.run.device_override and analysis.devices:
+        return devices_label([msgspec.structs.asdict(d) for d in analysis.devices])
+    return data.device_label
+
+
+def devices_label(devices: list[dict[str, Any]]) -> str:
+    """GPUs as the overview's header names them: ``NVIDIA H200 (SM 9.0, 132 SMs)``, several joined by ``+``."""
+    if not devices:
+        return "device unknown"
+    parts = []
+    for d in devices:
+        text = str(d.get("name") or "GPU ?")
+        if d.get("compute_capability"):
+            text += f" (SM {d['compute_capability']}"
+            text += f", {d['sm_count']} SMs)" if d.get("sm_count") else ")"
+        parts.append(text)
+    return " + ".join(parts)
+
 
 def load_run(path: Path | str) -> RunData:
-    """Open a run folder or bundle and read all its frames (rebuilding them from raw/ when stale)."""
-    from tracekit.analyzers.store import load_frames, open_run
+    """Open a run folder or bundle; its frames are read as the screens need them (``store.RunFrames``: the
+    overview's table comes from the stored Analysis, not from the frames)."""
+    from tracekit.analyzers.store import RunFrames, open_run
     from tracekit.analyzers.summary import devices
 
     path = Path(path)
     run = open_run(path)
-    frames = load_frames(run)
-    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))
+    frames = RunFrames(run)
+    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))  # type: ignore[arg-type]
 
 
 Analysis = TypedAnalysis
@@ -144,11 +166,18 @@ def _calibration(data: RunData) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
-    """The run's Analysis (:func:`tracekit.analyzers.analysis.analyze_frames`, what explain, show and report
-    render): cases most time in calls first, each with its waterfall, and the summary; ``device`` (``tracekit view
-    --device``) overrides the GPU the files name."""
-    from tracekit.analyzers.analysis import analyze_frames
+    """The run's Analysis (:func:`tracekit.analyzers.analysis.load_analysis`, what explain, show and report
+    render: the stored one where it fits): cases most time in calls first, each with its waterfall, and the
+    summary; ``device`` (``tracekit view --device``) overrides the GPU the files name."""
+    from tracekit.analyzers.analysis import analyze_frames, load_analysis
+    from tracekit.analyzers.store import RunFrames
 
+    try:
+        return load_analysis(
+            data.run, device=device, frames=None if isinstance(data.frames, RunFrames) else data.frames
+        )
+    except BadInputError:
+        pass  # a broken cached calibration profile: analysed without it, as below
     cal, cal_source = _calibration(data)
     return analyze_frames(
         data.frames,
@@ -215,9 +244,18 @@ def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
 
 
 def rank_count(frames: dict[str, pl.DataFrame]) -> int:
-    """How many distributed ranks the run's frames hold (0 for a single-process run)."""
-    from tracekit.analyzers.ranks import run_ranks
+    """How many distributed ranks the run's frames hold (0 for a single-process run); of a run's frames read as
+    needed (``store.RunFrames``), only the rank columns are read."""
+    from tracekit.analyzers.ranks import RANKED_FRAMES, run_ranks
+    from tracekit.analyzers.store import RunFrames
 
+    if isinstance(frames, RunFrames):
+        found: set[int] = set()
+        for name in RANKED_FRAMES:
+            scan = frames.scan(name)
+            if "rank" in scan.collect_schema().names():
+                found |= set(scan.select(pl.col("rank").drop_nulls().unique()).collect()["rank"].to_list())
+        return len(found)
     return len(run_ranks(frames))
 
 

@@ -20,6 +20,22 @@ from tracekit.numbers import time_us  # noqa: F401
 ELLIPSIS = "…"
 
 
+def fit_middle(text: str, width: int) -> str:
+    """``text`` elided in the middle to ``width`` cells (left-justified, padded): names that share a long prefix
+    (``sm80_xmma_gemm_…``, ``torch-fp8-…``) differ at the end, which an end cut would remove from every row alike."""
+    if width <= 0:
+        return ""
+    if cell_len(text) <= width:
+        return set_cell_size(text, width)
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return (
+        set_cell_size(text, head) + ELLIPSIS + text[len(text) - tail :]
+        if tail
+        else set_cell_size(text, head) + ELLIPSIS
+    )
+
+
 def clean(value: Any, *, keep_newlines: bool = False) -> str:
     """``value`` as text with every control character made visible (``\\x1b`` for ESC), by
     :func:`tracekit.text.clean`; with ``keep_newlines`` a tab becomes four spaces (a cell has no tab stops)."""

@@ -4,7 +4,8 @@
 GemmCase + Waterfall into a :class:`Case`, ``build`` assembles the Analysis of a run (:func:`analyze_run`,
 :func:`analyze_frames`; :func:`case_list` is the one place cases are built and explained), ``headline`` its
 summary (largest losses in the calls' time, what is unknown and how to learn it), ``frame`` the cases as a polars
-DataFrame. Every public name is importable from here; only the model is imported with the package (msgspec, no
+DataFrame, ``stored`` the Analysis kept with the run and in the per-user cache (:func:`load_analysis`: what every
+view calls). Every public name is importable from here; only the model is imported with the package (msgspec, no
 polars), the builders on first use, so decoding an Analysis is cheap.
 """
 
@@ -72,7 +73,9 @@ __all__ = [
     "case_list",
     "device_info",
     "device_notes",
+    "load_analysis",
     "order_cases",
+    "store_analysis",
 ]
 
 
@@ -82,6 +85,8 @@ _LAZY = {
     "case_list": "build",
     "device_notes": "build",
     "order_cases": "build",
+    "load_analysis": "stored",
+    "store_analysis": "stored",
     "case_from_gemm": "convert",
     "device_info": "convert",
 }

@@ -3,7 +3,8 @@
 ``load(PATH)`` opens a run folder, a bundle (.zip) or a raw profiler file (Nsight Compute report or CSV export,
 Nsight Systems SQLite export, PyTorch profiler trace, tracekit JSONL; read in memory, nothing written next to it)
 and gives a :class:`Run`: its ``frames`` (polars DataFrames by name, the schemas of docs/SCHEMA or
-``tracekit.frames.SPECS``), ``scan(name)`` (a LazyFrame) and ``analyze()`` (the :class:`~.model.Analysis`).
+``tracekit.frames.SPECS``), ``scan(name)`` (a LazyFrame) and ``analyze()`` (the :class:`~.model.Analysis`: the one stored with the run
+where it fits, analyzers/analysis/stored.py).
 Errors are the CLI's: a missing path, a damaged or foreign file raises a :class:`tracekit.errors.TracekitError`
 subclass whose ``exit_code`` and ``one_line()`` are what the command line prints.
 
@@ -54,8 +55,8 @@ def _device(device: str | DeviceSpec | None) -> DeviceSpec | None:
 
 class Run:
     """A run opened by :func:`load`: ``path``, ``name``, ``record`` (run.json typed), ``manifest`` (run.json as a
-    dict), ``frames`` and :meth:`analyze`. Frames are read on first use, the analysis built on first call (and kept per device and
-    calibration)."""
+    dict), ``frames`` and :meth:`analyze`. Frames are read on first use; the analysis is the stored one where it fits, else
+    built on first call (and kept per device and calibration, and in the per-user cache)."""
 
     def __init__(self, run: RunDir, frames: dict[str, pl.DataFrame] | None = None) -> None:
         self._run = run
@@ -107,7 +108,7 @@ class Run:
         """The run's :class:`~tracekit.analyzers.analysis.Analysis`: ``device`` a catalog name (``"h200"``) or
         DeviceSpec that replaces the GPU the files name (``--device``); ``calibration`` a `tracekit calibrate`
         profile (path or dict), else the one the run carries or the cached one of its GPU."""
-        from .build import analyze_run
+        from .stored import load_analysis
 
         spec = _device(device)
         key = (
@@ -115,7 +116,10 @@ class Run:
             str(calibration) if not isinstance(calibration, dict) else id(calibration),
         )
         if key not in self._analyses:
-            self._analyses[key] = analyze_run(self._run, self.frames, device=spec, calibration=calibration)
+            # the stored Analysis where it fits, else the per-user cache's, else built (stored.py)
+            self._analyses[key] = load_analysis(
+                self._run, device=spec, calibration=calibration, frames=self._frames
+            )
         return self._analyses[key]
 
 

@@ -117,6 +117,8 @@ def _ranks(
     environment: Environment | dict[str, Any] | None,
     calibration: dict[str, Any] | None,
 ) -> RankSummary | None:
+    import msgspec
+
     from ..ranks import analyze_ranks
 
     ra = analyze_ranks(frames, environment=environment, calibration=calibration)
@@ -124,7 +126,8 @@ def _ranks(
         return None
     d = ra.to_dict()
     fields = set(RankRow.__struct_fields__)
-    rows = [RankRow(**{k: v for k, v in r.items() if k in fields}) for r in d["ranks"]]
+    # converted, not constructed: the float fields get floats (a stored Analysis decodes to the same)
+    rows = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankRow) for r in d["ranks"]]
     return RankSummary(
         ranks=rows,
         straggler=d["straggler"],
@@ -237,7 +240,7 @@ def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame]
 BREAKDOWN_SCOPES = ("none", "devices", "top", "all")
 """How much of the step breakdown an Analysis holds: none; per device only; per device and the ``RANGE_LIMIT``
 range names with the longest GPU windows (the default); per device and every range name. Per range name costs the
-most at scale (7.7 s against 1.8 s at 945k kernels: docs/BENCHMARKS.md), so explain holds the devices, the TUI
+most at scale (7.7 s against 1.8 s at 945k kernels: docs/PERFORMANCE.md), so explain holds the devices, the TUI
 computes its own after the first paint, and show / report hold the top range names (every one with ``--all``)."""
 
 
@@ -250,7 +253,7 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     if scope == "none":
         return None
     from ..breakdown import RANGE_LIMIT, breakdown, memops_recorded
-    from ..breakdown.table import headline
+    from ..breakdown.steps import step_headline
 
     kernels, memops = frames.get("kernels"), frames.get("memops")
     if (kernels is None or kernels.height == 0) and (memops is None or memops.height == 0):
@@ -264,7 +267,10 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     if not result.devices:
         return None
     out = result.to_dict()
-    out["headline"] = "; ".join(headline(s) for s in result.devices)
+    # over the user's steps where the run has any, saying which (analyzers/breakdown/steps.py)
+    out["headline"] = step_headline(
+        frames, result, memops=memops_recorded(run.record if run is not None else None)
+    )
     return out
 
 

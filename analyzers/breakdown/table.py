@@ -7,7 +7,7 @@ import polars as pl
 
 from .model import IDLE, Breakdown, Slice
 
-__all__ = ["WHOLE_RUN", "breakdown_frame", "device_label", "gpu_label", "headline"]
+__all__ = ["WHOLE_RUN", "breakdown_frame", "collapse_same_ranges", "device_label", "gpu_label", "headline"]
 
 WHOLE_RUN = "(whole run)"
 """The ``scope`` of a device's row over the whole run."""
@@ -61,6 +61,70 @@ def breakdown_frame(b: Breakdown, limit: int | None = None) -> pl.DataFrame:
         "comm_hidden": pl.Float64,
     }
     return pl.DataFrame(rows, schema=schema, strict=False)
+
+
+SAME_PCT_POINTS = 1.0
+"""Two GPUs' rows of one range name are the same when every class share differs by at most this many points..."""
+SAME_SPAN_RATIO = 1.1
+"""...and their spans by at most this ratio (a collective twice as long on one rank is a straggler, kept apart)."""
+
+
+def collapse_same_ranges(df: pl.DataFrame) -> pl.DataFrame:
+    """:func:`breakdown_frame`'s rows with each range name that is the same on every GPU (see
+    :data:`SAME_PCT_POINTS`, :data:`SAME_SPAN_RATIO`) as one row, ``gpu`` ``all N (mean)``, its numbers the
+    GPUs' mean, in the place of its first row. A 2-rank FSDP run repeats the same 20 ranges per rank otherwise;
+    ranges that differ between GPUs (the straggler's collectives) keep a row per GPU. One GPU: unchanged."""
+    gpus = df.filter(pl.col("scope") == WHOLE_RUN)["gpu"].to_list()
+    if len(gpus) < 2:
+        return df
+    pct = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms")]
+    rows = df.to_dicts()
+    by_scope: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["scope"] != WHOLE_RUN:
+            by_scope.setdefault(r["scope"], []).append(r)
+
+    def same(group: list[dict]) -> bool:
+        if sorted(r["gpu"] for r in group) != sorted(gpus):
+            return False
+        spans = [r["span_ms"] or 0.0 for r in group]
+        if min(spans) <= 0 or max(spans) / min(spans) > SAME_SPAN_RATIO:
+            return False
+        for c in pct:
+            values = [r[c] for r in group]
+            if any(v is None for v in values):
+                if not all(v is None for v in values):
+                    return False
+            elif max(values) - min(values) > SAME_PCT_POINTS:
+                return False
+        return True
+
+    def mean(values: list) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    out, done = [], set()
+    for r in rows:
+        group = by_scope.get(r["scope"]) if r["scope"] != WHOLE_RUN else None
+        if group is None:
+            out.append(r)
+            continue
+        if r["scope"] in done:
+            continue
+        done.add(r["scope"])
+        if not same(group):  # a row per GPU, side by side
+            out.extend(group)
+            continue
+        n = mean([g["n"] for g in group])
+        out.append(
+            {
+                "scope": r["scope"],
+                "gpu": f"all {len(group)} (mean)",
+                "n": None if n is None else round(n),
+                **{c: mean([g[c] for g in group]) for c in ("span_ms", *pct)},
+            }
+        )
+    return pl.DataFrame(out, schema=df.schema, strict=False)
 
 
 def _pct(value: float) -> str:

@@ -22,8 +22,8 @@ class ReadOptions:
 
     ``workers``: processes a reader may start for one file (Kineto's chunk decoders), None for its default
     (``tracekit.analyzers.workers.default_workers``); ``engine``: how an SQLite export is read (``auto``: from
-    the file's pages where the page reader is built and sure of a table, else ADBC where installed, else
-    ``sqlite3``; Nsight Systems, ``nsys.db.ENGINES``)."""
+    the file's pages where the page reader is built and sure of a table, else ``sqlite3``; Nsight Systems,
+    ``nsys.db.ENGINES``)."""
 
     workers: int | None = None
     engine: str = "auto"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..breakdown import Breakdown
-from ..breakdown.table import breakdown_frame, headline
+from ..breakdown.table import breakdown_frame, collapse_same_ranges, headline
 from .model import Bullets, Detail, Heading, Para, Table, _fmt
 from .text import md_text
 
@@ -25,7 +25,7 @@ def breakdown_blocks(data: dict[str, Any] | None, d: Detail, notes: list[str]) -
     limit = None if d.gemm_rows is None else min(names, SUMMARISED_RANGES)
     if limit is not None and names > limit:
         notes.append(f"step breakdown: {limit} of {names} range names (longest GPU windows)")
-    df = breakdown_frame(b, limit)
+    df = collapse_same_ranges(breakdown_frame(b, limit))
     pct = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms")]
     blocks: list[Any] = [Heading(3, [("t", "Step breakdown")])]
     blocks.append(

@@ -62,7 +62,7 @@ def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> l
             item: Inline = [
                 ("b", ns_text(loss["lost_ns_total"])),
                 ("t", " " + md_text(factor, cc) + " in "),
-                ("c", _one_line(loss["case_name"], min(cc, 160))),
+                ("k", _one_line(loss["case_name"], min(cc, 160))),
             ]
             if n is not None:
                 item.append(("t", f" (#{n})"))
@@ -107,7 +107,7 @@ def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
         out.append(
             [
                 [("t", str(n))],
-                [("c", _one_line(case_label(c), d.cell_chars))],
+                [("k", _one_line(case_label(c), d.cell_chars))],
                 [("c", str(c["op"]))] if c.get("op") else [("t", "–")],
                 [("t", case_shape(c))],
                 [("t", md_text(shape.get("dtype_a") or c["rate"].get("dtype_class") or "–", 40))],
@@ -129,14 +129,14 @@ def case_blocks(c: dict[str, Any], n: int, d: Detail) -> list[Any]:
     """One case's waterfall: what it is and how fast, the factors from peak to achieved, the verdict (or what to
     capture to explain it) and the notes. Only what is known is written."""
     cc = d.cell_chars
-    title: Inline = [("t", f"{n}. "), ("c", _one_line(c.get("name"), cc))]
+    title: Inline = [("t", f"{n}. "), ("k", _one_line(c.get("name"), cc))]
     if c.get("parents"):
         title += [("t", " in "), ("c", _one_line(c["parents"][-1], cc))]
     blocks: list[Any] = [Heading(4, title)]
     t, peak_info = c["timing"], c.get("peak")
     head: Inline = []
     if (c.get("kernel") or {}).get("name"):
-        head += [("t", "kernel "), ("c", _one_line(c["kernel"]["name"], cc)), ("t", "; ")]
+        head += [("t", "kernel "), ("k", _one_line(c["kernel"]["name"], cc)), ("t", "; ")]
     if t.get("calls"):
         head.append(
             (

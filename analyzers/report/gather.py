@@ -66,6 +66,21 @@ def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     }
 
 
+def _with_device(env: dict[str, Any], analysis: Any) -> dict[str, Any]:
+    """``env`` with the GPU that ``--device`` named (the Analysis' device) in place of the files' (the report
+    says the GPU the peaks came from, never "an unknown GPU" beside them)."""
+    if not analysis.run.device_override or not analysis.devices:
+        return env
+    dev = analysis.devices[0]
+    return {
+        **env,
+        "gpu": dev.name,
+        "compute_capability": dev.compute_capability or env.get("compute_capability"),
+        "sm_count": dev.sm_count or env.get("sm_count"),
+        "gpu_source": f"--device {analysis.run.device_override}",
+    }
+
+
 def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
     cap = run.record.capture
     ncu = cap.ncu or NcuCapture()
@@ -298,7 +313,7 @@ def build_report(
                 "schema_version": record.schema_version,
                 "import_warnings": record.import_warnings or [],
             },
-            "environment": _environment(run, frames),
+            "environment": _with_device(_environment(run, frames), analysis),
             "capture": _capture(run, frames),
             "reproduce": reproduce_command(record),
             "calibration": analysis.run.calibration,
@@ -311,8 +326,8 @@ def build_report(
                 "selected_gemms": len(numbered),
                 "failures": len(data["failures"]),
                 "failure_groups": len(failure_groups(data["failures"])),
-                "ncu_kernels": frames["ncu"].height,
-                "timeline_kernels": frames["kernels"].height,
+                "ncu_kernels": analysis.run.ncu_kernel_count,
+                "timeline_kernels": analysis.run.kernel_count,
             },
             "ncu_findings": _ncu_findings(numbered),
             "failure_groups": failure_groups(data["failures"]),

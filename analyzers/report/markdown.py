@@ -22,12 +22,14 @@ GITHUB_COMMENT_LIMIT = 65_536
 def _md_inline(parts: Inline, *, in_table: bool) -> str:
     out = []
     for kind, text in parts:
-        if kind == "c":
+        if kind in ("c", "k"):
             out.append(md_code(text, in_table=in_table))
-        elif kind == "b":
-            out.append(f"**{text}**" if text else "")
-        elif kind == "i":
-            out.append(f"*{text}*" if text else "")
+        elif kind in ("b", "i"):
+            # the markers hug the words: `**Step: **` is not bold in CommonMark (a space before the closing **)
+            mark = "**" if kind == "b" else "*"
+            core = text.strip()
+            lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+            out.append(f"{lead}{mark}{core}{mark}{trail}" if core else text)
         else:
             out.append(text)
     return "".join(out)

@@ -10,7 +10,9 @@ from tracekit.numbers import figure as _fmt  # noqa: F401 - the report's numbers
 
 # --- the document: blocks shared by the Markdown and HTML writers -----------------------------------------------------
 Inline = list[tuple[str, str]]
-"""Runs of inline content: ("t", text) plain, ("c", text) code, ("b", text) bold, ("i", text) italic."""
+"""Runs of inline content: ("t", text) plain, ("c", text) code, ("k", text) a kernel or case name (code in
+Markdown; in HTML shortened, :func:`tracekit.text.short_kernel_name`, with the full name on hover), ("b", text)
+bold, ("i", text) italic."""
 
 
 @dataclass

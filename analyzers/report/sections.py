@@ -148,6 +148,8 @@ def _environment_blocks(rep: dict[str, Any], d: Detail) -> list[Any]:
         extra.append(f"CC {env['compute_capability']}")
     if env.get("sm_count"):
         extra.append(f"{env['sm_count']} SMs")
+    if env.get("gpu_source"):
+        extra.append(f"named by {env['gpu_source']}")
     rows: list[list[Inline]] = [
         [[("t", "GPU")], [("t", md_text(gpu, cc) + (f" ({', '.join(extra)})" if extra else ""))]]
     ]

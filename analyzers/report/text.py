@@ -30,10 +30,22 @@ _MD_ESCAPES.update({"<": "&lt;", ">": "&gt;", "&": "&amp;", "@": "@\u2060"})
 _MD_TABLE = str.maketrans(_MD_ESCAPES)
 
 
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+"""A code span in a sentence: tracekit's own hints quote commands so (``capture with `tracekit capture --ncu```)."""
+
+
 def md_text(text: Any, limit: int | None = None) -> str:
-    """One line of data as Markdown text: emphasis, code, links, tables, math, HTML and @mentions neutralised
-    (a word joiner after ``@`` keeps GitHub from notifying anyone)."""
-    return _one_line(text, limit).translate(_MD_TABLE)
+    r"""One line of data as Markdown text: emphasis, code, links, tables, math, HTML and @mentions neutralised
+    (a word joiner after ``@`` keeps GitHub from notifying anyone). A `quoted` part stays a code span (its
+    content is inert there), so a hint's command renders as code, not as ``\`tracekit …\```."""
+    s = _one_line(text, limit)
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(s):
+        out.append(s[at : m.start()].translate(_MD_TABLE))
+        out.append(md_code(m.group(1), in_table="|" in m.group(1)))
+        at = m.end()
+    out.append(s[at:].translate(_MD_TABLE))
+    return "".join(out)
 
 
 def md_code(text: Any, limit: int | None = None, *, in_table: bool = True) -> str:

@@ -3,7 +3,7 @@
 # NVTX ranges, Triton, raw CUDA, cuBLAS through torch) and the crashing workload of issue 18 with
 # `tracekit capture`, in one GPU-machine call of at most 10 minutes:
 #
-#   bash samples/scripts/gpu_session.sh setup          # installs the carried tracekit wheel into /tmp/site
+#   bash samples/scripts/gpu_phases.sh setup          # installs the carried tracekit wheel into /tmp/site
 #   TK_OUT=/tmp/tk bash benchmarks/foreign/capture_all.sh [NAME...]
 #
 # NAME is a workload below, `foreign` (all issue-17 runs) or `crash` (all issue-18 runs); none = all, in the
@@ -39,7 +39,7 @@
 # 20 s a pass is left); RUN_TIMEOUT_S (per tracekit pass, default 100); CRASH_TIMEOUT_S (crash passes,
 # default 60); HANG_TIMEOUT_S (the crash_hang passes, default 30); NCU_LAUNCHES (ncu --launch-count per
 # issue-17 run, default 8); NCU_KERNELS (ncu kernel-name regex for the issue-17 runs; empty = every kernel
-# inside the ranges). nsys is found as in samples/scripts/gpu_session.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS).
+# inside the ranges). nsys is found as in samples/scripts/gpu_phases.sh (TRACEKIT_NSYS, TRACEKIT_NSYS_LIBS).
 set -uo pipefail
 R=$(cd "$(dirname "$0")/../.." && pwd)
 F=$R/benchmarks/foreign

@@ -1,4 +1,4 @@
-R=$PWD; bash samples/scripts/gpu_session.sh setup > /dev/null 2>&1
+R=$PWD; bash samples/scripts/gpu_phases.sh setup > /dev/null 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs PATH=$PATH:/usr/local/cuda/bin
 export TRACEKIT_NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
 mkdir -p /tmp/tk; cd /tmp

@@ -41,6 +41,7 @@ def _plan(cmd: Sequence[str], settings: CaptureSettings, env: dict[str, str]) ->
             tools.require_nsys_importer(found, env=env)
         except MissingToolError as exc:
             if target is not None:
+                _require_torch(target[0], env, f"no profiler chosen and {exc.message}; the PyTorch profiler ")
                 plan.passes = ["torch"]
                 plan.warnings.append(f"no profiler chosen and {exc.message}; using the PyTorch profiler")
             else:
@@ -63,12 +64,36 @@ def _plan(cmd: Sequence[str], settings: CaptureSettings, env: dict[str, str]) ->
                 f"--torch-profiler needs a Python command (python script.py ..., python -m module ...), got {cmd[0]!r}",
                 "use --nsys or --ncu for other programs",
             )
+        _require_torch(target[0], env, "--torch-profiler ")
         plan.passes.append("torch")
     if ncu:
         plan.ncu = tools.find_ncu(ncu_path, env=env)
         plan.passes.append("ncu")
     plan.passes.sort(key=PASS_ORDER.index)
     return plan
+
+
+_HAS_TORCH = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
+"""Whether an interpreter can import torch, asked without importing it (a probe of well under a second)."""
+
+
+def _require_torch(interpreter: list[str], env: dict[str, str], what: str) -> None:
+    """MissingToolError (exit 3, the documented code for a missing package) before a run folder exists when the
+    program's Python cannot import torch: the PyTorch-profiler pass would fail inside the child and leave an empty
+    run marked incomplete (exit 4) behind. ``what`` starts the message (which pass needs torch)."""
+    import subprocess
+
+    try:
+        probe = subprocess.run(
+            [*interpreter, "-c", _HAS_TORCH], env=env, capture_output=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # the program's own start will say what is wrong with its interpreter
+    if probe.returncode == 3:
+        raise MissingToolError(
+            f"{what}needs torch, which {' '.join(interpreter)} cannot import",
+            "install torch in that environment, or capture with --nsys / --ncu (Nsight tools need no torch)",
+        )
 
 
 def _check_command(cmd: Sequence[str], env: dict[str, str], cwd: Path | None) -> None:

@@ -31,6 +31,7 @@ from tracekit.collectors.torchprof import (
 )
 from tracekit.records import jsonl_line, record_for
 from tracekit.run import STATUS_CAPTURING, STATUS_COMPLETE, STATUS_INCOMPLETE, Run
+from tracekit.slug import slug
 
 from .settings import EXIT_POISONED, FAILURES_FILE, LOG_DIR, Case, SweepPlan
 
@@ -250,7 +251,7 @@ class _BackendRun:
         """One worker over the remaining cases; records how it ended when it did not finish them."""
         logs = self.run.raw_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.backend)
+        safe = slug(self.backend, lower=False, empty="backend")
         events_path, stderr_path = logs / f"{safe}.{n}.jsonl", logs / f"{safe}.{n}.stderr.txt"
         reader = _LineReader(events_path)
         self.current, self.results = None, {}

@@ -5,14 +5,14 @@
 #   samples/scripts/device_prep.sh --slim   also delete, from the working tree only, what no GPU phase reads (the
 #                                           TUI snapshots and the committed samples); restore after the call with
 #                                           `git checkout -- tests/__snapshots__ samples`
-# Then: run(carry=[".whl", ".nsys-libs"], command="TK_OUT=/tmp/tk TK_PACK=$OUT bash samples/scripts/gpu_session.sh ...")
+# Then: run(carry=[".whl", ".nsys-libs"], command="TK_OUT=/tmp/tk TK_PACK=$OUT bash samples/scripts/gpu_phases.sh ...")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 limit=$((64 * 1024 * 1024))
 if [[ ! -d .whl ]] || ! ls .whl/polars-*.whl >/dev/null 2>&1; then
   ../shared/tools/device-wheels.sh .whl msgspec
 fi
-rm -f .whl/tracekit-*.whl .whl/zlib_ng-*.whl .whl/adbc_*.whl # optional dependencies: gzip / sqlite3 fallbacks
+rm -f .whl/tracekit-*.whl .whl/zlib_ng-*.whl # optional dependency: the gzip fallback
 # tracekit's wheel holds its C scanner, built for one Python: the GPU machine's (3.12; DEVICE_PYTHON to change)
 "${DEVICE_PYTHON:-python3.12}" -m pip wheel -q --no-deps -w .whl .
 [[ -d .nsys-libs ]] || ../shared/tools/nsys-libs.sh .nsys-libs

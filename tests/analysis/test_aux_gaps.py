@@ -1,5 +1,5 @@
 """Which kernels a call owns and what its idle is blamed on, on real files (docs/CASES.md, "Which kernels a call
-owns"; docs/NOTES.md, 2026-12-06): the FP8 GEMMs of the H100 serving step own their quantizer, never the RMSNorm
+owns"): the FP8 GEMMs of the H100 serving step own their quantizer, never the RMSNorm
 and residual add before it; the idle between kernels of a CUDA-graph replay is not slow launching; a case of a few
 calls does not say why its idle is there; the aux sentence names its denominator."""
 

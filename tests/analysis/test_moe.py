@@ -409,7 +409,7 @@ def test_tui_moe_screen_shows_histogram_of_the_highlighted_launch(real):
     asyncio.run(drive())
 
 
-# --- the H200 capture (samples/h200-moe: `tracekit capture --nsys -- tracekit bench moe`, moe_session.sh) ----------
+# --- the H200 capture (samples/h200-moe: `tracekit capture --nsys -- tracekit bench moe`, moe_phases.sh) ----------
 @pytest.fixture(scope="module")
 def h200():
     from tracekit.analyzers.store import open_run

@@ -1,7 +1,7 @@
 """The committed sample runs (captured on the lent H200 with tracekit's own capture), checked without ../shared.
 
 Each sample's frames are rebuilt from its raw files and must match the committed frames; the numbers asserted
-below are what those captures hold (docs/NOTES.md says how each was made).
+below are what those captures hold (samples/README.md says how each was made).
 """
 
 from __future__ import annotations

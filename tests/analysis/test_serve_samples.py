@@ -3,7 +3,7 @@ a two-layer decoder, CUDA-graph decode in ``serve/decode``, eager prefill in ``s
 FP8) and the layer loop (benchmarks/foreign/layer_loop.py): every kernel gets the class a performance engineer
 would give it, every GEMM the dtype cuBLAS ran it in, and the bounded ncu pass profiled each kernel configuration
 at most N times. The expectations are written from the kernels' own names and the script's source, not from
-tracekit's output (docs/NOTES.md, "Capturing a serving step")."""
+tracekit's output (samples/README.md says how each was captured)."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ def test_the_step_line_carries_the_breakdowns_notes(shared_data: Path, tmp_path:
         [sys.executable, "-m", "tracekit", "import", *files, "-o", str(run)], check=True, capture_output=True
     )
     lines = _run("explain", str(run), "--top", "1", columns=200).splitlines()
-    step = next(i for i, ln in enumerate(lines) if ln.startswith("step: GPU 0, "))
+    step = next(i for i, ln in enumerate(lines) if ln.startswith("step: "))
     note = lines[step + 1].strip()
     assert note.startswith(
         "note: GPU 0: its kernels come from 2 files, and probe.sqlite and torch_trace.json.gz"

@@ -169,10 +169,12 @@ def test_bench_report_failures_and_escaping(bench, tmp_path: Path) -> None:
 
 
 def test_escaping_helpers() -> None:
-    assert (
-        md_text("a|b<i>`c`</i> *x* @user $y$")
-        == "a\\|b&lt;i&gt;\\`c\\`&lt;/i&gt; \\*x\\* @\u2060user \\$y\\$"
-    )
+    # a quoted part stays a code span (its content inert there: a hint's `tracekit …` command renders as code)
+    assert md_text("a|b<i>`c`</i> *x* @user $y$") == "a\\|b&lt;i&gt;`c`&lt;/i&gt; \\*x\\* @\u2060user \\$y\\$"
+    assert md_text("x `<img src=x>|y` z") == "x `<img src=x>\\|y` z"
+    assert "<img" not in MD.render(md_text("x `<img src=x>|y` z"))
+    lone = md_text("a ` b")  # an unpaired backtick is escaped
+    assert lone == "a \\` b"
     assert md_code("a`b|c") == "`` a`b\\|c ``"
     html = MD.render("| x |\n|---|\n| " + md_text("<img src=x onerror=1> | evil") + " |\n")
     assert "<img" not in html and html.count("<td>") == 1

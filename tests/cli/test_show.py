@@ -118,7 +118,9 @@ def test_lines_fit_the_terminal(
 ) -> None:
     for columns in (60, 80, 100):
         out = _show(capsys, monkeypatch, str(samples_dir / BENCH), "--all", columns=columns)
-        assert all(len(ln) <= columns for ln in out.splitlines()), columns
+        # but the lines that hold the run's path (the `run` line, hints' commands), never folded (test_layout.py)
+        run = str(samples_dir / BENCH)
+        assert all(len(ln) <= columns for ln in out.splitlines() if run not in ln), columns
 
 
 def test_ranges_kernels_and_ncu_tables_say_what_they_left_out(
@@ -204,7 +206,8 @@ def test_moe_launches_one_line_each_and_cut(
     launches = _json(capsys, monkeypatch, run)["moe"]["launches"]
     out = _show(capsys, monkeypatch, str(run), "--limit", "5")
     lines = out.splitlines()
-    assert all(len(ln) <= 100 for ln in lines)
+    # every line fits but those that hold a command or the run's path, which are never folded (test_layout.py)
+    assert all(len(ln) <= 100 for ln in lines if str(run) not in ln)
     rows = [ln for ln in lines if ln.startswith("│ ") and ln.split("│")[1].strip() == launches[0]["backend"]]
     tokens = [int(ln.split("│")[3]) for ln in rows[:5]]
     assert tokens == [r["tokens"] for r in launches[:5]]  # one line per launch, in order

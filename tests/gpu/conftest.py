@@ -41,7 +41,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """On the GPU host, a process that has loaded Nsight Compute's reader extension (``_ncu_report``; the ncu
     tests read reports in-process) dies by SIGSEGV in interpreter teardown, after its work is done (every GPU
-    session since 2026-12-02; faulthandler shows no Python frame). The results are printed by now: leave
+    test run on that host; faulthandler shows no Python frame). The results are printed by now: leave
     without the teardown, so that the exit status is pytest's, not 139."""
     if _cuda_available() and any(m.endswith("_ncu_report") for m in sys.modules):
         sys.stdout.flush()

@@ -5,7 +5,7 @@ Under nsys: one report per rank, checked with SQL (no polars needed), then merge
 installed. Under ncu: one report per rank (checked for size; reading them needs the ncu_report module, which the
 GPU machine's carried wheels leave out, so the import happens on a CPU machine).
 
-Run on the GPU machine (samples/scripts/gpu_session.sh setup ranks), or: python -m pytest -m gpu tests/gpu/test_ranks_gpu.py
+Run on the GPU machine (samples/scripts/gpu_phases.sh setup ranks), or: python -m pytest -m gpu tests/gpu/test_ranks_gpu.py
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_two_ranks_on_one_gpu_under_nsys(tmp_path: Path) -> None:
         gemm_kernels[rank] = n
     assert gemm_kernels[1] > gemm_kernels[0]  # rank 1's planted extra GEMMs
 
-    pytest.importorskip("polars", reason="the merge needs polars (carried in .whl by gpu_session.sh setup)")
+    pytest.importorskip("polars", reason="the merge needs polars (carried in .whl by gpu_phases.sh setup)")
     from tracekit.analyzers.importer import import_into
     from tracekit.analyzers.ranks import analyze_ranks
     from tracekit.analyzers.store import load_frames

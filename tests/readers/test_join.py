@@ -1,45 +1,14 @@
 """Range nesting and the kernel-to-range join, on hand-built timelines whose answer is known, plus
-properties on generated ones; each test twice, with the C sweep (analyzers/_nest.c, where built) and with the
-counts alone."""
+properties on generated ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import polars as pl
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracekit.analyzers import join
 from tracekit.analyzers.join import assign_ranges, nest_and_assign, nest_ranges
 from tracekit.frames import KERNELS, RANGES
-
-
-@pytest.fixture(params=["sweep", "counts"], autouse=True)
-def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Which way the join answers: the C sweep where nesting is proper, or polars' counts everywhere."""
-    if request.param == "sweep" and join._nest is None:
-        pytest.skip("the sweep is not built (no C compiler)")
-    if request.param == "counts":
-        monkeypatch.setattr(join, "_nest", None)
-    yield request.param
-
-
-def test_the_sweep_answers_proper_nesting_and_declines_crossings(way: str) -> None:
-    """Nesting proper: the sweep's answers (no counts needed); two ranges crossing: the counts'."""
-    if way != "sweep":
-        pytest.skip("about the sweep")
-    proper = ranges_frame(
-        [{"range_id": 0, "start_ns": 0, "end_ns": 100}, {"range_id": 1, "start_ns": 10, "end_ns": 20}]
-    )
-    crossing = ranges_frame(
-        [{"range_id": 0, "start_ns": 0, "end_ns": 100}, {"range_id": 1, "start_ns": 50, "end_ns": 150}]
-    )
-    tl, _ = join._build(proper, ["source", "pid", "tid"])
-    assert tl.parent is not None and tl.ends_nz is None
-    tl, _ = join._build(crossing, ["source", "pid", "tid"])
-    assert tl.parent is None and tl.ends_nz is not None
 
 
 def ranges_frame(rows: list[dict]) -> pl.DataFrame:
@@ -77,7 +46,7 @@ def test_nesting_depth_and_parent() -> None:
 
 def test_families_interleaved_in_the_frame_keep_their_rows() -> None:
     """Thread ranges, GPU annotations and a start/end range (neither family: no nesting) interleaved, ids not in
-    row order: each row gets its own range's depth and parent, by the sweep and by the counts alike; the
+    row order: each row gets its own range's depth and parent, the
     start/end row stays null."""
     r = ranges_frame(
         [
@@ -343,27 +312,3 @@ def test_nesting_and_join_match_brute_force_with_ties(case: tuple[list[dict], li
     )
     assert nested.sort("range_id").equals(got)
     assert [*placed["a"]["range_id"], *placed["b"]["range_id"]] == expected
-
-
-def test_the_sweep_takes_series_of_several_chunks_and_refuses_other_types(way: str) -> None:
-    """The C sweep reads polars' columns through Arrow's stream interface: chunks (empty ones too) are joined,
-    and a column of another type or with nulls is refused rather than misread."""
-    if way != "sweep":
-        pytest.skip("about the sweep")
-
-    def chunked(*parts: list[int]) -> pl.Series:
-        return pl.concat([pl.Series(p, dtype=pl.Int64) for p in parts], rechunk=False)
-
-    starts, ends = chunked([0, 10], [], [30]), chunked([100], [20, 40])
-    assert starts.n_chunks() > 1 and ends.n_chunks() > 1
-    got = join._sweep(starts, ends, chunked([5, 15], [35, 200]))
-    assert got is not None
-    depth, parent, inner = got
-    assert depth.to_list() == [0, 1, 1] and depth.dtype == pl.Int32
-    assert parent.to_list() == [None, 0, 0]
-    assert inner.to_list() == [0, 1, 2, None]
-    one = pl.Series([0], dtype=pl.Int64)
-    with pytest.raises(ValueError, match="64-bit integers"):
-        join._nest.sweep(one.cast(pl.Int32), one, one, one)
-    with pytest.raises(ValueError, match="nulls"):
-        join._nest.sweep(pl.Series([None], dtype=pl.Int64), one, one, one)

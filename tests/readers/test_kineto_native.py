@@ -4,7 +4,7 @@ The scanner must give the same ``Part`` as ``make_part`` wherever it reads a doc
 it is not sure: then the general way reads it. Checked on every real trace under ../shared/data (in both forms:
 the whole trace object, and its event array as a chunk), on made-up events that vary every field the frames read
 (types, escapes, times past three decimals, args before the category, nested values), on documents it must
-decline, and end to end: a multi-chunk import with the scanner (threads) and without it (processes, msgspec)
+decline, and end to end: a multi-chunk import with the scanner and without it (msgspec, the fallback), both in worker threads,
 gives the same frames.
 """
 
@@ -366,8 +366,8 @@ def _read_in_process(path: Path, out: Path, *, scanner: bool) -> list[str]:
 def test_multi_chunk_import_is_the_same_with_and_without_the_scanner(
     shared_data: Path, tmp_path: Path
 ) -> None:
-    """A 53 MB trace in 1 MB chunks: worker threads reading with the scanner, and worker processes decoding
-    with msgspec (the scanner turned off), give the same frames and warnings."""
+    """A 53 MB trace in 1 MB chunks: worker threads reading with the scanner, and decoding with msgspec (the
+    scanner turned off), give the same frames and warnings."""
     src = shared_data / "thirdparty/hta/df_index_resolver__df_index_resolver.json.gz"
     with_scanner = _read_in_process(src, tmp_path / "scanner", scanner=True)
     without = _read_in_process(src, tmp_path / "general", scanner=False)

@@ -1,4 +1,4 @@
-"""The Kineto reader's streaming decode: chunked (small chunks, worker processes) and whole give the same result.
+"""The Kineto reader's streaming decode: chunked (small chunks, worker threads) and whole give the same result.
 
 "Whole" is the same reader with one chunk in one process (``chunk_bytes=WHOLE, workers=1``): the text decoded
 at once, as the reader did before it streamed. Each real trace under ../shared/data is read both ways, gzipped
@@ -253,7 +253,7 @@ def test_not_a_trace_and_empty_array(tmp_path: Path) -> None:
             assert not whole.partial
 
 
-# -- memory and processes ----------------------------------------------------------------------------------------
+# -- memory and workers -------------------------------------------------------------------------------------------
 def test_chunks_stay_near_their_size() -> None:
     """Text is handed on in chunks of about ``chunk_bytes`` (one block more at most), never accumulated."""
     events = b",".join(json.dumps(_kernel(i, f"k{i}")).encode() for i in range(5000))
@@ -279,18 +279,16 @@ def test_worker_processes_only_for_large_files(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_worker_threads_from_two_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Threads (the C scanner's way) cost nothing to start: a file of two chunks already gets them; processes
-    wait for 128 MB of text."""
+    """Threads cost nothing to start: a file of two chunks already gets them (the import's worker processes,
+    one file each, wait for 128 MB of text)."""
     monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {0, 1})
-    assert default_workers(40 << 20, threads=True) == 1
-    assert default_workers(64 << 20, threads=True) == 2
-    assert default_workers(64 << 20) == 1
-    assert default_workers(128 << 20) == 2
+    assert default_workers(40 << 20) == 1
+    assert default_workers(64 << 20) == 2
 
 
 def test_a_script_without_a_main_guard_still_reads(shared_data: Path, tmp_path: Path) -> None:
-    """Worker processes are spawned: one that cannot start (the script re-runs at import) leaves the read to the
-    calling process, with the same result."""
+    """The workers are threads: a script without a ``__main__`` guard reads a file in chunks with them (spawned
+    processes would re-run the script)."""
     script = tmp_path / "no_guard.py"
     script.write_text(
         "import sys\nfrom tracekit.analyzers.readers.kineto.reader import read_kineto\n"

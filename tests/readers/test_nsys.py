@@ -507,34 +507,6 @@ def test_nvtx_op_shapes_match_per_name_parse(shared_data: Path) -> None:
     assert got.filter(pl.col("range_kind") == "gemm-op").height == 4  # mm, addmm, bmm, linear
 
 
-@pytest.mark.skipif(
-    not Path("/proc/self/status").exists(), reason="reads the process's size from /proc (Linux)"
-)
-def test_a_read_leaves_no_huge_address_space_behind(samples_dir: Path, tmp_path: Path) -> None:
-    """The ADBC driver reserves address space for a whole Arrow batch up front, text columns most. With a
-    batch of 1 << 30 rows, reading this export's 383 StringIds took the process from 1 GB to 159 GB of virtual
-    size; a test process reached 192 GB and its fork() (Ray starting a local cluster) failed with ENOMEM. Read
-    in a fresh process so that nothing else counts."""
-    import lzma
-    import subprocess
-    import sys
-
-    path = tmp_path / "nsys.sqlite"
-    path.write_bytes(lzma.decompress((samples_dir / "h200-capture-gemm/raw/nsys.sqlite.xz").read_bytes()))
-    code = (
-        "import sys\nfrom tracekit.analyzers.readers.nsys.reader import read_nsys_sqlite\n"
-        "ex = read_nsys_sqlite(sys.argv[1], engine='adbc')\n"
-        "size = [l for l in open('/proc/self/status') if l.startswith('VmSize:')][0].split()[1]\n"
-        "print(ex.frame('kernels').height, int(size) // 1024)\n"
-    )
-    pytest.importorskip("adbc_driver_sqlite", reason="the ADBC engine is not installed")
-    p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    kernels, mib = map(int, p.stdout.split()[-2:])
-    assert kernels > 0
-    assert mib < 8 * 1024, f"{mib} MiB of address space after one read"
-
-
 _KEY = st.one_of(
     st.integers(0, 2), st.integers(0, 2), st.none(), st.sampled_from([-3, 2**40, -(2**40), 2**62, -(2**62)])
 )

@@ -23,7 +23,6 @@ from tracekit.analyzers import rawfiles
 from tracekit.analyzers.importer import ReadJob, build, detect_kind, import_files, read_file, read_job
 from tracekit.analyzers.readers import registry
 from tracekit.analyzers.readers.base import Extract
-from tracekit.analyzers.readers.nsys.db import _Db
 from tracekit.analyzers.readers.protocol import FormatReader, Reader, ReadOptions
 from tracekit.analyzers.readers.source import Source
 from tracekit.analyzers.store import load_frames
@@ -194,15 +193,13 @@ def test_an_nsys_export_with_its_write_ahead_log_beside_it_is_read_from_its_copy
         writer.execute("INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS")
         writer.commit()
         # the database and its log as a writer leaves them, copied while it holds them: no connection of this
-        # process stays open on what is read below (two SQLite libraries, Python's and ADBC's, must not share a
-        # WAL file in one process)
+        # process stays open on what is read below
         shutil.copy(held, db)
         shutil.copy(held.with_name("probe.sqlite-wal"), tmp_path / "probe.sqlite-wal")
     finally:
         writer.close()
     assert (tmp_path / "probe.sqlite-wal").stat().st_size > 0
     assert read_file(db).frames["ranges"].height == 2 * before  # where it is: the log's rows too
-    assert _Db(db, set()).engine != "adbc"  # beside a journal, SQLite through Python's library alone
     run, summary = import_files([db], tmp_path / "run")
     assert summary["rows"]["ranges"] == before
     assert build(run)[0]["ranges"].height == before  # a rebuild from raw/ reads the same

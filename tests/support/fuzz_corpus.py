@@ -83,12 +83,23 @@ def duplicate(data: bytes, rng: random.Random, skip: int = 100) -> bytes:
     return data[: start + size] + data[start : start + size] + data[start + size :]
 
 
+def zero(data: bytes, rng: random.Random, skip: int = 100) -> bytes:
+    """A block of the file overwritten with zero bytes (what a crash or a sparse copy leaves)."""
+    lo = min(skip, len(data) - 1)
+    start = rng.randrange(lo, len(data))
+    size = rng.randrange(1, max(2, min(len(data) - start, 1 << rng.randrange(4, 14))))
+    return data[:start] + bytes(size) + data[start + size :]
+
+
 BYTE_DAMAGE: dict[str, Callable[[bytes, random.Random], bytes]] = {
     "flip1": lambda d, r: flip(d, r, 1),
     "flip16": lambda d, r: flip(d, r, 16),
     "cut": truncate,
     "dup": duplicate,
 }
+EXTRA_BYTE_DAMAGE: dict[str, Callable[[bytes, random.Random], bytes]] = {"zero": zero}
+"""Damage the native readers' sanitizer run (.ci/fuzz_native.py) adds to :data:`BYTE_DAMAGE`."""
+_ANY_BYTE_DAMAGE = {**BYTE_DAMAGE, **EXTRA_BYTE_DAMAGE}
 
 
 # --- SQL-level damage (nsys exports) -----------------------------------------------------------------------------
@@ -232,7 +243,7 @@ def _kineto_mutant(src: Path, dst: Path, kind: str, seed: int) -> Path:
     if kind == "values":
         damaged = json.dumps(json_values(json.loads(text), rng, rng.randrange(1, 6))).encode()
     else:
-        damaged = BYTE_DAMAGE[kind](text, rng)
+        damaged = _ANY_BYTE_DAMAGE[kind](text, rng)
     dst.write_bytes(gzip.compress(damaged, 1, mtime=0))  # no time stamp: the same name gives the same bytes
     return dst
 
@@ -263,7 +274,7 @@ def _csv_mutant(src: Path, dst: Path, kind: str, seed: int) -> Path:
 
 # --- the campaign -------------------------------------------------------------------------------------------
 def _byte_mutant(src: Path, dst: Path, kind: str, seed: int) -> Path:
-    dst.write_bytes(BYTE_DAMAGE[kind](src.read_bytes(), random.Random(seed)))
+    dst.write_bytes(_ANY_BYTE_DAMAGE[kind](src.read_bytes(), random.Random(seed)))
     return dst
 
 

@@ -213,6 +213,7 @@ def render_case(
     from rich.text import Text
 
     from tracekit.commands._render import safe
+    from tracekit.text import PIPE_WIDTH
 
     head = Text()
     for i, (line, style) in enumerate(case_head(case, gpu_ns, console.width)):
@@ -253,7 +254,8 @@ def render_case(
         ):
             parts.append(Text(f"note: {safe(note)}", style="yellow"))
     title = Text(f"#{index} " + safe(case.label, 120))
-    console.print(Panel(Group(*parts), title=title, title_align="left"))
+    # to a pipe (tracekit.text.PIPE_WIDTH) a card is as wide as what it holds, not a thousand columns of border
+    console.print(Panel(Group(*parts), title=title, title_align="left", expand=console.width < PIPE_WIDTH))
 
 
 def render_summary(console: Any, analysis: Any, shown: int, total: int, what: str = "cases") -> None:
@@ -302,12 +304,16 @@ def render_analysis(
     analysis: Any, cases: Sequence[Any], top: int | None, gemm_filter: str | None, console: Any = None
 ) -> None:
     """``tracekit explain``'s text: the summary, then the first ``top`` of ``cases`` (None: all) as cards."""
-    from rich.console import Console
     from rich.text import Text
 
     from tracekit.commands._render import safe
+    from tracekit.text import PIPE_WIDTH, make_console
 
-    console = console or Console()
+    console = console or make_console()
+    if console.width >= PIPE_WIDTH:
+        # to a pipe the cards are prose, not tables: read at a fixed width that still holds the factor table (WIDE),
+        # instead of lines a thousand columns long
+        console.width = WIDE + 20
     if not cases:
         render_summary(console, analysis, 0, 0)
         what = f"matching {gemm_filter!r}" if gemm_filter else "in this run"

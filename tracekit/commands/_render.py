@@ -29,18 +29,27 @@ def frame_table(
     width: int | None = None,
     priority: list[str] | None = None,
     min_widths: dict[str, int] | None = None,
+    whole: tuple[str, ...] = (),
 ) -> Any:
     """``df`` as a Rich table of one line per row that fits ``width`` cells: numbers whole, text elided with
     ``…`` (never folded over several lines). When even that does not fit, the least important columns are left
     out (the last ones, or those not in ``priority``, which lists the columns most important first) and the
     title says which; ``--json`` holds them all. A text column keeps at least ``min_widths[col]`` cells (12 by
-    default) before a less important column gives way."""
+    default) before a less important column gives way. Text columns in ``whole`` (a formatted number such as
+    ``706→716``, a status) are kept whole like numbers, and right-aligned unless they are statuses (``status``)."""
     from rich.table import Table
     from rich.text import Text
 
+    from tracekit.text import PIPE_WIDTH
+
     widths = widths or {}
-    cells = {c: [safe(numbers.table(v), widths.get(c, 60)) for v in df[c].to_list()] for c in df.columns}
-    numeric = {c: df.schema[c].is_numeric() for c in df.columns}
+    # to a pipe or a file (make_console's PIPE_WIDTH) names are printed whole: nothing asks them to fit
+    whole_names = width is not None and width >= PIPE_WIDTH
+    cells = {
+        c: [safe(numbers.table(v), None if whole_names else widths.get(c, 60)) for v in df[c].to_list()]
+        for c in df.columns
+    }
+    numeric = {c: df.schema[c].is_numeric() or c in whole for c in df.columns}
 
     def need(c: str) -> int:
         natural = max([len(c), *(len(t) for t in cells[c])])
@@ -73,7 +82,7 @@ def frame_table(
     for col in shown:
         table.add_column(
             col,
-            justify="right" if numeric[col] else "left",
+            justify="right" if numeric[col] and col != "status" else "left",
             no_wrap=True,
             overflow="ellipsis",
             width=exact[col],
@@ -171,7 +180,9 @@ def _render_failures(console: Any, failures: pl.DataFrame, limit: int | None, ru
         console.print(head, no_wrap=True, overflow="ellipsis")
         console.print(Text("      " + safe(g["message"], max(w - 6, 10))), no_wrap=True, overflow="ellipsis")
     if groups.height > shown.height:
-        console.print(Text(more_line(groups.height - shown.height, "failure groups", run), style="dim"))
+        console.print(
+            Text(more_line(groups.height - shown.height, "failure groups", run), style="dim"), soft_wrap=True
+        )
 
 
 def _print_cut(console: Any, table: Any, total: int, shown: int, what: str, run: str) -> None:
@@ -180,7 +191,7 @@ def _print_cut(console: Any, table: Any, total: int, shown: int, what: str, run:
 
     console.print(table)
     if total > shown:
-        console.print(Text(more_line(total - shown, what, run), style="dim"))
+        console.print(Text(more_line(total - shown, what, run), style="dim"), soft_wrap=True)
 
 
 def device_line(d: dict[str, Any]) -> str:
@@ -266,12 +277,12 @@ def render_summary(
 ) -> None:
     """``tracekit show``'s tables; each is cut to ``limit`` rows (None: every row) and says what it left out."""
     import polars as pl
-    from rich.console import Console
     from rich.text import Text
 
     from tracekit.analyzers import summary as S
+    from tracekit.text import make_console
 
-    console = Console()
+    console = make_console()
     w = console.width
     path = str(data["run"]["path"])
 
@@ -280,7 +291,7 @@ def render_summary(
 
     run = data["run"]
     status = run["status"] + (" (partial)" if run["partial"] else "")
-    console.print(Text(f"run {run['path']}  status: {status}", style="bold"))
+    console.print(Text(f"run {safe(run['path'])}  status: {status}", style="bold"), soft_wrap=True)
     if run.get("incomplete_reason"):
         console.print(Text(f"  incomplete: {run['incomplete_reason']}", style="yellow"))
     _render_ncu_pass(console, run.get("ncu_pass"))
@@ -308,7 +319,12 @@ def render_summary(
             "straggler",
         )
         console.print(
-            frame_table(ranks, "Ranks (kernel time; the straggler is the rank the others wait for)")
+            frame_table(
+                ranks,
+                "Ranks (kernel time; the straggler is the rank the others wait for)",
+                width=w,
+                priority=["rank", "kernels", "gemm_ms", "comm_ms", "idle_ms", "straggler", "compute_ms"],
+            )
         )
         for reason in (data.get("straggler") or {}).get("reasons") or []:
             console.print(Text(f"  {safe(reason, 300)}"))
@@ -323,7 +339,9 @@ def render_summary(
         _render_moe(console, data["moe"], limit)
         launches = len(data["moe"]["launches"])
         if limit is not None and launches > limit:
-            console.print(Text(more_line(launches - limit, "MoE launches", path), style="dim"))
+            console.print(
+                Text(more_line(launches - limit, "MoE launches", path), style="dim"), soft_wrap=True
+            )
     gemms = cases_table(data["gemms"])
     if gemms.height:
         shown = cut(gemms)
@@ -363,13 +381,20 @@ def render_summary(
             )
             if c in ncu.columns
         ]
-        shown = cut(ncu.select(cols))
+        # times and clocks in the units people read them in (µs, MHz), the unit in the column's name: raw ns and
+        # Hz printed 1,168,077,824 and 1,364,828,514 (--json keeps the frame's units)
+        units = {"duration_ns": ("duration_µs", 1e3), "sm_clock_hz": ("sm_clock_MHz", 1e6)}
+        shown = cut(
+            ncu.select(
+                [(pl.col(c) / units[c][1]).alias(units[c][0]) if c in units else pl.col(c) for c in cols]
+            )
+        )
         table = frame_table(
             shown,
             "Nsight Compute kernels",
             {"name": 50, "nvtx_range": 50},
             width=w,
-            priority=["name", "duration_ns", "tensor_pipe_pct", "sm_clock_hz"],
+            priority=["name", "duration_µs", "tensor_pipe_pct", "sm_clock_MHz"],
         )
         _print_cut(console, table, ncu.height, shown.height, "Nsight Compute kernels", path)
     everything = (
@@ -393,7 +418,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
     from rich.text import Text
 
     from tracekit.analyzers.breakdown import Breakdown
-    from tracekit.analyzers.breakdown.table import breakdown_frame
+    from tracekit.analyzers.breakdown.table import breakdown_frame, collapse_same_ranges
 
     b = Breakdown.from_dict(data)
     if b.empty:
@@ -401,7 +426,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
     names = len({s.range for s in b.ranges})
     import polars as pl
 
-    df = breakdown_frame(b, limit)
+    df = collapse_same_ranges(breakdown_frame(b, limit))
     classes = [c for c in df.columns if c not in ("scope", "gpu", "n", "span_ms", "idle", "comm_hidden")]
     df = df.with_columns(pl.col("idle", *classes, "comm_hidden").round(2))
     title = (
@@ -423,7 +448,8 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
                 f"… {b.ranges_total - shown} more range names: `tracekit show {shlex.quote(run)} --all` "
                 "(with --json: every range name's breakdown)",
                 style="dim",
-            )
+            ),
+            soft_wrap=True,
         )
     for note in b.notes:
         console.print(Text(f"  {safe(note, 300)}", style="yellow"))

@@ -242,10 +242,11 @@ class _Progress:
         self._task: Any = None
 
     def __enter__(self) -> _Progress:
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        console = Console(stderr=True)
+        from tracekit.text import make_console
+
+        console = make_console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -281,11 +282,12 @@ class _Progress:
 
 
 def _print_table(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    from tracekit.text import make_console
+
+    console = make_console()
     table = Table(title=f"GEMMs — {result.run.path}", show_lines=False)
     for col, just in (
         ("backend", "left"),
@@ -451,11 +453,12 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _print_moe_table(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    from tracekit.text import make_console
+
+    console = make_console()
     table = Table(title=f"MoE grouped GEMMs — {result.run.path}")
     for col, just in (
         ("backend", "left"),

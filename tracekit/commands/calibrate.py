@@ -51,8 +51,9 @@ def calibrate(
         return
     dev = profile["device"]
     spec = match_device(dev["name"], dev["compute_capability"], dev["sm_count"])
-    from rich.console import Console
     from rich.table import Table
+
+    from tracekit.text import make_console
 
     table = Table(title=f"{dev['name']} ({dev['sm_count']} SMs)", title_justify="left")
     for col in ("dtype", "first TF/s", "sustained TF/s", "datasheet", "% of datasheet", "SM MHz", "power W"):
@@ -68,7 +69,7 @@ def calibrate(
             f"{g['sm_clock_hz'] / 1e6:.0f}" if g.get("sm_clock_hz") else "–",
             f"{g['power_w']:.0f}" if g.get("power_w") else "–",
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     if profile.get("copy"):
         console.print(f"device-to-device copy: {profile['copy']['bytes_per_s'] / 1e9:.0f} GB/s copied")

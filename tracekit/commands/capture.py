@@ -121,9 +121,9 @@ class _Progress:
     routes the child's output so it never tangles with the spinner or pollutes ``--json`` stdout."""
 
     def __init__(self, as_json: bool, quiet: bool) -> None:
-        from rich.console import Console
+        from tracekit.text import make_console
 
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = make_console(stderr=True, highlight=False, soft_wrap=True)
         self.as_json = as_json
         self.quiet = quiet
         self.live = self.console.is_terminal
@@ -494,12 +494,12 @@ def capture(
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        from rich.console import Console
         from rich.text import Text
 
         from tracekit.commands._render import safe
+        from tracekit.text import make_console
 
-        console = Console(highlight=False)
+        console = make_console(highlight=False, soft_wrap=True)
         style = "green" if run.status != STATUS_INCOMPLETE else "yellow"
         console.print(Text(f"run {safe(run.path)}  status: {run.status}", style=f"bold {style}"))
         if data["incomplete_reason"]:

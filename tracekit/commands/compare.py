@@ -10,6 +10,7 @@ import click
 
 from tracekit.errors import RegressionError
 from tracekit.numbers import formatted
+from tracekit.text import short_name as gemm_label
 
 _STYLE = {
     "regression": "bold red",
@@ -21,43 +22,45 @@ _STYLE = {
 
 
 def _render(result: dict[str, Any], base: str, new: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    import polars as pl
     from rich.text import Text
 
-    from tracekit.commands._render import safe
+    from tracekit.commands._render import frame_table, safe
+    from tracekit.text import make_console
 
-    console = Console()
-    table = Table(
-        title=f"{safe(base)} → {safe(new)} (threshold {result['threshold_pct']:g}%)", title_justify="left"
-    )
-    for col, just in (
-        ("GEMM", "left"),
-        ("base µs", "right"),
-        ("new µs", "right"),
-        ("Δ time", "right"),
-        ("noise ±", "right"),
-        ("TFLOP/s", "right"),
-        ("status", "left"),
-        ("factors moved", "left"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    console = make_console()
+    rows = []
     for r in result["gemms"]:
         moved = ", ".join(
             f"{m['factor']} {formatted(m['base'], '{:.2f}')}→{formatted(m['new'], '{:.2f}')}"
             for m in r.get("factors_moved") or []
         )
-        tfl = f"{formatted(r.get('base_tflops'), '{:,.0f}')}→{formatted(r.get('new_tflops'), '{:,.0f}')}"
-        table.add_row(
-            Text(safe(r["gemm"], 60)),
-            formatted(r.get("base_time_us")),
-            formatted(r.get("new_time_us")),
-            formatted(r.get("time_change_pct"), "{:+.1f}%"),
-            formatted(r.get("noise_pct"), "{:.1f}%"),
-            tfl,
-            Text(r["status"], style=_STYLE.get(r["status"], "")),
-            Text(safe(moved or r.get("error") or "", 80)),
+        rows.append(
+            {
+                "GEMM": gemm_label(r["gemm"]),
+                "base µs": formatted(r.get("base_time_us")),
+                "new µs": formatted(r.get("new_time_us")),
+                "Δ time": formatted(r.get("time_change_pct"), "{:+.1f}%"),
+                "noise ±": formatted(r.get("noise_pct"), "{:.1f}%"),
+                "TFLOP/s": f"{formatted(r.get('base_tflops'), '{:,.0f}')}→"
+                f"{formatted(r.get('new_tflops'), '{:,.0f}')}",
+                "status": r["status"],
+                "factors moved": moved or r.get("error") or "",
+            }
         )
+    cols = ["GEMM", "base µs", "new µs", "Δ time", "noise ±", "TFLOP/s", "status", "factors moved"]
+    # the shared table layout (tracekit.commands._render.frame_table): numbers and statuses whole, one line per
+    # GEMM; to a pipe the natural width (tracekit.text.make_console); on a narrow terminal the least needed
+    # columns are left out, and the title says which
+    table = frame_table(
+        pl.DataFrame(rows, schema=dict.fromkeys(cols, pl.String)),
+        f"{safe(base)} → {safe(new)} (threshold {result['threshold_pct']:g}%)",
+        {"GEMM": 80, "factors moved": 200},
+        width=console.width,
+        priority=["GEMM", "Δ time", "status", "noise ±", "new µs", "base µs", "TFLOP/s", "factors moved"],
+        min_widths={"GEMM": 30, "factors moved": 24},
+        whole=("base µs", "new µs", "Δ time", "noise ±", "TFLOP/s", "status"),
+    )
     console.print(table)
     for title, items in (
         ("new failures", result["new_failures"]),
@@ -74,7 +77,7 @@ def _render(result: dict[str, Any], base: str, new: str) -> None:
     for side in ("only_in_base", "only_in_new"):
         if result[side]:
             console.print(
-                Text(f"{side.replace('_', ' ')}: " + ", ".join(safe(x, 60) for x in result[side][:20]))
+                Text(f"{side.replace('_', ' ')}: " + ", ".join(gemm_label(x) for x in result[side][:20]))
             )
     c = result["counts"]
     console.print(
@@ -112,20 +115,21 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --gate  # exit 5: bf16 M=4096 regressed
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --json | jq '.gemms[] | select(.status=="regression")'
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.compare import compare_runs
-    from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.commands.explain import say
 
     rb, rn = open_run(base), open_run(new)
-    fb, fn = load_frames(rb), load_frames(rn)
+    fb, fn = RunFrames(rb), RunFrames(rn)
     result = compare_runs(
         fb,
         fn,
         threshold_pct=threshold,
         base_environment=rb.record.environment,
         new_environment=rn.record.environment,
-        base_analysis=analyze_run(rb, fb, breakdown="none"),
-        new_analysis=analyze_run(rn, fn, breakdown="none"),
+        base_analysis=load_analysis(rb, say=say),
+        new_analysis=load_analysis(rn, say=say),
     )
     result["base"], result["new"] = str(base), str(new)
     if as_json:

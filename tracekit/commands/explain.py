@@ -33,6 +33,11 @@ def resolve_device(name: str | None) -> Any:
     return lookup_device(name)
 
 
+def say(line: str) -> None:
+    """A line for the user on stderr (stdout carries only data): how to store a run's Analysis."""
+    click.echo(line, err=True)
+
+
 def case_matches(case: Any, pattern: str | None) -> bool:
     """Whether ``--gemm PATTERN`` selects a case: the pattern (case-insensitive) in its name, range, enclosing
     ranges, kernel or backend."""
@@ -51,13 +56,14 @@ def select_cases(analysis: Any, pattern: str | None, top: int | None) -> list[An
 
 
 def analysis_of(run: Path, device_name: str | None, calibration: Path | None) -> Any:
-    """The Analysis of RUN as explain, report, show and view build it (``--device`` and ``--calibration``),
-    with the device notes on stderr (stdout carries only data)."""
-    from tracekit.analyzers.analysis import analyze_run
+    """The Analysis of RUN as explain, report, show and view get it (the stored one where it fits:
+    analyzers/analysis/stored.py; ``--device`` and ``--calibration``), with the device notes on stderr (stdout
+    carries only data)."""
+    from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.store import open_run
 
     device = resolve_device(device_name)  # a bad name fails before the run is read
-    analysis = analyze_run(open_run(run), device=device, calibration=calibration, breakdown="devices")
+    analysis = load_analysis(open_run(run), device=device, calibration=calibration, say=say)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     return analysis

@@ -9,6 +9,20 @@ from pathlib import Path
 import click
 
 
+def _not_read(files: tuple[Path, ...]) -> list[str]:
+    """A warning for each file given that the import keeps in raw/ but does not read, by its name (``notes.txt``,
+    a ``.log``): the user named it, so it is said, not kept without a word. Nsight Systems reports (.nsys-rep)
+    get their own warning (export them to SQLite) from the import."""
+    from tracekit.analyzers.rawfiles import is_read
+
+    return [
+        f"{f.name}: not a profiler file; kept in the run's raw/ but not read (tracekit reads Nsight Compute "
+        ".ncu-rep or CSV, Nsight Systems .sqlite exports, PyTorch profiler .json / .json.gz traces)"
+        for f in files
+        if not is_read(f.name) and not f.name.endswith((".nsys-rep", ".qdstrm"))
+    ]
+
+
 @click.command("import")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -25,7 +39,7 @@ import click
     "--rebuild",
     "rebuild",
     type=click.Path(path_type=Path),
-    help="Rebuild the frames of an existing RUN from its raw/.",
+    help="Rebuild the frames of an existing RUN from its raw/, and the Analysis stored with it.",
 )
 @click.option(
     "--workers",
@@ -61,7 +75,8 @@ def import_(
 
     The kind of each file is detected from its content. Files are copied untouched into RUN/raw/; frames are
     written to RUN/frames/. A file that cannot be read is reported and kept in raw/ (the run is marked partial,
-    exit 4); if none can be read nothing is written (exit 2).
+    exit 4); if none can be read nothing is written (exit 2). The run's Analysis is built and stored with it
+    (RUN/analysis.msgpack, docs/ANALYSIS.md), so show, explain, report and view load it instead of building it.
 
     Several files (one per rank of a distributed job) are read in parallel, one process per file up to --workers,
     each writing its rank's frames; the run is the same as with --workers 1. With --executor ray each file is a
@@ -71,7 +86,7 @@ def import_(
     Examples:
       tracekit import samples/h200-gemm-probe/raw/probe.sqlite.xz -o runs/probe   # compressed files are fine
       tracekit import trace.sqlite kernels.ncu-rep rank0.json.gz
-      tracekit import --rebuild samples/h200-bench-gemm        # after upgrading tracekit
+      tracekit import --rebuild runs/<run>        # after upgrading tracekit: the frames again, from raw/
       tracekit import traces/rank*.json.gz -o runs/job-1234 --workers 8
       tracekit import /shared/job/rank*.json.gz -o /shared/runs/job --executor ray --ray-address head:6379
     """
@@ -108,6 +123,7 @@ def import_(
             run, summary = import_files(list(files), out, runs_dir=runs_dir, on_event=progress)
     else:
         run, summary = import_files(list(files), out, runs_dir=runs_dir, on_event=progress)
+    summary["warnings"] = _not_read(files) + summary["warnings"]
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

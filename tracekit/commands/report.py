@@ -13,6 +13,24 @@ from tracekit.errors import BadInputError
 _SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
 
 
+def _format_of(out: Path | None, fmt: str | None) -> str:
+    """The format to write: ``--format``, else ``-o``'s extension (.md, .html, .json), else Markdown. An
+    extension that names no format tracekit writes (``-o r.pdf``), or one that contradicts ``--format``, is bad
+    input (exit 2): writing Markdown into r.pdf would hand the user a file no PDF reader opens."""
+    from_suffix = _SUFFIX_FORMAT.get(out.suffix.lower()) if out is not None else None
+    if out is not None and from_suffix is None and fmt is None:
+        raise BadInputError(
+            f"-o {out}: {out.suffix or 'no extension'} is not a report format",
+            "tracekit report writes .md (Markdown), .html and .json: name the file so, or pass --format",
+        )
+    if fmt is not None and from_suffix is not None and from_suffix != fmt:
+        raise BadInputError(
+            f"-o {out} is {from_suffix} by its extension, but --format {fmt} was given",
+            f"name the file .{fmt}, or leave --format out",
+        )
+    return fmt or from_suffix or "md"
+
+
 @click.command()
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option(
@@ -24,7 +42,7 @@ _SUFFIX_FORMAT = {".md": "md", ".markdown": "md", ".json": "json", ".html": "htm
     type=click.Choice(["md", "json", "html"]),
     default=None,
     help="md (GitHub Markdown, default), json (same content for machines) or html (one self-contained file). "
-    "Default: from -o's suffix, else md.",
+    "Default: from -o's extension (.md, .html, .json; any other exits 2), else md.",
 )
 @click.option(
     "-o",
@@ -70,19 +88,19 @@ def report(
       tracekit report samples/h200-gemm-probe --format json | jq '.cases[0].verdict'
       tracekit report samples/h200-counter-probe --device h200 -o ticket.md   # CSV exports name no GPU
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.report import build_report, write_report
-    from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.commands.explain import say
 
     count = top_count(top, show_all)
     device = resolve_device(device_name)
-    if fmt is None:
-        fmt = _SUFFIX_FORMAT.get(out.suffix.lower(), "md") if out is not None else "md"
+    fmt = _format_of(out, fmt)
     if out is not None and out.exists() and out.is_dir():
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
-    frames = load_frames(r)
-    analysis = analyze_run(r, frames, device=device, calibration=calibration)
+    frames = RunFrames(r)  # each frame read where the report needs it; the stored Analysis holds the rest
+    analysis = load_analysis(r, device=device, calibration=calibration, say=say)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     rep = build_report(r, frames, gemm_filter=gemm_filter, analysis=analysis, top=count)

@@ -53,7 +53,7 @@ def _tflops(v: Any, r: dict[str, Any]) -> str:
 
 
 COMPARE_COLUMNS = [
-    Col("backend", "backend", 14),
+    Col("backend", "backend", 14, grow_to=32, middle=True),
     Col("m", "M", 5, "right"),
     Col("n", "N", 5, "right"),
     Col("k", "K", 5, "right"),

@@ -20,7 +20,17 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tracekit.errors import TracekitError
-from tracekit.tui.data import Analysis, Prefetch, RunData, analyze, load_run, rank_count, step_breakdown
+from tracekit.text import short_name
+from tracekit.tui.data import (
+    Analysis,
+    Prefetch,
+    RunData,
+    analysis_devices_label,
+    analyze,
+    load_run,
+    rank_count,
+    step_breakdown,
+)
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
 from tracekit.tui.text import clean, fit, time_us
@@ -40,7 +50,9 @@ def _ms(value: Any, row: dict[str, Any]) -> str:
 
 GEMM_COLUMNS = [
     Col("gemm_id", "#", 3, "right", fmt=lambda v, r: str(v + 1)),
-    Col("backend", "backend", 12),
+    # a backend (torch-fp8-tensorwise) or, for a case found by its kernel, the kernel's short name: wider where
+    # the table has room, cut in the middle where not (sm80_xmma_gemm_… kernels differ at their end)
+    Col("backend", "backend", 12, fmt=lambda v, r: short_name(v), grow_to=32, middle=True),
     Col("m", "M", 5, "right"),
     Col("n", "N", 5, "right"),
     Col("k", "K", 5, "right"),
@@ -93,17 +105,14 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
         line1 += [(clean(d.status), status_tone), sep, fail_part]
     n_gemms = len(analysis.cases) if analysis is not None else None
     counts = [f"{'…' if n_gemms is None else f'{n_gemms:,}'} GEMMs"]
-    if f["kernels"].height:
-        counts.append(f"{f['kernels'].height:,} kernels")
-    if f["ncu"].height:
-        counts.append(f"{f['ncu'].height:,} ncu")
-    if f["measurements"].height:
-        counts.append(f"{f['measurements'].height:,} measured")
+    for name, label in (("kernels", "kernels"), ("ncu", "ncu"), ("measurements", "measured")):
+        if rows := d.count(name):  # the manifest's count: no frame read for the header
+            counts.append(f"{rows:,} {label}")
     ranks = rank_count(f)
     if ranks > 1:
         counts.append(f"{ranks} ranks (d)")
     counts_text = " · ".join(counts)
-    device = clean(d.device_label)
+    device = clean(analysis_devices_label(d, analysis))
     if cell_len(device) + 5 + cell_len(counts_text) > width:
         device = _short_device(device)
     parts: list[Any] = [*line1, "\n", (device, "bold $accent"), sep, counts_text]

@@ -53,7 +53,7 @@ RANK_COLUMNS = [
 ]
 
 GEMM_COLUMNS = [
-    Col("gemm", "GEMM (range or kernel)", None, min_width=20),
+    Col("gemm", "GEMM (range or kernel)", None, min_width=20, middle=True),
     Col("ranks", "ranks", 5, "right"),
     Col("min_ns", "min µs", 9, "right", fmt=lambda v, r: time_us(v)),
     Col("max_ns", "max µs", 9, "right", fmt=lambda v, r: time_us(v)),

@@ -10,6 +10,7 @@ table only draws, keeps a row cursor, and posts what the user did.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -24,7 +25,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tracekit.tui.text import clean, fit, num
+from tracekit.tui.text import clean, fit, fit_middle, num
 
 Formatter = Callable[[Any, dict[str, Any]], str]
 Styler = Callable[[Any, dict[str, Any]], str | None]
@@ -47,6 +48,12 @@ class Col:
     min_width: int = 8
     hide_below: int = 0
     """Leave the column out when the table is narrower than this (wide terminals show more)."""
+    grow_to: int = 0
+    """A fixed column that widens, up to this many cells, to its longest text where the table has room beyond
+    what the flexible columns need (a backend name of 20 characters was cut to 12 even at 160 columns)."""
+    middle: bool = False
+    """A long name drops the prefix every row shares (``sm80_xmma_gemm_bf16bf16_…``) and shows what follows, or
+    without one is elided in the middle: an end cut of names that share their start shows every row alike."""
 
     def text(self, value: Any, row: dict[str, Any]) -> str:
         if self.fmt is not None:
@@ -157,6 +164,8 @@ class FrameTable(Widget, can_focus=True):
         self.sort_descending = False
         self._window: tuple[int, list[dict[str, Any]]] = (0, [])
         self._strips: dict[tuple[int, bool, int], Strip] = {}
+        self._natural: dict[str, int] = {}
+        self._prefix: dict[str, str] = {}
 
     # -- data ---------------------------------------------------------------------------------------------------
     @property
@@ -168,6 +177,8 @@ class FrameTable(Widget, can_focus=True):
         self.frame = frame
         self._window = (0, [])
         self._strips.clear()
+        self._natural.clear()
+        self._prefix.clear()
         if not keep_cursor:
             self.cursor = 0
             self.top = 0
@@ -209,16 +220,53 @@ class FrameTable(Widget, can_focus=True):
             self.top = self.cursor - page + 1
         self.top = max(0, min(self.top, max(0, self.frame.height - page)))
 
+    def _natural_width(self, col: Col) -> int:
+        """The longest text of ``col`` over the frame's first 2,000 rows (cached until the frame changes)."""
+        if col.key not in self._natural:
+            head = self.frame.head(2000) if col.key in self.frame.columns else pl.DataFrame()
+            rows = head.to_dicts() if head.height else []
+            self._natural[col.key] = max([len(col.label), *(len(col.text(r.get(col.key), r)) for r in rows)])
+        return self._natural[col.key]
+
+    def _shared_prefix(self, col: Col) -> str:
+        """The start every row of ``col`` shares (first 2,000 rows), up to a ``_`` / ``-`` / ``:`` / space, when it
+        is at least 6 characters; else ``""``. Cached until the frame changes."""
+        if col.key not in self._prefix:
+            head = self.frame.head(2000) if col.key in self.frame.columns else pl.DataFrame()
+            texts = [col.text(r.get(col.key), r) for r in head.to_dicts()] if head.height > 1 else []
+            common = os.path.commonprefix(texts) if texts else ""  # noqa: RUF071 - text, not paths
+            cut = max(common.rfind(c) for c in "_-: ") + 1
+            self._prefix[col.key] = common[:cut] if cut >= 6 else ""
+        return self._prefix[col.key]
+
+    def _cell(self, col: Col, text: str, width: int) -> str:
+        """``text`` fitted to ``width``: a ``middle`` column past its width drops the rows' shared prefix (shown as
+        ``…``) and shows what follows, or without one elides in the middle; others are cut at the end (:func:`fit`)."""
+        if not col.middle or col.justify != "left" or len(text) <= width:
+            return fit(text, width, col.justify)
+        prefix = self._shared_prefix(col)
+        if prefix and text.startswith(prefix) and len(text) > len(prefix):
+            return fit("…" + text[len(prefix) :], width)  # what follows the shared start is what differs
+        return fit_middle(text, width)
+
     def _layout(self, width: int) -> list[tuple[Col, int]]:
         cols = [c for c in self.columns if width >= c.hide_below]
         fixed = sum(c.width for c in cols if c.width is not None)
         flex = [c for c in cols if c.width is None]
         gaps = len(cols)  # one space before each column
-        spare = width - fixed - gaps
+        room = width - fixed - gaps - sum(c.min_width for c in flex)
+        grown: dict[str, int] = {}
+        for c in cols:  # growing columns first take what the flexible ones can spare, in column order
+            if c.width is not None and c.grow_to > c.width and room > 0:
+                extra = min(room, min(c.grow_to, self._natural_width(c)) - c.width)
+                if extra > 0:
+                    grown[c.key] = c.width + extra
+                    room -= extra
+        spare = width - fixed - sum(grown.get(c.key, c.width or 0) - (c.width or 0) for c in cols) - gaps
         out = []
         for c in cols:
             if c.width is not None:
-                out.append((c, c.width))
+                out.append((c, grown.get(c.key, c.width)))
             else:
                 share = spare // len(flex) if flex else 0
                 out.append((c, max(c.min_width, share)))
@@ -286,7 +334,7 @@ class FrameTable(Widget, can_focus=True):
         segments = []
         for col, w in self._layout(width):
             value = row.get(col.key)
-            text = fit(col.text(value, row), w, col.justify)
+            text = self._cell(col, col.text(value, row), w)
             style = row_style
             tone = col.tone(value, row) if col.tone else None
             if tone and index != self.cursor:

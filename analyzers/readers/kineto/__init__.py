@@ -1,8 +1,8 @@
 """PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzipped: kernels, ranges, GEMM ops and devices.
 
 ``reader.py`` reads a trace (its docstring maps Kineto's fields to the frames' columns); ``text.py`` gives the
-file's text as blocks (gzip inflated on the way), ``stream.py`` cuts it into chunks decoded in worker threads
-(processes, through shared memory, ``shm.py``, where the C scanner is not built); ``native.py`` reads a chunk
+file's text as blocks (gzip inflated on the way), ``stream.py`` cuts it into chunks decoded in worker threads;
+``native.py`` reads a chunk
 of 16 MB and more with the C scanner (``_scan.c``) straight into arrays, which ``scanned.py`` turns into
 columns; smaller text, or text the scanner declines, ``decode.py`` decodes with msgspec and ``part.py`` reduces
 to the same columns; ``frames.py`` joins the columns into

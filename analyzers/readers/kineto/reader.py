@@ -4,8 +4,8 @@ devices.
 Parsing streams: the text is never held whole (a 1M-kernel trace is 2.5 GB of JSON). The file is read as blocks
 (gzip inflated on the way: ``text.py``); the event array is cut into chunks at event boundaries and each
 chunk is decoded by msgspec into typed structs naming only the fields used (``decode.py``), reduced to
-columns of the events the frames need (``part.py``), in worker processes on all cores for a large file
-(``stream.py``); the parent joins the columns into frames (``frames.py``). Peak memory is bounded by the
+columns of the events the frames need (``part.py``), in worker threads on all cores for a large file
+(``stream.py``: the C scanner where it was built, else msgspec); the parent joins the columns into frames (``frames.py``). Peak memory is bounded by the
 workers' chunks plus the frames themselves, not by the file. Files that are not strict JSON (``NaN``,
 ``Infinity``, integers past 64 bits) fall back to the stdlib parser, chunk by chunk.
 
@@ -64,7 +64,6 @@ Every kernel is kept, including those outside ``ProfilerStep`` ranges (HolisticT
 
 from __future__ import annotations
 
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tracekit.errors import UnreadableFileError
@@ -72,7 +71,6 @@ from tracekit.errors import UnreadableFileError
 from ...workers import default_workers
 from ..base import Extract, read_progress, source_name
 from . import frames as kineto_frames
-from . import native
 from .decode import Meta, Notes, first_byte, gc_paused
 from .frames import short_kernel_name
 from .part import make_part
@@ -115,9 +113,9 @@ WHOLE = 1 << 62
 def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | None = None) -> Extract:
     """Read a PyTorch-profiler trace into ``kernels``, ``ranges`` and ``devices`` frames.
 
-    ``workers``: threads (processes where the C scanner is not built) that decode chunks (default
-    ``tracekit.analyzers.workers.default_workers``: one per core, at most 8, for a file of 48 MB of text or more
-    with threads, 128 MB with processes, else none, and none inside a worker process); ``chunk_bytes``: text per
+    ``workers``: threads that decode chunks (default ``tracekit.analyzers.workers.default_workers``: one per
+    core, at most 8, for a file of 48 MB of text or more, else none, and none inside a worker process, where
+    the import already spreads files over the cores); ``chunk_bytes``: text per
     chunk (``WHOLE``: one chunk). The frames are the same whatever the two are.
 
     Raises ``UnreadableFileError`` (one line, no traceback) for an empty file, bad gzip, or JSON that is not a
@@ -127,12 +125,8 @@ def read_kineto(path: Path, *, workers: int | None = None, chunk_bytes: int | No
     with gc_paused():
         text = TraceText(path)
         if workers is None:
-            workers = default_workers(text.estimated_text_bytes(), threads=native.AVAILABLE)
-        try:
-            got, head, total = _decode_all(text, max(1, workers), chunk_bytes or CHUNK_BYTES)
-        except BrokenProcessPool:  # a worker could not start (a script without a main guard) or was killed
-            text = TraceText(path)
-            got, head, total = _decode_all(text, 1, chunk_bytes or CHUNK_BYTES)
+            workers = default_workers(text.estimated_text_bytes())
+        got, head, total = _decode_all(text, max(1, workers), chunk_bytes or CHUNK_BYTES)
         return _extract(path, text, got, head, total)
 
 
@@ -168,7 +162,7 @@ def _decode_all(text: TraceText, workers: int, chunk_bytes: int) -> tuple[Collec
         chunks = stream_chunks(rest, head.start, blocks, chunk_bytes)
     del read, rest
     # a streamed chunk is cut in the block that takes it past chunk_bytes: it holds less than the two together
-    decoder = Decoder(workers, None if text.plain else chunk_bytes + step)
+    decoder = Decoder(workers)
     sink = read_progress()
     on_chunk = None if sink is None else (lambda end: sink(end, max(end, text.estimated_total())))
     got = collect((Job(c, path, head.form) for c in chunks), decoder, on_chunk)

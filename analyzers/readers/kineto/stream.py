@@ -1,5 +1,4 @@
-"""A Kineto trace's event array, cut into chunks at event boundaries and decoded in worker threads (or processes),
-in order.
+"""A Kineto trace's event array, cut into chunks at event boundaries and decoded in worker threads, in order.
 
 The text is never held whole. Its head (everything before ``"traceEvents": [``) is decoded for the metadata it
 holds; the event array is cut every ``chunk_bytes`` at an event's closing brace followed by a comma and the
@@ -13,32 +12,28 @@ says which cuts were right. A chunk that does not decode for any other reason is
 before the damage are kept (``decode.salvage``), the rest of the file is not read, and the result is
 partial, as a file cut short is.
 
-Each chunk (of 16 MB of text and more) is read by the C scanner (``native.py``), which releases the GIL while it
-scans, so the workers are threads of this process: no process to start, no imports, no text or frames copied between processes. Where the
-scanner was not built (no C compiler at install time) chunks are decoded with msgspec, which holds the GIL, so
-the workers are spawned processes. A chunk the scanner declines (text outside the plain form it is sure of) is
-decoded with msgspec in its thread: correct, only not in parallel.
+Each chunk (of 16 MB of text and more) is read by the C scanner (``native.py``, the fast path), which releases
+the GIL while it scans, so the workers are threads of this process: no process to start, no imports, no text or
+frames copied between processes. Where the scanner was not built (no C compiler at install time), or declines a
+chunk (text outside the plain form it is sure of), msgspec decodes it in the same thread (the fallback): correct,
+only not in parallel. (Spawned worker processes for msgspec were a third path until the paths were measured
+against each other: docs/PERFORMANCE.md, "One fast path and one fallback per format".)
 
 Plain files are read by the workers themselves (each its own byte range); gzipped ones are inflated by the
-parent, which hands each chunk's text to a thread as it is, or to a process in shared memory (``shm.py``;
-through the pipe where there is none). Each thread decodes from one reused buffer (``_scratch``). A file of one
-chunk, or ``workers=1``, is decoded in the calling thread.
+calling thread, which hands each chunk's text to a worker as it is. Each thread decodes from one reused buffer
+(``_scratch``). A file of one chunk, or ``workers=1``, is decoded in the calling thread.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import suppress
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import native
-from . import shm as kineto_shm
 from .decode import Form, Meta, NotATrace, Notes, Undecodable, decode, first_byte, gc_paused, salvage
 from .part import Part, make_part
 from .text import TraceText
@@ -47,7 +42,7 @@ CHUNK_BYTES = 32 << 20
 """Text per chunk: a worker holds a few of these and their decoded events at a time."""
 BLOCK_BYTES = 4 << 20
 """Text read (or inflated) per step: a chunk is cut in the block that takes it past ``CHUNK_BYTES``, so a chunk
-holds less than the two together, which sizes the shared-memory slots (``shm.py``)."""
+holds less than the two together."""
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _ARRAY_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _CUT_TRIES = 4096
@@ -59,8 +54,7 @@ _OBJECT_PREFIX = b'{"traceEvents":['
 class Chunk:
     """Part of the event array: ``length`` bytes of the text from ``offset``; its events end at ``body`` (the
     rest is the comma and blanks before the next chunk). ``data`` holds at least ``length`` bytes of text (one
-    string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range) or when
-    the text is in a shared-memory slot (``shm``: the block's name and the offset, ``shm.py``). The last
+    string, or the list of blocks it spans), or is None for a plain file (the decoder reads the range). The last
     chunk runs to the end of the file."""
 
     offset: int
@@ -68,13 +62,9 @@ class Chunk:
     body: int
     last: bool
     data: bytes | list[bytes] | None = None
-    shm: tuple[str, int] | None = None
 
     def text(self) -> bytes | None:
         """The chunk's text (with maybe some bytes after it), or None for a plain file."""
-        if self.shm is not None:
-            with kineto_shm.view(self.shm, self.length) as v:
-                return v.tobytes()
         return b"".join(self.data) if isinstance(self.data, list) else self.data
 
     def joined(self, nxt: Chunk) -> Chunk:
@@ -89,7 +79,7 @@ class Chunk:
 
 @dataclass
 class Job:
-    """What a worker needs to decode one chunk (small and picklable)."""
+    """What a worker needs to decode one chunk."""
 
     chunk: Chunk
     path: str
@@ -116,7 +106,7 @@ class Result:
 
 
 def decode_job(job: Job) -> Result:
-    """Decode one chunk (in a worker process or in the caller); on damage, keep its complete events."""
+    """Decode one chunk (in a worker thread or in the caller); on damage, keep its complete events."""
     with gc_paused():
         return _decode_job(job)
 
@@ -161,19 +151,27 @@ def _doc(c: Chunk, path: str, prefix: bytes, end: int, suffix: bytes) -> memoryv
     buf = _scratch(size)
     buf[: len(prefix)] = prefix
     body = buf[len(prefix) : len(prefix) + end]
-    if c.shm is not None:
-        with kineto_shm.view(c.shm, end) as v:
-            body[:] = v
-    elif c.data is None:
+    if c.data is None:
         with open(path, "rb") as f:
             f.seek(c.offset)
             got = f.readinto(body)
         if got < end:  # the file shrank since it was first read: what is missing decodes as damage
             body[got:] = bytes(end - got)
     else:
-        kineto_shm.copy_into(body, c.data)
+        _copy_into(body, c.data)
     buf[len(prefix) + end :] = suffix
     return buf
+
+
+def _copy_into(out: memoryview, data: bytes | list[bytes]) -> None:
+    """The first ``len(out)`` bytes of ``data`` (one string, or the blocks a chunk spans) into ``out``."""
+    at, end = 0, len(out)
+    for p in data if isinstance(data, list) else [data]:
+        if at >= end:
+            break
+        take = min(len(p), end - at)
+        out[at : at + take] = p if take == len(p) else memoryview(p)[:take]
+        at += take
 
 
 class _Buffers(threading.local):
@@ -204,7 +202,7 @@ PIN_EVERY = 64
 small-object allocator unmaps a 1 MiB arena as soon as its last object dies; a chunk's ~100 MB of events all die
 together, so each chunk mapped and faulted its arenas afresh: in two workers on a 1M-kernel trace, 1.6M page
 faults and 4.8 s of system time. With one live event in each arena they stay mapped and the next chunks reuse
-them: 0.4M faults and 1.2 s (docs/BENCHMARKS.md). The pins cost ~1/64 of one chunk's events."""
+them: 0.4M faults and 1.2 s (docs/PERFORMANCE.md). The pins cost ~1/64 of one chunk's events."""
 
 
 def release_scratch() -> None:
@@ -308,29 +306,14 @@ def range_chunks(text: TraceText, offset: int, chunk_bytes: int) -> Iterator[Chu
 
 
 # -- decoding chunks in order ----------------------------------------------------------------------------------
-def _worker_start() -> None:
-    """In each worker: Ctrl-C is the parent's to handle."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class Decoder:
-    """Decodes jobs in order: in ``workers`` threads (``processes`` False: the C scanner reads the chunks
-    without the GIL) or spawned processes (``processes`` True, the default where the scanner was not built), or
-    here when ``workers`` is 1. At most two jobs per worker are in flight, so memory is bounded by the workers,
-    not by the file.
+    """Decodes jobs in order: in ``workers`` threads (the C scanner reads the chunks without the GIL; msgspec, where
+    it reads them, holds it), or here when ``workers`` is 1. At most two jobs per worker are in flight, so memory
+    is bounded by the workers, not by the file."""
 
-    ``slot_bytes``: the largest chunk text the caller hands over; worker processes then get the text through
-    shared memory (``shm.py``) instead of the pipe."""
-
-    def __init__(self, workers: int, slot_bytes: int | None = None, *, processes: bool | None = None) -> None:
+    def __init__(self, workers: int) -> None:
         self.workers = workers
-        self.slot_bytes = slot_bytes
-        self.processes = not native.AVAILABLE if processes is None else processes
-        self.pool: Executor | None = None
-        self.ring: kineto_shm.Ring | None = None
-        self.env: str | None = None
+        self.pool: ThreadPoolExecutor | None = None
         self.queue: deque[tuple[Job, Future[Result] | None]] = deque()
         self.in_flight = 2 * workers
         """Jobs queued at most (two per worker: one decoding, one ready for it)."""
@@ -340,26 +323,8 @@ class Decoder:
         if self.workers <= 1:
             yield job, decode_job(job)
             return
-        if self.pool is None and not self.processes:
-            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracekit-kineto")
         if self.pool is None:
-            # Each worker's polars gets one thread (read when it is spawned, on the first submits): its frames are
-            # small, and one thread pool per worker on shared cores spins for more CPU than it saves.
-            self.env = os.environ.get("POLARS_MAX_THREADS")
-            os.environ["POLARS_MAX_THREADS"] = "1"
-            self.pool = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start
-            )
-            if self.slot_bytes:
-                # the jobs in flight, the one being submitted, and one that waits to be joined with the next
-                self.ring = kineto_shm.Ring.make(self.in_flight + 2, self.slot_bytes)
-        c = job.chunk
-        if self.ring is not None and c.data is not None:
-            where = self.ring.put(c.data, c.length)
-            if where is not None:
-                job = Job(
-                    Chunk(c.offset, c.length, c.body, c.last, None, where), job.path, job.form, job.whole
-                )
+            self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracekit-kineto")
         self.queue.append((job, self.pool.submit(decode_job, job)))
         while len(self.queue) > self.in_flight:
             yield self._pop()
@@ -373,32 +338,13 @@ class Decoder:
         assert fut is not None
         return job, fut.result()
 
-    def release(self, job: Job) -> None:
-        """``job``'s text is not needed any more: its shared-memory slot (if any) may take another chunk."""
-        if job.chunk.shm is not None and self.ring is not None:
-            self.ring.release(job.chunk.shm)
-            job.chunk.shm = None
-
-    def close(self, failed: bool) -> None:
-        """Let the workers go; ``failed``: stop them now, their results are not wanted any more."""
+    def close(self) -> None:
+        """Let the workers go (the jobs not started are cancelled)."""
         if self.pool is None:
             return
         self.queue.clear()
-        if failed:
-            for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
-                with suppress(OSError):
-                    proc.terminate()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.pool = None
-        if self.ring is not None:
-            self.ring.close()
-            self.ring = None
-        if not self.processes:
-            return
-        if self.env is None:
-            os.environ.pop("POLARS_MAX_THREADS", None)
-        else:
-            os.environ["POLARS_MAX_THREADS"] = self.env
 
 
 @dataclass
@@ -425,36 +371,29 @@ def collect(
     ``on_chunk``: called with the end of each chunk taken (a byte offset in the text), for progress."""
     out = Collected()
     carry: Job | None = None
-    failed = True
     try:
         for job in jobs:
             if out.cut_at is not None or out.not_a_trace or out.no_events:
                 continue  # the rest of the text is not read, only counted
             for done, res in decoder.submit(job):
-                carry = _settle(out, decoder, done, res, carry, on_chunk)
+                carry = _settle(out, done, res, carry, on_chunk)
         for done, res in decoder.drain():
-            carry = _settle(out, decoder, done, res, carry, on_chunk)
-        failed = False
+            carry = _settle(out, done, res, carry, on_chunk)
     finally:
-        decoder.close(failed)
+        decoder.close()
         release_scratch()
     return out
 
 
 def _settle(
     out: Collected,
-    decoder: Decoder,
     job: Job,
     res: Result,
     carry: Job | None,
     on_chunk: Callable[[int], None] | None,
 ) -> Job | None:
-    """``_take``, then give back the text of the jobs that are settled (a job waiting to be joined keeps it) and
-    say how far the text is decoded."""
+    """``_take``, then say how far the text is decoded."""
     waiting = _take(out, job, res, carry)
-    for done in (carry, job):
-        if done is not None and done is not waiting:
-            decoder.release(done)
     if on_chunk is not None:
         on_chunk(job.chunk.offset + job.chunk.length)
     return waiting

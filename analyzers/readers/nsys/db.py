@@ -1,13 +1,14 @@
 """Read-only access to Nsight Systems exports (``reader.py``): typed polars frames from queries of a table's
-columns, read from the file's pages where the page reader is built and sure of the table (``pages.py``), else
-through SQLite: the ADBC driver where installed (Arrow batches) or the standard library's sqlite3, the big
-tables in rowid chunks. A value of the wrong type (a damaged export) is read as null and counted in
-``_Db.lost``."""
+columns, read from the file's pages where the page reader is built and sure of the table (``pages.py``, the fast
+path), else through the standard library's sqlite3 (the fallback), the big tables in rowid chunks. A value of
+the wrong type (a damaged export) is read as null and counted in ``_Db.lost``.
+
+An ADBC path (adbc-driver-sqlite, Arrow batches from SQLite) sat between the two until the paths were measured
+against each other (docs/PERFORMANCE.md, "One fast path and one fallback per format"); it was removed."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,47 +16,13 @@ import polars as pl
 
 from tracekit.errors import MissingToolError
 
-from . import pages, sidecars, sqlite_uri
+from . import pages, sqlite_uri
 
-ENGINES = ("auto", "pages", "adbc", "sqlite3")
-"""How tables are read: ``auto`` from the pages where the page reader is built and sure of a table, else ADBC
-where installed, else sqlite3; ``pages`` the same but refused where the page reader is not built; ``adbc`` and
-``sqlite3`` through SQLite only. All give the same frames."""
-_CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks, in parallel
-_BATCH_ROWS = _CHUNK_ROWS
-"""Rows per Arrow batch from the ADBC driver: a chunk's statement comes back in one batch. The driver reserves
-address space for a whole batch up front: at 1 << 30 rows each read left ~25 GB of it mapped (a test process
-reached 192 GB of virtual size, and fork() then failed with ENOMEM where the kernel checks overcommit)."""
-
-
-# --- queries ----------------------------------------------------------------------------------------------------
-def _adbc_connect() -> Callable[[str], object] | None:
-    try:
-        import adbc_driver_sqlite.dbapi as dbapi
-    except ImportError:
-        return None
-    if not hasattr(dbapi.Cursor, "fetch_arrow"):  # older releases returned Arrow only through pyarrow
-        return None
-    return dbapi.connect
-
-
-def _query_adbc(connect: Callable[[str], object], uri: str, sql: str) -> pl.DataFrame:
-    import adbc_driver_sqlite
-
-    con = connect(uri)
-    try:
-        cur = con.cursor()  # type: ignore[attr-defined]
-        # One batch for the whole result: the driver infers each column's type from its first batch (and
-        # fails if a later batch disagrees), but widens a column within a batch (all-null int -> text).
-        cur.adbc_statement.set_options(
-            **{adbc_driver_sqlite.StatementOptions.BATCH_ROWS.value: str(_BATCH_ROWS)}
-        )
-        cur.execute(sql)
-        df = pl.DataFrame(cur.fetch_arrow())
-        cur.close()
-        return df
-    finally:
-        con.close()  # type: ignore[attr-defined]
+ENGINES = ("auto", "pages", "sqlite3")
+"""How tables are read: ``auto`` from the pages where the page reader is built and sure of a table, else
+sqlite3; ``pages`` the same but refused where the page reader is not built; ``sqlite3`` through SQLite only.
+All give the same frames."""
+_CHUNK_ROWS = 1 << 19  # rowids per statement; the big tables are read in such chunks
 
 
 def _replace_bad_utf8(data: bytes) -> str:
@@ -95,10 +62,6 @@ def _query_sqlite3(
         return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
     finally:
         con.close()
-
-
-def _is_adbc_error(e: BaseException) -> bool:
-    return type(e).__module__.startswith("adbc_driver")
 
 
 def _cast(cols: dict[str, str], name: str | None, integer: bool) -> bool:
@@ -156,14 +119,6 @@ class _Db:
         self.path = path
         self.uri = sqlite_uri(path)
         self.tables = tables
-        # Not ADBC beside a journal (a WAL-mode file's -wal): its own SQLite and Python's would open the same
-        # -shm in one process, where POSIX locks do not tell them apart, and one can truncate the other's
-        # mapping (a SIGBUS, seen when a test held the file open for writing). A file with no journal is opened
-        # immutable and maps no -shm.
-        alone = engine == "adbc" or not sidecars(path)
-        self._connect = _adbc_connect() if engine in ("auto", "pages", "adbc") and alone else None
-        if engine == "adbc" and self._connect is None:
-            raise MissingToolError("engine 'adbc' needs adbc-driver-sqlite", "pip install adbc-driver-sqlite")
         if engine == "pages" and not pages.AVAILABLE:
             raise MissingToolError(
                 "engine 'pages' needs the page reader, which this install did not build (no C compiler) or "
@@ -176,10 +131,6 @@ class _Db:
         self.notes: list[str] = []
         self.lost: list[int] = []  # per query chunk: values of the wrong type, read as null
         self.declined: dict[str, str] = {}  # table -> why the page reader left it to SQLite
-
-    @property
-    def engine(self) -> str:
-        return "adbc" if self._connect else "sqlite3"
 
     def columns(self, table: str) -> dict[str, str]:
         """Column name -> declared type (upper case) of ``table``; empty when the table is absent."""
@@ -261,26 +212,7 @@ class _Db:
         return out
 
     def query(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        """Run ``sql`` (its result columns named and ordered as ``schema``) into a frame of that schema.
-
-        A query the ADBC driver cannot turn into Arrow (a column whose SQLite values change type in ways the
-        inference cannot widen) is run again through sqlite3, which takes any value."""
-        if self._connect is not None:
-            try:
-                df = _query_adbc(self._connect, self.uri, sql)
-                df.columns = list(schema)
-                # the driver passes text that is not UTF-8 through unchecked, and such a frame cannot be
-                # written to parquet and read back: check (ComputeError: invalid utf8) and fall back. Checked
-                # before the cast: a failed cast's error quotes the value, and polars aborts the process when
-                # that message is not UTF-8 (a damaged export did: "PyObject pointer is null").
-                df.select(pl.col(pl.String).cast(pl.Binary).cast(pl.String))
-                return df.cast(schema, strict=True)  # type: ignore[arg-type]
-            except Exception as e:
-                if not (_is_adbc_error(e) or isinstance(e, pl.exceptions.PolarsError)):
-                    raise
-                self.notes.append(
-                    f"the ADBC reader failed ({' '.join(str(e).split())[:200]}); read with sqlite3"
-                )
+        """Run ``sql`` (its result columns named and ordered as ``schema``) into a frame of that schema."""
         try:
             return _query_sqlite3(self.uri, sql, schema, self.lost)
         except sqlite3.OperationalError as e:

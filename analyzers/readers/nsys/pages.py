@@ -1,7 +1,7 @@
 """A table's rows read from the SQLite file's pages (``_pages.c``) instead of through SQLite's virtual machine.
 
 An nsys export of a serving step is millions of rows; SQLite steps them at about 0.7 us per row and column (3.4
-s of one core for the 5M NVTX ranges of docs/BENCHMARKS.md's export, 1.9 s for its 1M kernels). The C reader
+s of one core for the 5M NVTX ranges of the scale export in docs/PERFORMANCE.md, 1.9 s for its 1M kernels). The C reader
 walks a table's b-tree and writes the columns into Arrow buffers at a fraction of that, a large table in parallel
 parts that each write their rows into the table's buffers at their offset (one chunk per column).
 

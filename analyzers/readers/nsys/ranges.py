@@ -188,8 +188,8 @@ def nvtx_op_shapes(ranges: pl.DataFrame) -> pl.DataFrame:
     found = calls.select("_row", "_key").join(parsed.with_row_index("_at"), on="_key", how="inner")
     # Each field gathered from the parsed rows through one row -> parsed-row index (null for other ranges):
     # a scatter per field copied the whole column first. In a fresh process, as the import runs it: 0.49-0.64 s
-    # against 0.58-0.76 s at 5M ranges, and 100k fewer page faults (the last session's in-process comparison,
-    # where freed memory is reused, had it the other way).
+    # against 0.58-0.76 s at 5M ranges, and 100k fewer page faults (an in-process comparison, where freed memory
+    # is reused, had it the other way).
     at = pl.repeat(None, ranges.height, dtype=pl.UInt32, eager=True).scatter(found["_row"], found["_at"])
     # a field no parsed op has (m / n / k without record_shapes) stays as it is: null, as _fit left it
     filled = [c for c in cols if parsed[c].null_count() < parsed.height]

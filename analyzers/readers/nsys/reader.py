@@ -23,12 +23,10 @@ Where each column comes from (the columns themselves are documented in tracekit/
     block (opt-in) and per SM, registers per SM, ``clockRate`` (Hz) as the boost clock.
 
 Files are opened read-only (``mode=ro``) and never changed. The big tables are read from the file's pages by
-the page reader (``pages.py``, a C extension), several tables at once and a large one in parallel parts; a
-table it is not sure of, or every table where it was not built, through the ADBC SQLite driver straight into
-Arrow, in rowid chunks on a few threads (several times faster than ``sqlite3`` rows, which build a Python
-object per value); without ``adbc-driver-sqlite`` the reader uses ``sqlite3`` with the same queries. All give
-the same frames (tests/readers/test_nsys.py and test_nsys_pages.py check that on every export), and a query the
-driver cannot type is re-run through ``sqlite3`` with a warning.
+the page reader (``pages.py``, a C extension: the fast path), several tables at once and a large one in parallel
+parts; a table it is not sure of, or every table where it was not built, through ``sqlite3`` in rowid chunks
+(the fallback). Both give the same frames (tests/readers/test_nsys.py and test_nsys_pages.py check that on every
+export).
 """
 
 from __future__ import annotations
@@ -457,8 +455,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
     """Read an Nsight Systems SQLite export into ``kernels``, ``ranges`` and ``devices`` frames.
 
     ``engine`` is ``auto`` (from the file's pages where the page reader is built and sure of a table, else
-    ADBC where installed, else sqlite3), ``pages``, ``adbc`` or ``sqlite3`` (db.ENGINES); all give the same
-    frames. Raises UnreadableFileError for a file that is not a complete nsys SQLite export (a ``.nsys-rep``
+    sqlite3), ``pages`` or ``sqlite3`` (db.ENGINES); all give the same frames. Raises UnreadableFileError for a file that is not a complete nsys SQLite export (a ``.nsys-rep``
     needs ``nsys export --type sqlite`` first). A table the file lacks gives an empty frame and a warning.
 
     A damaged export keeps what can be read: a table SQLite cannot read (``database disk image is malformed``)
@@ -543,12 +540,7 @@ def read_nsys_sqlite(path: Path, *, engine: str = "auto") -> Extract:
                     plan += [(key, sql) for sql in db.chunks(jobs[key])]
                 except _DAMAGE as e:
                     lost[_TABLE_OF[key]] = _why(e)
-            if db.engine == "adbc":
-                # The driver steps SQLite and fills Arrow buffers without holding the GIL: chunks in parallel.
-                futures = [(k, pool.submit(read, k, sql)) for k, sql in plan]
-                parts = [(k, f.result()) for k, f in futures]
-            else:
-                parts = [(k, read(k, sql)) for k, sql in plan]
+            parts = [(k, read(k, sql)) for k, sql in plan]
     except OSError as e:
         raise UnreadableFileError(path, f"could not be read ({e})", "export the report again") from e
     for key in {k for k, _ in plan}:

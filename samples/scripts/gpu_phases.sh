@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU-machine session of tracekit's own captures: `gpu_session.sh PHASE...` with phases
+# tracekit's own captures on a GPU machine, phase by phase: `gpu_phases.sh PHASE...` with phases
 #   setup     install the carried wheels (tracekit, nvtx, polars, msgspec) and FlashInfer's Python files (if carried
 #             as .carry/fi-py.tgz) into /tmp/site
 #   tests     the GPU tests (tests/gpu, marker gpu; GPU_TESTS="tests/gpu/a.py ..." picks files, relative to the checkout)

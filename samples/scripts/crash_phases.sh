@@ -10,7 +10,7 @@
 # Needs: carried .whl (tracekit + nvtx + msgspec ...), .nsys-libs, .carry/fi-py.tgz; run from the repo root.
 set -uo pipefail
 R=$(pwd); export TK_OUT=/tmp/tk TK_PACK=$OUT; mkdir -p /tmp/tk /tmp/pk
-bash samples/scripts/gpu_session.sh setup 2>&1 | tail -2
+bash samples/scripts/gpu_phases.sh setup 2>&1 | tail -2
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs PATH=$PATH:/usr/local/cuda/bin
 export TRACEKIT_NSYS=$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | tail -1)
 T0=$SECONDS

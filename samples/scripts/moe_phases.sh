@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The h200-moe sample and the MoE GPU tests in one device call (fits 10 minutes):
-#   samples/scripts/moe_session.sh [PHASE...]    phases: setup tests capture (default: all three)
+#   samples/scripts/moe_phases.sh [PHASE...]    phases: setup tests capture (default: all three)
 # Carry .whl (tracekit + nvtx wheels: ../shared/tools/device-wheels.sh .whl, `pip wheel --no-deps -w .whl .`) and
 # .nsys-libs (../shared/tools/nsys-libs.sh .nsys-libs). Results under $TK_OUT (default ./out): out/h200-moe is the
 # run to commit as samples/h200-moe after `samples/scripts/pack_run.sh` on the CPU machine.

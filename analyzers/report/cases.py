@@ -8,9 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from tracekit.numbers import duration as ns_text
 
+from ..analysis.figures import median_call_text
 from ..analysis.headline import time_headline
+from ..analysis.model import Timing
 from .model import Bullets, Detail, Heading, Image, Inline, Para, Table, _fmt
 from .text import _f, _one_line, md_text
 
@@ -77,7 +81,8 @@ def summary_blocks(rep: dict[str, Any], numbers: dict[str, int], d: Detail) -> l
 
 
 def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
-    """One row per case: time in its calls, per-call time, both rates named, % of peak and the verdict."""
+    """One row per case: time in its calls, the median call's span, both rates named, % of peak and the
+    verdict."""
     headers = [
         "#",
         "backend / kernel",
@@ -86,7 +91,7 @@ def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
         "dtype",
         "calls",
         "time in calls",
-        "per call µs",
+        "median call µs",
         "p10–p90 µs",
         "achieved TFLOP/s",
         "kernel rate",
@@ -98,6 +103,9 @@ def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
     for n, c in rows:
         t = c["timing"]
         span = t["span_ns"]
+        mid = t.get(
+            "median_call"
+        )  # one real call (analyzers/analysis/figures.py), the figure every view prints
         spread = (
             f"{_fmt(span['p10'] / 1e3, 2)}–{_fmt(span['p90'] / 1e3, 2)}"
             if span.get("p10") is not None and span.get("p90") is not None
@@ -113,7 +121,7 @@ def cases_table(rows: Sequence[tuple[int, dict[str, Any]]], d: Detail) -> Table:
                 [("t", md_text(shape.get("dtype_a") or c["rate"].get("dtype_class") or "–", 40))],
                 [("t", str(t["calls"]))],
                 [("t", ns_text(t["span_ns_total"]) if t.get("span_ns_total") else "–")],
-                [("t", _fmt(span["median"] / 1e3 if span.get("median") is not None else None, 2))],
+                [("t", _fmt(mid["span_ns"] / 1e3 if mid else None, 2))],
                 [("t", spread)],
                 [("t", _fmt(t.get("achieved_tflops")))],
                 [("t", _fmt(t.get("kernel_tflops")))],
@@ -138,10 +146,12 @@ def case_blocks(c: dict[str, Any], n: int, d: Detail) -> list[Any]:
     if (c.get("kernel") or {}).get("name"):
         head += [("t", "kernel "), ("c", _one_line(c["kernel"]["name"], cc)), ("t", "; ")]
     if t.get("calls"):
+        call = median_call_text(msgspec.convert(t, Timing))
         head.append(
             (
                 "t",
-                f"{t['calls']} call{'s' if t['calls'] != 1 else ''} in {ns_text(t['span_ns_total'])}; ",
+                f"{t['calls']} call{'s' if t['calls'] != 1 else ''} in {ns_text(t['span_ns_total'])}"
+                + (f", {call}; " if call else "; "),
             )
         )
     ach, kern = _f(t.get("achieved_tflops")), _f(t.get("kernel_tflops"))

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..analysis.sections import first_line
 from ..summary import crash_evidence
-from .gather import _LIBS, _first_line
+from .gather import _LIBS
 from .model import (
     Bullets,
     Code,
@@ -331,8 +332,8 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
                     [("t", _shape(f))],
                     [("t", md_text(f.get("kind") or "", 20))],
                     [("c", str(f.get("error_type") or "?"))],
-                    [("c", _one_line(_first_line(f.get("message")), cc))]
-                    if _first_line(f.get("message"))
+                    [("c", _one_line(first_line(_clean(f.get("message"))), cc))]
+                    if first_line(_clean(f.get("message")))
                     else [("t", "–")],
                 ]
             )
@@ -344,7 +345,7 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
             )
         )
         for f in failures:
-            summary = f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(_first_line(f.get('message')), 160)}"
+            summary = f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(first_line(_clean(f.get('message'))), 160)}"
             blocks.append(Details(summary, [Code(_failure_text(f, d))]))
     return blocks, notes
 

@@ -45,9 +45,13 @@ def mean_per_call(t: Timing) -> CallParts | None:
 
 
 def call_value(ns: float, scale: float) -> str:
-    """A per-call time in the unit of ``scale`` (1e3: µs, 1e6: ms): three significant figures from 100 of the
-    unit on, one decimal below (``89.2``, ``407``)."""
-    return f"{ns / scale:,.0f}" if ns / scale >= 100 else f"{ns / scale:,.1f}"
+    """A per-call time in the unit of ``scale`` (1e3: µs, 1e6: ms): whole from 100 of the unit on, one decimal
+    from 1, two significant figures below (``407``, ``89.2``, ``0.77``; a 0.8 µs part of a 1.4 ms call is
+    ``0.0008``, not ``0.0``)."""
+    v = ns / scale
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.1f}" if v >= 1 or v == 0 else f"{v:.2g}"
 
 
 def median_call_text(t: Timing) -> str | None:

@@ -89,7 +89,9 @@ def _run_of(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cross") / "run"
     try:
         import_files([SHARED / name], out)
-    except TracekitError as exc:  # a shared file that is not a profile tracekit reads (a README, a CSV of notes)
+    except (
+        TracekitError
+    ) as exc:  # a shared file that is not a profile tracekit reads (a README, a CSV of notes)
         pytest.skip(f"{name}: not a run ({exc.one_line()})")
     return out
 
@@ -112,7 +114,11 @@ def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
     compared = json.loads(_cli(capsys, monkeypatch, "compare", str(run), str(run), "--json"))
     rows = Counter((g["base_time_us"], g["base_tflops"], g["base_verdict"]) for g in compared["gemms"])
     want = Counter(
-        (m.span_ns / 1e3 if (m := median_call(c.timing)) else None, c.timing.achieved_tflops, c.verdict.factor)
+        (
+            m.span_ns / 1e3 if (m := median_call(c.timing)) else None,
+            c.timing.achieved_tflops,
+            c.verdict.factor,
+        )
         for c in a.cases
     )
     assert rows == want
@@ -121,7 +127,12 @@ def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
         t, mid = c.timing, median_call(c.timing)
         assert reported["cases"][i - 1] == explained["cases"][i - 1]
         # show --json: the same calls, median call, rates, % of peak, verdict
-        assert (g["id"], g["calls"], g["pct_of_peak"], g["verdict"]) == (c.id, t.calls, c.pct_of_peak, _verdict(c))
+        assert (g["id"], g["calls"], g["pct_of_peak"], g["verdict"]) == (
+            c.id,
+            t.calls,
+            c.pct_of_peak,
+            _verdict(c),
+        )
         assert (g["achieved_tflops"], g["kernel_tflops"]) == (t.achieved_tflops, t.kernel_tflops)
         assert g["time_us"] == (pytest.approx(mid.span_ns / 1e3) if mid else None)
         # explain's card

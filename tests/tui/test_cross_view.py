@@ -217,7 +217,7 @@ async def _check_tui(run: Path, a: Any) -> None:
                     for x in a.cases
                     if x.backend == backend and x.shape and (x.shape.m, x.shape.n, x.shape.k) == shape
                 ]
-                assert tflops == max(v for v in same if v is not None)
+                assert tflops == next(v for v in same if v is not None)  # the overview's first row of it
 
 
 @pytest.mark.parametrize("name", SAMPLES + TRACES)

@@ -259,8 +259,9 @@ def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame]
 BREAKDOWN_SCOPES = ("none", "devices", "top", "all")
 """How much of the step breakdown an Analysis holds: none; per device only; per device and the ``RANGE_LIMIT``
 range names with the longest GPU windows (the default); per device and every range name. Per range name costs the
-most at scale (7.7 s against 1.8 s at 945k kernels: docs/BENCHMARKS.md), so explain holds the devices, the TUI
-computes its own after the first paint, and show / report hold the top range names (every one with ``--all``)."""
+most at scale (7.7 s against 1.8 s at 945k kernels: docs/BENCHMARKS.md), so explain holds the devices (its
+summary line needs no more); show, report and the TUI hold the top range names (show: every one with ``--all``)
+and draw that breakdown, none computes its own."""
 
 
 def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> StepBreakdown | None:

@@ -112,7 +112,7 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --gate  # exit 5: bf16 M=4096 regressed
       tracekit compare samples/h200-capture-gemm samples/h200-capture-seed --threshold 3 --json | jq '.gemms[] | select(.status=="regression")'
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis.obtain import run_analysis
     from tracekit.analyzers.compare import compare_runs
     from tracekit.analyzers.store import load_frames, open_run
 
@@ -124,8 +124,8 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
         threshold_pct=threshold,
         base_environment=rb.record.environment,
         new_environment=rn.record.environment,
-        base_analysis=analyze_run(rb, fb, breakdown="none"),
-        new_analysis=analyze_run(rn, fn, breakdown="none"),
+        base_analysis=run_analysis(rb, fb, breakdown="none"),
+        new_analysis=run_analysis(rn, fn, breakdown="none"),
     )
     result["base"], result["new"] = str(base), str(new)
     if as_json:

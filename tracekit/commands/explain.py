@@ -53,11 +53,11 @@ def select_cases(analysis: Any, pattern: str | None, top: int | None) -> list[An
 def analysis_of(run: Path, device_name: str | None, calibration: Path | None) -> Any:
     """The Analysis of RUN as explain, report, show and view build it (``--device`` and ``--calibration``),
     with the device notes on stderr (stdout carries only data)."""
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis.obtain import run_analysis
     from tracekit.analyzers.store import open_run
 
     device = resolve_device(device_name)  # a bad name fails before the run is read
-    analysis = analyze_run(open_run(run), device=device, calibration=calibration, breakdown="devices")
+    analysis = run_analysis(open_run(run), device=device, calibration=calibration, breakdown="devices")
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     return analysis

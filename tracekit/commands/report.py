@@ -70,7 +70,7 @@ def report(
       tracekit report samples/h200-gemm-probe --format json | jq '.cases[0].verdict'
       tracekit report samples/h200-counter-probe --device h200 -o ticket.md   # CSV exports name no GPU
     """
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis.obtain import run_analysis
     from tracekit.analyzers.report import build_report, write_report
     from tracekit.analyzers.store import load_frames, open_run
 
@@ -82,7 +82,7 @@ def report(
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
     frames = load_frames(r)
-    analysis = analyze_run(r, frames, device=device, calibration=calibration)
+    analysis = run_analysis(r, frames, device=device, calibration=calibration)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     rep = build_report(r, frames, gemm_filter=gemm_filter, analysis=analysis, top=count)

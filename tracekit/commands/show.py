@@ -52,14 +52,14 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
       tracekit show samples/h200-bench-gemm --json | jq '.gemms[] | {backend, m, achieved_tflops}'
     """
     from tracekit.analyzers import summary as S
-    from tracekit.analyzers.analysis import analyze_run
+    from tracekit.analyzers.analysis.obtain import run_analysis
     from tracekit.analyzers.store import load_frames, open_run
     from tracekit.commands.explain import resolve_device
 
     device = resolve_device(device_name)
     r = open_run(run)
     frames = load_frames(r)
-    analysis = analyze_run(r, frames, device=device, breakdown="all" if show_all else "top")
+    analysis = run_analysis(r, frames, device=device, breakdown="all" if show_all else "top")
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
     data = S.summary(r, frames, analysis)

@@ -38,6 +38,8 @@ TRACES = (
 )
 
 pytestmark = pytest.mark.slow
+OPENED = 12
+"""Cases per run whose TUI screen the test opens through the pilot (every case's summary is checked)."""
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +192,15 @@ async def _check_tui(run: Path, a: Any) -> None:
             assert (row["tflops"], row["kernel_tflops"]) == (t.achieved_tflops, t.kernel_tflops)
             assert (row["calls"], row["pct_of_peak"], row["verdict"]) == (t.calls, c.pct_of_peak, _verdict(c))
         for i, c in enumerate(a.cases, 1):
-            app.push_screen(GemmScreen(overview.data.frames, c, i))
-            await pilot.pause()
-            summary = _flat(str(app.screen.query_one("#gemm-summary").render()))
+            # the first cases' screens are opened through the pilot; the others' summary is the same method the
+            # screen composes from (opening hundreds of screens, each reading its kernels, takes minutes)
+            opened = i <= OPENED
+            if opened:
+                app.push_screen(GemmScreen(overview.data.frames, c, i))
+                await pilot.pause()
+                summary = _flat(str(app.screen.query_one("#gemm-summary").render()))
+            else:
+                summary = _flat(str(GemmScreen(overview.data.frames, c, i)._summary()))
             t = c.timing
             if t.calls:
                 assert median_call_text(t) in summary, (median_call_text(t), summary)
@@ -202,10 +210,11 @@ async def _check_tui(run: Path, a: Any) -> None:
                 assert f"kernel rate {t.kernel_tflops:,.0f} TFLOP/s" in summary
             if c.pct_of_peak is not None:
                 assert f"= {c.pct_of_peak:.0f}%" in summary
-            verdict = _flat(str(app.screen.query_one(".note").render()))
-            assert (c.verdict.factor or f"verdict: {c.verdict.kind}") in verdict
-            app.pop_screen()
-            await pilot.pause()
+            if opened:
+                verdict = _flat(str(app.screen.query_one(".note").render()))
+                assert (c.verdict.factor or f"verdict: {c.verdict.kind}") in verdict
+                app.pop_screen()
+                await pilot.pause()
         if a.failures:
             await pilot.press("f")
             await wait_loaded(pilot)

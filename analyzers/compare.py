@@ -3,7 +3,7 @@ waterfall factors moved. Used by ``tracekit compare`` (``--gate`` for CI).
 
 The GEMMs are the cases of each run's Analysis (:mod:`tracekit.analyzers.analysis`), matched on (backend, M, N,
 K, dtype); a case without a shape (a bare profiled kernel) is matched on its kernel name. For each pair the time
-per call is compared (the median call span: GEMM + auxiliary kernels + gaps, as explain and show give it) and so
+per call is compared (the median call's span: GEMM + auxiliary kernels + gaps, as explain and show give it) and so
 is the achieved TFLOP/s.
 
 Noise: tracekit's benchmark records the 10th and 90th percentile of each GEMM's repeats. A change no larger than
@@ -22,6 +22,8 @@ from typing import Any
 import polars as pl
 
 from tracekit.records import Environment
+
+from .analysis.figures import median_call
 
 __all__ = ["DEFAULT_THRESHOLD_PCT", "FACTOR_MOVE", "GemmPoint", "compare_runs", "gemm_points"]
 
@@ -93,6 +95,7 @@ def gemm_points(cases: Sequence[Any]) -> dict[Key, GemmPoint]:
         def us(ns: float | None) -> float | None:
             return ns / 1e3 if ns is not None else None
 
+        mid = median_call(t)
         p = GemmPoint(
             key=_key(
                 c.backend,
@@ -109,7 +112,7 @@ def gemm_points(cases: Sequence[Any]) -> dict[Key, GemmPoint]:
             k=s.k if s else None,
             dtype=s.dtype_a if s else None,
             origin=c.origin,
-            time_us=us(t.span_ns.median),
+            time_us=us(mid.span_ns if mid else None),  # the median call (analysis/figures.py), as every view
             time_us_p10=us(t.span_ns.p10),
             time_us_p90=us(t.span_ns.p90),
             repeats=None,

@@ -3,7 +3,6 @@ measured GEMMs and failures. Pure functions over frames; the command only render
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,16 +128,15 @@ def kernel_table(frames: Mapping[str, pl.DataFrame], limit: int = 20) -> pl.Data
     )
 
 
-def _records(df: pl.DataFrame) -> list[dict[str, Any]]:
-    return json.loads(df.write_json()) if df.height else []
-
-
 def case_row(case: Any) -> dict[str, Any]:
     """One case of the Analysis as a GEMM row of ``show --json`` (docs/ANALYSIS.md, "show --json"): the same
-    numbers as the case, labelled. ``time_us`` is the median call span (GEMM + aux + gap), ``gpu_time_us`` the
-    sum of call spans; ``achieved_tflops`` = sum FLOPs / sum call spans, ``kernel_tflops`` = sum FLOPs / sum GEMM
+    numbers as the case, labelled. ``time_us`` is the median call's span (GEMM + aux + gap) and ``gemm_time_us``
+    its GEMM time (analyzers/analysis/figures.py), ``gpu_time_us`` the sum of call spans; ``achieved_tflops`` = sum FLOPs / sum call spans, ``kernel_tflops`` = sum FLOPs / sum GEMM
     time."""
+    from .analysis.figures import median_call
+
     t, s, v = case.timing, case.shape, case.verdict
+    mid = median_call(t)
 
     def us(ns: float | None) -> float | None:
         return ns / 1e3 if ns is not None else None
@@ -166,8 +164,8 @@ def case_row(case: Any) -> dict[str, Any]:
         "main_kernel": case.kernel.name,
         "calls": t.calls,
         "launches": t.launches,
-        "time_us": us(t.span_ns.median),
-        "gemm_time_us": us(t.gemm_ns.median),
+        "time_us": us(mid.span_ns if mid else None),
+        "gemm_time_us": us(mid.gemm_ns if mid else None),
         "gpu_time_us": us(t.span_ns_total),
         "achieved_tflops": t.achieved_tflops,
         "kernel_tflops": t.kernel_tflops,
@@ -207,11 +205,8 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         {"name": d.name, "compute_capability": d.compute_capability, "sm_count": d.sm_count}
         for d in analysis.devices
     ]
-    # a crash's evidence columns too; frames written before they existed lack them (null)
+    # the Analysis' failures (a crash's evidence fields too), projected; grouped by the Analysis' one rule
     wanted = ("backend", "op", "m", "n", "k", "kind", "error_type", "message", "traceback", *_CRASH_FIELDS)
-    failures = frames["failures"].select(
-        [pl.col(c) if c in frames["failures"].columns else pl.lit(None).alias(c) for c in wanted]
-    )
     info = analysis.run
     record = run.record
     out: dict[str, Any] = {
@@ -234,15 +229,17 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
         "ncu_kernel_count": info.ncu_kernel_count,
         "summary": msgspec.to_builtins(analysis.summary),
         "gemms": [case_row(c) for c in analysis.cases],
-        "failures": _records(failures),
+        "failures": [{k: getattr(f, k) for k in wanted} for f in analysis.failures],
+        "failure_groups": [msgspec.to_builtins(g) for g in analysis.failure_groups],
         "sources": [
             {"path": s.path, "kind": s.kind, "status": s.status, "message": s.message} for s in record.sources
         ],
     }
     if analysis.breakdown is not None:
-        out["breakdown"] = {k: v for k, v in analysis.breakdown.items() if k != "headline"}
+        out["breakdown"] = msgspec.to_builtins(analysis.breakdown)
     if analysis.moe is not None:
-        out["moe"] = {"launches": analysis.moe.launches, "whatif": analysis.moe.whatif}
+        moe = msgspec.to_builtins(analysis.moe)
+        out["moe"] = {"launches": moe["launches"], "whatif": moe["whatif"]}
     if len(devs) > 1:
         out["devices"] = devs
         out["device"] = None

@@ -23,7 +23,7 @@ import polars as pl
 from tracekit.analyzers.analysis.model import Analysis as TypedAnalysis
 from tracekit.devices import DeviceSpec, find_calibration
 from tracekit.errors import BadInputError
-from tracekit.records import Environment, RunRecord
+from tracekit.records import RunRecord
 from tracekit.run import Run
 from tracekit.tui.runs import (
     DEFAULT_SAMPLE,
@@ -72,8 +72,6 @@ __all__ = [
     "kernel_groups",
     "kernel_view",
     "load_run",
-    "moe_analysis",
-    "moe_histogram",
     "newest_sample",
     "packaged_sample",
     "plot_series",
@@ -185,16 +183,8 @@ def analyze(data: RunData, device: DeviceSpec | None = None) -> TypedAnalysis:
         device=device,
         calibration=cal,
         calibration_source=cal_source,
-        breakdown="none",  # the overview computes its own after the first paint (step_breakdown)
+        breakdown="top",  # as show and report hold it: per GPU and the longest range names
     )
-
-
-def step_breakdown(data: RunData, *, with_ranges: bool = True) -> Any:
-    """The run's GPU time by kernel class and idle per GPU, and with ``with_ranges`` per range name
-    (analyzers/breakdown ``Breakdown``)."""
-    from tracekit.analyzers.breakdown import breakdown, memops_recorded
-
-    return breakdown(data.frames, with_ranges=with_ranges, memops=memops_recorded(data.record))
 
 
 _RANK_COLUMNS = {
@@ -228,12 +218,15 @@ def rank_analysis(data: RunData, analysis: TypedAnalysis | None = None) -> Any:
             return None
         import msgspec
 
-        gemms = pl.DataFrame(r.gemms, schema=_GEMM_SCHEMA) if r.gemms else pl.DataFrame(schema=_GEMM_SCHEMA)
+        rows = msgspec.to_builtins(r)
+        gemms = (
+            pl.DataFrame(rows["gemms"], schema=_GEMM_SCHEMA) if r.gemms else pl.DataFrame(schema=_GEMM_SCHEMA)
+        )
         return RankAnalysis(
-            ranks=pl.DataFrame([msgspec.to_builtins(x) for x in r.ranks], infer_schema_length=None),
+            ranks=pl.DataFrame(rows["ranks"], infer_schema_length=None),
             gemms=gemms,
-            gemm_spread=_rows_frame(r.gemm_spread, _RANK_COLUMNS["gemm_spread"]),
-            steps=_rows_frame(r.steps, _RANK_COLUMNS["steps"]),
+            gemm_spread=_rows_frame(rows["gemm_spread"], _RANK_COLUMNS["gemm_spread"]),
+            steps=_rows_frame(rows["steps"], _RANK_COLUMNS["steps"]),
             collectives=pl.DataFrame(),
             straggler=r.straggler,
             reasons=list(r.reasons),
@@ -384,18 +377,3 @@ def compare_data(
         .drop("_o")
     )
     return Comparison(frame, details, result)
-
-
-# --- MoE ------------------------------------------------------------------------------------------------------------
-def moe_analysis(frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None) -> Any:
-    """The run's grouped launches, per-expert rows and what-if (analyzers/moe/ ``MoeAnalysis``)."""
-    from tracekit.analyzers.moe import analyze_moe
-
-    return analyze_moe(frames, environment=environment)
-
-
-def moe_histogram(experts: pl.DataFrame, launch_id: int) -> list[dict[str, Any]]:
-    """One launch's experts binned by rows (analyzers/moe/ ``expert_histogram``)."""
-    from tracekit.analyzers.moe import expert_histogram
-
-    return expert_histogram(experts, launch_id)

@@ -30,7 +30,8 @@ __all__ = [
 def gemm_view(cases: pl.DataFrame) -> pl.DataFrame:
     """The overview's GEMM table from :meth:`Analysis.cases_frame` (most time in calls first). Columns: gemm_id
     (the case's place in that order, 0-based: the index into ``Analysis.cases``), backend (else the case's
-    name), m, n, k, dtype, calls, gpu_ns (sum of call spans), time_ns (median call: GEMM + aux + gap), tflops
+    name), m, n, k, dtype, calls, gpu_ns (sum of call spans), time_ns (the median call's span: GEMM + aux + gap,
+    analyzers/analysis/figures.py), tflops
     (achieved: FLOPs / call spans), kernel_tflops (FLOPs / GEMM time), pct_of_peak, verdict, range, origin."""
     return cases.select(
         (pl.col("rank") - 1).alias("gemm_id"),
@@ -41,7 +42,7 @@ def gemm_view(cases: pl.DataFrame) -> pl.DataFrame:
         pl.coalesce("dtype_a", "dtype_class").alias("dtype"),
         "calls",
         pl.col("span_ns_total").alias("gpu_ns"),
-        pl.col("span_ns_median").alias("time_ns"),
+        pl.col("median_call_ns").alias("time_ns"),
         pl.col("achieved_tflops").alias("tflops"),
         "kernel_tflops",
         "pct_of_peak",
@@ -268,8 +269,8 @@ def gemm_rules(frames: dict[str, pl.DataFrame], gemm: dict[str, Any]) -> pl.Data
 # --- failures ------------------------------------------------------------------------------------------------------
 @dataclass
 class FailureMatrix:
-    """Backends x shapes: each cell holds the failures of that backend at that shape (and its best TFLOP/s
-    when it was also measured)."""
+    """Backends x shapes: each cell holds the failures of that backend at that shape (and the achieved TFLOP/s
+    of its case where one ran)."""
 
     backends: list[str]
     shapes: list[tuple[int | None, int | None, int | None]]
@@ -281,19 +282,25 @@ class FailureMatrix:
         return "x".join("?" if v is None else str(v) for v in shape)
 
 
-def failure_matrix(failures: pl.DataFrame, measurements: pl.DataFrame | None = None) -> FailureMatrix:
-    """The failures screen's matrix (failures are few: at most backends x shapes rows)."""
+def failure_matrix(analysis: Any) -> FailureMatrix:
+    """The failures screen's matrix from the run's Analysis: its failures (as dicts, in their order) per backend
+    and shape, and where a case of that backend and shape ran, its achieved TFLOP/s (the overview's figure; where
+    several cases share a cell, as a timed loop and its profiled run, the one with the most time in calls: the
+    overview's first row of that backend and shape)."""
+    import msgspec
+
     fails: dict[tuple[str, tuple[Any, Any, Any]], list[dict[str, Any]]] = {}
-    for row in failures.sort("failure_id").iter_rows(named=True):
-        key = (str(row["backend"]), (row["m"], row["n"], row["k"]))
-        fails.setdefault(key, []).append(row)
+    for f in analysis.failures:
+        row = msgspec.to_builtins(f)
+        row["versions"] = [{"package": p, "version": v} for p, v in (f.versions or {}).items()]
+        fails.setdefault((str(f.backend), (f.m, f.n, f.k)), []).append(row)
     tflops: dict[tuple[str, tuple[Any, Any, Any]], float] = {}
-    if measurements is not None and measurements.height:
-        for row in measurements.iter_rows(named=True):
-            if row.get("tflops") is None:
-                continue
-            key = (str(row["backend"]), (row["m"], row["n"], row["k"]))
-            tflops[key] = max(tflops.get(key, 0.0), float(row["tflops"]))
+    for c in analysis.cases:
+        if c.timing.achieved_tflops is None or c.backend is None:
+            continue
+        s = c.shape
+        key = (str(c.backend), (s.m, s.n, s.k) if s else (None, None, None))
+        tflops.setdefault(key, c.timing.achieved_tflops)  # cases come most time in calls first
     keys = set(fails) | set(tflops)
     backends = sorted({b for b, _ in keys})
     shapes = sorted({s for _, s in keys}, key=lambda s: tuple(-1 if v is None else v for v in s))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit import __version__
@@ -20,7 +21,21 @@ from tracekit.run import Run
 
 from .convert import case_from_gemm, device_info
 from .headline import summarize
-from .model import Analysis, Case, DeviceInfo, Failure, MoeSummary, RankRow, RankSummary, RunInfo, SourceInfo
+from .model import Analysis, Case, DeviceInfo, Failure, RunInfo, SourceInfo
+from .sections import (
+    Collectives,
+    HistogramBin,
+    MoeLaunch,
+    MoeSummary,
+    RankGemm,
+    RankRow,
+    RankSpread,
+    RankStep,
+    RankSummary,
+    StepBreakdown,
+    WhatIf,
+    failure_groups,
+)
 
 __all__ = ["analyze_frames", "analyze_run", "case_list", "device_notes", "order_cases"]
 
@@ -125,17 +140,19 @@ def _ranks(
     if ra is None:
         return None
     d = ra.to_dict()
-    fields = set(RankRow.__struct_fields__)
-    # converted, not constructed: the float fields get floats (a stored Analysis decodes to the same)
-    rows = [msgspec.convert({k: v for k, v in r.items() if k in fields}, RankRow) for r in d["ranks"]]
+
+    def typed(rows: list[dict[str, Any]], kind: type) -> list[Any]:
+        fields = set(kind.__struct_fields__)
+        return [msgspec.convert({k: v for k, v in r.items() if k in fields}, kind) for r in rows]
+
     return RankSummary(
-        ranks=rows,
+        ranks=typed(d["ranks"], RankRow),
         straggler=d["straggler"],
         reasons=list(d["reasons"]),
-        gemm_spread=d["gemm_spread"],
-        gemms=d["gemms"],
-        steps=d["steps"],
-        collectives=d["collectives"],
+        gemm_spread=typed(d["gemm_spread"], RankSpread),
+        gemms=typed(d["gemms"], RankGemm),
+        steps=typed(d["steps"], RankStep),
+        collectives=msgspec.convert(d["collectives"], Collectives),
         notes=list(d["notes"]),
     )
 
@@ -155,11 +172,15 @@ def _moe(
         return None
     data = moe_json(analysis)
     focus = focus_launch(analysis.launches)
+    for launch in data["launches"]:  # every launch's histogram: the views draw the highlighted one's
+        launch["histogram"] = expert_histogram(analysis.experts, launch["launch_id"])
     return MoeSummary(
-        launches=data["launches"],
-        whatif=data["whatif"],
+        launches=msgspec.convert(data["launches"], list[MoeLaunch]),
+        whatif=msgspec.convert(data["whatif"], list[WhatIf]),
         focus_launch=focus,
-        histogram=expert_histogram(analysis.experts, focus) if focus is not None else [],
+        histogram=msgspec.convert(
+            expert_histogram(analysis.experts, focus) if focus is not None else [], list[HistogramBin]
+        ),
     )
 
 
@@ -240,14 +261,15 @@ def _run_info(run: Run | None, path: str | None, frames: dict[str, pl.DataFrame]
 BREAKDOWN_SCOPES = ("none", "devices", "top", "all")
 """How much of the step breakdown an Analysis holds: none; per device only; per device and the ``RANGE_LIMIT``
 range names with the longest GPU windows (the default); per device and every range name. Per range name costs the
-most at scale (7.7 s against 1.8 s at 945k kernels: docs/PERFORMANCE.md), so explain holds the devices, the TUI
-computes its own after the first paint, and show / report hold the top range names (every one with ``--all``)."""
+most at scale (7.7 s against 1.8 s at 945k kernels: docs/PERFORMANCE.md), so explain holds the devices (its
+summary line needs no more); show, report and the TUI hold the top range names (show: every one with ``--all``)
+and draw that breakdown, none computes its own."""
 
 
-def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> dict[str, Any] | None:
+def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> StepBreakdown | None:
     """The step breakdown (analyzers/breakdown: GPU time by kernel class, idle and communication overlap per device
-    and per range name, as ``scope`` says: :data:`BREAKDOWN_SCOPES`), with a one-line ``headline`` per device for
-    the summary; None for a run with no timeline or ``scope`` none."""
+    and per range name, as ``scope`` says: :data:`BREAKDOWN_SCOPES`); None for a run with no timeline or ``scope``
+    none."""
     if scope not in BREAKDOWN_SCOPES:
         raise ValueError(f"breakdown scope {scope!r} is not one of {', '.join(BREAKDOWN_SCOPES)}")
     if scope == "none":
@@ -266,12 +288,9 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     )
     if not result.devices:
         return None
-    out = result.to_dict()
     # over the user's steps where the run has any, saying which (analyzers/breakdown/steps.py)
-    out["headline"] = step_headline(
-        frames, result, memops=memops_recorded(run.record if run is not None else None)
-    )
-    return out
+    line = step_headline(frames, result, memops=memops_recorded(run.record if run is not None else None))
+    return msgspec.structs.replace(result, headline=line)
 
 
 # --- all together ------------------------------------------------------------------------------------------------------
@@ -302,13 +321,20 @@ def analyze_frames(
     gpu_ns = float(kernels["duration_ns"].sum()) if kernels is not None and kernels.height else None
     steps = _breakdown(frames, run, breakdown)
     devices = _devices(frames, run, device)
+    line = None
+    if steps is not None:
+        from ..breakdown.table import headline
+
+        line = steps.headline or "; ".join(headline(s) for s in steps.devices)
+    failures = _failures(frames)
     return Analysis(
         run=info,
         devices=devices,
-        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=steps, devices=devices),
+        summary=summarize(cases, info, gpu_ns=gpu_ns, breakdown=line, devices=devices),
         breakdown=steps,
         cases=cases,
-        failures=_failures(frames),
+        failures=failures,
+        failure_groups=failure_groups(failures),
         ranks=_ranks(frames, environment, calibration),
         moe=_moe(frames, environment),
     )

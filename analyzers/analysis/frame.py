@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from .figures import median_call
 from .model import Case
 
 CASES_SCHEMA: dict[str, Any] = {
@@ -50,6 +51,10 @@ CASES_SCHEMA: dict[str, Any] = {
     "span_ns_median": pl.Float64,
     "span_ns_p10": pl.Float64,
     "span_ns_p90": pl.Float64,
+    "median_call_ns": pl.Float64,  # the median call (figures.py): its span and parts
+    "median_call_gemm_ns": pl.Float64,
+    "median_call_aux_ns": pl.Float64,
+    "median_call_gap_ns": pl.Float64,
     "achieved_tflops": pl.Float64,
     "kernel_tflops": pl.Float64,
     "timing_source": pl.String,
@@ -72,6 +77,7 @@ CASES_SCHEMA: dict[str, Any] = {
 def case_row(rank: int, c: Case) -> dict[str, Any]:
     """One case as a flat row of :data:`CASES_SCHEMA`."""
     s, t, v = c.shape, c.timing, c.verdict
+    mid = median_call(t)
     verdict = None
     if v.factor:
         verdict = v.factor + (f": {v.cause}" if v.cause else "")
@@ -118,6 +124,10 @@ def case_row(rank: int, c: Case) -> dict[str, Any]:
         "span_ns_median": t.span_ns.median,
         "span_ns_p10": t.span_ns.p10,
         "span_ns_p90": t.span_ns.p90,
+        "median_call_ns": mid.span_ns if mid else None,
+        "median_call_gemm_ns": mid.gemm_ns if mid else None,
+        "median_call_aux_ns": mid.aux_ns if mid else None,
+        "median_call_gap_ns": mid.gap_ns if mid else None,
         "achieved_tflops": t.achieved_tflops,
         "kernel_tflops": t.kernel_tflops,
         "timing_source": t.source,

@@ -4,7 +4,6 @@ not tell with how to learn it (:func:`summarize`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from tracekit.numbers import share_of_kernel_time
 
@@ -188,31 +187,21 @@ def _waves_range(case: Case) -> bool:
     return sm is not None and slot is not None and sm - slot >= MODELS_AGREE
 
 
-def _breakdown_line(breakdown: dict[str, Any] | None) -> str | None:
-    if not breakdown:
-        return None
-    for key in ("headline", "summary", "text"):
-        value = breakdown.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return None
-
-
 def summarize(
     cases: Sequence[Case],
     info: RunInfo,
     *,
     gpu_ns: float | None,
-    breakdown: dict[str, Any] | None,
+    breakdown: str | None,
     devices: Sequence[DeviceInfo] = (),
 ) -> Summary:
-    """The :class:`Summary` of a run's cases."""
+    """The :class:`Summary` of a run's cases; ``breakdown`` the step breakdown's one-line headline."""
     return Summary(
         cases=len(cases),
         gpu_ns_total=gpu_ns,
         case_ns_total=sum(c.timing.span_ns_total for c in cases),
         gemm_ns_total=sum(c.timing.gemm_ns_total for c in cases),
-        breakdown=_breakdown_line(breakdown),
+        breakdown=breakdown.strip() if breakdown and breakdown.strip() else None,
         top_losses=top_losses(cases),
         unknowns=unknowns(cases, info, devices),
     )

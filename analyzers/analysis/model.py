@@ -19,8 +19,11 @@ from typing import Any
 
 import msgspec
 
-ANALYSIS_SCHEMA_VERSION = 1
-"""Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis (issue 26)."""
+from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, StepBreakdown
+
+ANALYSIS_SCHEMA_VERSION = 2
+"""Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis; 2: the breakdown, MoE and ranks
+typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``)."""
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
@@ -32,6 +35,7 @@ __all__ = [
     "Dist",
     "Factor",
     "Failure",
+    "FailureGroup",
     "FlopsInfo",
     "KernelRef",
     "Loss",
@@ -45,6 +49,7 @@ __all__ = [
     "RunInfo",
     "Shape",
     "SourceInfo",
+    "StepBreakdown",
     "Summary",
     "Timing",
     "Unknown",
@@ -420,66 +425,22 @@ class Summary(_S):
     unknowns: list[Unknown] = msgspec.field(default_factory=list)
 
 
-class RankRow(_S):
-    """One rank of a multi-rank run (analyzers/ranks): kernel time split into GEMM, communication and other."""
-
-    rank: int
-    pid: int | None = None
-    device: int | None = None
-    gpu: str | None = None
-    kernels: int | None = None
-    busy_ns: float | None = None
-    gemm_ns: float | None = None
-    comm_ns: float | None = None
-    other_ns: float | None = None
-    compute_ns: float | None = None
-    span_ns: float | None = None
-    idle_ns: float | None = None
-    gemm_pct: float | None = None
-    comm_pct: float | None = None
-    steps: int | None = None
-    last_arrivals: int | None = None
-    ncu_kernels: int | None = None
-    straggler: bool = False
-
-
-class RankSummary(_S):
-    """The cross-rank analysis (docs/RANKS.md): one row per rank, the straggler and why, the same GEMM on every
-    rank (``gemm_spread``, ``gemms``), steps per rank and the collectives' count and skew."""
-
-    ranks: list[RankRow]
-    straggler: int | None = None
-    reasons: list[str] = msgspec.field(default_factory=list)
-    gemm_spread: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    gemms: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    steps: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    collectives: dict[str, Any] = msgspec.field(default_factory=dict)
-    notes: list[str] = msgspec.field(default_factory=list)
-
-
-class MoeSummary(_S):
-    """Grouped (MoE) launches (docs/MOE.md): each launch with its per-expert rows, the what-if, and the launch
-    the report's histogram focuses on with that histogram."""
-
-    launches: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    whatif: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    focus_launch: int | None = None
-    histogram: list[dict[str, Any]] = msgspec.field(default_factory=list)
-
-
 class Analysis(_S):
     """The analysis of one run: what every view renders (see the module docstring).
 
     ``cases`` are ordered by time in calls (``timing.span_ns_total``), largest first. ``breakdown`` is the step
-    breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None."""
+    breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None;
+    ``failure_groups`` the failures grouped by backend, exception type and first message line, most frequent
+    first (every view shows these groups)."""
 
     run: RunInfo
     summary: Summary
     schema_version: int = ANALYSIS_SCHEMA_VERSION
     devices: list[DeviceInfo] = msgspec.field(default_factory=list)
-    breakdown: dict[str, Any] | None = None
+    breakdown: StepBreakdown | None = None
     cases: list[Case] = msgspec.field(default_factory=list)
     failures: list[Failure] = msgspec.field(default_factory=list)
+    failure_groups: list[FailureGroup] = msgspec.field(default_factory=list)
     ranks: RankSummary | None = None
     moe: MoeSummary | None = None
 

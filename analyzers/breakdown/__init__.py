@@ -20,7 +20,8 @@ Definitions (all on one device: a (rank, device) pair; times in ns):
   included); a window ends where the next instance of its name begins; the name's slice sums its instances'
   windows.
 
-:func:`breakdown` is self-contained: frames in, a typed :class:`Breakdown` out (``to_dict`` for JSON).
+:func:`breakdown` is self-contained: frames in, a typed :class:`Breakdown` out (the Analysis' ``StepBreakdown``:
+``msgspec.to_builtins`` for JSON).
 """
 
 from __future__ import annotations
@@ -177,12 +178,16 @@ def _slice(
     rank = {c: i for i, c in enumerate(order)}
     shares = [
         ClassShare(
-            str(r["cls"]), int(r["time_ns"]), pct(int(r["time_ns"])), int(r["kernels"]), int(r["union_ns"])
+            cls=str(r["cls"]),
+            time_ns=int(r["time_ns"]),
+            pct=pct(int(r["time_ns"])),
+            kernels=int(r["kernels"]),
+            union_ns=int(r["union_ns"]),
         )
         for r in sorted(classes, key=lambda r: rank[str(r["cls"])])
     ]
     idle = max(span - busy, 0)
-    shares.append(ClassShare(IDLE, idle, pct(idle), 0, idle))
+    shares.append(ClassShare(cls=IDLE, time_ns=idle, pct=pct(idle), kernels=0, union_ns=idle))
     comm = int(total["communication_ns"])
     overlap = int(total["compute_ns"]) + comm - int(total["both_ns"])
     return Slice(
@@ -287,15 +292,15 @@ def breakdown(
     if kernels is not None and "kernel_class" not in kernels.columns:
         frames = classify_frames(frames)
     rows = activity(frames)
-    out = Breakdown(order=tuple(order))
+    notes = []
     if not memops:
-        out.notes.append(
+        notes.append(
             "this run was imported before tracekit kept memcpy / memset: their time counts as idle here; "
             "`tracekit import --rebuild RUN` reads them"
         )
     if rows.height == 0:
-        return out
+        return Breakdown(order=tuple(order), notes=notes)
     ranges = frames.get("ranges") if with_ranges else None
-    out.devices, out.ranges, out.ranges_total = _slices(rows, ranges, order, range_limit)
-    out.notes += far_apart_notes(frames.get("kernels"))
-    return out
+    devices, by_range, total = _slices(rows, ranges, order, range_limit)
+    notes += far_apart_notes(frames.get("kernels"))
+    return Breakdown(devices=devices, ranges=by_range, ranges_total=total, order=tuple(order), notes=notes)

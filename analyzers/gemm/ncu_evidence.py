@@ -411,8 +411,12 @@ def several_gemms(case: GemmCase) -> str | None:
     g = case.timing.gemm
     if case.timing.source == "timeline" and g.p10 and g.p90 and g.p90 > CALL_SPREAD * g.p10:
         parts.append(
-            f"the calls' GEMM times run from {duration(g.p10)} (p10) to {duration(g.p90)} (p90), "
-            f"median {duration(g.median)}"
+            f"the calls' GEMM times run from {duration(g.p10)} (p10) to {duration(g.p90)} (p90)"
+            + (
+                f", the median call's {duration(case.timing.median_call.gemm_ns)}"
+                if case.timing.median_call is not None
+                else ""
+            )
         )
     if not parts:
         return None
@@ -438,7 +442,7 @@ def settle_several(case: GemmCase) -> None:
         return
     if case.counted is None:
         case.notes.append(
-            f"{why[0].upper()}{why[1:]}: the per-call times (median, p10, p90) mix them; {SEVERAL_HOW}"
+            f"{why[0].upper()}{why[1:]}: the per-call times (median call, p10, p90) mix them; {SEVERAL_HOW}"
         )
         return
     c = case.counted

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ..breakdown import Breakdown
 from ..breakdown.table import breakdown_frame, collapse_same_ranges, headline
 from .model import Bullets, Detail, Heading, Para, Table, _fmt
@@ -14,11 +16,11 @@ SUMMARISED_RANGES = 5
 """Range names a summarised report keeps (the longest GPU windows first)."""
 
 
-def breakdown_blocks(data: dict[str, Any] | None, d: Detail, notes: list[str]) -> list[Any]:
+def breakdown_blocks(data: Breakdown | dict[str, Any] | None, d: Detail, notes: list[str]) -> list[Any]:
     """Heading, one line per GPU, the table (% of span per class, whole run then per range name) and notes."""
     if not data:
         return []
-    b = Breakdown.from_dict(data)
+    b = data if isinstance(data, Breakdown) else msgspec.convert(data, Breakdown)
     if b.empty:
         return []
     names = len({s.range for s in b.ranges})

@@ -5,16 +5,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from ..analysis.model import Analysis
 from .breakdown_section import breakdown_blocks
 from .cases import case_blocks, cases_table, summary_blocks
 from .model import _CUT_MARK, LEVELS, Bullets, Code, Detail, Details, Heading, Image, Para
 from .sections import _environment_blocks, _failure_blocks, _findings_table, _moe_blocks, _rank_blocks
 from .text import _one_line, md_text
 
+_DECODED: list[tuple[dict[str, Any], Analysis]] = []
+"""The last report decoded (the writers lay one report out at several detail levels)."""
+
+
+def analysis_of(rep: dict[str, Any]) -> Analysis:
+    """The typed Analysis a report's JSON carries (everything but its ``report`` object), decoded once per report."""
+    if _DECODED and _DECODED[0][0] is rep:
+        return _DECODED[0][1]
+    a = msgspec.convert({k: v for k, v in rep.items() if k != "report"}, Analysis)
+    _DECODED[:] = [(rep, a)]
+    return a
+
 
 def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], list[str]]:
-    """The report as blocks under detail level ``d``, and notes on what was summarised."""
+    """The report as blocks under detail level ``d``, and notes on what was summarised: the Analysis' parts are
+    rendered typed (:func:`analysis_of`), the ``report`` object (environment, capture, findings) as data."""
     notes: list[str] = []
+    a = analysis_of(rep)
     r = rep["report"]
     counts = r["counts"]
     env = r["environment"]
@@ -27,15 +44,15 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
     )
     blocks.append(Para([("t", md_text(lead))]))
     summary_at = len(blocks)
-    numbers = {c["id"]: i for i, c in enumerate(rep["cases"], 1)}
-    blocks += summary_blocks(rep, numbers, d)
+    numbers = {c.id: i for i, c in enumerate(a.cases, 1)}
+    blocks += summary_blocks(a.summary, numbers, d)
     blocks += _environment_blocks(rep, d)
-    blocks += breakdown_blocks(rep.get("breakdown"), d, notes)
+    blocks += breakdown_blocks(a.breakdown, d, notes)
 
     chosen = set(r["selected"])
-    selected = [(numbers[c["id"]], c) for c in rep["cases"] if c["id"] in chosen]
+    selected = [(numbers[c.id], c) for c in a.cases if c.id in chosen]
     blocks.append(Heading(3, [("t", "GEMMs, most time in calls first")]))
-    if any(c["timing"].get("achieved_tflops") and c.get("shape") for c in rep["cases"]):
+    if any(c.timing.achieved_tflops and c.shape for c in a.cases):
         blocks.append(Image("tflops", "TFLOP/s vs M per backend, with peak lines"))
     if selected:
         shown = selected
@@ -60,10 +77,10 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             )
         )
 
-    blocks += _rank_blocks(rep, d, notes)
+    blocks += _rank_blocks(a.ranks, d, notes)
 
     cards = set(r["waterfalls"])
-    wfs = [(n, c) for n, c in selected if c["id"] in cards]
+    wfs = [(n, c) for n, c in selected if c.id in cards]
     if wfs:
         shown_w = wfs if d.waterfalls is None else wfs[: d.waterfalls]
         if len(shown_w) < len(wfs):
@@ -94,10 +111,10 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             blocks.append(Heading(3, [("t", "Nsight Compute findings")]))
             blocks.append(_findings_table(shown_f, d))
 
-    mblocks, mnotes = _moe_blocks(rep.get("moe"), d)
+    mblocks, mnotes = _moe_blocks(a.moe, d)
     blocks += mblocks
     notes += mnotes
-    fblocks, fnotes = _failure_blocks(rep, d)
+    fblocks, fnotes = _failure_blocks(rep["failures"], a.failure_groups, d)
     blocks += fblocks
     notes += fnotes
     if d.detail_chars is not None and any(

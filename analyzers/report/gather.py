@@ -16,7 +16,7 @@ from tracekit.devices import DeviceSpec
 from tracekit.records import NcuCapture, RunRecord, gpu_of
 from tracekit.run import Run
 
-from .text import _clean, _f
+from .text import _f
 
 REPORT_FORMAT = "tracekit-report"
 REPORT_VERSION = 2
@@ -225,42 +225,6 @@ def _ncu_findings(cases: Sequence[tuple[int, dict[str, Any]]]) -> list[dict[str,
     return sorted(found.values(), key=lambda f: (-(f["speedup_pct"] or -1.0), f["cases"][0]))
 
 
-def _first_line(text: Any) -> str:
-    for line in _clean(text).split("\n"):
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def failure_groups(failures: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Failures grouped by backend, error type and first message line, most frequent first: ``count``,
-    ``kinds``, ``shapes``, ``failure_ids`` and ``example`` (the index of the first member in ``failures``)."""
-    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for i, r in enumerate(failures):
-        first = _first_line(r.get("message"))
-        key = (r.get("backend"), r.get("error_type"), first)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {
-                "backend": r.get("backend"),
-                "op": r.get("op"),
-                "error_type": r.get("error_type"),
-                "first_line": first,
-                "kinds": [],
-                "count": 0,
-                "shapes": [],
-                "failure_ids": [],
-                "example": i,
-            }
-        g["count"] += 1
-        g["failure_ids"].append(r.get("id"))
-        if r.get("kind") and r["kind"] not in g["kinds"]:
-            g["kinds"].append(r["kind"])
-        if r.get("m") is not None:
-            g["shapes"].append(f"{r['m']}x{r['n']}x{r['k']}")
-    return sorted(groups.values(), key=lambda g: (-g["count"], str(g["backend"]), str(g["error_type"])))
-
-
 TOP_CARDS = 10
 """Cases the report writes a waterfall for without ``--top`` / ``--all``."""
 
@@ -325,11 +289,11 @@ def build_report(
                 "gemms": len(cases),
                 "selected_gemms": len(numbered),
                 "failures": len(data["failures"]),
-                "failure_groups": len(failure_groups(data["failures"])),
+                "failure_groups": len(analysis.failure_groups),
                 "ncu_kernels": analysis.run.ncu_kernel_count,
                 "timeline_kernels": analysis.run.kernel_count,
             },
             "ncu_findings": _ncu_findings(numbered),
-            "failure_groups": failure_groups(data["failures"]),
+            "failure_groups": data["failure_groups"],  # the Analysis' groups (one rule for every view)
         },
     }

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..analysis.sections import FailureGroup, MoeSummary, RankSummary, first_line
 from ..summary import crash_evidence
-from .gather import _LIBS, _first_line
+from .gather import _LIBS
 from .model import (
     Bullets,
     Code,
@@ -24,41 +25,41 @@ from .model import (
 from .text import _clean, _one_line, md_text
 
 
-def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[str]]:
+def _moe_blocks(moe: MoeSummary | None, d: Detail) -> tuple[list[Any], list[str]]:
     """The Markdown section on grouped / MoE launches: launches, the focus launch's expert histogram, the what-if."""
     from ..moe import PER_EXPERT_NOTE
 
-    if not moe:
+    if moe is None or not moe.launches:
         return [], []
     notes: list[str] = []
     blocks: list[Any] = [Heading(3, [("t", "Mixture of experts: grouped GEMMs per expert")])]
     blocks.append(Para([("t", md_text(PER_EXPERT_NOTE))]))
-    launches = moe["launches"]
+    launches = moe.launches
     shown = launches
     if d.gemm_rows is not None and len(launches) > d.gemm_rows:
-        shown = sorted(launches, key=lambda r: -(r.get("time_ns") or 0.0))[: d.gemm_rows]
+        shown = sorted(launches, key=lambda r: -(r.time_ns or 0.0))[: d.gemm_rows]
         notes.append(f"MoE table: the {len(shown)} of {len(launches)} launches with the most time")
     rows = []
     for r in shown:
         hot = (
-            f"e{r['hot_expert']}: {_fmt(r.get('hot_rows_share_pct'))}% rows, {_fmt(r.get('hot_time_share_pct'))}% "
-            f"time, {_fmt(r.get('hot_vs_median'))}× median"
-            if r.get("hot_expert") is not None
+            f"e{r.hot_expert}: {_fmt(r.hot_rows_share_pct)}% rows, {_fmt(r.hot_time_share_pct)}% "
+            f"time, {_fmt(r.hot_vs_median)}× median"
+            if r.hot_expert is not None
             else "–"
         )
         rows.append(
             [
-                [("c", _one_line(r.get("backend") or "?", d.cell_chars))],
-                [("t", md_text(r.get("route") or "–"))],
-                [("t", str(r.get("tokens") if r.get("tokens") is not None else "–"))],
-                [("t", f"{r.get('active')}/{r.get('experts')}")],
-                [("t", _fmt((r.get("time_ns") or 0) / 1e3 if r.get("time_ns") else None))],
-                [("t", _fmt(r.get("tflops")))],
-                [("t", _fmt(r.get("pct_of_peak"), 2))],
-                [("t", _fmt(r.get("pct_of_roofline")))],
-                [("t", _fmt(r.get("padding_waste_pct")))],
+                [("c", _one_line(r.backend or "?", d.cell_chars))],
+                [("t", md_text(r.route or "–"))],
+                [("t", str(r.tokens if r.tokens is not None else "–"))],
+                [("t", f"{r.active}/{r.experts}")],
+                [("t", _fmt((r.time_ns or 0) / 1e3 if r.time_ns else None))],
+                [("t", _fmt(r.tflops))],
+                [("t", _fmt(r.pct_of_peak, 2))],
+                [("t", _fmt(r.pct_of_roofline))],
+                [("t", _fmt(r.padding_waste_pct))],
                 [("t", md_text(hot))],
-                [("t", md_text(r.get("verdict") or "–", d.cell_chars))],
+                [("t", md_text(r.verdict or "–", d.cell_chars))],
             ]
         )
     blocks.append(
@@ -80,22 +81,22 @@ def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[
             ["l", "l", "r", "r", "r", "r", "r", "r", "r", "l", "l"],
         )
     )
-    focus = next((r for r in launches if r["launch_id"] == moe.get("focus_launch")), None)
-    if focus is not None and moe.get("histogram"):
-        title = f"Expert histogram: {focus.get('backend')} {focus.get('route') or ''} tokens={focus.get('tokens')}"
+    focus = next((r for r in launches if r.launch_id == moe.focus_launch), None)
+    if focus is not None and moe.histogram:
+        title = f"Expert histogram: {focus.backend} {focus.route or ''} tokens={focus.tokens}"
         blocks.append(Heading(4, [("t", md_text(title))]))
         hrows = []
-        for b in moe["histogram"]:
-            bar = "█" * max(1, round((b.get("time_share_pct") or 0) / 5)) if b.get("time_share_pct") else ""
+        for b in moe.histogram:
+            bar = "█" * max(1, round((b.time_share_pct or 0) / 5)) if b.time_share_pct else ""
             hrows.append(
                 [
-                    [("t", b["rows"] + (" (hot)" if b.get("hot") else ""))],
-                    [("t", str(b["experts"]))],
-                    [("t", _fmt(b.get("rows_share_pct")))],
-                    [("t", _fmt(b.get("time_share_pct")))],
+                    [("t", b.rows + (" (hot)" if b.hot else ""))],
+                    [("t", str(b.experts))],
+                    [("t", _fmt(b.rows_share_pct))],
+                    [("t", _fmt(b.time_share_pct))],
                     [("t", bar)],
-                    [("t", _fmt(b.get("median_pct_of_peak"), 2))],
-                    [("t", str(b.get("memory_bound")))],
+                    [("t", _fmt(b.median_pct_of_peak, 2))],
+                    [("t", str(b.memory_bound))],
                 ]
             )
         blocks.append(
@@ -105,19 +106,19 @@ def _moe_blocks(moe: dict[str, Any] | None, d: Detail) -> tuple[list[Any], list[
                 ["l", "r", "r", "r", "l", "r", "r"],
             )
         )
-    if moe.get("whatif"):
+    if moe.whatif:
         blocks.append(Heading(4, [("t", "What would reach peak: rows per expert, from the measured curve")]))
         wrows = []
-        for w in moe["whatif"]:
+        for w in moe.whatif:
             wrows.append(
                 [
-                    [("c", _one_line(w.get("backend") or "?", d.cell_chars))],
-                    [("t", w.get("curve") or "")],
-                    [("t", _fmt(w.get("target_pct"), 0))],
-                    [("t", _fmt(w.get("m_needed")))],
-                    [("t", md_text(w.get("how") or ""))],
-                    [("t", _fmt(w.get("tokens_per_step")))],
-                    [("t", _fmt(w.get("ep_degree")))],
+                    [("c", _one_line(w.backend or "?", d.cell_chars))],
+                    [("t", w.curve or "")],
+                    [("t", _fmt(w.target_pct, 0))],
+                    [("t", _fmt(w.m_needed))],
+                    [("t", md_text(w.how or ""))],
+                    [("t", _fmt(w.tokens_per_step))],
+                    [("t", _fmt(w.ep_degree))],
                 ]
             )
         blocks.append(
@@ -270,8 +271,10 @@ def _summary_text(text: str) -> str:
     return text.replace("@", "@\u2060")
 
 
-def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str]]:
-    failures, groups = rep["failures"], rep["report"]["failure_groups"]
+def _failure_blocks(
+    failures: list[dict[str, Any]], groups: list[FailureGroup], d: Detail
+) -> tuple[list[Any], list[str]]:
+    """Every failure in full, or (summarised) the Analysis' failure groups with one full example each."""
     notes: list[str] = []
     if not failures:
         return [], notes
@@ -286,16 +289,16 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
             notes.append(f"failure table: the {len(shown_groups)} largest of {len(groups)} failure groups")
         rows = []
         for g in shown_groups:
-            shapes = ", ".join(g["shapes"][:12]) + (
-                f", … ({len(g['shapes'])} in all)" if len(g["shapes"]) > 12 else ""
+            shapes = ", ".join(g.shapes[:12]) + (
+                f", … ({len(g.shapes)} in all)" if len(g.shapes) > 12 else ""
             )
             rows.append(
                 [
-                    [("c", str(g.get("backend")))],
-                    [("c", str(g.get("error_type") or "?"))],
-                    [("c", _one_line(g["first_line"], cc))] if g["first_line"] else [("t", "–")],
-                    [("t", md_text(", ".join(g["kinds"]), 40))],
-                    [("t", str(g["count"]))],
+                    [("c", str(g.backend))],
+                    [("c", str(g.error_type or "?"))],
+                    [("c", _one_line(g.first_line, cc))] if g.first_line else [("t", "–")],
+                    [("t", md_text(", ".join(g.kinds), 40))],
+                    [("t", str(g.count))],
                     [("t", md_text(shapes or "–", cc))],
                 ]
             )
@@ -320,8 +323,10 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
         if len(detail_groups) < len(groups):
             notes.append(f"full error text for {len(detail_groups)} of {len(groups)} failure groups")
         for g in detail_groups:
-            ex = failures[g["example"]]
-            summary = f"{g.get('backend')} {_shape(ex)} — {g.get('error_type')}: {_one_line(g['first_line'], 160)} (×{g['count']})"
+            ex = failures[g.example]
+            summary = (
+                f"{g.backend} {_shape(ex)} — {g.error_type}: {_one_line(g.first_line, 160)} (×{g.count})"
+            )
             blocks.append(Details(summary, [Code(_failure_text(ex, d))]))
     else:
         rows = []
@@ -333,8 +338,8 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
                     [("t", _shape(f))],
                     [("t", md_text(f.get("kind") or "", 20))],
                     [("c", str(f.get("error_type") or "?"))],
-                    [("c", _one_line(_first_line(f.get("message")), cc))]
-                    if _first_line(f.get("message"))
+                    [("c", _one_line(first_line(_clean(f.get("message"))), cc))]
+                    if first_line(_clean(f.get("message")))
                     else [("t", "–")],
                 ]
             )
@@ -346,16 +351,15 @@ def _failure_blocks(rep: dict[str, Any], d: Detail) -> tuple[list[Any], list[str
             )
         )
         for f in failures:
-            summary = f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(_first_line(f.get('message')), 160)}"
+            summary = f"{f.get('backend')} {_shape(f)} — {f.get('error_type')}: {_one_line(first_line(_clean(f.get('message'))), 160)}"
             blocks.append(Details(summary, [Code(_failure_text(f, d))]))
     return blocks, notes
 
 
-def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
+def _rank_blocks(cross: RankSummary | None, d: Detail, notes: list[str]) -> list[Any]:
     """The per-rank section of a multi-rank run (analyzers/ranks/): the rank table, who the others wait for and
     why, and the GEMMs whose time differs most between ranks."""
-    cross = rep.get("ranks")
-    if not cross:
+    if cross is None:
         return []
     cc = d.cell_chars
 
@@ -363,28 +367,28 @@ def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
         return _fmt(v / 1e6 if isinstance(v, int | float) else None, 2)
 
     blocks: list[Any] = [Heading(3, [("t", "Ranks")])]
-    n = len(cross["ranks"])
+    n = len(cross.ranks)
     lead = f"{n} ranks. "
     lead += (
-        f"Rank {cross['straggler']} is the straggler."
-        if cross.get("straggler") is not None
+        f"Rank {cross.straggler} is the straggler."
+        if cross.straggler is not None
         else "No straggler stands out."
     )
     blocks.append(Para([("t", md_text(lead))]))
     rows = []
-    for r in cross["ranks"]:
+    for r in cross.ranks:
         rows.append(
             [
-                [("b" if r.get("straggler") else "t", str(r["rank"]))],
-                [("t", "–" if r.get("pid") is None else str(r["pid"]))],
-                [("t", "–" if r.get("device") is None else str(r["device"]))],
-                [("t", md_text(r.get("gpu") or "–", 60))],
-                [("t", f"{r.get('kernels') or 0:,}")],
-                [("t", ms(r.get("gemm_ns")))],
-                [("t", ms(r.get("comm_ns")))],
-                [("t", ms(r.get("compute_ns")))],
-                [("t", ms(r.get("idle_ns")))],
-                [("t", str(r.get("last_arrivals") or 0))],
+                [("b" if r.straggler else "t", str(r.rank))],
+                [("t", "–" if r.pid is None else str(r.pid))],
+                [("t", "–" if r.device is None else str(r.device))],
+                [("t", md_text(r.gpu or "–", 60))],
+                [("t", f"{r.kernels or 0:,}")],
+                [("t", ms(r.gemm_ns))],
+                [("t", ms(r.comm_ns))],
+                [("t", ms(r.compute_ns))],
+                [("t", ms(r.idle_ns))],
+                [("t", str(r.last_arrivals or 0))],
             ]
         )
     headers = [
@@ -411,10 +415,10 @@ def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
             ]
         )
     )
-    if cross.get("reasons") or cross.get("notes"):
-        said = [*(cross.get("reasons") or []), *(cross.get("notes") or [])]
+    if cross.reasons or cross.notes:
+        said = [*(cross.reasons or []), *(cross.notes or [])]
         blocks.append(Bullets([[("t", md_text(x, cc))] for x in said]))
-    spread = [g for g in cross.get("gemm_spread") or [] if g.get("spread_pct") is not None]
+    spread = [g for g in cross.gemm_spread or [] if g.spread_pct is not None]
     if spread:
         shown = spread if d.gemm_rows is None else spread[: d.gemm_rows]
         if len(shown) < len(spread):
@@ -424,13 +428,13 @@ def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
         )
         srows = [
             [
-                [("c", _one_line(g["gemm"], min(cc, 120)))],
-                [("t", str(g["ranks"]))],
-                [("t", _fmt(g["min_ns"] / 1e3, 2))],
-                [("t", _fmt(g["max_ns"] / 1e3, 2))],
-                [("t", _fmt(g["spread_pct"], 1))],
-                [("t", f"{g['slowest_rank']} (fastest {g['fastest_rank']})")],
-                [("t", md_text(g.get("why") or "–", cc))],
+                [("c", _one_line(g.gemm, min(cc, 120)))],
+                [("t", str(g.ranks))],
+                [("t", _fmt(g.min_ns / 1e3, 2))],
+                [("t", _fmt(g.max_ns / 1e3, 2))],
+                [("t", _fmt(g.spread_pct, 1))],
+                [("t", f"{g.slowest_rank} (fastest {g.fastest_rank})")],
+                [("t", md_text(g.why or "–", cc))],
             ]
             for g in shown
         ]
@@ -441,6 +445,6 @@ def _rank_blocks(rep: dict[str, Any], d: Detail, notes: list[str]) -> list[Any]:
                 ["l", "r", "r", "r", "r", "l", "l"],
             )
         )
-    for note in cross.get("notes") or []:
+    for note in cross.notes or []:
         blocks.append(Para([("i", md_text(note, cc))]))
     return blocks

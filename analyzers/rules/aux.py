@@ -185,7 +185,7 @@ def aux(case: GemmCase) -> Factor | None:
         parts.append(f"other operations in the range ({_join(own)})")
     what = " and ".join(parts) or "Auxiliary steps"
     sentence = (
-        f"{what[0].upper() + what[1:]} take {duration(per_call)} per call ({duration(aux_total)} over "
+        f"{what[0].upper() + what[1:]} take {duration(per_call)} mean per call ({duration(aux_total)} over "
         f"{t.calls} call{'s' if t.calls != 1 else ''}), {share:.0f}% of the GEMM + aux time: {short}."
     )
     # advice for the classes that hold the time: a 0.7 µs memset beside 21 µs of quantize gets no paragraph
@@ -223,6 +223,6 @@ def splitk(case: GemmCase) -> Factor | None:
     }
     sentence = (
         f"The split-K reduce ({_names(names, {n: 'splitk-reduce' for n in names}, 2)}) takes "
-        f"{duration(reduce_ns / max(t.calls, 1))} per call, {100 * (1 - value):.0f}% of the GEMM time."
+        f"{duration(reduce_ns / max(t.calls, 1))} mean per call, {100 * (1 - value):.0f}% of the GEMM time."
     )
     return Factor("split-K reduce", value, sentence, ev, _REMEDY["splitk-reduce"])

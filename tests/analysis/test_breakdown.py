@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pytest
 
@@ -222,7 +223,7 @@ def test_no_kernels_no_slices(shared_data: Path) -> None:
             shared_data / "thirdparty/hta/cupti_profiler__benchmark_result_924719_1679055439_trace.json.gz"
         )
     )
-    assert b.empty and b.to_dict()["devices"] == []
+    assert b.empty and msgspec.to_builtins(b)["devices"] == []
 
 
 def test_devices_come_in_rank_order() -> None:

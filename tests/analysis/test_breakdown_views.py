@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tracekit.analyzers.breakdown import breakdown
@@ -39,7 +40,7 @@ def test_show_json_is_the_breakdown(
     run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = json.loads(_cli(capsys, monkeypatch, "show", str(run_dir), "--json"))["breakdown"]
-    want = json.loads(json.dumps(breakdown(load_frames(open_run(run_dir))).to_dict()))
+    want = json.loads(json.dumps(msgspec.to_builtins(breakdown(load_frames(open_run(run_dir))))))
     assert data == want
     (gpu,) = data["devices"]
     assert (gpu["rank"], gpu["device"], gpu["kernels"]) == (3, 3, 8568 + 882)
@@ -75,7 +76,7 @@ def test_report_section(
     rep: dict[str, Any] = json.loads((tmp_path / "r.json").read_text())
     assert (
         rep["breakdown"]["devices"]
-        == json.loads(json.dumps(breakdown(load_frames(open_run(run_dir))).to_dict()))["devices"]
+        == json.loads(json.dumps(msgspec.to_builtins(breakdown(load_frames(open_run(run_dir))))))["devices"]
     )
 
 

@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 
 from tests.support import robustness_corpus as C
+from tracekit.analyzers.analysis.model import Failure
+from tracekit.analyzers.analysis.sections import failure_groups, shapes_text
 from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
-from tracekit.commands._render import failure_groups, shapes_text
 
 BENCH = "h200-bench-gemm"
 CAPTURE = "h200-capture-gemm"
@@ -47,12 +47,15 @@ def _json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, r
 
 
 def _expected_groups(failures: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
-    """The grouping, done here from the JSON: (backend, kind, error type, first line of the message)."""
+    """The grouping, done here from the JSON: (backend, kinds, error type, first line of the message)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for f in failures:
         first = (f["message"] or "").strip().split("\n")[0].strip()
-        groups.setdefault((f["backend"], f["kind"], f["error_type"], first), []).append(f)
-    return groups
+        groups.setdefault((f["backend"], f["error_type"], first), []).append(f)
+    return {
+        (b, ", ".join(dict.fromkeys(f["kind"] for f in members if f["kind"])), e, first): members
+        for (b, e, first), members in groups.items()
+    }
 
 
 def test_cut_tables_say_how_many_rows_they_left_out(
@@ -109,7 +112,8 @@ def test_json_keeps_every_failure_in_full(
     frame = load_frames(open_run(run), ["failures"])["failures"]
     assert len(data["failures"]) == frame.height > 100
     assert [f["message"] for f in data["failures"]] == frame["message"].to_list()
-    assert [f["traceback"] for f in data["failures"]] == frame["traceback"].to_list()
+    # the Analysis' failures: an empty text is None there (strings are never empty in the Analysis)
+    assert [f["traceback"] for f in data["failures"]] == [t or None for t in frame["traceback"].to_list()]
     assert any("\n" in f["message"] for f in data["failures"])  # multi-line messages, whole
 
 
@@ -147,23 +151,26 @@ def test_ranges_kernels_and_ncu_tables_say_what_they_left_out(
 
 def test_failure_groups_of_odd_records() -> None:
     """Unknown shapes, no message, a module path in the exception type, one shape and four values."""
-    df = pl.DataFrame(
-        {
-            "backend": ["a", "a", "a", "a", "b", "b"],
-            "kind": ["crashed", "crashed", "crashed", "crashed", "error", "error"],
-            "error_type": ["x.y.Boom", "x.y.Boom", "x.y.Boom", "x.y.Boom", None, None],
-            "message": ["bad\nmore", "bad\nother", " bad ", "bad", None, None],
-            "m": [1, 2, 3, 8, None, None],
-            "n": [5, 5, 5, 5, None, None],
-            "k": [7, 9, 7, 9, None, None],
-        },
-        schema_overrides={"m": pl.Int64, "n": pl.Int64, "k": pl.Int64},
+    rows = zip(
+        ["a", "a", "a", "a", "b", "b"],
+        ["crashed", "crashed", "crashed", "crashed", "error", "error"],
+        ["x.y.Boom", "x.y.Boom", "x.y.Boom", "x.y.Boom", None, None],
+        ["bad\nmore", "bad\nother", " bad ", "bad", None, None],
+        [1, 2, 3, 8, None, None],
+        [5, 5, 5, 5, None, None],
+        [7, 9, 7, 9, None, None],
+        strict=True,
     )
-    g = failure_groups(df)
-    assert g.rows() == [
-        ("a", "crashed", 4, "M=1..8, N=5, K=7|9", "Boom: bad"),
-        ("b", "error", 2, "shape unknown", ""),
+    failures = [
+        Failure(id=i, backend=b, kind=kind, error_type=e, message=msg, m=m, n=n, k=k)
+        for i, (b, kind, e, msg, m, n, k) in enumerate(rows)
     ]
+    g = failure_groups(failures)
+    assert [(x.backend, x.kinds, x.count, x.shapes_text, x.message, x.failure_ids) for x in g] == [
+        ("a", ["crashed"], 4, "M=1..8, N=5, K=7|9", "Boom: bad", [0, 1, 2, 3]),
+        ("b", ["error"], 2, "shape unknown", "(no message)", [4, 5]),
+    ]
+    assert g[0].shapes == ["1x5x7", "2x5x9", "3x5x7", "8x5x9"] and g[1].shapes == []
 
 
 def test_hostile_failures_stay_text(

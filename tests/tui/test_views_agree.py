@@ -61,7 +61,7 @@ def test_show_explain_report_and_text_agree(
         assert r == c  # the report carries the Analysis' case itself
         assert g["achieved_tflops"] == t["achieved_tflops"] and g["kernel_tflops"] == t["kernel_tflops"]
         assert g["gpu_time_us"] == pytest.approx(t["span_ns_total"] / 1e3, rel=1e-12)
-        assert g["time_us"] == pytest.approx(t["span_ns"]["median"] / 1e3, rel=1e-12)
+        assert g["time_us"] == pytest.approx(t["median_call"]["span_ns"] / 1e3, rel=1e-12)
         assert g["calls"] == t["calls"] and g["pct_of_peak"] == c["pct_of_peak"]
         assert g["verdict"] == _verdict(c)
         # "achieved" and "kernel rate" are both there and differ where the call has more than its GEMM kernel

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tracekit.analyzers.analysis.figures import median_call_text
 from tracekit.numbers import duration as ns_text
 from tracekit.numbers import flop_amount, share_of_kernel_time
 
@@ -140,32 +141,11 @@ def case_head(case: Any, gpu_ns: float | None, width: int = 120) -> list[tuple[s
         if pct is not None:
             digits = 0 if pct >= 9.95 else 1 if pct >= 0.995 else 2  # a decode GEMM in a long step: 0.03%
             share = f" ({pct:.{digits}f}% of kernel time)" if pct >= 0.005 else " (<0.01% of kernel time)"
-        mid = t.median_call  # one real call: the one whose span is the median
-        span = mid.span_ns if mid is not None else t.span_ns.median
-        unit, scale = ("ms", 1e6) if (span or 0) >= 1e6 else ("µs", 1e3)
-        per = ""
-
-        def v(ns: float) -> str:  # three significant figures past 100 of the unit: the line fits 80 columns
-            return f"{ns / scale:,.0f}" if ns / scale >= 100 else f"{ns / scale:,.1f}"
-
-        if mid is not None:
-            per = _join(
-                [
-                    f"GEMM {v(mid.gemm_ns)}",
-                    f"aux {v(mid.aux_ns)}" if mid.aux_ns else None,
-                    f"gap {v(mid.gap_ns)}" if mid.gap_ns else None,
-                ],
-                " + ",
-            )
-        # the calls' total span (GEMM, auxiliary kernels and the gaps inside the calls), then one real call's parts
-        if t.calls == 1:
-            call = f": {per} {unit}" if "+" in per else ""
-        elif "+" in per and span is not None:
-            call = f"median {v(span)} = {per} {unit}"
-        else:
-            call = f"median {ns_text(span)}"
+        # the calls' total span (GEMM, auxiliary kernels and the gaps inside the calls), then one real call's
+        # parts, labelled (analyzers/analysis/figures.py: the one definition every view prints)
+        call = median_call_text(t) or ""
         calls = f"{t.calls:,} call{'s' if t.calls != 1 else ''}"
-        sep = "" if call.startswith(":") or not call else ", "
+        sep = ", " if call else ""
         line = f"{calls} in {ns_text(t.span_ns_total)}{share}{sep}{call}"
         if len(line) > width - 4:  # the card's inside: the share gives way before the call's parts wrap
             line = f"{calls} in {ns_text(t.span_ns_total)}{sep}{call}"
@@ -277,7 +257,9 @@ def render_summary(console: Any, analysis: Any, shown: int, total: int, what: st
     console.print(Text(time_headline(s.cases, s.gemm_ns_total, s.case_ns_total, s.gpu_ns_total, ns_text)))
     if s.breakdown:
         console.print(Text(f"step: {safe(s.breakdown)}"))
-        for note in (analysis.breakdown or {}).get("notes") or []:  # what the step's numbers leave out
+        for note in (
+            analysis.breakdown.notes if analysis.breakdown else []
+        ):  # what the step's numbers leave out
             console.print(Padding(Text(f"note: {safe(note)}"), (0, 0, 0, 2)))
     if s.top_losses:
         console.print(Text("Largest losses in the calls' time:", style="bold"))

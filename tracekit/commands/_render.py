@@ -92,59 +92,6 @@ def frame_table(
     return table
 
 
-def _dims(values: list[int]) -> str:
-    """Distinct sizes of one dimension, compact: ``6144``, ``768|2048|4096``, or ``16..4096`` beyond three."""
-    if len(values) <= 3:
-        return "|".join(map(str, values))
-    return f"{values[0]}..{values[-1]}"
-
-
-def shapes_text(m: list[Any], n: list[Any], k: list[Any]) -> str:
-    """The shapes a group of failures covers: ``M=16..4096, N=768|2048, K=6144`` (unknown sizes left out)."""
-    parts = [
-        f"{d}={_dims(sorted({v for v in vals if v is not None}))}"
-        for d, vals in zip("MNK", (m, n, k), strict=True)
-    ]
-    known = [p for p in parts if not p.endswith("=")]
-    return ", ".join(known) if known else "shape unknown"
-
-
-def failure_groups(failures: pl.DataFrame) -> pl.DataFrame:
-    """Failures grouped by backend, kind, exception type and first line of the message, most frequent first
-    (ties in the order they occurred): ``backend``, ``kind``, ``count``, ``shapes`` (see shapes_text) and
-    ``message`` (``ErrorType: first line``, the type without its module path)."""
-    import polars as pl
-
-    first = pl.col("message").fill_null("").str.strip_chars().str.split("\n").list.first().str.strip_chars()
-    grouped = (
-        failures.with_columns(first.alias("first"))
-        .group_by("backend", "kind", "error_type", "first", maintain_order=True)
-        .agg(pl.len().alias("count"), pl.col("m"), pl.col("n"), pl.col("k"))
-        .sort("count", descending=True, maintain_order=True)
-    )
-    rows = []
-    for g in grouped.iter_rows(named=True):
-        etype = (g["error_type"] or "").rsplit(".", 1)[-1]
-        message = f"{etype}: {g['first']}" if etype and g["first"] else etype or g["first"] or ""
-        rows.append(
-            {
-                "backend": g["backend"],
-                "kind": g["kind"],
-                "count": g["count"],
-                "shapes": shapes_text(g["m"], g["n"], g["k"]),
-                "message": message,
-            }
-        )
-    schema = {
-        "backend": pl.String,
-        "kind": pl.String,
-        "count": pl.Int64,
-        "shapes": pl.String,
-        "message": pl.String,
-    }
-    return pl.DataFrame(rows, schema=schema)
-
-
 def more_line(left_out: int, what: str, run: str) -> str:
     """What a table cut to ``--limit`` rows says under it: how many rows it left out and how to see them."""
     import shlex
@@ -152,36 +99,37 @@ def more_line(left_out: int, what: str, run: str) -> str:
     return f"… {left_out} more {what}: `tracekit show {shlex.quote(run)} --all` or `--json`"
 
 
-def _render_failures(console: Any, failures: pl.DataFrame, limit: int | None, run: str) -> None:
-    """Failures grouped (failure_groups): a line per group with its count and shapes, the message under it,
-    each line cut to the terminal's width."""
+def _render_failures(console: Any, analysis: Any, limit: int | None, run: str) -> None:
+    """The Analysis' failure groups (one backend, exception type and first message line): a line per group with
+    its kinds, count and shapes, the message under it, each line cut to the terminal's width."""
     from rich.text import Text
 
-    groups = failure_groups(failures)
+    groups = analysis.failure_groups
     w = console.width
     console.print(
         Text(
-            f"Failures: {failures.height} in {groups.height} group{'s' if groups.height != 1 else ''} "
-            "of one backend, kind and message (every failure in full: --json, tracekit report)",
+            f"Failures: {len(analysis.failures)} in {len(groups)} group{'s' if len(groups) != 1 else ''} "
+            "of one backend, exception and message (every failure in full: --json, tracekit report)",
             style="italic",
         )
     )
-    shown = groups if limit is None else groups.head(limit)
-    bw = max(len(safe(b, 40)) for b in shown["backend"].to_list())
-    kw = max(len(safe(k, 20)) for k in shown["kind"].to_list())
-    cw = max(len(str(c)) for c in shown["count"].to_list()) + 1
+    shown = groups if limit is None else groups[:limit]
+    kinds = {id(g): ", ".join(g.kinds) or "failed" for g in shown}
+    bw = max(len(safe(g.backend, 40)) for g in shown)
+    kw = max(len(safe(kinds[id(g)], 20)) for g in shown)
+    cw = max(len(str(g.count)) for g in shown) + 1
     styles = {"crashed": "red", "error": "red", "unsupported": "yellow", "unavailable": "dim"}
-    for g in shown.iter_rows(named=True):
+    for g in shown:
         head = Text("  ")
-        head.append(f"{safe(g['backend'], 40):<{bw}}  ", style="bold")
-        head.append(f"{safe(g['kind'], 20):<{kw}}  ", style=styles.get(g["kind"] or "", ""))
-        head.append(f"{'×' + str(g['count']):>{cw}}  {g['shapes']}")
+        head.append(f"{safe(g.backend, 40):<{bw}}  ", style="bold")
+        head.append(f"{safe(kinds[id(g)], 20):<{kw}}  ", style=styles.get(g.kinds[0] if g.kinds else "", ""))
+        head.append(f"{'×' + str(g.count):>{cw}}  {g.shapes_text}")
         head.truncate(w, overflow="ellipsis")
         console.print(head, no_wrap=True, overflow="ellipsis")
-        console.print(Text("      " + safe(g["message"], max(w - 6, 10))), no_wrap=True, overflow="ellipsis")
-    if groups.height > shown.height:
+        console.print(Text("      " + safe(g.message, max(w - 6, 10))), no_wrap=True, overflow="ellipsis")
+    if len(groups) > len(shown):
         console.print(
-            Text(more_line(groups.height - shown.height, "failure groups", run), style="dim"), soft_wrap=True
+            Text(more_line(len(groups) - len(shown), "failure groups", run), style="dim"), soft_wrap=True
         )
 
 
@@ -212,7 +160,8 @@ def device_line(d: dict[str, Any]) -> str:
 
 
 def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
-    """``show``'s GEMM table from ``show --json``'s rows (the Analysis' cases, most time in calls first)."""
+    """``show``'s GEMM table from ``show --json``'s rows (the Analysis' cases, most time in calls first);
+    ``median_call_us`` is the median call's span (analyzers/analysis/figures.py)."""
     import polars as pl
 
     rows = [
@@ -224,7 +173,7 @@ def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
             "dtype": g.get("dtype"),
             "calls": g.get("calls"),
             "gpu_ms": g["gpu_time_us"] / 1e3 if g.get("gpu_time_us") else None,
-            "call_us": g.get("time_us"),
+            "median_call_us": g.get("time_us"),
             "achieved": g.get("achieved_tflops"),
             "kernel_rate": g.get("kernel_tflops"),
             "%peak": g.get("pct_of_peak"),
@@ -240,7 +189,7 @@ def cases_table(gemms: list[dict[str, Any]]) -> pl.DataFrame:
         "dtype": pl.String,
         "calls": pl.Int64,
         "gpu_ms": pl.Float64,
-        "call_us": pl.Float64,
+        "median_call_us": pl.Float64,
         "achieved": pl.Float64,
         "kernel_rate": pl.Float64,
         "%peak": pl.Float64,
@@ -330,14 +279,14 @@ def render_summary(
             console.print(Text(f"  {safe(reason, 300)}"))
         for note in data.get("rank_notes") or []:
             console.print(Text(f"  note: {safe(note, 300)}", style="dim"))
-    if data.get("breakdown"):
-        _render_breakdown(console, data["breakdown"], limit, path)
+    if analysis.breakdown is not None:
+        _render_breakdown(console, analysis.breakdown, limit, path)
     for src in data["sources"]:
         if src.get("status") == "failed":
             console.print(Text(f"  source failed: {safe(src.get('message'))}", style="red"))
-    if data.get("moe"):
-        _render_moe(console, data["moe"], limit)
-        launches = len(data["moe"]["launches"])
+    if analysis.moe is not None:
+        _render_moe(console, analysis.moe, limit)
+        launches = len(analysis.moe.launches)
         if limit is not None and launches > limit:
             console.print(
                 Text(more_line(launches - limit, "MoE launches", path), style="dim"), soft_wrap=True
@@ -364,9 +313,8 @@ def render_summary(
             min_widths={"verdict": 12, "gemm": 12},
         )
         _print_cut(console, table, gemms.height, shown.height, "GEMMs", path)
-    fails = frames["failures"]
-    if fails.height:
-        _render_failures(console, fails, limit, path)
+    if analysis.failures:
+        _render_failures(console, analysis, limit, path)
     ncu = frames["ncu"]
     if ncu.height:
         cols = [
@@ -412,15 +360,13 @@ def render_summary(
         _print_cut(console, table, kt.height, shown.height, "kernel names", path)
 
 
-def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run: str) -> None:
+def _render_breakdown(console: Any, b: Any, limit: int | None, run: str) -> None:
     """The step breakdown (analyzers/breakdown): % of each GPU's span by kernel class and idle, for the whole run
     and per range name, then what the numbers leave out."""
     from rich.text import Text
 
-    from tracekit.analyzers.breakdown import Breakdown
     from tracekit.analyzers.breakdown.table import breakdown_frame, collapse_same_ranges
 
-    b = Breakdown.from_dict(data)
     if b.empty:
         return
     names = len({s.range for s in b.ranges})
@@ -455,7 +401,7 @@ def _render_breakdown(console: Any, data: dict[str, Any], limit: int | None, run
         console.print(Text(f"  {safe(note, 300)}", style="yellow"))
 
 
-def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:
+def _render_moe(console: Any, moe: Any, limit: int | None) -> None:
     """Grouped / MoE launches: one line each (numbers whole, the verdict elided to the width) with its
     efficiency, padding, hot expert and verdict."""
     import polars as pl
@@ -465,20 +411,18 @@ def _render_moe(console: Any, moe: dict[str, Any], limit: int | None) -> None:
 
     rows = [
         {
-            "backend": r.get("backend"),
-            "route": r.get("route"),
-            "tokens": r.get("tokens"),
-            "active/E": f"{r.get('active')}/{r.get('experts')}",
-            "µs": None if not r.get("time_ns") else r["time_ns"] / 1e3,
-            "TFLOP/s": num(r.get("tflops")),
-            "%peak": num(r.get("pct_of_peak")),
-            "pad%": num(r.get("padding_waste_pct")),
-            "hot": None
-            if r.get("hot_expert") is None
-            else f"e{r['hot_expert']} {r.get('hot_vs_median') or 0:.1f}x",
-            "verdict": r.get("verdict"),
+            "backend": r.backend,
+            "route": r.route,
+            "tokens": r.tokens,
+            "active/E": f"{r.active}/{r.experts}",
+            "µs": None if not r.time_ns else r.time_ns / 1e3,
+            "TFLOP/s": num(r.tflops),
+            "%peak": num(r.pct_of_peak),
+            "pad%": num(r.padding_waste_pct),
+            "hot": None if r.hot_expert is None else f"e{r.hot_expert} {r.hot_vs_median or 0:.1f}x",
+            "verdict": r.verdict,
         }
-        for r in moe["launches"][:limit]
+        for r in moe.launches[:limit]
     ]
     schema = {
         "backend": pl.String,

@@ -1,15 +1,14 @@
 """The step breakdown of a run (analyzers/breakdown): one row per GPU for the whole run, then per range name and
 GPU, with the % of the span each kernel class and idle take and how much communication ran under compute.
 
-The breakdown (with every range name's windows: seconds on a million kernels) is computed in a thread worker
-that posts :class:`BreakdownScreen.Computed`; a failure posts :class:`BreakdownScreen.Failed`.
+The breakdown is the run's Analysis' own (per GPU and the range names with the longest GPU windows): the screen
+draws it, computes nothing; :class:`BreakdownScreen.Computed` hands it to the table once mounted.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from textual import work
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.message import Message
@@ -17,7 +16,7 @@ from textual.widgets import Footer, Static
 
 from tracekit.analyzers.breakdown import Breakdown
 from tracekit.analyzers.breakdown.table import breakdown_frame
-from tracekit.tui.data import RunData, step_breakdown
+from tracekit.tui.data import Analysis, RunData
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean
 from tracekit.tui.widgets.frame_table import Col
@@ -65,9 +64,10 @@ class BreakdownScreen(FrameScreen):
             self.message = message
             """What went wrong."""
 
-    def __init__(self, data: RunData) -> None:
+    def __init__(self, data: RunData, analysis: Analysis) -> None:
         super().__init__(list(_FIXED), empty_text="breaking the run's GPU time down…")
         self.data = data
+        self.analysis = analysis
         self.breakdown: Breakdown | None = None
         self.notes = Static(Content(""), id="breakdown-notes")
 
@@ -83,12 +83,9 @@ class BreakdownScreen(FrameScreen):
         self.table.focus()
         self.compute()
 
-    @work(thread=True, exclusive=True, group="breakdown")
     def compute(self) -> None:
-        try:
-            self.post_message(self.Computed(step_breakdown(self.data)))
-        except Exception as exc:  # keep the app alive; the error is shown in place
-            self.post_message(self.Failed(f"{type(exc).__name__}: {exc}"))
+        b = self.analysis.breakdown
+        self.post_message(self.Computed(b if b is not None else Breakdown()))
 
     def on_breakdown_screen_computed(self, message: BreakdownScreen.Computed) -> None:
         self.breakdown = b = message.breakdown

@@ -1,11 +1,10 @@
-"""Failures: a backend x shape matrix (✗ and the kind where it failed, TFLOP/s where it ran), and the full,
-untruncated error text and traceback of the selected cell below it."""
+"""Failures: a backend x shape matrix (✗ and the kind where it failed, achieved TFLOP/s where it ran), and the
+full, untruncated error text and traceback of the selected cell below it; everything from the run's Analysis."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -64,10 +63,10 @@ def failure_content(rows: list[dict[str, Any]]) -> Content:
 class FailuresScreen(Screen[None]):
     """What failed where, and exactly how."""
 
-    def __init__(self, failures: pl.DataFrame, measurements: pl.DataFrame, run_name: str) -> None:
+    def __init__(self, analysis: Any, run_name: str) -> None:
         super().__init__()
-        self.matrix: FailureMatrix = failure_matrix(failures, measurements)
-        self.count = failures.height
+        self.matrix: FailureMatrix = failure_matrix(analysis)
+        self.count = len(analysis.failures)
         self.run_name = run_name
         self.detail = Static("", id="failure-text")
 
@@ -76,7 +75,7 @@ class FailuresScreen(Screen[None]):
             Content.assemble(
                 ("failures", "bold $accent"),
                 f" · {self.count} failure(s), {len(self.matrix.backends)} backend(s)",
-                ("  ✗ failed · number: TFLOP/s", "$text-muted"),
+                ("  ✗ failed · number: achieved TFLOP/s", "$text-muted"),
             ),
             id="screen-title",
         )
@@ -137,7 +136,7 @@ class FailuresScreen(Screen[None]):
         elif key in m.tflops:
             self.detail.update(
                 Content(
-                    f"{clean(key[0])} at {m.shape_label(key[1])}: ran, {m.tflops[key]:,.0f} TFLOP/s (best measured)"
+                    f"{clean(key[0])} at {m.shape_label(key[1])}: ran, achieved {m.tflops[key]:,.0f} TFLOP/s"
                 )
             )
         else:

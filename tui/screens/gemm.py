@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tracekit.analyzers.analysis.figures import median_call_text
 from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
 from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules
 from tracekit.tui.text import clean, time_us
@@ -170,8 +171,8 @@ class GemmScreen(Screen[None]):
         parts += [
             ("\ntime in calls ", "$text-muted"),
             f"{time_us(t.span_ns_total)} µs",
-            ("  per call ", "$text-muted"),
-            f"GEMM {time_us(t.gemm_ns.median)} µs + aux {time_us(t.aux_ns.median)} + gap {time_us(t.gap_ns.median)}",
+            ("  ·  ", "$text-muted"),
+            median_call_text(t) or "no calls",
             ("  · main kernel ", "$text-muted"),
             clean(c.kernel.name or "–"),
         ]

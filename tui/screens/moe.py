@@ -1,14 +1,13 @@
 """MoE: every grouped launch (efficiency, padding, hot expert, verdict) and, for the highlighted one, its expert
 histogram (experts binned by rows: share of rows and of time, median % of peak, how many are memory-bound) and the
-what-if rows. A worker runs the analysis (analyzers/moe/) and posts :class:`MoeScreen.MoeAnalyzed`; the screen only
-draws."""
+what-if rows, all from the run's Analysis (its ``moe``: launches with their histograms, the what-if); the screen
+only draws, handing them over in :class:`MoeScreen.MoeAnalyzed` once mounted."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import polars as pl
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
@@ -17,8 +16,6 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from tracekit.numbers import formatted
-from tracekit.records import Environment
-from tracekit.tui.data import moe_analysis, moe_histogram
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -105,17 +102,15 @@ class MoeScreen(FrameScreen):
             self.whatif = whatif
             """What-if rows (MOE_WHATIF)."""
 
-    def __init__(
-        self, frames: dict[str, pl.DataFrame], environment: Environment | dict[str, Any] | None, run_name: str
-    ) -> None:
+    def __init__(self, moe: Any, run_name: str) -> None:
         super().__init__(LAUNCH_COLUMNS, empty_text="analysing grouped launches…")
-        self.frames = frames
-        self.environment = environment
+        self.moe = moe  # the Analysis' MoeSummary (None: no grouped launches)
         self.run_name = run_name
         self.experts: pl.DataFrame | None = None
         self.whatif: list[dict[str, Any]] = []
         self.detail = Static("", id="moe-detail")
         self.analysis: Any = None
+        self.histograms: dict[int, list[dict[str, Any]]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -130,10 +125,22 @@ class MoeScreen(FrameScreen):
         self.table.focus()
         self.analyze()
 
-    @work(thread=True, exclusive=True, group="moe")
     def analyze(self) -> None:
-        a = moe_analysis(self.frames, self.environment)
-        self.post_message(self.MoeAnalyzed(a.launches, a.experts, a.whatif))
+        import msgspec
+
+        from tracekit.frames import SPECS
+
+        launches = msgspec.to_builtins(self.moe.launches) if self.moe is not None else []
+        self.histograms = {r["launch_id"]: r.pop("histogram") for r in launches}
+        for r in launches:
+            r.pop("per_expert")
+        spec = SPECS["moe_launches"]
+        frame = spec.conform(pl.DataFrame(launches, infer_schema_length=None)) if launches else spec.empty()
+        experts = pl.DataFrame()  # each launch's histogram is the Analysis' own (self.histograms)
+        whatif = pl.DataFrame(
+            msgspec.to_builtins(self.moe.whatif if self.moe else []), infer_schema_length=None
+        )
+        self.post_message(self.MoeAnalyzed(frame, experts, whatif))
 
     def on_moe_screen_moe_analyzed(self, message: MoeScreen.MoeAnalyzed) -> None:
         self.analysis = message
@@ -158,4 +165,4 @@ class MoeScreen(FrameScreen):
             self.detail.update("")
             return
         row = t.row(t.cursor)
-        self.detail.update(histogram_content(row, moe_histogram(self.experts, row["launch_id"]), self.whatif))
+        self.detail.update(histogram_content(row, self.histograms.get(row["launch_id"], []), self.whatif))

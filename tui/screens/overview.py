@@ -29,7 +29,6 @@ from tracekit.tui.data import (
     analyze,
     load_run,
     rank_count,
-    step_breakdown,
 )
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.tables import gemm_view
@@ -59,7 +58,7 @@ GEMM_COLUMNS = [
     Col("dtype", "dtype", 5),
     Col("gpu_ns", "time ms", 7, "right", fmt=_ms),
     Col("calls", "calls", 5, "right", hide_below=110),
-    Col("time_ns", "µs", 7, "right", fmt=lambda v, r: time_us(v), hide_below=100),
+    Col("time_ns", "median call µs", 14, "right", fmt=lambda v, r: time_us(v), hide_below=100),
     Col("tflops", "TFLOP/s", 7, "right", fmt=lambda v, r: "–" if v is None else f"{v:,.0f}"),
     Col(
         "pct_of_peak", "%peak", 5, "right", fmt=lambda v, r: "–" if v is None else f"{v:.0f}%", tone=_pct_tone
@@ -85,7 +84,7 @@ def _short_device(label: str) -> str:
 def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = None) -> Content:
     """The overview's header in lines that fit ``width`` cells: the run, its status and failure count (and when it
     was made, where room is left); then the device and the counts; then the step breakdown, a line per GPU once
-    ``steps`` (the run's breakdown, computed after the table) is known; then the analysis' summary: the three
+    ``steps`` (the Analysis' step breakdown) is known; then the analysis' summary: the three
     largest losses in the calls' time (with the case's number in the table) and what is unknown (``tracekit explain`` says
     how to learn it); the calibration, when there is one. Parts are shortened before anything wraps: the date goes
     first, then ``NVIDIA``; the failure count always stays."""
@@ -195,14 +194,6 @@ class OverviewScreen(FrameScreen):
             self.analysis = analysis
             """The run's Analysis (tracekit.analyzers.analysis)."""
 
-    class StepsComputed(Message):
-        """The run's step breakdown per GPU (analyzers/breakdown) is known: the header shows it."""
-
-        def __init__(self, steps: Any) -> None:
-            super().__init__()
-            self.steps = steps
-            """The ``Breakdown`` of the whole run, per GPU."""
-
     class RunLoadFailed(Message):
         """Reading or analysing the run failed."""
 
@@ -224,7 +215,6 @@ class OverviewScreen(FrameScreen):
         self.compare_with = compare_with
         self.data: RunData | None = None
         self.analysis: Analysis | None = None
-        self.steps: Any = None
         self.info = Static(Content(f"reading {clean(path)} …"), id="run-info")
 
     def compose(self) -> ComposeResult:
@@ -247,8 +237,6 @@ class OverviewScreen(FrameScreen):
                 data = load_run(self.path)
                 self.post_message(self.RunLoaded(data))
                 self.post_message(self.RunAnalyzed(analyze(data, getattr(self.app, "device", None))))
-            # after the GEMM table: the breakdown's line waits on it, the table does not
-            self.post_message(self.StepsComputed(step_breakdown(data, with_ranges=False)))
         except TracekitError as exc:
             self.post_message(self.RunLoadFailed(exc.title, exc.message, exc.hint))
         except Exception as exc:  # a bug, or a file no reader guards against: show it, keep the app alive
@@ -275,10 +263,6 @@ class OverviewScreen(FrameScreen):
             other, self.compare_with = self.compare_with, None
             self.compare(other)
 
-    def on_overview_screen_steps_computed(self, message: OverviewScreen.StepsComputed) -> None:
-        self.steps = message.steps
-        self._paint_info()
-
     def on_overview_screen_run_load_failed(self, message: OverviewScreen.RunLoadFailed) -> None:
         from tracekit.tui.screens.dialogs import ErrorScreen
 
@@ -295,6 +279,11 @@ class OverviewScreen(FrameScreen):
         width = (self.info.size.width or self.app.size.width or 80) - 2  # the header's padding
         self.info.update(run_header(self.data, self.analysis, width, self.steps))
 
+    @property
+    def steps(self) -> Any:
+        """The step breakdown the header shows: the Analysis' own (None until it is built)."""
+        return self.analysis.breakdown if self.analysis is not None else None
+
     def on_resize(self) -> None:
         self._paint_info()
 
@@ -302,6 +291,12 @@ class OverviewScreen(FrameScreen):
     def _ready(self) -> bool:
         if self.data is None:
             self.notify("the run is still being read", severity="warning")
+            return False
+        return True
+
+    def _analysed(self) -> bool:
+        if self.analysis is None:
+            self.notify("the run is still being analysed", severity="warning")
             return False
         return True
 
@@ -320,18 +315,17 @@ class OverviewScreen(FrameScreen):
             self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name))  # type: ignore[union-attr]
 
     def action_failures(self) -> None:
-        if self._ready():
+        if self._ready() and self._analysed():
             from tracekit.tui.screens.failures import FailuresScreen
 
-            f = self.data.frames  # type: ignore[union-attr]
-            self.app.push_screen(FailuresScreen(f["failures"], f["measurements"], self.data.name))  # type: ignore[union-attr]
+            self.app.push_screen(FailuresScreen(self.analysis, self.data.name))  # type: ignore[union-attr]
 
     def action_moe(self) -> None:
-        if self._ready():
+        if self._ready() and self._analysed():
             from tracekit.tui.screens.moe import MoeScreen
 
             d = self.data
-            self.app.push_screen(MoeScreen(d.frames, d.record.environment, d.name))  # type: ignore[union-attr]
+            self.app.push_screen(MoeScreen(self.analysis.moe, d.name))  # type: ignore[union-attr]
 
     def action_plot(self) -> None:
         if self._ready() and self.analysis is not None:
@@ -364,10 +358,10 @@ class OverviewScreen(FrameScreen):
             self.app.push_screen(RanksScreen(self.data, self.analysis))  # type: ignore[arg-type]
 
     def action_breakdown(self) -> None:
-        if self._ready():
+        if self._ready() and self._analysed():
             from tracekit.tui.screens.breakdown import BreakdownScreen
 
-            self.app.push_screen(BreakdownScreen(self.data))  # type: ignore[arg-type]
+            self.app.push_screen(BreakdownScreen(self.data, self.analysis))  # type: ignore[arg-type]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

@@ -28,6 +28,7 @@ import polars as pl
 from tracekit.devices import DeviceSpec
 
 from ..taxonomy import classify_name, split_name
+from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
 from .case import GemmCase, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
@@ -140,8 +141,10 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
         pl.col("duration_ns").fill_null(pl.col("end_ns") - pl.col("start_ns")),
     )
     counted = [n for n in names if n in gemm_names]
-    # Nsight Compute's tensor math is no GEMM evidence for a kernel its convolution op launched
-    conv = (pl.col("kernel_family") == "cudnn-conv").fill_null(False)
+    # Nsight Compute's tensor math is no GEMM evidence for attention, nor a convolution (by name or by its op)
+    conv = (pl.col("kernel_family") == "cudnn-conv").fill_null(False) | pl.col("cls").is_in(
+        list(EVIDENCE_EXEMPT)
+    ).fill_null(False)
     ks = ks.with_columns(
         ((pl.col("cls") == "gemm").fill_null(False) | (pl.col("name").is_in(counted) & ~conv)).alias("_gemm")
     )

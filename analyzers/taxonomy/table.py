@@ -18,8 +18,10 @@ from typing import Any
 CLASSES = (
     "gemm",
     "attention",
+    "convolution",
     "communication",
     "normalization",
+    "softmax",
     "activation",
     "quantize",
     "splitk-reduce",
@@ -57,7 +59,7 @@ class Family:
 class OpRule:
     """A launching CPU op pattern (``aten::silu``, ``nccl:all_reduce``) and the class it gives to the kernels
     whose name class is one of ``over`` (by default the generic ``elementwise`` and ``other``; a convolution op
-    also takes the GEMM-named kernels cuDNN runs for it). ``family``: the family such a kernel gets (null: the
+    takes every kernel it launched, the GEMM-named ones cuDNN runs for it included; an attention op its softmax). ``family``: the family such a kernel gets (null: the
     name's)."""
 
     op: re.Pattern[str]

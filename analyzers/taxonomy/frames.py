@@ -16,9 +16,10 @@ Decision order, per kernel:
 3. evidence, whatever the name says, except for the classes that issue tensor math without being GEMMs
    (:data:`EVIDENCE_EXEMPT`: attention, convolution, by name or by the launching op): Nsight Compute's
    tensor-op counters > 0 (``sm__ops_path_tensor_src_*``, analyzers/flops.py) make it ``gemm`` with
-   ``class_source`` ``counters``; else tensor-pipe activity of at least :data:`TENSOR_PIPE_MIN_PCT`
-   (``ncu.tensor_pipe_pct``) with ``tensor-pipe``. A kernel the name table puts in another class (a Triton
-   template whose name spells its epilogue's ops) keeps no family then. Evidence found for a profiled kernel holds
+   ``class_source`` ``counters``; else, for names the table does not know, tensor-pipe activity of at least
+   :data:`TENSOR_PIPE_MIN_PCT` (``ncu.tensor_pipe_pct``) with ``tensor-pipe``. A kernel the name table puts in
+   another class (a Triton template whose name spells its epilogue's ops) needs the counters of its own name
+   (:func:`_evidence_of`), and keeps no family then. Evidence found for a profiled kernel holds
    for every launch of the same name on the run's timeline.
 
 Every step runs once per distinct (name, op) pair, joined back in polars: a million launches hold a few hundred.
@@ -126,7 +127,7 @@ def _decide(name: str | None, op: str | None, evidence: dict[str, str]) -> tuple
         family = rule.family or family
     if cls in EVIDENCE_EXEMPT or cls == "gemm" or not name:
         return cls, family, source
-    how = evidence.get(name) or evidence.get(split_name(name)[0])
+    how = _evidence_of(name, info.known, evidence)
     if how is not None:
         # the counters outrank the name: a Triton template named for its fused epilogue (``..._mm_mul_silu_...``)
         # or a kernel of one's own does tensor math; the name's family would say otherwise, so none is kept
@@ -137,9 +138,22 @@ def _decide(name: str | None, op: str | None, evidence: dict[str, str]) -> tuple
 def evidence_gemm(name: str | None, evidence: dict[str, str]) -> bool:
     """Whether Nsight Compute's evidence (:func:`ncu_evidence`) makes the kernel ``name`` a GEMM by its name's
     class alone (no launching op known): it shows tensor math and the name is no attention or convolution."""
-    if not name or classify_name(name).kernel_class in EVIDENCE_EXEMPT:
+    info = classify_name(name)
+    if not name or info.kernel_class in EVIDENCE_EXEMPT:
         return False
-    return (evidence.get(name) or evidence.get(split_name(name)[0])) is not None
+    return info.kernel_class == "gemm" or _evidence_of(name, info.known, evidence) is not None
+
+
+def _evidence_of(name: str, known: bool, evidence: dict[str, str]) -> str | None:
+    """The evidence that makes ``name`` a GEMM: for a name the table does not know, either kind, found by its
+    full name or its function name; for a name the table puts in another class, only the tensor-op counters of
+    that very name. Tensor-pipe activity alone is too weak there: PyTorch's bf16 multiply
+    (``elementwise_kernel<..., MulFunctor>``) reads up to 6.6% of tensor-pipe cycles with no tensor instruction
+    executed in the H100 serving sample, and a shared function name (``at::native::elementwise_kernel``) would
+    carry one launch's reading to every kernel of that name."""
+    if not known:
+        return evidence.get(name) or evidence.get(split_name(name)[0])
+    return "counters" if evidence.get(name) == "counters" else None
 
 
 _KEYS: dict[str, tuple[Callable[[list[str]], pl.Expr], Callable[[list[str]], pl.Expr]]] = {

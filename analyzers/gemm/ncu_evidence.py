@@ -393,6 +393,10 @@ def _counted_per_call(rows: list[dict], ev: Evidence) -> CountedFlops | None:
     return CountedFlops(sum(same) / len(same), top.dtype_class, top.counter_names, top.simt, top.dtype_note)
 
 
+counted_per_call = _counted_per_call
+"""The FLOPs every call of some profiled launches executed (the name build.py uses for a case's place)."""
+
+
 CALL_SPREAD = 1.5
 """A case whose calls' GEMM times run over more than this ratio (90th over 10th percentile) holds calls of
 several GEMMs (one kernel and grid can serve several shapes); one GEMM's calls keep within it (clock changes

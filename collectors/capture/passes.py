@@ -66,10 +66,12 @@ def _ncu_problem(log_path: Path) -> str | None:
 def ncu_selection(ncu: NcuSettings, ranges: str | None, raw: Path, ranked: bool) -> NcuSelection | None:
     """The kernels the ncu pass profiles, chosen from the nsys pass's timeline (collectors/capture/select.py):
     with ``--ncu-kernels gemm`` in your ranges or everywhere, where an nsys pass of this capture left an export;
-    None keeps the bound alone (tracekit's own ranges, ``--ncu-kernels all``, ``--launch-count``, no timeline,
-    ranks, or a timeline with no GEMM in the ranges)."""
+    None keeps the bound alone (tracekit's own ranges, ``--ncu-kernels all``, ``--launch-count``, a kernel filter
+    of one's own among the ncu options, no timeline, ranks, or a timeline with no GEMM in the ranges)."""
     if ncu.kernels != "gemm" or ncu.mode == "tracekit-ranges" or ncu.launch_count is not None or ranked:
         return None
+    if any(str(a).startswith(("--kernel-name", "--kernel-id", "-k")) for a in ncu.extra):
+        return None  # the user's own kernel filter wins (ncu takes one)
     chosen = select.from_nsys(
         raw / "nsys.sqlite", ranges, in_ranges=ncu.mode == "ranges", per_range=ncu.max_per_range or 1
     )

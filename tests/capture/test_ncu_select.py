@@ -107,6 +107,8 @@ def test_when_the_selection_applies(tmp_path: Path, timeline: Path) -> None:
     counted = NcuSettings(nvtx_include=ranges_filter("serve"), launch_count=5)
     assert ncu_selection(counted, "serve", raw, False) is None
     assert ncu_selection(ranges, "serve", raw, True) is None
+    own_filter = NcuSettings(nvtx_include=ranges_filter("serve"), extra=("--kernel-name=regex:nvjet",))
+    assert ncu_selection(own_filter, "serve", raw, False) is None  # the user's own filter wins
     # a range no launch matches: nothing chosen, the bound alone
     assert ncu_selection(ranges, "no-such-range", raw, False) is None
 

@@ -385,7 +385,8 @@ def positions(
     Nsight Compute made for that place (``launch_counts``, in profiling order: the j-th profiled launch of the
     signature is slot j mod its launches per instance). Slots that counted the same math (within
     ``COUNT_TOLERANCE``: the same projection in every layer) are one case; slots no launch was profiled for are
-    one case together; where none was, nothing tells the slots apart and the calls keep one case."""
+    one case together; where no slot was profiled, or every profiled slot counted the same math, nothing says the
+    slots are different GEMMs and the calls keep one case (and its key)."""
     from .ncu_evidence import COUNT_TOLERANCE, same_kernel
 
     owners = [
@@ -451,6 +452,8 @@ def positions(
                 last.append(slot)
             else:
                 clusters.append([slot])
+        if len(clusters) < 2:
+            continue  # every profiled place counted the same math: nothing says the places are different GEMMs
         if rest := [j for j in range(per_instance) if j not in slot_flops]:
             clusters.append(rest)
         one = group.filter(pl.col("holder") == group["holder"].min())

@@ -51,18 +51,19 @@ def test_each_profiled_place_is_a_case_with_its_own_count(frames: dict[str, pl.D
     assert first.name.endswith("GEMM launch 1 of 8)") and rest.name.endswith("GEMM launches 3, 4, 5, 6 of 8)")
 
 
-def test_places_that_counted_the_same_math_are_one_case(frames: dict[str, pl.DataFrame]) -> None:
+def test_places_that_counted_the_same_math_stay_one_case(frames: dict[str, pl.DataFrame]) -> None:
     """The decode step's grid-112 kernel runs the qkv projection of both layers: two places per instance, both
-    profiled, both 1.41 GFLOP: one case of 100 calls, not two."""
-    cases = [
-        c
-        for c in build_cases(frames)
-        if c.range == "serve/decode" and c.kernel.grid == 112 and isinstance(c.key[-1], Place)
-    ]
-    assert len(cases) == 1
-    (qkv,) = cases
-    assert qkv.key[-1].slots == (0, 1) and qkv.timing.calls == 100
+    profiled, both 1.41 GFLOP: nothing says they are different GEMMs, so one case of 100 calls, keyed as before;
+    the grid-96 kernel's three places counted 1.21 and 0.40 GFLOP and one was not profiled: three cases."""
+    cases = [c for c in build_cases(frames) if c.range == "serve/decode"]
+    (qkv,) = [c for c in cases if c.kernel.grid == 112]
+    assert not isinstance(qkv.key[-1], Place) and qkv.timing.calls == 100
     assert round(qkv.counted.flops / 1e9, 2) == 1.41
+    placed = [c for c in cases if c.kernel.grid == 96 and isinstance(c.key[-1], Place)]
+    grid96 = sorted(placed, key=lambda c: c.key[-1].slots)
+    assert [c.key[-1].slots for c in grid96] == [(0,), (1,), (2,)]
+    assert [c.timing.calls for c in grid96] == [50, 50, 50]
+    assert [round(c.counted.flops / 1e9, 2) if c.counted.flops else None for c in grid96] == [1.21, 0.4, None]
 
 
 def test_without_counts_or_with_differing_instances_the_kernel_stays_one_case(

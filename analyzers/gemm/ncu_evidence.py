@@ -428,8 +428,9 @@ def several_gemms(case: GemmCase) -> str | None:
 
 
 SEVERAL_HOW = (
-    "put each GEMM in an NVTX range of its own (one case each), or profile more of the range's launches "
-    "(tracekit capture --ncu --max-per-range N) so that every GEMM is counted"
+    "put each GEMM in an NVTX range of its own (one case each), or profile every place of the range once "
+    "(tracekit capture --nsys --ncu --ranges REGEX: the ncu pass takes each GEMM of the nsys timeline) so that "
+    "every GEMM is counted and told apart by its place"
 )
 
 

@@ -330,12 +330,15 @@ def ncu_command(
     clock_control: str = "none",
     launch_count: int | None = None,
     per_config: int | None = None,
+    kernel_filter: Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The ``ncu`` command line that profiles ``cmd``: kernels inside tracekit's NVTX ranges (``nvtx_include``;
     ``None`` profiles every kernel), the explainer's sections plus ``metrics``, writing ``out_base.ncu-rep``.
     ``per_config`` profiles at most that many launches of each launch configuration (``--filter-mode
-    per-launch-config --launch-count N``); else ``launch_count`` is the number of kernels profiled in all."""
+    per-launch-config --launch-count N``); else ``launch_count`` is the number of kernels profiled in all.
+    ``kernel_filter``: ncu's kernel-name options choosing which kernels count at all (collectors/capture/select.py:
+    the GEMMs of the nsys pass's timeline)."""
     if clock_control not in CLOCK_CONTROLS:
         raise BadInputError(
             f"clock control {clock_control!r} is not one of {', '.join(CLOCK_CONTROLS)}",
@@ -351,7 +354,7 @@ def ncu_command(
     metrics = list(metrics)
     if metrics:
         args += ["--metrics", ",".join(metrics)]
-    args += ["--clock-control", clock_control, "--target-processes", "all"]
+    args += ["--clock-control", clock_control, "--target-processes", "all", *kernel_filter]
     if per_config is not None:
         if launch_count is not None:
             raise BadInputError(

@@ -150,6 +150,8 @@ class NcuCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     max_per_range: int | None = None
     per_launch_config: int | None = None
     bound_mode: str | None = None
+    kernels: str | None = None
+    """--ncu-kernels: gemm (the GEMMs of the nsys pass's timeline, each place once) or all."""
     launch_count: int | None = None
     budget_s: float | None = None
     extra: list[str] | None = None

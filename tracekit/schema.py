@@ -89,8 +89,8 @@ KERNEL_CLASS = (
     Column(
         "kernel_class",
         STR,
-        "kernel class (docs/KERNELS.md): gemm, attention, communication, normalization, activation, quantize, "
-        "splitk-reduce, layout, rng, memory, reduction, elementwise, other",
+        "kernel class (docs/KERNELS.md): gemm, attention, convolution, communication, normalization, softmax, "
+        "activation, quantize, splitk-reduce, layout, rng, memory, reduction, elementwise, other",
     ),
     Column(
         "kernel_family", STR, "library family of tracekit/data/kernel_classes.json that matched, null if none"

@@ -56,6 +56,8 @@ __all__ = [
 CLASS_ORDER: tuple[str, ...] = (
     "gemm",
     "attention",
+    "convolution",
+    "softmax",
     "normalization",
     "activation",
     "quantize",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -18,6 +19,7 @@ from .ncu_evidence import (
     Evidence,
     attach_ncu,
     borrow_ncu,
+    counted_per_call,
     device_from_frames,
     gather_evidence,
     ncu_cases,
@@ -27,7 +29,7 @@ from .ncu_evidence import (
     tracekit_ncu_case,
 )
 from .parts import AuxUse, Clock, Shape, Timing
-from .timeline import timeline_cases
+from .timeline import Place, timeline_cases
 
 
 # --- measurements -------------------------------------------------------------------------------------------------
@@ -156,10 +158,50 @@ def _join_user_ncu(
             alone.append(nc)
             continue
         for tc in match:
+            mine = _at_place(tc, rows[(rng, kname, grid, _block)], kname)
             if tc.counted is None and tc.shape is None:
-                tc.counted = nc.counted
-            attach_ncu(tc, rows[(rng, kname, grid, _block)], ev)
+                tc.counted = counted_per_call(_mains(mine, kname), ev) if mine else nc.counted
+            attach_ncu(tc, mine or rows[(rng, kname, grid, _block)], ev)
+            if mine == [] and tc.shape is None:
+                # the places no launch was profiled for: another place's count is not theirs, its rate class is
+                tc.counted = replace(nc.counted, flops=None, spread=None) if nc.counted is not None else None
     return alone
+
+
+def _mains(rows: list[dict], kname: str | None) -> list[dict]:
+    """The launches of the GEMM kernel ``kname`` among a user range's profiled rows, in profiling order."""
+    return sorted(
+        (r for r in rows if same_kernel(r.get("demangled_name") or r.get("name"), kname)),
+        key=lambda r: r["ncu_id"],
+    )
+
+
+def _at_place(case: GemmCase, rows: list[dict], kname: str | None) -> list[dict] | None:
+    """The profiled rows of a case keyed by its place in its range's instances (timeline.positions): the j-th
+    profiled launch of its kernel is slot j mod the kernel's launches per instance, and each takes the rows
+    profiled after it up to the next launch of the kernel (its split-K reduce, its quantize); None for any other
+    case."""
+    place = case.key[-1] if case.key else None
+    if not isinstance(place, Place):
+        return None
+    mains = _mains(rows, kname)
+    bounds = [r["ncu_id"] for r in mains] + [float("inf")]
+    out: list[dict] = []
+    for j, main in enumerate(mains):
+        if j % place.per_instance in place.slots:
+            out.append(main)
+            out.extend(r for r in rows if r not in mains and bounds[j] < r["ncu_id"] < bounds[j + 1])
+    return out
+
+
+def _launch_counts(profiled_rows: dict[tuple, list[dict]], ev: Evidence) -> dict[tuple, list[float | None]]:
+    """Per user range and GEMM signature profiled, the FLOPs Nsight Compute counted for each launch, in
+    profiling order (timeline.positions tells the launches of one kernel and grid apart by them)."""
+    out: dict[tuple, list[float | None]] = {}
+    for (rng, kname, grid, block), rows in profiled_rows.items():
+        counts = [counted_per_call([r], ev) for r in _mains(rows, kname)]
+        out[(rng, kname, grid, block)] = [c.flops if c is not None else None for c in counts]
+    return out
 
 
 def build_cases(
@@ -189,7 +231,14 @@ def build_cases(
         measured.setdefault(mc.name, []).append(mc)
     if kernel_shapes is None:  # GEMM kernels replayed from CUDA graphs, with the captured operators' shapes
         kernel_shapes = replay_kernel_shapes(frames)
-    timeline = timeline_cases(frames, device, ncu_gemm_names(frames), kernel_shapes, captured_ops(frames))
+    timeline = timeline_cases(
+        frames,
+        device,
+        ncu_gemm_names(frames),
+        kernel_shapes,
+        captured_ops(frames),
+        _launch_counts(profiled.user_rows, ev),
+    )
     for case in timeline.cases:
         for mc in measured.get(case.name, []):
             _merge_timeline(mc, case)

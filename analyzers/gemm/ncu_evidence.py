@@ -24,7 +24,7 @@ from tracekit.records import Environment, gpu_of
 
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
-from ..taxonomy.frames import ncu_evidence
+from ..taxonomy.frames import evidence_gemm, ncu_evidence
 from .calls import ROLE
 from .case import GemmCase, context_key
 from .names import aux_key, classify_kernel, parse_gemm_name
@@ -239,11 +239,12 @@ def attach_ncu(
 
 
 def ncu_gemm_names(frames: dict[str, pl.DataFrame]) -> set[str]:
-    """Names (function and demangled) of profiled kernels the kernel table does not know that Nsight Compute
-    shows doing tensor math (tensor-op counters > 0, or a busy tensor pipe: analyzers/taxonomy/frames.py): a
-    Triton GEMM named ``_mm`` is GEMM-like; a known attention or convolution kernel is not, whatever its
-    counters."""
-    return {name for name in ncu_evidence(frames) if not classify_name(name).known}
+    """Names (function and demangled) of profiled kernels that Nsight Compute shows doing tensor math (tensor-op
+    counters > 0, or a busy tensor pipe: analyzers/taxonomy/frames.py), whatever the kernel table calls them: a
+    Triton GEMM named ``_mm`` or named for its epilogue is GEMM-like; a known attention or convolution kernel is
+    not, whatever its counters (``EVIDENCE_EXEMPT``)."""
+    ev = ncu_evidence(frames)
+    return {name for name in ev if evidence_gemm(name, ev)}
 
 
 def _known_other(row: dict[str, Any]) -> bool:
@@ -252,6 +253,8 @@ def _known_other(row: dict[str, Any]) -> bool:
     (:func:`_convolutions`): never a GEMM case of its own."""
     if _convolutions(row):
         return True
+    if row.get("kernel_class") == "gemm":  # evidence made it one (class_source counters / tensor-pipe)
+        return False
     info = classify_name(row.get("demangled_name") or row.get("name"))
     return info.known and info.kernel_class != "gemm"
 
@@ -390,6 +393,10 @@ def _counted_per_call(rows: list[dict], ev: Evidence) -> CountedFlops | None:
     return CountedFlops(sum(same) / len(same), top.dtype_class, top.counter_names, top.simt, top.dtype_note)
 
 
+counted_per_call = _counted_per_call
+"""The FLOPs every call of some profiled launches executed (the name build.py uses for a case's place)."""
+
+
 CALL_SPREAD = 1.5
 """A case whose calls' GEMM times run over more than this ratio (90th over 10th percentile) holds calls of
 several GEMMs (one kernel and grid can serve several shapes); one GEMM's calls keep within it (clock changes
@@ -425,8 +432,9 @@ def several_gemms(case: GemmCase) -> str | None:
 
 
 SEVERAL_HOW = (
-    "put each GEMM in an NVTX range of its own (one case each), or profile more of the range's launches "
-    "(tracekit capture --ncu --max-per-range N) so that every GEMM is counted"
+    "put each GEMM in an NVTX range of its own (one case each), or profile every place of the range once "
+    "(tracekit capture --nsys --ncu --ranges REGEX: the ncu pass takes each GEMM of the nsys timeline) so that "
+    "every GEMM is counted and told apart by its place"
 )
 
 

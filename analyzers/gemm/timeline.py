@@ -28,6 +28,7 @@ import polars as pl
 from tracekit.devices import DeviceSpec
 
 from ..taxonomy import classify_name, split_name
+from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
 from .case import GemmCase, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
@@ -140,8 +141,10 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
         pl.col("duration_ns").fill_null(pl.col("end_ns") - pl.col("start_ns")),
     )
     counted = [n for n in names if n in gemm_names]
-    # Nsight Compute's tensor math is no GEMM evidence for a kernel its convolution op launched
-    conv = (pl.col("kernel_family") == "cudnn-conv").fill_null(False)
+    # Nsight Compute's tensor math is no GEMM evidence for attention, nor a convolution (by name or by its op)
+    conv = (pl.col("kernel_family") == "cudnn-conv").fill_null(False) | pl.col("cls").is_in(
+        list(EVIDENCE_EXEMPT)
+    ).fill_null(False)
     ks = ks.with_columns(
         ((pl.col("cls") == "gemm").fill_null(False) | (pl.col("name").is_in(counted) & ~conv)).alias("_gemm")
     )
@@ -228,12 +231,15 @@ def timeline_cases(
     gemm_names: set[str] | None = None,
     kernel_shapes: dict[int, tuple[str, tuple] | None] | None = None,
     graph_ops: set[int] | None = None,
+    launch_counts: dict[tuple, list[float | None]] | None = None,
 ) -> TimelineCases:
     """The timeline's cases (see the module docstring). ``gemm_names``: kernel names Nsight Compute counted
     tensor math for; ``kernel_shapes``: GEMM kernels replayed from a CUDA graph (graph_replay.py), by kernel id:
     the operator and shape recorded while the graph was captured, or None where no capture matches (the case then
     says ``FLOPs unknown (CUDA graph replay)``); ``graph_ops``: operator ranges recorded while a graph was
-    captured (no call lacks its kernel there)."""
+    captured (no call lacks its kernel there); ``launch_counts``: Nsight Compute's FLOP count of each profiled
+    launch of a user range's GEMM signature, in profiling order, by (range, kernel name, grid, block)
+    (:func:`positions`: GEMMs sharing one kernel and launch configuration told apart by their place)."""
     out = TimelineCases()
     kernels, ranges = frames.get("kernels"), frames.get("ranges")
     if kernels is None or kernels.height == 0:
@@ -249,7 +255,9 @@ def timeline_cases(
     names = _Names(ranges)
     starts = ks.select("device", "start_ns")
     out.cases.extend(_tracekit_cases(ks, ranges, names, starts, device))
-    held, loose = _user_cases(ks, ranges, names, starts, device, kernel_shapes or {}, graph_ops or set())
+    held, loose = _user_cases(
+        ks, ranges, names, starts, device, kernel_shapes or {}, graph_ops or set(), launch_counts or {}
+    )
     out.cases.extend(held)
     out.loose.extend(loose)
     return out
@@ -351,6 +359,115 @@ def _gemm_ranges(ranges: pl.DataFrame, ctx: dict[str, str | None], own: dict[str
     return {r["range_id"]: r for r in info.iter_rows(named=True)}
 
 
+# --- GEMMs sharing one kernel and launch configuration ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Place:
+    """Where a case's calls sit in the instances of their range: ``slots`` the occurrences of the case's kernel
+    signature it holds (0-based, among the signature's ``per_instance`` launches in each instance), ``nth`` the
+    same launches numbered among the ``launches`` GEMM launches of an instance (1-based)."""
+
+    per_instance: int
+    slots: tuple[int, ...]
+    nth: tuple[int, ...]
+    launches: int
+
+
+def positions(
+    calls: pl.DataFrame, keys: dict[int, tuple], launch_counts: dict[tuple, list[float | None]]
+) -> dict[int, Place]:
+    """Calls (``owner`` -> :class:`Place`) of GEMMs that share one kernel and launch configuration in a range,
+    told apart by their place in the range's instances. cuBLAS on Hopper runs different shapes with one persistent
+    kernel on a grid of one CTA per SM (``nvjet_sm90_tst_* ... grid 132``), so a signature alone merges them.
+
+    Applies to calls without a shape (``keys``: owner -> (range, kernel, grid, block, op, dims)) whose signature
+    a range's instance launches more than once, where every instance of the range launches the same sequence of
+    GEMM signatures: the n-th launch of a signature in every instance is then one GEMM. Its FLOPs are the count
+    Nsight Compute made for that place (``launch_counts``, in profiling order: the j-th profiled launch of the
+    signature is slot j mod its launches per instance). Slots that counted the same math (within
+    ``COUNT_TOLERANCE``: the same projection in every layer) are one case; slots no launch was profiled for are
+    one case together; where no slot was profiled, or every profiled slot counted the same math, nothing says the
+    slots are different GEMMs and the calls keep one case (and its key)."""
+    from .ncu_evidence import COUNT_TOLERANCE, same_kernel
+
+    owners = [
+        o for o in calls["owner"].to_list() if keys[o][0] is not None and not keys[o][5] and not keys[o][4]
+    ]
+    if not owners or not launch_counts:
+        return {}
+    frame = (
+        calls.filter(pl.col("owner").is_in(owners))
+        .select("owner", "holder", "first")
+        .with_columns(
+            pl.col("owner")
+            .replace_strict({o: repr(keys[o][1:4]) for o in owners}, return_dtype=pl.String)
+            .alias("_sig"),
+            pl.col("owner")
+            .replace_strict({o: keys[o][0] for o in owners}, return_dtype=pl.String)
+            .alias("_rng"),
+        )
+        .filter(pl.col("holder").is_not_null())
+        .sort("holder", "first", "owner")
+        .with_columns(
+            pl.int_range(pl.len()).over("holder").alias("_nth"),
+            pl.int_range(pl.len()).over("holder", "_sig").alias("_slot"),
+        )
+    )
+    if frame.height == 0:
+        return {}
+    # ranges whose instances all launch the same sequence of these calls' signatures
+    seqs = frame.group_by("_rng", "holder").agg(pl.col("_sig").str.join("\x00").alias("_seq"))
+    same = seqs.group_by("_rng").agg(pl.col("_seq").n_unique().alias("_n")).filter(pl.col("_n") == 1)["_rng"]
+    frame = frame.filter(pl.col("_rng").is_in(same.implode()))
+    total = dict(frame.group_by("_rng").agg((pl.col("_nth").max() + 1).alias("_t")).iter_rows())
+    per = frame.group_by("_rng", "_sig").agg((pl.col("_slot").max() + 1).alias("_per"))
+    frame = frame.join(per.filter(pl.col("_per") > 1), on=["_rng", "_sig"])
+    if frame.height == 0:
+        return {}
+    out: dict[int, Place] = {}
+    for (rng, _sig), group in frame.group_by("_rng", "_sig"):
+        kname, grid, block = keys[group["owner"][0]][1:4]
+        per_instance = int(group["_per"][0])
+        counts = next(
+            (
+                v
+                for (r, n, g, b), v in launch_counts.items()
+                if r == rng
+                and same_kernel(kname, n)
+                and (grid is None or g is None or g == grid)
+                and b == block
+            ),
+            [],
+        )
+        slot_flops: dict[int, float] = {}
+        for j, flops in enumerate(counts):
+            if flops:
+                slot_flops.setdefault(j % per_instance, flops)
+        if not slot_flops:
+            continue  # nothing tells the slots apart
+        # slots that counted the same math are one GEMM; slots never profiled are one case together
+        clusters: list[list[int]] = []
+        for slot in sorted(slot_flops, key=lambda j: slot_flops[j]):
+            last = clusters[-1] if clusters else None
+            if last and slot_flops[slot] - slot_flops[last[0]] <= COUNT_TOLERANCE * slot_flops[slot]:
+                last.append(slot)
+            else:
+                clusters.append([slot])
+        if len(clusters) < 2:
+            continue  # every profiled place counted the same math: nothing says the places are different GEMMs
+        if rest := [j for j in range(per_instance) if j not in slot_flops]:
+            clusters.append(rest)
+        one = group.filter(pl.col("holder") == group["holder"].min())
+        nth_of = dict(one.select("_slot", "_nth").iter_rows())
+        place_of: dict[int, Place] = {}
+        for members in clusters:
+            slots = tuple(sorted(members))
+            place = Place(per_instance, slots, tuple(sorted(nth_of[j] + 1 for j in slots)), int(total[rng]))
+            place_of.update(dict.fromkeys(slots, place))
+        for owner, slot in group.select("owner", "_slot").iter_rows():
+            out[owner] = place_of[slot]
+    return out
+
+
 # --- everything else ------------------------------------------------------------------------------------------------
 def _user_cases(
     ks: pl.DataFrame,
@@ -360,6 +477,7 @@ def _user_cases(
     device: DeviceSpec | None,
     kernel_shapes: dict[int, tuple[str, tuple] | None],
     graph_ops: set[int],
+    launch_counts: dict[tuple, list[float | None]],
 ) -> tuple[list[GemmCase], list[GemmCase]]:
     user = ks.filter(pl.col("tk_gemm").is_null() & pl.col("free_aux").is_null() & ~pl.col("blocked"))
     if user.height == 0:
@@ -401,6 +519,10 @@ def _user_cases(
             "replay": replay is not None,
             "replayed": replayed,
         }
+    # GEMMs sharing one kernel and launch configuration in a range: told apart by their place in its instances
+    placed = positions(calls, keys, launch_counts)
+    # (a case keyed by no place keeps the key, and so the id, it had before places existed)
+    keys = {owner: (*key, placed[owner]) if owner in placed else key for owner, key in keys.items()}
     # GEMM kernels with no launch event where the trace links others': launched before the profiler's window
     # opened (the previous step's tail) or their runtime events dropped; no operator, so no shape, whatever the
     # profiler recorded
@@ -416,7 +538,7 @@ def _user_cases(
     loose: list[GemmCase] = []
     for ci, first, owners in firsts.iter_rows():
         key, e = keys[first], extra[first]
-        hname, _kname, _grid, _block, op, dims = key
+        hname, _kname, _grid, _block, op, dims = key[:6]
         case = GemmCase(origin="range", name="", range=hname, device=device, user_range=True)
         case.kernel = e["sig"]
         case.parents = names.parents(e["holder"]) if e["holder"] is not None else []
@@ -534,10 +656,21 @@ def _name_cases(cases: list[GemmCase]) -> None:
             elif rng is None or is_step(rng) or _is_step_name(rng):
                 c.name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
             elif several:
-                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)})"
+                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)}{_place_label(c.key)})"
             else:
                 c.name = rng
         _tell_apart(members)
+
+
+def _place_label(key: tuple) -> str:
+    """``, GEMM launch 2 of 8`` for a case keyed by its place in its range's instances (:func:`positions`);
+    empty for any other case."""
+    place = key[-1] if key else None
+    if not isinstance(place, Place):
+        return ""
+    nth = ", ".join(str(n) for n in place.nth)
+    word = "launch" if len(place.nth) == 1 else "launches"
+    return f", GEMM {word} {nth} of {place.launches}"
 
 
 def _tell_apart(members: list[GemmCase]) -> None:
@@ -570,4 +703,4 @@ def _name_loose(cases: list[GemmCase]) -> None:
             c.name += f" (grid {c.kernel.grid}, block {c.kernel.block})"
 
 
-__all__ = ["TimelineCases", "case_id", "fold_range", "kernel_label", "timeline_cases"]
+__all__ = ["Place", "TimelineCases", "case_id", "fold_range", "kernel_label", "positions", "timeline_cases"]

@@ -44,7 +44,7 @@ from typing import Any
 
 from tracekit import naming
 
-__all__ = ["GEMM_OPS", "OpShape", "gemm_op_name", "nvtx_op_shape", "op_shape"]
+__all__ = ["GEMM_OPS", "OpShape", "gemm_op_name", "is_gemm_op", "nvtx_op_shape", "op_shape"]
 
 GEMM_OPS = frozenset(
     {
@@ -93,13 +93,30 @@ class OpShape:
         return 2.0 * self.m * self.n * self.k * (self.batch or 1)  # type: ignore[operator]
 
 
+TRITON_GEMM = re.compile(
+    r"^triton_tem_fused_(?:\w*_)?(mm|bmm|addmm|baddbmm|addmv|mm_plus_mm|int_mm|scaled_mm)(?:_|$)"
+)
+"""torch.compile's GEMM templates (tracekit/data/kernel_classes.json, family ``triton-template-mm``): under the
+PyTorch profiler Inductor records each Triton kernel's launch as a ``cpu_op`` of the kernel's name with its
+arguments' ``Input Dims`` / ``Input type`` (``kernel_backend: triton``), and no aten GEMM op around it."""
+
+
+def is_gemm_op(name: object) -> bool:
+    """Whether a profiler op (``cpu_op`` name) is a GEMM op with shapes to read: a PyTorch GEMM operator
+    (:data:`GEMM_OPS`) or an Inductor GEMM template's launch (:data:`TRITON_GEMM`)."""
+    return isinstance(name, str) and (name in GEMM_OPS or TRITON_GEMM.match(name) is not None)
+
+
 def gemm_op_name(name: object) -> str | None:
     """``"aten::mm"`` -> ``"mm"``; ``"aten::mm, seq = 4, op_id = 9, sizes = ..."`` (emit_nvtx) -> ``"mm"``;
     None when the name is not a GEMM op."""
     if not isinstance(name, str):
         return None
     head = name.split(",", 1)[0].strip()
-    return head.removeprefix("aten::") if head in GEMM_OPS else None
+    if head in GEMM_OPS:
+        return head.removeprefix("aten::")
+    m = TRITON_GEMM.match(head)
+    return m.group(1) if m else None
 
 
 def _dims(value: Any) -> list[int] | None:
@@ -125,6 +142,8 @@ def op_shape(name: str, dims: Any, types: Any = None, concrete: Any = None) -> O
         return None
     dims = dims if isinstance(dims, list) else []
     types = types if isinstance(types, list) else []
+    if TRITON_GEMM.match(name):
+        return _template_shape(op, dims, types)
     first = 1 if op in _BIAS_FIRST else 0
     a = _dims(dims[first]) if len(dims) > first else None
     b = _dims(dims[first + 1]) if len(dims) > first + 1 else None
@@ -145,6 +164,38 @@ def op_shape(name: str, dims: Any, types: Any = None, concrete: Any = None) -> O
         return shape
     m, n, k, batch = mnkb
     return OpShape(op, m, n, k, batch, ta, tb, out)
+
+
+def _template_shape(op: str, dims: list[Any], types: list[Any]) -> OpShape:
+    """The shape of an Inductor GEMM template's launch from its kernel arguments' sizes. The arguments are the
+    template's buffers in the order Inductor names them (prologue and epilogue inputs among them), so the GEMM is
+    found by its sizes, not its places: the first A [M, K] and B [K, N] (or B as the weight [N, K]) for which an
+    output [M, N] is also among the arguments; with a batch dimension, [b, M, K], [b, K, N] and [b, M, N]."""
+    sizes = [(i, d) for i, x in enumerate(dims) if (d := _dims(x)) is not None and len(d) in (2, 3)]
+    have = {tuple(d) for _, d in sizes}
+
+    def dtype(i: int) -> str | None:
+        return dtype_name(types[i]) if i < len(types) else None
+
+    for ia, a in sizes:
+        for ib, b in sizes:
+            if ib == ia or len(a) != len(b):
+                continue
+            lead = a[:-2]
+            if lead != b[:-2]:
+                continue
+            m, k = a[-2], a[-1]
+            if b[-2] == k and (*lead, m, b[-1]) in have and (b[-1] != k or ib > ia):
+                n = b[-1]
+            elif b[-1] == k and (*lead, m, b[-2]) in have and b[-2] != k:
+                n = b[-2]  # the weight as stored, [N, K]
+            else:
+                continue
+            if max(m, n, k) >= _MAX_DIM:
+                break
+            ta, tb = dtype(ia), dtype(ib)
+            return OpShape(op, m, n, k, lead[0] if lead else 1, ta, tb, ta)
+    return OpShape(op)
 
 
 def _mnkb(op: str, a: list[int] | None, b: list[int] | None) -> tuple[int, int, int, int] | None:

@@ -9,16 +9,18 @@ Decision order, per kernel:
 2. the CPU op that launched it (``kernels.launch_op``: Kineto's innermost ``cpu_op`` on the launching thread;
    else an emit_nvtx op range ``aten::silu, seq = 3`` as the kernel's innermost range; for ``ncu`` rows the
    innermost NVTX range when it is such an op range), for kernels whose name class the op's rule is over (by
-   default the generic ``elementwise`` and ``other``; a convolution op's rule also over ``gemm`` and
-   ``splitk-reduce``: cuDNN runs GEMM-named kernels for a convolution, ``volta_sgemm_128x32_nt`` under
-   ``aten::cudnn_convolution``): the op table's class (and family, where the rule names one), ``class_source``
-   ``op``;
-3. evidence, for kernels the table does not know (no family), never over an attention class nor a convolution
-   op's decision (its implicit GEMMs issue tensor math too): Nsight Compute's
+   default the generic ``elementwise`` and ``other``; a convolution op's rule is over every compute class:
+   cuDNN runs GEMM-named kernels for a convolution, ``volta_sgemm_128x32_nt`` under
+   ``aten::cudnn_convolution``; an attention op's over its softmax): the op table's class (and family, where the
+   rule names one), ``class_source`` ``op``;
+3. evidence, whatever the name says, except for the classes that issue tensor math without being GEMMs
+   (:data:`EVIDENCE_EXEMPT`: attention, convolution, by name or by the launching op): Nsight Compute's
    tensor-op counters > 0 (``sm__ops_path_tensor_src_*``, analyzers/flops.py) make it ``gemm`` with
-   ``class_source`` ``counters``; else tensor-pipe activity of at least :data:`TENSOR_PIPE_MIN_PCT`
-   (``ncu.tensor_pipe_pct``) with ``tensor-pipe``. Evidence found for a profiled kernel holds for every launch of
-   the same name on the run's timeline.
+   ``class_source`` ``counters``; else, for names the table does not know, tensor-pipe activity of at least
+   :data:`TENSOR_PIPE_MIN_PCT` (``ncu.tensor_pipe_pct``) with ``tensor-pipe``. A kernel the name table puts in
+   another class (a Triton template whose name spells its epilogue's ops) needs the counters of its own name
+   (:func:`_evidence_of`), and keeps no family then. Evidence found for a profiled kernel holds
+   for every launch of the same name on the run's timeline.
 
 Every step runs once per distinct (name, op) pair, joined back in polars: a million launches hold a few hundred.
 """
@@ -38,10 +40,12 @@ from .names import classify_name, op_key, op_rule, split_name
 __all__ = [
     "CLASSIFIED",
     "CLASS_COLUMNS",
+    "EVIDENCE_EXEMPT",
     "TENSOR_PIPE_MIN_PCT",
     "class_table",
     "classify_frames",
     "classify_on_load",
+    "evidence_gemm",
     "ncu_evidence",
     "with_classes",
     "with_launch_ops",
@@ -55,6 +59,10 @@ TENSOR_PIPE_MIN_PCT = 5.0
 GEMM-like. Kernels issuing no MMA read at most 2.3% in the committed H200 samples and the shared reports (PyTorch
 elementwise 2.26%, curand 0.72%, split-K reduce 0.84%); the lowest GEMM, an FP32 SIMT SGEMM, 0.53% (its
 FFMA counters, not the tensor pipe, say what it is)."""
+
+EVIDENCE_EXEMPT = frozenset({"attention", "convolution"})
+"""Classes whose kernels issue tensor math without being GEMMs (fused attention's QK^T and PV, a convolution's
+implicit GEMM): tensor counters or tensor-pipe activity never make one of them ``gemm``."""
 
 _OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
 """A profiler's per-operator range name (emit_nvtx ``aten::silu, seq = 3``, Kineto ``aten::mm``)."""
@@ -110,19 +118,42 @@ def _decide(name: str | None, op: str | None, evidence: dict[str, str]) -> tuple
     info = classify_name(name)
     cls, family, source = info.kernel_class, info.family, info.source
     rule = op_rule(op)
-    if rule is not None and cls in rule.over:
-        if rule.kernel_class != cls or (rule.family is not None and family is None):
-            cls, source = rule.kernel_class, "op"
-            family = rule.family or family
-        if "gemm" in rule.over:
-            # the op knows the kernel is no GEMM however it is named (a convolution's implicit GEMM): neither are
-            # its tensor counters evidence of one
-            return cls, family, source
-    if not info.known and cls != "attention" and name:
-        how = evidence.get(name) or evidence.get(split_name(name)[0])
-        if how is not None:
-            cls, source = "gemm", how
+    if (
+        rule is not None
+        and cls in rule.over
+        and (rule.kernel_class != cls or (rule.family is not None and family is None))
+    ):
+        cls, source = rule.kernel_class, "op"
+        family = rule.family or family
+    if cls in EVIDENCE_EXEMPT or cls == "gemm" or not name:
+        return cls, family, source
+    how = _evidence_of(name, info.known, evidence)
+    if how is not None:
+        # the counters outrank the name: a Triton template named for its fused epilogue (``..._mm_mul_silu_...``)
+        # or a kernel of one's own does tensor math; the name's family would say otherwise, so none is kept
+        return "gemm", None, how
     return cls, family, source
+
+
+def evidence_gemm(name: str | None, evidence: dict[str, str]) -> bool:
+    """Whether Nsight Compute's evidence (:func:`ncu_evidence`) makes the kernel ``name`` a GEMM by its name's
+    class alone (no launching op known): it shows tensor math and the name is no attention or convolution."""
+    info = classify_name(name)
+    if not name or info.kernel_class in EVIDENCE_EXEMPT:
+        return False
+    return info.kernel_class == "gemm" or _evidence_of(name, info.known, evidence) is not None
+
+
+def _evidence_of(name: str, known: bool, evidence: dict[str, str]) -> str | None:
+    """The evidence that makes ``name`` a GEMM: for a name the table does not know, either kind, found by its
+    full name or its function name; for a name the table puts in another class, only the tensor-op counters of
+    that very name. Tensor-pipe activity alone is too weak there: PyTorch's bf16 multiply
+    (``elementwise_kernel<..., MulFunctor>``) reads up to 6.6% of tensor-pipe cycles with no tensor instruction
+    executed in the H100 serving sample, and a shared function name (``at::native::elementwise_kernel``) would
+    carry one launch's reading to every kernel of that name."""
+    if not known:
+        return evidence.get(name) or evidence.get(split_name(name)[0])
+    return "counters" if evidence.get(name) == "counters" else None
 
 
 _KEYS: dict[str, tuple[Callable[[list[str]], pl.Expr], Callable[[list[str]], pl.Expr]]] = {

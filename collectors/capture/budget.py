@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .select import NcuSelection
     from .settings import NcuSettings
 
 ENV_STOP_AT = "TRACEKIT_NCU_STOP_AT"
@@ -204,9 +205,10 @@ class NcuBudget:
         )
 
 
-def describe_bound(ncu: NcuSettings, ranges: str | None) -> str:
+def describe_bound(ncu: NcuSettings, ranges: str | None, selection: NcuSelection | None = None) -> str:
     """One line, printed before the ncu pass: which kernels it profiles, at most how many launches of each,
-    and the time budget (``ncu`` as the check resolved it)."""
+    and the time budget (``ncu`` as the check resolved it; ``selection``: the GEMMs chosen from the nsys pass's
+    timeline, collectors/capture/select.py)."""
     nvtx, per_range = ncu.nvtx_include, ncu.max_per_range
     per_config, count = ncu.per_config, ncu.launch_count
     if ncu.mode == "tracekit-ranges":
@@ -229,6 +231,13 @@ def describe_bound(ncu: NcuSettings, ranges: str | None) -> str:
             if per_config is None
             else f"at most {per_config} launch(es) of each kernel's launch configuration (grid, block, shared memory: "
             "Nsight Compute's --filter-mode per-launch-config)"
+        )
+    if selection is not None:
+        how = f"the GEMMs only, {selection.describe()}"
+    elif ncu.mode != "tracekit-ranges" and ncu.kernels == "gemm" and count is None:
+        how += (
+            "; every kernel, not only GEMMs: no nsys timeline to choose them from (capture with --nsys --ncu to "
+            "profile each GEMM once and nothing else)"
         )
     budget = ncu.budget_s
     tail = (

@@ -56,6 +56,7 @@ def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
             "max_per_range": ncu.max_per_range,
             "per_launch_config": ncu.per_config,
             "bound_mode": ncu.mode,
+            "kernels": ncu.kernels,
             "launch_count": ncu.launch_count,
             "budget_s": ncu.budget_s,
             "extra": list(ncu.extra),

@@ -25,6 +25,7 @@ from ..torchprof import (
     ENV_TRACE_REPEATS,
     append_jsonl,
 )
+from . import select
 from .budget import BUDGET_LOG, ENV_BUDGET_LOG, ENV_STOP_AT, NcuBudget, ProfiledKernels, describe_bound
 from .child import _run_pass
 from .common import (
@@ -43,6 +44,8 @@ from .common import (
     interrupt_reason,
 )
 from .plan import _Options, _Plan
+from .select import NcuSelection
+from .settings import NcuSettings
 
 
 def _ncu_problem(log_path: Path) -> str | None:
@@ -58,6 +61,21 @@ def _ncu_problem(log_path: Path) -> str | None:
         )
     errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
     return errors[0] if errors else None
+
+
+def ncu_selection(ncu: NcuSettings, ranges: str | None, raw: Path, ranked: bool) -> NcuSelection | None:
+    """The kernels the ncu pass profiles, chosen from the nsys pass's timeline (collectors/capture/select.py):
+    with ``--ncu-kernels gemm`` in your ranges or everywhere, where an nsys pass of this capture left an export;
+    None keeps the bound alone (tracekit's own ranges, ``--ncu-kernels all``, ``--launch-count``, a kernel filter
+    of one's own among the ncu options, no timeline, ranks, or a timeline with no GEMM in the ranges)."""
+    if ncu.kernels != "gemm" or ncu.mode == "tracekit-ranges" or ncu.launch_count is not None or ranked:
+        return None
+    if any(str(a).startswith(("--kernel-name", "--kernel-id", "-k")) for a in ncu.extra):
+        return None  # the user's own kernel filter wins (ncu takes one)
+    chosen = select.from_nsys(
+        raw / "nsys.sqlite", ranges, in_ranges=ncu.mode == "ranges", per_range=ncu.max_per_range or 1
+    )
+    return None if chosen is None or chosen.empty else chosen
 
 
 def _one_pass(
@@ -111,9 +129,11 @@ def _one_pass(
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
         if not instrument:
             env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
+    selection = None
     if tool == "ncu":
         assert plan.ncu is not None
         env[tools.ENV_MAX_PER_RANGE] = str(ncu.max_per_range)
+        selection = ncu_selection(ncu, ranges_regex, raw, ranks is not None)
         argv = tools.ncu_command(
             plan.ncu.path,
             raw / f"ncu{tag}",
@@ -123,10 +143,11 @@ def _one_pass(
             nvtx_include=ncu.nvtx_include,
             clock_control=ncu.clock_control,
             launch_count=ncu.launch_count,
-            per_config=ncu.per_config,
+            per_config=selection.per_config if selection is not None else ncu.per_config,
+            kernel_filter=selection.args() if selection is not None else (),
             extra=list(ncu.extra),
         )
-        log("info", "ncu", describe_bound(ncu, ranges_regex))
+        log("info", "ncu", describe_bound(ncu, ranges_regex, selection))
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
@@ -178,10 +199,12 @@ def _one_pass(
     )
     if profiled is not None:
         result.ncu = {
-            "bound": describe_bound(ncu, ranges_regex),
+            "bound": describe_bound(ncu, ranges_regex, selection),
             "profiled": profiled.count,
             "kernels": dict(sorted(profiled.names.items(), key=lambda kv: -kv[1])[:200]),
         }
+        if selection is not None:
+            result.ncu["selection"] = selection.record()
         if budget is not None:
             result.ncu["budget"] = budget.record(result.wall_s)
             said = budget.reason()

@@ -16,6 +16,7 @@ from ..torchprof import (
     OPS_CHOICES,
 )
 from .common import CRASH_FLUSH_CHOICES, PASS_ORDER, SITE_DIR, python_target, ranges_filter
+from .select import KERNEL_CHOICES
 from .settings import CaptureSettings
 
 
@@ -163,6 +164,11 @@ def _check_options(cmd: Sequence[str], settings: CaptureSettings) -> _Options:
     per_range = max_per_range if max_per_range is not None else tools.max_per_range(base_env)
     if per_range < 1:
         raise BadInputError(f"--max-per-range {per_range} must be at least 1", "give 1 or more")
+    if ncu.kernels not in KERNEL_CHOICES:
+        raise BadInputError(
+            f"--ncu-kernels {ncu.kernels!r} is not one of {', '.join(KERNEL_CHOICES)}",
+            "use gemm (the GEMM kernels of the nsys timeline, each place once) or all (every kernel)",
+        )
     if ncu_budget is not None and not ncu_budget > 0:
         raise BadInputError(
             f"--ncu-budget {ncu_budget:g} must be more than 0 seconds", "e.g. --ncu-budget 60"

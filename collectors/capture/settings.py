@@ -49,6 +49,10 @@ class NcuSettings:
     """--ncu-budget: seconds of profiling, after which the program runs on unprofiled (collectors/capture/budget.py)."""
     extra: tuple[str, ...] = ()
     """Options for ncu's command line, after tracekit's own."""
+    kernels: str = "gemm"
+    """--ncu-kernels: ``gemm`` profiles, in your ranges or everywhere, only the GEMM kernels (with their split-K
+    reduce and quantize kernels) the nsys pass's timeline shows, each place once (collectors/capture/select.py);
+    ``all`` every kernel, as bounded by the per-configuration count."""
 
     def __post_init__(self) -> None:
         _tuples(self, "sections", "metrics", "extra")
@@ -155,6 +159,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "launch_count": ("ncu", "launch_count"),
     "ncu_budget": ("ncu", "budget_s"),
     "ncu_extra": ("ncu", "extra"),
+    "ncu_kernels": ("ncu", "kernels"),
     "nsys_path": ("nsys", "path"),
     "nsys_extra": ("nsys", "extra"),
     "crash_flush": ("nsys", "crash_flush"),

@@ -19,8 +19,8 @@ import polars as pl
 import pytest
 
 from tests.support.explain_data import frames
+from tracekit import kernel_names as taxonomy_names
 from tracekit.analyzers.gemm import build_cases
-from tracekit.analyzers.taxonomy import names as taxonomy_names
 
 INSTANCES = 4000  # user-range instances, two kernels each
 LOOSE = 2001  # GEMM launches in no range

@@ -190,7 +190,7 @@ def test_rate_class_from_gemm_names(name: str, cls: str, dtype: str) -> None:
             "splitk-reduce",
             "cublas-splitk-reduce",
         ),
-        ("volta_scudnn_128x64_relu_interior_nn_v1", "other", "cudnn-conv"),
+        ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution", "cudnn-conv"),
         (
             "void at::native::<unnamed>::distribution_elementwise_grid_stride_kernel<float, (int)4, void "
             "at::native::templates::cuda::uniform_and_transform<float>>(long, at::PhiloxCudaState, T3, T4)",
@@ -210,6 +210,50 @@ def test_kernels_the_issue_names(name: str, cls: str, family: str) -> None:
     info = classify_name(name)
     assert (info.kernel_class, info.family) == (cls, family), info
     assert cls == "gemm" or info.dtype_class is None
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "family"),
+    [
+        # Inductor's GEMM templates are named for their fused ops, which other families select by word
+        ("triton_tem_fused__unsafe_view_mm_mul_silu_t_view_6", "gemm", "triton-template-mm"),
+        ("triton_tem_fused_mm_t_transpose_view_2", "gemm", "triton-template-mm"),
+        ("triton_tem_fused__to_copy_add_mean_mm_mul_pow_rsqrt_t_view_1", "gemm", "triton-template-mm"),
+        ("triton_tem_fused_addmm_relu_3", "gemm", "triton-template-mm"),
+        ("triton_tem_fused_baddbmm_2", "gemm", "triton-template-mm"),
+        ("triton_tem_fused__scaled_mm_0", "gemm", "triton-template-mm"),
+        # Triton's own matmul kernels, persistent ones included
+        ("matmul_kernel", "gemm", "triton-matmul"),
+        ("_matmul_persistent", "gemm", "triton-matmul"),
+        ("matmul_kernel_tma_persistent", "gemm", "triton-matmul"),
+        ("matmul_kernel_descriptor_persistent", "gemm", "triton-matmul"),
+        # pointwise / reduction kernels that name a GEMM op among their fused ops are not GEMMs
+        ("triton_poi_fused_addmm_gelu_1", "activation", "triton-activation"),
+        ("triton_per_fused_mm_0", "reduction", "triton-reduction"),
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "normalization", "triton-norm"),
+        ("triton_poi_fused_mul_silu_0", "activation", "triton-activation"),
+        # templates without mm / bmm / addmm among their ops
+        ("triton_tem_fused_flex_attention_0", "attention", "named-attention"),
+        ("triton_tem_fused_convolution_0", "convolution", "triton-template-conv"),
+        ("triton_tem_fused_0", "other", None),
+        # softmax outside a fused attention
+        (
+            "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16, "
+            "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)",
+            "softmax",
+            "softmax",
+        ),
+        (
+            "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_"
+            "warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel_cudnn",
+            "convolution",
+            "cudnn-xmma-conv",
+        ),
+    ],
+)
+def test_triton_gemms_convolutions_and_softmax_by_name(name: str, cls: str, family: str | None) -> None:
+    info = classify_name(name)
+    assert (info.kernel_class, info.family) == (cls, family), info
 
 
 def test_unknown_names_are_other_with_no_family() -> None:
@@ -232,6 +276,11 @@ def test_launching_op_table() -> None:
     assert classify_op("nccl:all_reduce") == classify_op("c10d::allreduce_") == "communication"
     assert classify_op("_C::scaled_fp8_quant") == "quantize"
     assert classify_op("aten::mul") == "elementwise"
+    assert classify_op("aten::_softmax") == classify_op("aten::_log_softmax") == "softmax"
+    assert (
+        classify_op("aten::cudnn_convolution") == classify_op("aten::convolution_backward") == "convolution"
+    )
+    assert classify_op("aten::_scaled_dot_product_attention_math") == "attention"
     assert (
         classify_op("aten::mm") is None and classify_op("aten::addmm") is None and classify_op(None) is None
     )

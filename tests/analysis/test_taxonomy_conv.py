@@ -90,7 +90,7 @@ def test_gemm_named_kernels_of_convolutions_are_no_gemms(rel: str, shared_data: 
     )
     assert round(named["ms"].sum(), 2) == conv_ms
     assert set(named.select("kernel_class", "kernel_family", "class_source").rows()) == {
-        ("other", "cudnn-conv", "op")
+        ("convolution", "cudnn-conv", "op")
     }
 
     # the GEMM cases hold the real matmuls only: their GEMM time is at most the GEMM kernels' and the split-K
@@ -122,13 +122,13 @@ def test_the_launching_op_decides_a_gemm_named_kernel_is_a_convolutions() -> Non
     }
     rows = classify_frames(frames)["kernels"].select("kernel_class", "kernel_family", "class_source").rows()
     assert rows == [
-        ("other", "cudnn-conv", "op"),
-        ("other", "cudnn-conv", "op"),
+        ("convolution", "cudnn-conv", "op"),
+        ("convolution", "cudnn-conv", "op"),
         ("gemm", "cublas-arch", "name"),  # a real matmul
         ("gemm", "cublas-arch", "name"),  # no op (an nsys export without emit_nvtx): the name decides
-        ("other", "cudnn-conv", "op"),  # the convolution's own split-K reduce
-        ("layout", "cudnn-layout", "name"),  # a layout kernel stays layout
-        ("other", "cudnn-conv", "op"),
+        ("convolution", "cudnn-conv", "op"),  # the convolution's own split-K reduce
+        ("convolution", "cudnn-conv", "op"),  # its layout conversion is the convolution's too
+        ("convolution", "cudnn-conv", "op"),
     ]
 
 
@@ -147,7 +147,7 @@ def test_tensor_math_of_a_convolutions_kernel_is_no_gemm_evidence() -> None:
         )
     )
     rows = classify_frames({"ncu": ncu})["ncu"].select("kernel_class", "kernel_family", "class_source").rows()
-    assert rows == [("other", "cudnn-conv", "op"), ("gemm", None, "tensor-pipe")]
+    assert rows == [("convolution", "cudnn-conv", "op"), ("gemm", None, "tensor-pipe")]
 
 
 def test_a_profiled_convolution_kernel_is_no_gemm_case() -> None:

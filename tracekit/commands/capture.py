@@ -308,6 +308,15 @@ class _Event:
     "per-configuration count of --max-per-range: ncu applies one count).",
 )
 @click.option(
+    "--ncu-kernels",
+    type=click.Choice(["gemm", "all"]),
+    default="gemm",
+    show_default=True,
+    help="ncu, with --ranges or --all-kernels: gemm profiles only the GEMM kernels (with their split-K reduce and "
+    "quantize kernels) of the --nsys pass's timeline, each kernel, launch configuration and place once; all "
+    "profiles every kernel.",
+)
+@click.option(
     "--ncu-budget",
     type=click.FloatRange(min=0, min_open=True),
     metavar="SECONDS",
@@ -384,6 +393,7 @@ def capture(
     crash_flush: str,
     max_per_range: int | None,
     launch_count: int | None,
+    ncu_kernels: str,
     ncu_budget: float | None,
     ncu_args: tuple[str, ...],
     nsys_args: tuple[str, ...],
@@ -441,6 +451,7 @@ def capture(
             launch_count=launch_count,
             budget_s=ncu_budget,
             extra=ncu_args,
+            kernels=ncu_kernels,
         ),
         nsys=NsysSettings(path=nsys_path, extra=nsys_args, crash_flush=crash_flush),
         torch=TorchSettings(ops=torch_ops, trace_repeats=trace_repeats),

@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit.frames import RANGES
 
-from ..torch_ops import GEMM_OPS, op_shape
+from ..torch_ops import is_gemm_op, op_shape
 from .decode import _Event
 
 KERNEL_CATS = frozenset({"kernel", "Kernel"})
@@ -137,7 +137,7 @@ def make_part(events: list[_Event]) -> Part:
                 steps.append(e)
             else:
                 cpu_ops.append(e)
-                if name in GEMM_OPS:
+                if is_gemm_op(name):
                     ops.append(e)
     cpu = [e for e in cpu if e.ph == "X"]
     gpu = [e for e in gpu if e.ph == "X"]

@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from ..torch_ops import GEMM_OPS
+from ..torch_ops import is_gemm_op
 from .decode import _Event
 from .native import _CATS, _DIMS, _KEY_AT, _KEYS
 from .part import (
@@ -178,7 +178,7 @@ class _Columns:
         mem = np.flatnonzero((b == 5) & x)
         other = np.flatnonzero((b == 4) & x & named)
         is_step = np.array([s.startswith("ProfilerStep#") for s in self.strings] or [False], dtype=bool)
-        is_gemm = np.array([s in GEMM_OPS for s in self.strings] or [False], dtype=bool)
+        is_gemm = np.array([is_gemm_op(s) for s in self.strings] or [False], dtype=bool)
         step = is_step[self.name[other]]
         steps, cpu_ops = other[step], other[~step]
         ops = cpu_ops[is_gemm[self.name[cpu_ops]]]

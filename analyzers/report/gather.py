@@ -16,6 +16,7 @@ from tracekit.devices import DeviceSpec
 from tracekit.records import NcuCapture, RunRecord, gpu_of
 from tracekit.run import Run
 
+from .recommend_section import recommendation_data
 from .text import _clean, _f
 
 REPORT_FORMAT = "tracekit-report"
@@ -314,6 +315,7 @@ def build_report(
                 "ncu_kernels": frames["ncu"].height,
                 "timeline_kernels": frames["kernels"].height,
             },
+            "recommendation": recommendation_data(run, frames),
             "ncu_findings": _ncu_findings(numbered),
             "failure_groups": failure_groups(data["failures"]),
         },

@@ -178,34 +178,69 @@ def _chains(kernels: pl.DataFrame, ranges: pl.LazyFrame) -> dict[int, tuple[int 
 
 
 def _around(gemm: pl.DataFrame, ranges: pl.LazyFrame) -> dict[int, list[str]]:
-    """kernel id -> names of the annotation ranges (not operators) around it in time: the CPU range open on the
-    thread that launched it, or the GPU range (Kineto's ``gpu_user_annotation``) its run falls in. A kernel
-    replayed from a CUDA graph is linked to the operators recorded at capture, not to the range replaying it."""
+    """kernel id -> names of the annotation ranges (not operators) around it in time: those open on the thread
+    that launched it, and the GPU-side range (Kineto's ``gpu_user_annotation``) its run falls in. A kernel
+    replayed from a CUDA graph is linked to the operators recorded at capture, not to the range replaying it.
+
+    Ranges of one thread nest, so an as-of join finds the last range opened before the launch and its parents
+    give the rest (a join on the thread alone would pair every range of a thread with every launch)."""
     ann = (
         ranges.filter(pl.col("kind") != "op")
-        .select("name", "kind", "pid", "tid", pl.col("start_ns").alias("r0"), pl.col("end_ns").alias("r1"))
+        .select(
+            "range_id",
+            "parent_id",
+            "name",
+            "kind",
+            "pid",
+            "tid",
+            pl.col("start_ns").alias("r0"),
+            pl.col("end_ns").alias("r1"),
+        )
+        .filter(pl.col("r0").is_not_null() & pl.col("r1").is_not_null())
         .collect()
     )
     if ann.height == 0 or gemm.height == 0:
         return {}
+    info = {
+        rid: (parent, name, r1)
+        for rid, parent, name, r1 in ann.select("range_id", "parent_id", "name", "r1").iter_rows()
+    }
+    on_gpu = pl.col("kind") == "gpu_annotation"
+    cpu_ranges = ann.filter(~on_gpu & pl.col("pid").is_not_null() & pl.col("tid").is_not_null()).sort("r0")
+    gpu_ranges = ann.filter(on_gpu).sort("r0")
+    out: dict[int, list[str]] = {}
+
+    def walk(kid: int, rid: int | None, t0: int, t1: int) -> None:
+        for _ in range(64):
+            if rid is None or rid not in info:
+                return
+            parent, name, r1 = info[rid]
+            if r1 >= t1:
+                out.setdefault(kid, []).append(name)
+            rid = parent
+
     ks = gemm.select(
         "kernel_id", pl.col("pid").alias("kpid"), "launch_tid", "launch_start_ns", "start_ns", "end_ns"
     )
-    cpu = ann.filter(pl.col("kind") != "gpu_annotation").join_where(
-        ks,
-        pl.col("pid") == pl.col("kpid"),
-        pl.col("tid") == pl.col("launch_tid"),
-        pl.col("r0") <= pl.col("launch_start_ns"),
-        pl.col("r1") >= pl.col("launch_start_ns"),
-    )
-    gpu = ann.filter(pl.col("kind") == "gpu_annotation").join_where(
-        ks, pl.col("r0") <= pl.col("start_ns"), pl.col("r1") >= pl.col("end_ns")
-    )
-    out: dict[int, list[str]] = {}
-    for kid, name in pl.concat(
-        [cpu.select("kernel_id", "name"), gpu.select("kernel_id", "name")]
-    ).iter_rows():
-        out.setdefault(kid, []).append(name)
+    launched = ks.filter(pl.col("launch_start_ns").is_not_null() & pl.col("launch_tid").is_not_null())
+    if cpu_ranges.height and launched.height:
+        hit = launched.sort("launch_start_ns").join_asof(
+            cpu_ranges.select("range_id", "pid", "tid", "r0"),
+            left_on="launch_start_ns",
+            right_on="r0",
+            by_left=["kpid", "launch_tid"],
+            by_right=["pid", "tid"],
+            strategy="backward",
+            check_sortedness=False,  # sorted by time above; within each thread too
+        )
+        for kid, rid, t in hit.select("kernel_id", "range_id", "launch_start_ns").iter_rows():
+            walk(kid, rid, t, t)
+    if gpu_ranges.height:
+        hit = ks.sort("start_ns").join_asof(
+            gpu_ranges.select("range_id", "r0"), left_on="start_ns", right_on="r0", strategy="backward"
+        )
+        for kid, rid, t0, t1 in hit.select("kernel_id", "range_id", "start_ns", "end_ns").iter_rows():
+            walk(kid, rid, t0, t1)
     return out
 
 

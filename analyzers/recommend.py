@@ -34,6 +34,7 @@ __all__ = [
     "Recommendation",
     "RecommendationRow",
     "SourceRun",
+    "bench_hint",
     "plan_from_analysis",
     "plan_of",
     "recommend",
@@ -443,3 +444,13 @@ def recommendation_lines(rec: Recommendation) -> tuple[str, list[str], list[list
         f"source run: {plan.source.path} (run.json sha256 {(plan.source.manifest_sha256 or '?')[:12]})",
     ]
     return title, header, rows, foot
+
+
+def bench_hint(case: Any) -> str | None:
+    """The explain card's pointer to ``bench gemm --shapes-from`` where the kernel itself is the largest loss
+    (the verdict's factor is ``in-kernel``) and the case has a shape and dtype a backend can be timed at. One
+    line that fits an 80-column card's border: RUN is the run the card belongs to."""
+    s = case.shape
+    if case.verdict.factor != "in-kernel" or s is None or not s.dtype_a or (s.batch or 1) > 1:
+        return None
+    return "other backends at this shape: tracekit bench gemm --shapes-from RUN"

@@ -107,14 +107,21 @@ def test_bad_input_is_one_line_exit_2(args: list[str], says: str) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
-def test_sweep_records_the_link_and_recommends(tmp_path: Path) -> None:
-    out = tmp_path / "bench"
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A real sweep at the serving sample's shapes with CPU test backends: test-ok (bf16, wall-clock timed) and
+    test-unsupported (e2m1, fails with cuBLAS's NVFP4 error) as the fp4 what-if."""
+    out = tmp_path_factory.mktemp("bench") / "bench"
     env = {"TRACEKIT_BACKEND_PLUGINS": str(PLUGINS)}
     args = ["--backends", "test-ok,test-unsupported", "--what-if", "fp4", "--repeats", "3", "--warmup", "1"]
     proc = _tracekit("bench", "gemm", "--shapes-from", str(SERVE), *args, "-o", str(out), "--json", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(proc.stdout)
+    return out, json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_sweep_records_the_link_and_recommends(bench: tuple[Path, dict]) -> None:
+    out, data = bench
     rec = data["recommendation"]
     want = _shaped_cases()
     bf16 = [r for r in rec["rows"] if r["row"]["dtype"] == "bf16"]
@@ -135,6 +142,7 @@ def test_sweep_records_the_link_and_recommends(tmp_path: Path) -> None:
     for r in rec["rows"]:
         if r["row"]["dtype"] == "e4m3":  # no e4m3 backend was chosen: nothing measured, nothing claimed
             assert r["best"] is None and r["saving_ns"] is None
+    assert rec["saving_ns_total"] == pytest.approx(sum(r["saving_ns"] or 0 for r in rec["rows"]))
     fails = [f for f in data["failures"] if f["backend"] == "test-unsupported"]
     assert fails and all("CUBLAS_STATUS_NOT_SUPPORTED" in f["message"] for f in fails)
     # each backend ran at the shapes of its dtype only (the bf16 ones), not every shape of the plan
@@ -146,7 +154,65 @@ def test_sweep_records_the_link_and_recommends(tmp_path: Path) -> None:
     again = recommendation_of(run.manifest, run.frames)
     assert again is not None
     assert again.saving_ns_total == pytest.approx(rec["saving_ns_total"])
+
+
+@pytest.mark.slow
+def test_report_shows_the_recommendation(bench: tuple[Path, dict]) -> None:
+    out, data = bench
     report = _tracekit("report", str(out))
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "Backends at the shapes of h100-serve-torchprof" in report.stdout
-    assert "test-ok" in report.stdout and "mean per call" in report.stdout
+    text = report.stdout
+    assert "### Backends at the shapes of h100-serve-torchprof" in text and "mean per call" in text
+    first = data["recommendation"]["rows"][0]
+    row = next(line for line in text.splitlines() if line.startswith(f"| 1 | {first['row']['m']}x"))
+    assert "test-ok" in row and f"{first['saving_ns'] / 1e6:,.3f}" in row
+    as_json = json.loads(_tracekit("report", str(out), "--format", "json").stdout)
+    assert as_json["report"]["recommendation"]["saving_ns_total"] == pytest.approx(
+        data["recommendation"]["saving_ns_total"]
+    )
+    plain = _tracekit("report", str(SERVE))  # any other run: no such section
+    assert "Backends at the shapes" not in plain.stdout
+
+
+@pytest.mark.slow
+def test_view_shows_the_recommendation(bench: tuple[Path, dict]) -> None:
+    import asyncio
+
+    from tracekit.tui.app import make_app
+    from tracekit.tui.screens.overview import OverviewScreen
+    from tracekit.tui.screens.recommend import RecommendScreen
+
+    out, data = bench
+
+    async def drive() -> None:
+        app = make_app(out)
+        async with app.run_test(size=(160, 40)) as pilot:
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if isinstance(app.screen, OverviewScreen) and app.screen.analysis is not None:
+                    break
+            await pilot.press("a")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if isinstance(app.screen, RecommendScreen) and app.screen.table.row_count:
+                    break
+            screen = app.screen
+            assert isinstance(screen, RecommendScreen)
+            rows = data["recommendation"]["rows"]
+            assert screen.table.row_count == len(rows)
+            cells = screen.table.get_row_at(0)
+            assert cells[1] == f"{rows[0]['row']['m']}x{rows[0]['row']['n']}x{rows[0]['row']['k']}"
+            assert cells[5] == "test-ok"
+            assert "mean per call" in str(screen.notes.render())
+
+    asyncio.run(drive())
+
+
+def test_explain_points_to_it_where_the_kernel_is_the_largest_loss() -> None:
+    proc = _tracekit("explain", str(SERVE), "--all", env={"COLUMNS": "400"})
+    assert proc.returncode == 0, proc.stderr
+    hint = "other backends at this shape: tracekit bench gemm --shapes-from RUN"
+    cases = tracekit.load(SERVE).analyze().cases
+    want = [c for c in cases if c.verdict.factor == "in-kernel" and c.shape and c.shape.dtype_a]
+    assert want and len(want) < len(cases)  # memory-bound decode and aux-bound FP8 cases get no hint
+    assert proc.stdout.count(hint) == len(want)

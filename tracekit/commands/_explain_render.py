@@ -212,6 +212,7 @@ def render_case(
     from rich.panel import Panel
     from rich.text import Text
 
+    from tracekit.analyzers.recommend import bench_hint
     from tracekit.commands._render import safe
 
     head = Text()
@@ -253,7 +254,11 @@ def render_case(
         ):
             parts.append(Text(f"note: {safe(note)}", style="yellow"))
     title = Text(f"#{index} " + safe(case.label, 120))
-    console.print(Panel(Group(*parts), title=title, title_align="left"))
+    hint = bench_hint(case)  # in the bottom border: a card is no line longer for it
+    subtitle = Text(hint, style="cyan") if hint else None
+    console.print(
+        Panel(Group(*parts), title=title, title_align="left", subtitle=subtitle, subtitle_align="left")
+    )
 
 
 def render_summary(console: Any, analysis: Any, shown: int, total: int, what: str = "cases") -> None:

@@ -266,9 +266,10 @@ def lower_precision(dtype: str, what_if_dtype: str) -> bool:
     return BITS.get(what_if_dtype, 99) < BITS.get(dtype, 0)
 
 
-def plan_of(manifest: Mapping[str, Any]) -> Plan | None:
-    """The plan a bench run's run.json carries (``capture.shapes_from``), None for any other run."""
-    data = (manifest.get("capture") or {}).get("shapes_from")
+def plan_of(record: Any) -> Plan | None:
+    """The plan a bench run's run.json carries (``capture.shapes_from`` of its :class:`~tracekit.records.RunRecord`),
+    None for any other run."""
+    data = record.capture.shapes_from
     if not data:
         return None
     try:
@@ -358,10 +359,10 @@ def recommend(
     )
 
 
-def recommendation_of(manifest: Mapping[str, Any], frames: Mapping[str, Any]) -> Recommendation | None:
-    """The recommendation of a bench run made with ``--shapes-from`` (its run.json as a dict and its frames:
+def recommendation_of(record: Any, frames: Mapping[str, Any]) -> Recommendation | None:
+    """The recommendation of a bench run made with ``--shapes-from`` (its run.json's record and its frames:
     ``measurements`` and ``failures``), None for any other run."""
-    plan = plan_of(manifest)
+    plan = plan_of(record)
     if plan is None:
         return None
 

@@ -13,7 +13,7 @@ def recommendation_data(run: Any, frames: dict[str, Any]) -> dict[str, Any] | No
     """The recommendation of ``run`` as JSON-able data (``report.recommendation``), None for any other run."""
     from ..recommend import recommendation_of, to_builtins
 
-    rec = recommendation_of(run.manifest, frames)
+    rec = recommendation_of(run.record, frames)
     return None if rec is None else to_builtins(rec)
 
 

@@ -149,9 +149,9 @@ def test_sweep_records_the_link_and_recommends(bench: tuple[Path, dict]) -> None
     assert {(g["m"], g["n"], g["k"]) for g in data["gemms"]} == {k[:3] for k in want if k[3] == "bf16"}
     # the bench run keeps the link, and the recommendation read back from it is the one printed
     run = tracekit.load(out)
-    source = run.manifest["capture"]["shapes_from"]["source"]
+    source = run.record.capture.shapes_from["source"]
     assert source["path"] == str(SERVE.resolve()) and source["name"] == "h100-serve-torchprof"
-    again = recommendation_of(run.manifest, run.frames)
+    again = recommendation_of(run.record, run.frames)
     assert again is not None
     assert again.saving_ns_total == pytest.approx(rec["saving_ns_total"])
 

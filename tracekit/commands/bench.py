@@ -146,7 +146,7 @@ def gemm(
       tracekit bench gemm                                    # bf16 vs fp8 on GLM-5 shapes
       tracekit bench gemm --shapes-from samples/h100-serve-torchprof --dry-run   # the plan, no GPU
       tracekit bench gemm --shapes-from samples/h100-serve-torchprof --what-if fp8 --dry-run --json
-      tracekit bench gemm --shapes-from runs/my-step -o runs/my-step-backends   # measure, then recommend
+      tracekit bench gemm --shapes-from my-step-run --what-if fp8 -o step-backends   # on the GPU: measure
       tracekit bench gemm --backends all -o runs/h200-all    # every backend, FP4 failures included
       tracekit bench gemm --backends torch-bf16 --shapes 1024x2048x6144,4096x768x6144 --json
       tracekit capture --ncu -- tracekit bench gemm --shapes 1024x2048x6144   # profile the same GEMMs

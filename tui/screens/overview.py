@@ -366,7 +366,7 @@ class OverviewScreen(FrameScreen):
             from tracekit.tui.screens.recommend import RecommendScreen
 
             d = self.data
-            self.app.push_screen(RecommendScreen(d.run.manifest, d.frames, d.name))  # type: ignore[union-attr]
+            self.app.push_screen(RecommendScreen(d.record, d.frames, d.name))  # type: ignore[union-attr]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

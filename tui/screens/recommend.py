@@ -27,9 +27,9 @@ class RecommendScreen(Screen[None]):
             self.lines = lines
             """(title, header, rows, footnotes) of tracekit.analyzers.recommend.recommendation_lines, or None."""
 
-    def __init__(self, manifest: dict[str, Any], frames: dict[str, Any], run_name: str) -> None:
+    def __init__(self, record: Any, frames: dict[str, Any], run_name: str) -> None:
         super().__init__()
-        self.manifest, self.frames, self.run_name = manifest, frames, run_name
+        self.record, self.frames, self.run_name = record, frames, run_name
         self.title_text = Static(Content(f"backends · {clean(run_name)} · reading…"), id="screen-title")
         self.table: DataTable[str] = DataTable(zebra_stripes=True, cursor_type="row")
         self.notes = Static("", id="recommend-notes")
@@ -48,7 +48,7 @@ class RecommendScreen(Screen[None]):
     def build(self) -> None:
         from tracekit.analyzers.recommend import recommendation_lines, recommendation_of
 
-        rec = recommendation_of(self.manifest, self.frames)
+        rec = recommendation_of(self.record, self.frames)
         self.post_message(self.RecommendationBuilt(None if rec is None else recommendation_lines(rec)))
 
     def on_recommend_screen_recommendation_built(self, message: RecommendScreen.RecommendationBuilt) -> None:

@@ -404,7 +404,7 @@ def export_trace(run: Any, analysis: Any, out: IO[str], options: ExportOptions |
             _us("start_ns", base).alias("ts"),
             ((pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64) / 1000.0).round(3).alias("dur"),
         )
-        for pid, tid in b.select("pid", "tid").unique().iter_rows():
+        for pid, tid in b.select("pid", "tid").unique(maintain_order=True).iter_rows():
             if (pid, tid) not in tracks:
                 if not any(p == pid for p, _ in tracks):
                     label = f"GPU {pid % 100}" + (f" rank {pid // 100}" if pid >= 100 else "")
@@ -478,7 +478,9 @@ def export_trace(run: Any, analysis: Any, out: IO[str], options: ExportOptions |
             .otherwise(pl.lit("user_annotation"))
             .alias("cat"),
         ).filter(pl.col("pid").is_not_null())
-        for pid, tid, gpu in b.select("pid", "tid", on_gpu.alias("g")).unique().iter_rows():
+        for pid, tid, gpu in (
+            b.select("pid", "tid", on_gpu.alias("g")).unique(maintain_order=True).iter_rows()
+        ):
             if gpu:
                 if (pid, tid) not in tracks:
                     tracks.add((pid, tid))

@@ -69,6 +69,10 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ("Plot", [("n", "next N x K shape, then all shapes together")]),
     ("MoE", [("↑ ↓", "choose a launch; its expert histogram and what-if show below")]),
     (
+        "Backends (a `bench gemm --shapes-from RUN` run)",
+        [("a", "in the run overview: per shape of RUN, its GEMM time, the fastest backend and the saving")],
+    ),
+    (
         "Ranks (multi-GPU runs)",
         [
             ("d", "in the run overview: every rank side by side, the straggler and why"),

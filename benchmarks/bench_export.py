@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kineto import DEFAULT_SOURCE, replicate
 
 CHILD = """
-import resource, sys, time
+import contextlib, io, resource, sys, time
 from tracekit.cli import main
 t = time.perf_counter()
 try:
-    main(sys.argv[1:])
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(sys.argv[1:])
 except SystemExit as e:
     assert not e.code, e.code
 own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -60,11 +61,15 @@ def main() -> None:
     )
     imp = step("import", str(trace), "-o", str(work / "run"))
     print(f"import: {json.dumps(imp)}", flush=True)
+    read = step("show", str(work / "run"), "--json")  # reading the run and building its Analysis, no export
+    print(f"read (show --json): {json.dumps(read)}", flush=True)
     out = work / "trace.json"
     exp = step("export", str(work / "run"), "-o", str(out))
     size = out.stat().st_size
     print(f"export: {json.dumps(exp)}, {size / 1e6:.0f} MB of JSON", flush=True)
-    print(f"export peak / import peak = {exp['peak_mb'] / imp['peak_mb']:.2f}")
+    print(
+        f"export peak / import peak = {exp['peak_mb'] / imp['peak_mb']:.2f}; / read peak = {exp['peak_mb'] / read['peak_mb']:.2f}"
+    )
     if not a.keep:
         import shutil
 

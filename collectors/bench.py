@@ -33,6 +33,7 @@ __all__ = [
     "GLM5_SHAPES",
     "MEASUREMENT_KEYS",
     "SHAPE_SETS",
+    "ShapesFromSettings",
     "SweepEvent",
     "SweepResult",
     "SweepSettings",
@@ -113,6 +114,23 @@ class SweepSettings(Options):
 
     def prepare_run(self, run: Run) -> None:
         """Nothing: the shapes travel on the worker's command line."""
+
+
+@dataclass
+class ShapesFromSettings(SweepSettings):
+    """``tracekit bench gemm --shapes-from RUN``: each backend measured at its own shapes (those of the dtype it
+    runs, and of the what-ifs it stands for), and the plan saved in the run manifest's ``capture.shapes_from``
+    (the source run's link, the run's calls and kernel time per call: tracekit.analyzers.recommend)."""
+
+    per_backend: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    def manifest(self) -> dict[str, Any]:
+        return {**super().manifest(), "shapes_from": self.plan}
+
+    def cases_for(self, backend: str) -> list[Case]:
+        """The shapes ``backend`` runs at (every shape when the plan does not name it)."""
+        return list(self.per_backend.get(backend, self.shapes))
 
 
 def read_rows(run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Write a Markdown / JSON / HTML report for a kernel ticket.",
     ),
     "bundle": ("tracekit.commands.bundle:bundle", "Pack a run into one zip file to attach or send."),
+    "export": (
+        "tracekit.commands.export:export",
+        "Write a run as a Chrome trace (Perfetto, chrome://tracing) with the verdicts on it.",
+    ),
     "compare": (
         "tracekit.commands.compare:compare",
         "Compare two runs GEMM by GEMM; --gate fails CI on regressions.",

@@ -194,6 +194,8 @@ class Capture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     passes: list[CapturePass] | None = None
     imported_from: list[str] | None = None
     ranks: dict[str, Any] | None = None
+    shapes_from: dict[str, Any] | None = None
+    """``bench gemm --shapes-from RUN``: the plan and the source run's link (tracekit.analyzers.recommend.Plan)."""
 
 
 class SourceRank(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):

@@ -34,6 +34,10 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
             ("p", "plot: TFLOP/s vs M per backend, with datasheet and measured peaks"),
             ("e", "MoE: grouped launches, the highlighted one's expert histogram and the what-if"),
             ("b", "step breakdown: GPU time by kernel class and idle, per GPU and per range name"),
+            (
+                "a",
+                "backends at the source run's shapes (a `bench gemm --shapes-from` run): the recommendation",
+            ),
             ("c", "compare with another run (the --compare run, else pick one)"),
             ("o", "open another run"),
         ],
@@ -64,6 +68,10 @@ HELP: list[tuple[str, list[tuple[str, str]]]] = [
     ),
     ("Plot", [("n", "next N x K shape, then all shapes together")]),
     ("MoE", [("↑ ↓", "choose a launch; its expert histogram and what-if show below")]),
+    (
+        "Backends (a `bench gemm --shapes-from RUN` run)",
+        [("a", "in the run overview: per shape of RUN, its GEMM time, the fastest backend and the saving")],
+    ),
     (
         "Ranks (multi-GPU runs)",
         [

@@ -11,6 +11,7 @@ from ..analysis.model import Analysis
 from .breakdown_section import breakdown_blocks
 from .cases import case_blocks, cases_table, summary_blocks
 from .model import _CUT_MARK, LEVELS, Bullets, Code, Detail, Details, Heading, Image, Para
+from .recommend_section import recommendation_blocks
 from .sections import _environment_blocks, _failure_blocks, _findings_table, _moe_blocks, _rank_blocks
 from .text import _one_line, md_text
 
@@ -77,6 +78,7 @@ def document(rep: dict[str, Any], d: Detail = LEVELS[0]) -> tuple[list[Any], lis
             )
         )
 
+    blocks += recommendation_blocks(rep, d)
     blocks += _rank_blocks(a.ranks, d, notes)
 
     cards = set(r["waterfalls"])

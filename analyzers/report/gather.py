@@ -16,6 +16,7 @@ from tracekit.devices import DeviceSpec
 from tracekit.records import NcuCapture, RunRecord, gpu_of
 from tracekit.run import Run
 
+from .recommend_section import recommendation_data
 from .text import _f
 
 REPORT_FORMAT = "tracekit-report"
@@ -293,6 +294,7 @@ def build_report(
                 "ncu_kernels": analysis.run.ncu_kernel_count,
                 "timeline_kernels": analysis.run.kernel_count,
             },
+            "recommendation": recommendation_data(run, frames),
             "ncu_findings": _ncu_findings(numbered),
             "failure_groups": data["failure_groups"],  # the Analysis' groups (one rule for every view)
         },

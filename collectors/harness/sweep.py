@@ -191,7 +191,10 @@ class _BackendRun:
     ) -> None:
         self.plan, self.run, self.sink, self.backend, self.emit = plan, run, sink, backend, emit
         self.environment = environment
-        self.remaining: list[Case] = list(plan.cases)
+        # a plan may measure each backend at its own cases (``bench gemm --shapes-from``: a backend runs the
+        # shapes of its dtype only)
+        cases_for = getattr(plan, "cases_for", None)
+        self.remaining: list[Case] = list(cases_for(backend) if cases_for else plan.cases)
         self.current: Case | None = None
         self.results: dict[Case, str] = {}
 

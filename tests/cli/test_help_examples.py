@@ -120,7 +120,7 @@ def _without_jq(line: str) -> str:
     return f"{head} | {shlex.quote(PY)} -c 'import json, sys; json.load(sys.stdin)'"
 
 
-SHELL_COMMANDS = ["show", "explain", "report", "bundle", "compare", "import"]
+SHELL_COMMANDS = ["show", "explain", "report", "bundle", "compare", "import", "bench gemm", "export"]
 
 
 @pytest.mark.slow

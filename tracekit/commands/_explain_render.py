@@ -192,6 +192,7 @@ def render_case(
     from rich.panel import Panel
     from rich.text import Text
 
+    from tracekit.analyzers.recommend import bench_hint
     from tracekit.commands._render import safe
     from tracekit.text import PIPE_WIDTH
 
@@ -234,8 +235,19 @@ def render_case(
         ):
             parts.append(Text(f"note: {safe(note)}", style="yellow"))
     title = Text(f"#{index} " + safe(case.label, 120))
+    hint = bench_hint(case)  # in the bottom border: a card is no line longer for it
+    subtitle = Text(hint, style="cyan") if hint else None
     # to a pipe (tracekit.text.PIPE_WIDTH) a card is as wide as what it holds, not a thousand columns of border
-    console.print(Panel(Group(*parts), title=title, title_align="left", expand=console.width < PIPE_WIDTH))
+    console.print(
+        Panel(
+            Group(*parts),
+            title=title,
+            title_align="left",
+            subtitle=subtitle,
+            subtitle_align="left",
+            expand=console.width < PIPE_WIDTH,
+        )
+    )
 
 
 def render_summary(console: Any, analysis: Any, shown: int, total: int, what: str = "cases") -> None:

@@ -85,13 +85,40 @@ def bench() -> None:
     show_default=True,
     help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
 )
+@click.option(
+    "--shapes-from",
+    "shapes_from",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A profiled run (folder, bundle or profiler file): its GEMM cases with shapes and dtypes, most GEMM "
+    "time first, each timed with every backend of its dtype that runs on this GPU (--backends narrows it).",
+)
+@click.option(
+    "--what-if",
+    "what_if",
+    default=None,
+    help="With --shapes-from: also time lower-precision backends (fp8, fp4), reported apart, e.g. fp8,fp4.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --shapes-from: print the plan (shapes, dtypes, calls, backends, what-ifs) and run nothing "
+    "(no GPU, no torch).",
+)
 @gpu_option
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print one JSON object {run, status, gemms, failures} on stdout."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object {run, status, gemms, failures} on stdout (--shapes-from adds "
+    "recommendation; --dry-run prints {plan}).",
 )
 def gemm(
     backends: str,
     shapes: str,
+    shapes_from: Path | None,
+    what_if: str | None,
+    dry_run: bool,
     out: Path | None,
     repeats: int,
     warmup: int,
@@ -107,8 +134,19 @@ def gemm(
     the command exits 0 when the sweep ran to the end, 4 when it was cut short (partial results kept).
 
     \b
+    With --shapes-from RUN the shapes come from a profiled run's GEMM cases (its Analysis: a PyTorch-profiler
+    serving step, an nsys + ncu capture, an ncu report), and after the sweep a recommendation table says per
+    shape: the run's own GEMM time per call (mean per call), the fastest working backend and its time, and the
+    projected saving over the run's calls (Δ per call x calls, and its share of the run's GPU time). The bench
+    run keeps the source run's path and hashes in run.json; `tracekit report` and `tracekit view` show the
+    table (docs/GEMM_OPS.md).
+
+    \b
     Examples:
       tracekit bench gemm                                    # bf16 vs fp8 on GLM-5 shapes
+      tracekit bench gemm --shapes-from samples/h100-serve-torchprof --dry-run   # the plan, no GPU
+      tracekit bench gemm --shapes-from samples/h100-serve-torchprof --what-if fp8 --dry-run --json
+      tracekit bench gemm --shapes-from my-step-run --what-if fp8 -o step-backends   # on the GPU: measure
       tracekit bench gemm --backends all -o runs/h200-all    # every backend, FP4 failures included
       tracekit bench gemm --backends torch-bf16 --shapes 1024x2048x6144,4096x768x6144 --json
       tracekit capture --ncu -- tracekit bench gemm --shapes 1024x2048x6144   # profile the same GEMMs
@@ -117,6 +155,19 @@ def gemm(
     from tracekit.collectors.bench import SweepSettings, parse_shapes
 
     known = all_backends()
+    if shapes_from is not None:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("shapes") != click.core.ParameterSource.DEFAULT:
+            raise BadInputError("--shapes and --shapes-from exclude each other", "give one of them")
+        explicit = ctx.get_parameter_source("backends") != click.core.ParameterSource.DEFAULT
+        chosen = _pick_backends(backends, known, "backend") if explicit else None
+        _check_timing(repeats, warmup, stall_timeout)
+        _gemm_from(
+            shapes_from, what_if, dry_run, chosen, out, repeats, warmup, stall_timeout, timing, gpu, as_json
+        )
+        return
+    if dry_run or what_if:
+        raise BadInputError("--dry-run and --what-if go with --shapes-from RUN", "add --shapes-from RUN")
     names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
     _check_timing(repeats, warmup, stall_timeout)
@@ -145,6 +196,78 @@ def gemm(
         click.echo(json.dumps(payload, indent=2, default=str))
     else:
         _print_table(result)
+    if result.status != "complete":
+        raise IncompleteError(f"the sweep into {result.run.path} did not finish", result.reason or "")
+
+
+def _gemm_from(
+    source: Path,
+    what_if: str | None,
+    dry_run: bool,
+    chosen: list[str] | None,
+    out: Path | None,
+    repeats: int,
+    warmup: int,
+    stall_timeout: float,
+    timing: str,
+    gpu: int,
+    as_json: bool,
+) -> None:
+    """``bench gemm --shapes-from``: plan from the source run's Analysis, then (unless --dry-run) time each
+    backend at the shapes of its dtype and print the recommendation table."""
+    from tracekit.analyzers.recommend import recommend, to_builtins
+    from tracekit.collectors.backends import all_backends
+    from tracekit.collectors.bench import ShapesFromSettings
+    from tracekit.commands import _shapes_from as sf
+
+    known = all_backends()
+    plan = sf.load_plan(source, sf.parse_what_if(what_if))
+    if dry_run:
+        plan = sf.with_backends(plan, known, chosen, plan.compute_capability)
+        sf.print_plan(plan, as_json)
+        return
+    python = sys.executable
+    names = chosen or list(known)
+    cuda = any(known[n].timer == "cuda" for n in names)
+    environment = _require_gpu(python, gpu) if cuda else None
+    here = environment_of(environment).compute_capability if environment else None
+    plan = sf.with_backends(plan, known, chosen, here or plan.compute_capability)
+    backends = plan.backends()
+    if not backends:
+        raise BadInputError(
+            f"no backend runs the dtypes of {source}'s GEMMs on this GPU "
+            f"({', '.join(sorted({r.dtype for r in plan.rows}))})",
+            "see `tracekit bench gemm --shapes-from RUN --dry-run` for the plan, and --what-if fp8,fp4",
+        )
+    settings = ShapesFromSettings(
+        backends=backends,
+        shapes=plan.shapes(),
+        warmup=warmup,
+        repeats=repeats,
+        timeout=stall_timeout,
+        timing=timing,
+        device=gpu,
+        per_backend={b: plan.shapes_of(b) for b in backends},
+        plan=to_builtins(plan),
+    )
+    run_dir, inside = _sweep_dir(out, "gemm")
+    total = sum(len(v) for v in settings.per_backend.values())
+    result = _sweep(run_dir, settings, total, "gemm", environment)
+    if inside is not None:
+        _hand_over(result.run, inside)
+    rec = recommend(plan, result.measurements, result.failures)
+    if as_json:
+        payload = {
+            "run": str(result.run.path),
+            "status": result.status,
+            "gemms": result.measurements,
+            "failures": result.failures,
+            "recommendation": to_builtins(rec),
+        }
+        click.echo(json.dumps(payload, indent=2, default=str))
+    else:
+        _print_table(result)
+        sf.print_recommendation(rec)
     if result.status != "complete":
         raise IncompleteError(f"the sweep into {result.run.path} did not finish", result.reason or "")
 

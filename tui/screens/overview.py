@@ -176,6 +176,7 @@ class OverviewScreen(FrameScreen):
         Binding("o", "open", "Open run", show=False),
         Binding("d", "ranks", "Ranks", show=False),
         Binding("b", "breakdown", "Breakdown", show=False),
+        Binding("a", "backends", "Backends", show=False),
     ]
 
     class RunLoaded(Message):
@@ -362,6 +363,13 @@ class OverviewScreen(FrameScreen):
             from tracekit.tui.screens.breakdown import BreakdownScreen
 
             self.app.push_screen(BreakdownScreen(self.data, self.analysis))  # type: ignore[arg-type]
+
+    def action_backends(self) -> None:
+        if self._ready():
+            from tracekit.tui.screens.recommend import RecommendScreen
+
+            d = self.data
+            self.app.push_screen(RecommendScreen(d.record, d.frames, d.name))  # type: ignore[union-attr]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

@@ -15,6 +15,7 @@ model is cheap to import and safe to decode anywhere.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -49,6 +50,7 @@ __all__ = [
     "Timing",
     "Unknown",
     "Verdict",
+    "VerdictKind",
     "json_schema",
 ]
 
@@ -254,6 +256,21 @@ class Factor(_S):
     lost_ns_total: float | None = None
 
 
+class VerdictKind(enum.StrEnum):
+    """What a verdict says the case comes down to (a str enum: its JSON is the plain string)."""
+
+    EXPLAINED = "explained"
+    """A factor is blamed: the one that costs the most of the calls' time."""
+    NO_LOSS = "no-loss"
+    """At peak: no factor loses 0.5% or more."""
+    CANNOT_EXPLAIN = "cannot-explain"
+    """Too little evidence: ``capture_hint`` says what to capture."""
+    STALLED = "stalled"
+    """SM and DRAM throughput both a few percent: the kernel's warps wait."""
+    CLOCKS_LOCKED = "clocks-locked"
+    """The report ran its kernels at a locked clock well below boost."""
+
+
 class Verdict(_S):
     """What the case comes down to.
 
@@ -262,7 +279,7 @@ class Verdict(_S):
     name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the calls' time it
     costs, ``gain_pct`` the speed-up if removed."""
 
-    kind: str
+    kind: VerdictKind
     sentence: str
     factor: str | None = None
     cause: str | None = None

@@ -68,8 +68,8 @@ class Dist(_S):
     p90: float | None = None
 
 
-# KernelRef and Shape are the case model's KernelInfo and Shape (analyzers/gemm/parts.py) field for field, but for
-# the PyTorch profiler's occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
+# KernelRef is the case model's KernelInfo (analyzers/gemm/parts.py) field for field, but for the PyTorch profiler's
+# occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
 class KernelRef(_S):
     """The GEMM's own kernel: its name and launch configuration (None = unknown, never 0).
 
@@ -99,6 +99,11 @@ class Shape(_S):
     dtype_out: str | None = None
     scale: str | None = None
     source: str | None = None
+
+    @property
+    def flops(self) -> float:
+        """2 x M x N x K x batch: the multiply-adds of one call."""
+        return 2.0 * self.m * self.n * self.k * (self.batch or 1)
 
 
 class FlopsInfo(_S):

@@ -11,6 +11,7 @@ from tracekit.devices import DeviceSpec
 from tracekit.frames import SPECS
 from tracekit.records import Environment
 
+from ..analysis.model import Shape
 from .case import GemmCase, _gemm_key, settle_rate
 from .graph_replay import captured_ops, replay_kernel_shapes
 from .names import _serves, aux_key, cannot_be_gemm, parse_gemm_name
@@ -26,7 +27,7 @@ from .ncu_evidence import (
     settle_several,
     tracekit_ncu_case,
 )
-from .parts import AuxUse, Clock, Shape, Timing
+from .parts import AuxUse, Clock, Timing
 from .timeline import timeline_cases
 
 
@@ -47,13 +48,15 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
         )
         if r.get("m") and r.get("n") and r.get("k"):
             case.shape = Shape(
-                r["m"], r["n"], r["k"], None,
-                r.get("dtype") or parsed.get("dtype_a"),
-                parsed.get("dtype_b") or r.get("dtype"),
-                r.get("dtype_out") or parsed.get("dtype_out"),
-                r.get("scale") or parsed.get("scale"),
+                m=r["m"],
+                n=r["n"],
+                k=r["k"],
+                dtype_a=r.get("dtype") or parsed.get("dtype_a"),
+                dtype_b=parsed.get("dtype_b") or r.get("dtype"),
+                dtype_out=r.get("dtype_out") or parsed.get("dtype_out"),
+                scale=r.get("scale") or parsed.get("scale"),
                 source="measurement",
-            )  # fmt: skip
+            )
         case.device = device
         case.measurement_id = r.get("measurement_id")
         method = r.get("timing") or "events"

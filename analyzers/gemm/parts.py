@@ -1,6 +1,7 @@
 """The parts a GEMM case is made of, each built once from the columns the import already parsed:
 
-- :class:`Shape`: M, N, K, batch, dtypes and scale, and where they came from;
+- :class:`~tracekit.analyzers.analysis.model.Shape` (the Analysis model's): M, N, K, batch, dtypes and scale, and
+  where they came from;
 - :class:`KernelInfo`: the GEMM kernel's name, family, class and launch configuration (its signature);
 - :class:`Timing`: every call of the case aggregated (:meth:`Timing.from_calls`): counts, totals, per-call
   median and p10 / p90, the median call itself, and the auxiliary kernels the calls own;
@@ -19,40 +20,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..analysis.model import Shape
 from .names import min_bytes
 
 
-@dataclass
-class Shape:
-    """A GEMM's M, N, K (per batch), independent products ``batch`` and dtypes; ``source`` says where they came
-    from (tracekit's range name, a measurement, the profiler's ``Input Dims``, a captured operator ...)."""
+def shape_bytes_min(shape: Shape) -> float:
+    """The fewest bytes one call of ``shape`` moves: A, B and their scales read once, C written once."""
+    one = min_bytes(shape.m, shape.n, shape.k, shape.dtype_a, shape.dtype_b, shape.dtype_out, shape.scale)
+    return one * (shape.batch or 1)
 
-    m: int
-    n: int
-    k: int
-    batch: int | None = None
-    dtype_a: str | None = None
-    dtype_b: str | None = None
-    dtype_out: str | None = None
-    scale: str | None = None
-    source: str | None = None
 
-    @property
-    def flops(self) -> float:
-        """2 x M x N x K x batch: the multiply-adds of one call."""
-        return 2.0 * self.m * self.n * self.k * (self.batch or 1)
-
-    @property
-    def bytes_min(self) -> float:
-        """The fewest bytes one call moves: A, B and their scales read once, C written once."""
-        one = min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
-        return one * (self.batch or 1)
-
-    @property
-    def text(self) -> str:
-        return f"M={self.m} N={self.n} K={self.k}" + (
-            f" batch={self.batch}" if self.batch and self.batch > 1 else ""
-        )
+def shape_text(shape: Shape) -> str:
+    """``M=.. N=.. K=..`` with the batch where there is one: how a case named by its shape is titled."""
+    return f"M={shape.m} N={shape.n} K={shape.k}" + (
+        f" batch={shape.batch}" if shape.batch and shape.batch > 1 else ""
+    )
 
 
 @dataclass

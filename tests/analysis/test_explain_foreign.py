@@ -325,7 +325,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
 
     cases = {c.name: c for c in build_cases(combine([read_ncu_csv(PROBE_CSV)]), device=H200)}
     c = cases["probe_tf32_M16_N2048_K6144"]
-    c.shape = Shape(16, 2048, 6144, None, "tf32", "tf32")
+    c.shape = Shape(m=16, n=2048, k=6144, dtype_a="tf32", dtype_b="tf32")
     assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144
     assert c.padding_ratio == pytest.approx(4.0, rel=0.01)
     wf = explain_case(c)
@@ -333,7 +333,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
     assert wf.verdict is not None and wf.verdict.name == "memory"
     assert any("executed 4.0x the useful FLOPs" in n and "128x64" in n for n in wf.notes), wf.notes
     fits = cases["probe_bf16_M1024_N2048_K6144"]
-    fits.shape = Shape(1024, 2048, 6144, None, "bf16", "bf16")
+    fits.shape = Shape(m=1024, n=2048, k=6144, dtype_a="bf16", dtype_b="bf16")
     fit_wf = explain_case(fits)
     assert fits.padding_ratio == pytest.approx(1.0)
     assert all("useful FLOPs" not in t for t in [*fit_wf.notes, *(f.sentence for f in fit_wf.factors)])

@@ -37,14 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import polars as pl
 
-from tracekit.devices import DeviceSpec, peak_note
+from tracekit.devices import peak_note
 from tracekit.numbers import finite
-from tracekit.records import Environment
 
 from .analysis.model import Verdict, VerdictKind
-from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
+from .gemm import GemmCase, settle_rate
 from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
 from .rules.kernel import STALL_MEANING, stalled, top_stalls
@@ -52,7 +50,7 @@ from .rules.memory import memory, memory_by_throughput
 from .rules.registry import RULES, rule
 from .rules.tiles import parse_tile
 
-__all__ = ["Verdict", "Waterfall", "explain", "explain_case", "gemm_summary", "verdict_of"]
+__all__ = ["Waterfall", "explain_case", "verdict_of"]
 
 NCU_HINT = "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch profiler's record_shapes=True, or tracekit's own ranges)"
 LAUNCH_STATS_ONLY = "the report has only launch statistics"
@@ -528,44 +526,3 @@ def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
         wf.factors = [padded if f is f_wave else f for f in wf.factors]
     else:
         wf.notes.append(f"tile padding: the tensor cores {text}")
-
-
-def _matches(case: GemmCase, pattern: str | None) -> bool:
-    if not pattern:
-        return True
-    p = pattern.lower()
-    return any(
-        p in (s or "").lower() for s in (case.name, case.range, case.context, case.kernel.name, case.backend)
-    )
-
-
-def explain(
-    frames: dict[str, pl.DataFrame],
-    *,
-    calibration: dict[str, Any] | None = None,
-    gemm_filter: str | None = None,
-    environment: Environment | dict[str, Any] | None = None,
-    device: DeviceSpec | None = None,
-) -> list[Waterfall]:
-    """Waterfalls for every GEMM of a run (those whose name, range, kernel or backend contain ``gemm_filter``);
-    ``device`` overrides the GPU the files name (``--device``)."""
-    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
-    return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
-
-
-def gemm_summary(
-    frames: dict[str, pl.DataFrame],
-    *,
-    calibration: dict[str, Any] | None = None,
-    environment: Environment | dict[str, Any] | None = None,
-    device: DeviceSpec | None = None,
-) -> pl.DataFrame:
-    """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""
-    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
-    verdicts = {}
-    for i, c in enumerate(cases):
-        wf = explain_case(c)
-        v = wf.verdict
-        gain = wf.loss_of(v)[1]
-        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, gain)
-    return gemm_frame(cases, verdicts)

@@ -38,7 +38,7 @@ numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (wh
 from __future__ import annotations
 
 from ..analysis.model import Shape
-from .build import build_cases, calibrated_peak, gemm_frame
+from .build import build_cases, calibrated_peak
 from .case import LAUNCH_GAP_MAX_NS, GemmCase, case_id, context_key, is_step, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
@@ -76,7 +76,6 @@ __all__ = [
     "device_from_frames",
     "dtype_class",
     "fold_range",
-    "gemm_frame",
     "is_gemm_kernel",
     "is_op_range",
     "is_step",

@@ -10,9 +10,11 @@ times the peak), then the residual rule (the kernel's rate over that ceiling), t
 
 from __future__ import annotations
 
-from . import Rule, aux, clock, gaps, kernel, memory, splitk, waves
+from collections.abc import Sequence
 
-__all__ = ["RULES", "rule"]
+from . import NO_LOSS, Factor, Rule, aux, clock, gaps, kernel, memory, splitk, waves
+
+__all__ = ["RULES", "kernel_limit", "rule"]
 
 
 def rule(name: str) -> Rule:
@@ -25,3 +27,12 @@ def rule(name: str) -> Rule:
 
 RULES: tuple[Rule, ...] = (clock.RULE, waves.RULE, memory.RULE, kernel.RULE, splitk.RULE, aux.RULE, gaps.RULE)
 """Every rule, in the order the explainer runs them."""
+
+
+def kernel_limit(factors: Sequence[Factor]) -> Factor | None:
+    """The largest loss among the kernel's own factors (those of the rules that act on the kernel, the residual
+    included): they all act on the kernel's time, so the smallest of them loses the most. None when none loses
+    more than 0.5%."""
+    inside = {r.factor for r in RULES if r.acts_on != "call"}
+    losing = [f for f in factors if f.name in inside and f.value < NO_LOSS]
+    return min(losing, key=lambda f: f.value) if losing else None

@@ -12,11 +12,19 @@ import polars as pl
 import pytest
 
 from tests.support.explain_data import frames
-from tracekit.analyzers.explain import explain
+from tracekit.analyzers.explain import Waterfall, explain_case
 from tracekit.analyzers.gemm import Shape, build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.devices import match_device
+
+
+def explain(frames: dict, *, gemm_filter: str | None = None, **kw: object) -> list[Waterfall]:
+    """The explainer's waterfall of every case the builders find in ``frames`` (those whose name contains
+    ``gemm_filter``), in the order they are built: these tests read the case model and the waterfall behind the
+    Analysis."""
+    return [explain_case(c) for c in build_cases(frames, **kw) if not gemm_filter or gemm_filter in c.name]
+
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"

@@ -52,7 +52,7 @@ from .names import (
     parse_gemm_name,
 )
 from .ncu_evidence import device_from_frames
-from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Spread, Timing, shape_bytes_min, shape_text
+from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing, shape_bytes_min, shape_text, spread
 from .timeline import fold_range, kernel_label
 from .user_ranges import is_op_range, range_key
 
@@ -65,7 +65,6 @@ __all__ = [
     "KernelInfo",
     "NcuPart",
     "Shape",
-    "Spread",
     "Timing",
     "aux_key",
     "build_cases",
@@ -87,4 +86,5 @@ __all__ = [
     "settle_rate",
     "shape_bytes_min",
     "shape_text",
+    "spread",
 ]

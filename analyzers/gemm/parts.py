@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..analysis.model import Shape
+from ..analysis.model import Dist, Shape
 from .names import min_bytes
 
 
@@ -86,22 +86,15 @@ class KernelInfo:
                 setattr(self, f.name, getattr(other, f.name))
 
 
-@dataclass(frozen=True)
-class Spread:
-    """A per-call distribution: median and the 10th / 90th percentiles (None with fewer than two calls)."""
-
-    median: float | None = None
-    p10: float | None = None
-    p90: float | None = None
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        vals = sorted(v for v in values if v is not None and math.isfinite(v))
-        if not vals:
-            return cls()
-        if len(vals) == 1:
-            return cls(median=vals[0])
-        return cls(statistics.median(vals), _quantile(vals, 0.1), _quantile(vals, 0.9))
+def spread(values: Sequence[float]) -> Dist:
+    """The per-call distribution of ``values``: median and the 10th / 90th percentiles (those None with fewer
+    than two values; non-finite values left out)."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return Dist()
+    if len(vals) == 1:
+        return Dist(median=vals[0])
+    return Dist(median=statistics.median(vals), p10=_quantile(vals, 0.1), p90=_quantile(vals, 0.9))
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -159,10 +152,10 @@ class Timing:
     splitk_ns_total: float = 0.0
     aux_ns_total: float = 0.0
     gap_ns_total: float = 0.0
-    gemm: Spread = field(default_factory=Spread)
-    aux: Spread = field(default_factory=Spread)
-    gap: Spread = field(default_factory=Spread)
-    span: Spread = field(default_factory=Spread)
+    gemm: Dist = field(default_factory=Dist)
+    aux: Dist = field(default_factory=Dist)
+    gap: Dist = field(default_factory=Dist)
+    span: Dist = field(default_factory=Dist)
     median_call: Call | None = None
     aux_kernels: list[AuxUse] = field(default_factory=list)
     source: str = "timeline"
@@ -188,10 +181,10 @@ class Timing:
             splitk_ns_total=sum(c.splitk_ns for c in calls),
             aux_ns_total=sum(c.aux_ns for c in calls),
             gap_ns_total=sum(c.gap_ns for c in calls),
-            gemm=Spread.of([c.gemm_ns for c in calls]),
-            aux=Spread.of([c.aux_ns for c in calls]),
-            gap=Spread.of([c.gap_ns for c in calls]),
-            span=Spread.of(spans),
+            gemm=spread([c.gemm_ns for c in calls]),
+            aux=spread([c.aux_ns for c in calls]),
+            gap=spread([c.gap_ns for c in calls]),
+            span=spread(spans),
             median_call=median,
             gap_max=max(c.gap_ns for c in calls),
             **kw,
@@ -221,13 +214,13 @@ class Timing:
             gemm_ns_total=call.gemm_ns * calls,
             aux_ns_total=call.aux_ns * calls,
             gap_ns_total=call.gap_ns * calls,
-            gemm=Spread(gemm_ns, gemm_p10, gemm_p90),
-            aux=Spread(call.aux_ns),
-            gap=Spread(call.gap_ns),
-            span=Spread(
-                call.span_ns,
-                gemm_p10 + extra if gemm_p10 is not None else None,
-                gemm_p90 + extra if gemm_p90 is not None else None,
+            gemm=Dist(median=gemm_ns, p10=gemm_p10, p90=gemm_p90),
+            aux=Dist(median=call.aux_ns),
+            gap=Dist(median=call.gap_ns),
+            span=Dist(
+                median=call.span_ns,
+                p10=gemm_p10 + extra if gemm_p10 is not None else None,
+                p90=gemm_p90 + extra if gemm_p90 is not None else None,
             ),
             median_call=call,
             **kw,

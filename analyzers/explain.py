@@ -31,25 +31,26 @@ waterfall, never instead of it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
+import msgspec
 
-from tracekit.devices import DeviceSpec, peak_note
-from tracekit.records import Environment
+from tracekit.devices import peak_note
+from tracekit.numbers import finite
 
-from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
-from .rules import NO_LOSS, Factor
-from .rules.aux import aux, splitk
-from .rules.clock import LOCKED, LOCKED_REMEDY, clock, locked
-from .rules.gaps import gaps
-from .rules.kernel import STALL_MEANING, kernel, stalled, top_stalls
+from .analysis.model import Verdict, VerdictKind
+from .gemm import GemmCase, settle_rate
+from .rules import NO_LOSS, Ceiling, Factor, Rule
+from .rules.clock import LOCKED, LOCKED_REMEDY, locked
+from .rules.kernel import STALL_MEANING, stalled, top_stalls
 from .rules.memory import memory, memory_by_throughput
+from .rules.registry import RULES, rule
 from .rules.tiles import parse_tile
-from .rules.waves import waves
 
-__all__ = ["Verdict", "Waterfall", "explain", "explain_case", "gemm_summary", "verdict_of"]
+__all__ = ["Waterfall", "explain_case", "verdict_of"]
 
 NCU_HINT = "capture with `tracekit capture --ncu` (its counters count the FLOPs), or record shapes (the PyTorch profiler's record_shapes=True, or tracekit's own ranges)"
 LAUNCH_STATS_ONLY = "the report has only launch statistics"
@@ -62,19 +63,6 @@ PROFILE_FAILED_HINT = (
     "error"
 )
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
-
-
-@dataclass
-class Verdict:
-    """What a case comes down to: ``kind`` explained | no-loss | cannot-explain | stalled | clocks-locked; the
-    blamed ``factor`` where there is one; ``sentence``; ``remedy``; ``capture_hint`` (what to capture to know
-    more)."""
-
-    kind: str
-    sentence: str
-    factor: Factor | None = None
-    remedy: str | None = None
-    capture_hint: str | None = None
 
 
 @dataclass
@@ -128,7 +116,7 @@ class Waterfall:
             if span > 0:
                 gain = 100.0 * lost / (span - lost) if span > lost else None
             else:
-                gain = f.gain_pct if v > 0 else None
+                gain = (1.0 / v - 1.0) * 100.0 if v > 0 else None
             out[i] = (lost, gain)
             if i >= n - calls:  # the call's factors nest; the kernel's all act on the kernel's time
                 base *= v
@@ -170,26 +158,38 @@ class Waterfall:
         return [{k: r.get(k) for k in ("rule", "kind", "title", "speedup_pct", "message")} for r in rules]
 
 
-def _absorb(residual: float, factors: list[Factor | None]) -> float:
-    """Raise pessimistic factors (in order) until the residual is at most 1; returns the new residual. A raised
-    factor says so in its sentence: its own estimate (``0.30 waves``) no longer matches its value, and the kernel
-    ran faster than the estimate allows."""
+def _absorb(residual: float, factors: list[Factor | None]) -> tuple[float, list[Factor | None]]:
+    """Raise pessimistic factors (in order) until the residual is at most 1; returns the new residual and the
+    factors (raised ones replaced). A raised factor says so in its sentence: its own estimate (``0.30 waves``) no
+    longer matches its value, and the kernel ran faster than the estimate allows."""
+    out: list[Factor | None] = []
     for f in factors:
         if residual <= 1.0 or f is None:
+            out.append(f)
             continue
         new = min(1.0, f.value * residual)
         residual *= f.value / new
-        f.evidence["adjusted_from"] = round(f.value, 4)
-        f.evidence["adjusted_because"] = "achieved throughput is higher than this factor allows"
-        f.sentence = (
-            f.sentence.rstrip(".")
-            + f"; but the kernel ran faster than this estimate allows ({f.value:.3f}), so it is not the limit here:"
-            + f" the factor is raised to {new:.3f}."
+        out.append(
+            msgspec.structs.replace(
+                f,
+                value=new,
+                evidence={
+                    **f.evidence,
+                    "adjusted_from": round(f.value, 4),
+                    "adjusted_because": "achieved throughput is higher than this factor allows",
+                },
+                sentence=f.sentence.rstrip(".")
+                + f"; but the kernel ran faster than this estimate allows ({f.value:.3f}), so it is not the limit"
+                + f" here: the factor is raised to {new:.3f}.",
+                remedy=None if new >= NO_LOSS else f.remedy,
+            )
         )
-        f.value = new
-        if new >= NO_LOSS:
-            f.remedy = None
-    return residual
+    return residual, out
+
+
+def _with_evidence(f: Factor, **evidence: Any) -> Factor:
+    """``f`` with more evidence."""
+    return msgspec.structs.replace(f, evidence={**f.evidence, **evidence})
 
 
 def _kernel_only_rate(case: GemmCase) -> float | None:
@@ -202,7 +202,12 @@ def _kernel_only_rate(case: GemmCase) -> float | None:
 
 
 def explain_case(case: GemmCase) -> Waterfall:
-    """The waterfall of one GEMM (see the module docstring for the arithmetic)."""
+    """The waterfall of one GEMM (see the module docstring for the arithmetic), its factors final
+    (:func:`_finish`)."""
+    return _finish(_waterfall(case))
+
+
+def _waterfall(case: GemmCase) -> Waterfall:
     settle_rate(case)
     peak = case.peak_tflops
     kernel_rate = _kernel_only_rate(case)
@@ -223,8 +228,7 @@ def explain_case(case: GemmCase) -> Waterfall:
             f"{case.timing.pauses} pause(s) of 1 ms or more inside calls ({case.timing.paused_ns_total / 1e6:.3g} ms: "
             "a first call's module load, a synchronisation) are left out of the gap"
         )
-    f_split, f_aux, f_gaps = splitk(case), aux(case), gaps(case)
-    tail = [f for f in (f_split, f_aux, f_gaps) if f is not None]
+    tail = _run(RULES, "call", case, None)
     wf.call_factors = len(tail)  # every path below ends its factors with the whole tail
     if peak is None or kernel_rate is None:
         if case.peak_unknown:
@@ -236,49 +240,125 @@ def explain_case(case: GemmCase) -> Waterfall:
         occupancy_note = _occupancy_note(case)
         if occupancy_note:
             wf.notes.append(occupancy_note)
-        f_clock = clock(case)
         f_sol = memory_by_throughput(case)
         if f_sol is not None:
             wf.notes.append("memory-bound by Nsight Compute's throughputs: waves do not set its ceiling")
             wf.factors = [f_sol, *tail]
             return wf
-        f_wave = waves(case)
-        wf.factors = [f for f in (f_clock, f_wave, *tail) if f is not None]
+        # no rate to rate against: the kernel's rules that need none (clock, waves)
+        wf.factors = [*_run([r for r in RULES if not r.needs_rate], "kernel", case, None), *tail]
         return wf
 
-    f_clock = clock(case)
+    f_clock = rule("clock").run(case, None)
     clock_v = f_clock.value if f_clock else 1.0
     roof = case.memory_roof_tflops
     # no FLOP count (an estimated rate): Nsight Compute's Speed Of Light places it on the roofline instead
     f_sol = memory_by_throughput(case) if not case.flops else None
     memory_bound = (roof is not None and roof < peak * clock_v) or f_sol is not None
     if memory_bound:
+        # the bandwidth roof alone sets the ceiling: the clock and the waves ride along as the memory factor's
+        # evidence, not as factors
         f_mem = memory(case, peak) if f_sol is None else _sol_memory(f_sol, kernel_rate, peak)
         ceiling = peak * (f_mem.value if f_mem else 1.0)
-        residual = kernel_rate / ceiling
-        residual = _absorb(residual, [f_mem])
-        parts: list[Factor | None] = [f_mem]
-        f_wave = waves(case)
-        if f_mem is not None:  # memory-bound: neither the clock nor the waves set its ceiling (evidence only)
+        residual, (f_mem,) = _absorb(kernel_rate / ceiling, [f_mem])
+        f_wave = rule("waves").run(case, None)
+        if f_mem is not None:
             if f_clock is not None:
-                f_mem.evidence["sm_clock_hz_not_the_ceiling"] = case.clock.sm_clock_hz
+                f_mem = _with_evidence(f_mem, sm_clock_hz_not_the_ceiling=case.clock.sm_clock_hz)
             if f_wave is not None:
-                f_mem.evidence["waves_not_the_ceiling"] = f_wave.evidence.get("waves")
+                f_mem = _with_evidence(f_mem, waves_not_the_ceiling=f_wave.evidence.get("waves"))
+        parts: list[Factor | None] = [f_mem]
     else:
-        f_wave = waves(case)
-        ceiling = peak * clock_v * (f_wave.value if f_wave else 1.0)
-        f_mem = memory(case, ceiling)
-        if f_mem is not None and f_mem.value >= 1.0:
-            f_mem = None
-        ceiling *= f_mem.value if f_mem else 1.0
-        residual = _absorb(kernel_rate / ceiling, [f_clock, f_wave, f_mem])
-        parts = [f_clock, f_wave, f_mem]
+        # each kernel rule on the ceiling the ones before it leave
+        ceiling = peak
+        found: list[Factor | None] = []
+        for r in RULES:
+            if r.acts_on != "kernel":
+                continue
+            f = f_clock if r.name == "clock" else r.run(case, Ceiling(peak, ceiling, kernel_rate))
+            found.append(f)
+            ceiling *= f.value if f else 1.0
+        residual, parts = _absorb(kernel_rate / ceiling, found)
+        f_wave = next((f for f in parts if f is not None and f.name == "waves"), None)
     if residual > 1.0:
         wf.notes.append(f"achieved exceeds the {peak:.0f} TFLOP/s peak by {100 * (residual - 1):.0f}%")
-    f_kernel = kernel(case, min(residual, 1.0), memory_bound=memory_bound)
-    wf.factors = [f for f in (*parts, f_kernel, *tail) if f is not None]
+    at = Ceiling(peak, ceiling, kernel_rate, memory_bound, residual)
+    wf.factors = [f for f in (*parts, *_run(RULES, "residual", case, at), *tail) if f is not None]
     _padding_evidence(wf, f_wave)
     return wf
+
+
+def _run(rules: Sequence[Rule], acts_on: str, case: GemmCase, at: Ceiling | None) -> list[Factor]:
+    """The factors of the ``rules`` that act on ``acts_on``, in table order (those with nothing to say left
+    out)."""
+    out = []
+    for r in rules:
+        if r.acts_on == acts_on and (f := r.run(case, at)) is not None:
+            out.append(f)
+    return out
+
+
+def _finish(wf: Waterfall) -> Waterfall:
+    """The waterfall's factors as the Analysis holds them: each with its time lost and speed-up
+    (:meth:`Waterfall.losses`), its evidence as plain JSON values, and no remedy where it loses nothing."""
+    wf.factors = [
+        msgspec.structs.replace(
+            f,
+            value=float(f.value),
+            sentence=_text(f.sentence) or f.name,
+            cause=_text(f.cause),
+            remedy=_text(f.remedy) if f.value < NO_LOSS else None,
+            evidence=_jsonable(f.evidence),
+            gain_pct=finite(gain) if f.value > 0 else None,
+            lost_ns_total=lost,
+        )
+        for f, (lost, gain) in zip(wf.factors, wf.losses(), strict=True)
+    ]
+    return wf
+
+
+def _text(value: Any) -> str | None:
+    """A string or None, never an empty string."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _jsonable(value: Any) -> Any:
+    """Evidence as plain JSON values: non-finite numbers become None, tuples lists, other objects their text."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def _verdict(
+    wf: Waterfall,
+    kind: VerdictKind,
+    sentence: str,
+    f: Factor | None = None,
+    remedy: str | None = None,
+    capture_hint: str | None = None,
+) -> Verdict:
+    """A verdict of ``kind`` blaming ``f`` (one of the waterfall's factors) with its time lost and speed-up."""
+    blamed = next((x for x in wf.factors if f is not None and x.name == f.name), None)
+    return Verdict(
+        kind=kind,
+        sentence=_text(sentence) or kind,
+        factor=f.name if f is not None else None,
+        cause=_text(f.cause) if f is not None else None,
+        value=float(f.value) if f is not None else None,
+        remedy=_text(remedy) if f is None or f.value < NO_LOSS else None,
+        gain_pct=blamed.gain_pct if blamed else None,
+        lost_ns_total=blamed.lost_ns_total if blamed else None,
+        capture_hint=_text(capture_hint),
+    )
 
 
 def verdict_of(wf: Waterfall) -> Verdict:
@@ -287,8 +367,11 @@ def verdict_of(wf: Waterfall) -> Verdict:
     if case.ncu is not None and case.ncu.profile_failed and not case.flops:
         errors = [e for e in case.ncu.rule_errors if e.startswith("Rule ")] or case.ncu.rule_errors
         said = f" ({len(errors)} of Nsight Compute's rules errored, e.g. '{errors[0]}')" if errors else ""
-        return Verdict(
-            "cannot-explain", f"cannot explain: {PROFILE_FAILED}{said}", capture_hint=PROFILE_FAILED_HINT
+        return _verdict(
+            wf,
+            VerdictKind.CANNOT_EXPLAIN,
+            f"cannot explain: {PROFILE_FAILED}{said}",
+            capture_hint=PROFILE_FAILED_HINT,
         )
     if (
         case.ncu is not None
@@ -296,8 +379,11 @@ def verdict_of(wf: Waterfall) -> Verdict:
         and case.timing.source == "ncu-replay"
         and not case.flops
     ):
-        return Verdict(
-            "cannot-explain", f"cannot explain: {LAUNCH_STATS_ONLY}", capture_hint=LAUNCH_STATS_HINT
+        return _verdict(
+            wf,
+            VerdictKind.CANNOT_EXPLAIN,
+            f"cannot explain: {LAUNCH_STATS_ONLY}",
+            capture_hint=LAUNCH_STATS_HINT,
         )
     if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
         stalls = top_stalls(case)
@@ -313,7 +399,9 @@ def verdict_of(wf: Waterfall) -> Verdict:
             if stalls
             else "capture the WarpStateStats section (tracekit capture --ncu does) to see on what"
         )
-        return Verdict("stalled", sentence, blamed, blamed.remedy if blamed and stalls else None, hint)
+        return _verdict(
+            wf, VerdictKind.STALLED, sentence, blamed, blamed.remedy if blamed and stalls else None, hint
+        )
     why_locked = locked(case)
     f_clock = next((f for f in wf.factors if f.name == "clock"), None)
     if (
@@ -327,22 +415,23 @@ def verdict_of(wf: Waterfall) -> Verdict:
         if not case.flops and not case.estimated_tflops:
             sentence += "; without a FLOP count the rest cannot be rated"
             hint = NCU_HINT
-        return Verdict("clocks-locked", sentence, f_clock, LOCKED_REMEDY, hint)
+        return _verdict(wf, VerdictKind.CLOCKS_LOCKED, sentence, f_clock, LOCKED_REMEDY, hint)
     lack = missing(case, wf.peak_tflops)
     if lack is not None and (blamed is None or blamed.name in ("waves", "clock")):
         # without a rate, a wave estimate or a clock says too little to be the verdict
-        return Verdict("cannot-explain", lack[0], capture_hint=lack[1])
+        return _verdict(wf, VerdictKind.CANNOT_EXPLAIN, lack[0], capture_hint=lack[1])
     if blamed is not None:
-        return Verdict("explained", blamed.sentence, blamed, blamed.remedy)
+        return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy)
     if lack is not None or not wf.factors:
-        return Verdict(
-            "cannot-explain",
+        return _verdict(
+            wf,
+            VerdictKind.CANNOT_EXPLAIN,
             lack[0] if lack else "no factor could be measured",
             capture_hint=lack[1] if lack else None,
         )
     pct = wf.achieved_tflops / wf.peak_tflops * 100 if wf.achieved_tflops and wf.peak_tflops else None
     at = f"at {min(pct, 100.0):.0f}% of peak: " if pct is not None else ""
-    return Verdict("no-loss", f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
+    return _verdict(wf, VerdictKind.NO_LOSS, f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
 
 
 def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:
@@ -388,10 +477,12 @@ def _sol_memory(f_sol: Factor, kernel_rate: float, peak: float) -> Factor:
     factor that follows is ``d`` (how close to the bandwidth roof the kernel ran)."""
     dram = f_sol.evidence["dram_throughput_pct"] / 100.0
     roof = kernel_rate / dram if dram > 0 else peak
-    f_sol.value = min(1.0, roof / peak)
-    f_sol.evidence["memory_roof_tflops"] = round(roof, 1)
-    f_sol.sentence = f_sol.sentence.rstrip(".") + f"; at that bandwidth it would reach {roof:.0f} TFLOP/s."
-    return f_sol
+    return msgspec.structs.replace(
+        f_sol,
+        value=min(1.0, roof / peak),
+        evidence={**f_sol.evidence, "memory_roof_tflops": round(roof, 1)},
+        sentence=f_sol.sentence.rstrip(".") + f"; at that bandwidth it would reach {roof:.0f} TFLOP/s.",
+    )
 
 
 def _occupancy_note(case: GemmCase) -> str | None:
@@ -437,51 +528,17 @@ def _padding_evidence(wf: Waterfall, f_wave: Factor | None) -> None:
     text = f"executed {ratio:.1f}x the useful FLOPs (counted {case.counted.flops:.3g} vs 2*M*N*K {case.flops:.3g})"  # type: ignore[union-attr]
     if tile:
         text += f": M={case.m}, N={case.n} on {tile} tiles"
-    if f_wave is not None and f_wave in wf.factors:
-        f_wave.evidence["counted_flops"] = case.counted.flops  # type: ignore[union-attr]
-        f_wave.evidence["executed_over_useful"] = round(ratio, 3)
-        f_wave.evidence["padding"] = text
-        f_wave.sentence = f_wave.sentence.rstrip(".") + f"; the tensor cores {text}."
+    if f_wave is not None and any(f is f_wave for f in wf.factors):
+        padded = msgspec.structs.replace(
+            f_wave,
+            evidence={
+                **f_wave.evidence,
+                "counted_flops": case.counted.flops,  # type: ignore[union-attr]
+                "executed_over_useful": round(ratio, 3),
+                "padding": text,
+            },
+            sentence=f_wave.sentence.rstrip(".") + f"; the tensor cores {text}.",
+        )
+        wf.factors = [padded if f is f_wave else f for f in wf.factors]
     else:
         wf.notes.append(f"tile padding: the tensor cores {text}")
-
-
-def _matches(case: GemmCase, pattern: str | None) -> bool:
-    if not pattern:
-        return True
-    p = pattern.lower()
-    return any(
-        p in (s or "").lower() for s in (case.name, case.range, case.context, case.kernel.name, case.backend)
-    )
-
-
-def explain(
-    frames: dict[str, pl.DataFrame],
-    *,
-    calibration: dict[str, Any] | None = None,
-    gemm_filter: str | None = None,
-    environment: Environment | dict[str, Any] | None = None,
-    device: DeviceSpec | None = None,
-) -> list[Waterfall]:
-    """Waterfalls for every GEMM of a run (those whose name, range, kernel or backend contain ``gemm_filter``);
-    ``device`` overrides the GPU the files name (``--device``)."""
-    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
-    return [explain_case(c) for c in cases if _matches(c, gemm_filter)]
-
-
-def gemm_summary(
-    frames: dict[str, pl.DataFrame],
-    *,
-    calibration: dict[str, Any] | None = None,
-    environment: Environment | dict[str, Any] | None = None,
-    device: DeviceSpec | None = None,
-) -> pl.DataFrame:
-    """The ``gemms`` frame: one row per GEMM with pct_of_peak and its verdict."""
-    cases = build_cases(frames, calibration=calibration, environment=environment, device=device)
-    verdicts = {}
-    for i, c in enumerate(cases):
-        wf = explain_case(c)
-        v = wf.verdict
-        gain = wf.loss_of(v)[1]
-        verdicts[i] = (v.name + (f": {v.cause}" if v.cause else "") if v else None, gain)
-    return gemm_frame(cases, verdicts)

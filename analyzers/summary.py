@@ -11,6 +11,8 @@ import polars as pl
 from tracekit.records import RunRecord, gpu_of
 from tracekit.run import Run
 
+from .analysis.model import VerdictKind
+
 _CRASH_FIELDS = (
     "dtype_a",
     "dtype_b",
@@ -144,7 +146,7 @@ def case_row(case: Any) -> dict[str, Any]:
     verdict = (
         v.factor + (f": {v.cause}" if v.cause else "")
         if v.factor
-        else (None if v.kind == "no-loss" else v.kind)
+        else (None if v.kind == VerdictKind.NO_LOSS else str(v.kind))
     )
     return {
         "id": case.id,

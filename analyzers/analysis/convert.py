@@ -11,7 +11,6 @@ A factor's time lost (in the calls' time) and its speed-up if removed are the wa
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from tracekit.devices import DeviceSpec
@@ -23,7 +22,6 @@ from .model import (
     Case,
     DeviceInfo,
     Dist,
-    Factor,
     FlopsInfo,
     KernelRef,
     NcuEvidence,
@@ -32,11 +30,7 @@ from .model import (
     RateClass,
     Shape,
     Timing,
-    Verdict,
 )
-
-NO_LOSS = 0.995
-"""A factor at or above this value costs nothing worth naming: no remedy, never the verdict."""
 
 _ORIGIN = {
     "measurement": "measurement",
@@ -194,56 +188,11 @@ def _ncu(gc: Any) -> NcuEvidence | None:
     )
 
 
-def _factor(f: Any, lost: float, gain: float | None) -> Factor:
-    value = float(f.value)
-    gain = _finite(gain) if value > 0 else None
-    return Factor(
-        name=f.name,
-        value=value,
-        sentence=_text(f.sentence) or f.name,
-        cause=_text(f.cause),
-        remedy=_text(f.remedy) if value < NO_LOSS else None,
-        evidence=_jsonable(f.evidence),
-        gain_pct=gain,
-        lost_ns_total=lost,
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    """Evidence as plain JSON values: non-finite numbers become None, tuples lists, other objects their text."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    return str(value)
-
-
-def _verdict(wf: Any, factors: list[Factor]) -> Verdict:
-    from ..explain import verdict_of
-
-    v = verdict_of(wf)
-    f = v.factor
-    blamed = next((x for x in factors if f is not None and x.name == f.name), None)
-    return Verdict(
-        kind=v.kind,
-        sentence=_text(v.sentence) or v.kind,
-        factor=f.name if f is not None else None,
-        cause=_text(f.cause) if f is not None else None,
-        value=float(f.value) if f is not None else None,
-        remedy=_text(v.remedy) if f is None or f.value < NO_LOSS else None,
-        gain_pct=blamed.gain_pct if blamed else None,
-        lost_ns_total=blamed.lost_ns_total if blamed else None,
-        capture_hint=_text(v.capture_hint),
-    )
-
-
 def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: Any) -> Case:
     """One GemmCase and its Waterfall as a :class:`Case`. ``device_source`` names where the device came from
     when it was not the files (``--device``)."""
+    from ..explain import verdict_of
+
     timing = _timing(gc)
     peak_value = _finite(wf.peak_tflops)
     dtype_class, rate_source, rate_note = gc.rate()
@@ -261,7 +210,7 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
             roofline_bound=gc.bound,
         )
     pct = min(100.0, 100.0 * ach / peak_value) if ach and peak_value else None
-    factors = [_factor(f, lost, gain) for f, (lost, gain) in zip(wf.factors, wf.losses(), strict=True)]
+    factors = list(wf.factors)
     counted = gc.counted
     per_call = _finite(gc.flops)
     k = gc.kernel
@@ -314,6 +263,6 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
         power_limit_w=_finite(gc.clock.power_limit_w),
         factors=factors,
         complete=wf.complete if peak_value is not None and ach is not None else None,
-        verdict=_verdict(wf, factors),
+        verdict=verdict_of(wf),
         notes=list(dict.fromkeys(n for n in (_text(x) for x in wf.notes) if n)),
     )

@@ -9,9 +9,9 @@ from tracekit.numbers import share_of_kernel_time
 
 from ..explain import NCU_HINT, PROFILE_FAILED_HINT
 from ..gemm.ncu_evidence import SEVERAL_HOW
+from ..rules import NO_LOSS
 from ..rules.waves import MODELS_AGREE
-from .convert import NO_LOSS
-from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown
+from .model import Case, DeviceInfo, Loss, RunInfo, Summary, Unknown, VerdictKind
 
 TOP_LOSSES = 3
 """Losses the summary names."""
@@ -171,7 +171,11 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict
-        if v.capture_hint and v.kind not in ("explained", "no-loss") and c.id not in counted:
+        if (
+            v.capture_hint
+            and v.kind not in (VerdictKind.EXPLAINED, VerdictKind.NO_LOSS)
+            and c.id not in counted
+        ):
             hints[(v.sentence, v.capture_hint)] = hints.get((v.sentence, v.capture_hint), 0) + 1
     for (what, how), n in hints.items():
         out.append(Unknown(what=f"{what} ({n} case(s))", how=how, cases=n))
@@ -236,7 +240,7 @@ def _own_flops_reason(c: Case) -> bool:
     v = c.verdict
     return (
         not c.flops.per_call
-        and v.kind == "cannot-explain"
+        and v.kind == VerdictKind.CANNOT_EXPLAIN
         and v.capture_hint is not None
         and v.capture_hint != NCU_HINT
         and not v.sentence.startswith("no GEMM shape")

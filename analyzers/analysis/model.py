@@ -15,6 +15,7 @@ model is cheap to import and safe to decode anywhere.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import msgspec
@@ -54,6 +55,7 @@ __all__ = [
     "Timing",
     "Unknown",
     "Verdict",
+    "VerdictKind",
     "json_schema",
 ]
 
@@ -71,8 +73,8 @@ class Dist(_S):
     p90: float | None = None
 
 
-# KernelRef and Shape are the case model's KernelInfo and Shape (analyzers/gemm/parts.py) field for field, but for
-# the PyTorch profiler's occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
+# KernelRef is the case model's KernelInfo (analyzers/gemm/parts.py) field for field, but for the PyTorch profiler's
+# occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
 class KernelRef(_S):
     """The GEMM's own kernel: its name and launch configuration (None = unknown, never 0).
 
@@ -102,6 +104,11 @@ class Shape(_S):
     dtype_out: str | None = None
     scale: str | None = None
     source: str | None = None
+
+    @property
+    def flops(self) -> float:
+        """2 x M x N x K x batch: the multiply-adds of one call."""
+        return 2.0 * self.m * self.n * self.k * (self.batch or 1)
 
 
 class FlopsInfo(_S):
@@ -259,6 +266,21 @@ class Factor(_S):
     lost_ns_total: float | None = None
 
 
+class VerdictKind(enum.StrEnum):
+    """What a verdict says the case comes down to (a str enum: its JSON is the plain string)."""
+
+    EXPLAINED = "explained"
+    """A factor is blamed: the one that costs the most of the calls' time."""
+    NO_LOSS = "no-loss"
+    """At peak: no factor loses 0.5% or more."""
+    CANNOT_EXPLAIN = "cannot-explain"
+    """Too little evidence: ``capture_hint`` says what to capture."""
+    STALLED = "stalled"
+    """SM and DRAM throughput both a few percent: the kernel's warps wait."""
+    CLOCKS_LOCKED = "clocks-locked"
+    """The report ran its kernels at a locked clock well below boost."""
+
+
 class Verdict(_S):
     """What the case comes down to.
 
@@ -267,7 +289,7 @@ class Verdict(_S):
     name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the calls' time it
     costs, ``gain_pct`` the speed-up if removed."""
 
-    kind: str
+    kind: VerdictKind
     sentence: str
     factor: str | None = None
     cause: str | None = None

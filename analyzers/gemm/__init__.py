@@ -37,7 +37,8 @@ numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (wh
 
 from __future__ import annotations
 
-from .build import build_cases, calibrated_peak, gemm_frame
+from ..analysis.model import Shape
+from .build import build_cases, calibrated_peak
 from .case import LAUNCH_GAP_MAX_NS, GemmCase, case_id, context_key, is_step, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
@@ -51,7 +52,7 @@ from .names import (
     parse_gemm_name,
 )
 from .ncu_evidence import device_from_frames
-from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Shape, Spread, Timing
+from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing, shape_bytes_min, shape_text, spread
 from .timeline import fold_range, kernel_label
 from .user_ranges import is_op_range, range_key
 
@@ -64,7 +65,6 @@ __all__ = [
     "KernelInfo",
     "NcuPart",
     "Shape",
-    "Spread",
     "Timing",
     "aux_key",
     "build_cases",
@@ -75,7 +75,6 @@ __all__ = [
     "device_from_frames",
     "dtype_class",
     "fold_range",
-    "gemm_frame",
     "is_gemm_kernel",
     "is_op_range",
     "is_step",
@@ -85,4 +84,7 @@ __all__ = [
     "parse_gemm_name",
     "range_key",
     "settle_rate",
+    "shape_bytes_min",
+    "shape_text",
+    "spread",
 ]

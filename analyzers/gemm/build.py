@@ -1,5 +1,4 @@
-""":func:`build_cases`: measurements, timeline and Nsight Compute cases merged into one list per run, and
-:func:`gemm_frame`, the ``gemms`` frame made from them."""
+""":func:`build_cases`: measurements, timeline and Nsight Compute cases merged into one list per run."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ from typing import Any
 import polars as pl
 
 from tracekit.devices import DeviceSpec
-from tracekit.frames import SPECS
 from tracekit.records import Environment
 
+from ..analysis.model import Shape
 from .case import GemmCase, _gemm_key, settle_rate
 from .graph_replay import captured_ops, replay_kernel_shapes
 from .names import _serves, aux_key, cannot_be_gemm, parse_gemm_name
@@ -28,7 +27,7 @@ from .ncu_evidence import (
     settle_several,
     tracekit_ncu_case,
 )
-from .parts import AuxUse, Clock, Shape, Timing
+from .parts import AuxUse, Clock, Timing
 from .timeline import Place, timeline_cases
 
 
@@ -49,13 +48,15 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
         )
         if r.get("m") and r.get("n") and r.get("k"):
             case.shape = Shape(
-                r["m"], r["n"], r["k"], None,
-                r.get("dtype") or parsed.get("dtype_a"),
-                parsed.get("dtype_b") or r.get("dtype"),
-                r.get("dtype_out") or parsed.get("dtype_out"),
-                r.get("scale") or parsed.get("scale"),
+                m=r["m"],
+                n=r["n"],
+                k=r["k"],
+                dtype_a=r.get("dtype") or parsed.get("dtype_a"),
+                dtype_b=parsed.get("dtype_b") or r.get("dtype"),
+                dtype_out=r.get("dtype_out") or parsed.get("dtype_out"),
+                scale=r.get("scale") or parsed.get("scale"),
                 source="measurement",
-            )  # fmt: skip
+            )
         case.device = device
         case.measurement_id = r.get("measurement_id")
         method = r.get("timing") or "events"
@@ -310,78 +311,3 @@ def calibrated_peak(calibration: dict[str, Any], cls: str | None) -> float | Non
         value = entry.get("sustained_tflops")
         return float(value) if value else None
     return None
-
-
-def gemm_frame(
-    cases: list[GemmCase], verdicts: dict[int, tuple[str | None, float | None]] | None = None
-) -> pl.DataFrame:
-    """The ``gemms`` frame: one row per case (``verdicts`` maps case index -> (verdict, gain %)). Times are per
-    call: the mean over the case's calls (total / calls), so FLOPs / time is the rate."""
-    rows = []
-    for i, c in enumerate(cases):
-        peak = c.peak_tflops
-        ach = c.achieved_tflops
-        t = c.timing
-        verdict, gain = (verdicts or {}).get(i, (None, None))
-        rows.append(
-            {
-                "gemm_id": i,
-                "origin": c.origin,
-                "range": c.name,
-                "context": c.context,
-                "backend": c.backend,
-                "op": c.op,
-                "m": c.m,
-                "n": c.n,
-                "k": c.k,
-                "dtype_a": c.dtype_a,
-                "dtype_b": c.dtype_b,
-                "dtype_out": c.shape.dtype_out if c.shape else None,
-                "scale": c.shape.scale if c.shape else None,
-                "dtype_class": c.dtype_class,
-                "launches": c.launches,
-                "time_source": t.detail,
-                "main_kernel": c.kernel.name,
-                "aux_kernels": [u.name for u in t.aux_kernels] or None,
-                "device_name": c.device_name,
-                "device_key": c.device.key if c.device else None,
-                "flops": c.flops,
-                "flops_source": c.flops_source,
-                "dtype_source": c.dtype_source,
-                "counted_flops": c.counted.flops if c.counted else None,
-                "min_bytes": c.bytes_min,
-                "intensity_flops_per_byte": c.intensity,
-                "main_time_ns": t.gemm_ns,
-                "aux_time_ns": t.aux_ns,
-                "gap_time_ns": t.gap_ns,
-                "kernel_tflops": c.kernel_tflops,
-                "achieved_tflops": ach,
-                "achieved_estimate": c.achieved_estimate,
-                "peak_tflops": peak,
-                "peak_source": c.device.peak_source(c.dtype_class) if c.device and peak else None,
-                "calibrated_tflops": c.calibrated_tflops,
-                "pct_of_peak": min(100.0, 100.0 * ach / peak) if ach and peak else None,
-                "pct_of_calibrated": 100.0 * ach / c.calibrated_tflops
-                if ach and c.calibrated_tflops
-                else None,
-                "roofline_bound": c.bound,
-                "memory_roof_tflops": c.memory_roof_tflops,
-                "sm_clock_hz": c.clock.sm_clock_hz,
-                "clock_source": c.clock.source,
-                "power_w": c.clock.power_w,
-                "power_limit_w": c.clock.power_limit_w,
-                "throttle_reasons": c.clock.throttle_reasons,
-                "grid_size": c.kernel.grid,
-                "block_size": c.kernel.block,
-                "registers_per_thread": c.kernel.registers,
-                "smem_per_block_bytes": c.kernel.smem_bytes,
-                "ncu_id": c.ncu.ncu_id if c.ncu else None,
-                "measurement_id": c.measurement_id,
-                "verdict": verdict,
-                "verdict_gain_pct": gain,
-            }
-        )
-    spec = SPECS["gemms"]
-    if not rows:
-        return spec.empty()
-    return spec.conform(pl.DataFrame(rows, infer_schema_length=None))

@@ -26,10 +26,11 @@ from typing import Any
 
 import polars as pl
 
+from ..analysis.model import Dist
 from ..taxonomy import classify_name
 from .case import LAUNCH_GAP_MAX_NS
 from .names import aux_key, classify_kernel
-from .parts import AuxUse, Call, Spread, Timing
+from .parts import AuxUse, Call, Timing
 from .roles import assign
 
 _NO_DEVICE = -(2**31)
@@ -396,9 +397,11 @@ def aggregate(
     for r in agg.iter_rows(named=True):
         n = r["calls"]
 
-        def sp(col: str, r: dict[str, Any] = r, n: int = n) -> Spread:
-            return Spread(
-                r[f"{col}_med"], r[f"{col}_p10"] if n > 1 else None, r[f"{col}_p90"] if n > 1 else None
+        def sp(col: str, r: dict[str, Any] = r, n: int = n) -> Dist:
+            return Dist(
+                median=r[f"{col}_med"],
+                p10=r[f"{col}_p10"] if n > 1 else None,
+                p90=r[f"{col}_p90"] if n > 1 else None,
             )
 
         out[r["case"]] = Timing(

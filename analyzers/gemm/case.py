@@ -17,9 +17,10 @@ from typing import Any
 
 from tracekit.devices import DeviceSpec
 
+from ..analysis.model import Shape
 from ..flops import CountedFlops
 from .names import dtype_class, name_rate_class
-from .parts import Clock, KernelInfo, NcuPart, Shape, Timing
+from .parts import Clock, KernelInfo, NcuPart, Timing, shape_bytes_min
 
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
@@ -233,7 +234,7 @@ class GemmCase:
 
     @property
     def bytes_min(self) -> float | None:
-        return self.shape.bytes_min if self.shape is not None else None
+        return shape_bytes_min(self.shape) if self.shape is not None else None
 
     @property
     def bytes_moved(self) -> float | None:

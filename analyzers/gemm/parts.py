@@ -1,6 +1,7 @@
 """The parts a GEMM case is made of, each built once from the columns the import already parsed:
 
-- :class:`Shape`: M, N, K, batch, dtypes and scale, and where they came from;
+- :class:`~tracekit.analyzers.analysis.model.Shape` (the Analysis model's): M, N, K, batch, dtypes and scale, and
+  where they came from;
 - :class:`KernelInfo`: the GEMM kernel's name, family, class and launch configuration (its signature);
 - :class:`Timing`: every call of the case aggregated (:meth:`Timing.from_calls`): counts, totals, per-call
   median and p10 / p90, the median call itself, and the auxiliary kernels the calls own;
@@ -19,40 +20,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..analysis.model import Dist, Shape
 from .names import min_bytes
 
 
-@dataclass
-class Shape:
-    """A GEMM's M, N, K (per batch), independent products ``batch`` and dtypes; ``source`` says where they came
-    from (tracekit's range name, a measurement, the profiler's ``Input Dims``, a captured operator ...)."""
+def shape_bytes_min(shape: Shape) -> float:
+    """The fewest bytes one call of ``shape`` moves: A, B and their scales read once, C written once."""
+    one = min_bytes(shape.m, shape.n, shape.k, shape.dtype_a, shape.dtype_b, shape.dtype_out, shape.scale)
+    return one * (shape.batch or 1)
 
-    m: int
-    n: int
-    k: int
-    batch: int | None = None
-    dtype_a: str | None = None
-    dtype_b: str | None = None
-    dtype_out: str | None = None
-    scale: str | None = None
-    source: str | None = None
 
-    @property
-    def flops(self) -> float:
-        """2 x M x N x K x batch: the multiply-adds of one call."""
-        return 2.0 * self.m * self.n * self.k * (self.batch or 1)
-
-    @property
-    def bytes_min(self) -> float:
-        """The fewest bytes one call moves: A, B and their scales read once, C written once."""
-        one = min_bytes(self.m, self.n, self.k, self.dtype_a, self.dtype_b, self.dtype_out, self.scale)
-        return one * (self.batch or 1)
-
-    @property
-    def text(self) -> str:
-        return f"M={self.m} N={self.n} K={self.k}" + (
-            f" batch={self.batch}" if self.batch and self.batch > 1 else ""
-        )
+def shape_text(shape: Shape) -> str:
+    """``M=.. N=.. K=..`` with the batch where there is one: how a case named by its shape is titled."""
+    return f"M={shape.m} N={shape.n} K={shape.k}" + (
+        f" batch={shape.batch}" if shape.batch and shape.batch > 1 else ""
+    )
 
 
 @dataclass
@@ -104,22 +86,15 @@ class KernelInfo:
                 setattr(self, f.name, getattr(other, f.name))
 
 
-@dataclass(frozen=True)
-class Spread:
-    """A per-call distribution: median and the 10th / 90th percentiles (None with fewer than two calls)."""
-
-    median: float | None = None
-    p10: float | None = None
-    p90: float | None = None
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        vals = sorted(v for v in values if v is not None and math.isfinite(v))
-        if not vals:
-            return cls()
-        if len(vals) == 1:
-            return cls(median=vals[0])
-        return cls(statistics.median(vals), _quantile(vals, 0.1), _quantile(vals, 0.9))
+def spread(values: Sequence[float]) -> Dist:
+    """The per-call distribution of ``values``: median and the 10th / 90th percentiles (those None with fewer
+    than two values; non-finite values left out)."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return Dist()
+    if len(vals) == 1:
+        return Dist(median=vals[0])
+    return Dist(median=statistics.median(vals), p10=_quantile(vals, 0.1), p90=_quantile(vals, 0.9))
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -177,10 +152,10 @@ class Timing:
     splitk_ns_total: float = 0.0
     aux_ns_total: float = 0.0
     gap_ns_total: float = 0.0
-    gemm: Spread = field(default_factory=Spread)
-    aux: Spread = field(default_factory=Spread)
-    gap: Spread = field(default_factory=Spread)
-    span: Spread = field(default_factory=Spread)
+    gemm: Dist = field(default_factory=Dist)
+    aux: Dist = field(default_factory=Dist)
+    gap: Dist = field(default_factory=Dist)
+    span: Dist = field(default_factory=Dist)
     median_call: Call | None = None
     aux_kernels: list[AuxUse] = field(default_factory=list)
     source: str = "timeline"
@@ -206,10 +181,10 @@ class Timing:
             splitk_ns_total=sum(c.splitk_ns for c in calls),
             aux_ns_total=sum(c.aux_ns for c in calls),
             gap_ns_total=sum(c.gap_ns for c in calls),
-            gemm=Spread.of([c.gemm_ns for c in calls]),
-            aux=Spread.of([c.aux_ns for c in calls]),
-            gap=Spread.of([c.gap_ns for c in calls]),
-            span=Spread.of(spans),
+            gemm=spread([c.gemm_ns for c in calls]),
+            aux=spread([c.aux_ns for c in calls]),
+            gap=spread([c.gap_ns for c in calls]),
+            span=spread(spans),
             median_call=median,
             gap_max=max(c.gap_ns for c in calls),
             **kw,
@@ -239,13 +214,13 @@ class Timing:
             gemm_ns_total=call.gemm_ns * calls,
             aux_ns_total=call.aux_ns * calls,
             gap_ns_total=call.gap_ns * calls,
-            gemm=Spread(gemm_ns, gemm_p10, gemm_p90),
-            aux=Spread(call.aux_ns),
-            gap=Spread(call.gap_ns),
-            span=Spread(
-                call.span_ns,
-                gemm_p10 + extra if gemm_p10 is not None else None,
-                gemm_p90 + extra if gemm_p90 is not None else None,
+            gemm=Dist(median=gemm_ns, p10=gemm_p10, p90=gemm_p90),
+            aux=Dist(median=call.aux_ns),
+            gap=Dist(median=call.gap_ns),
+            span=Dist(
+                median=call.span_ns,
+                p10=gemm_p10 + extra if gemm_p10 is not None else None,
+                p90=gemm_p90 + extra if gemm_p90 is not None else None,
             ),
             median_call=call,
             **kw,

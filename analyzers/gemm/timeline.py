@@ -27,13 +27,14 @@ import polars as pl
 
 from tracekit.devices import DeviceSpec
 
+from ..analysis.model import Shape
 from ..taxonomy import classify_name, split_name
 from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
 from .case import GemmCase, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
 from .names import parse_gemm_name
-from .parts import KernelInfo, Shape, Timing
+from .parts import KernelInfo, Timing, shape_text
 from .ranges import resolve_ranges
 from .user_ranges import _GEMM_RANGE, range_key
 
@@ -319,18 +320,19 @@ def _tracekit_cases(
             case.backend, case.op = parsed["backend"], parsed["op"]
             if parsed["m"] and parsed["n"] and parsed["k"]:
                 case.shape = Shape(
-                    parsed["m"], parsed["n"], parsed["k"], None, parsed["dtype_a"], parsed["dtype_b"],
-                    parsed["dtype_out"], parsed["scale"], source="range name",
+                    m=parsed["m"], n=parsed["n"], k=parsed["k"], dtype_a=parsed["dtype_a"],
+                    dtype_b=parsed["dtype_b"], dtype_out=parsed["dtype_out"], scale=parsed["scale"],
+                    source="range name",
                 )  # fmt: skip
         elif r.get("m") and r.get("n") and r.get("k"):  # a gemm range another reader marked: its row's shape
             case.shape = Shape(
-                r["m"],
-                r["n"],
-                r["k"],
-                r.get("batch"),
-                r.get("dtype_a"),
-                r.get("dtype_b"),
-                r.get("dtype_out"),
+                m=r["m"],
+                n=r["n"],
+                k=r["k"],
+                batch=r.get("batch"),
+                dtype_a=r.get("dtype_a"),
+                dtype_b=r.get("dtype_b"),
+                dtype_out=r.get("dtype_out"),
                 source="range",
             )
         if r.get("flops"):
@@ -545,7 +547,14 @@ def _user_cases(
         if dims:
             m, n, k, batch, da, db, do = dims
             case.shape = Shape(
-                m, n, k, batch, da, db, do, source="captured operator" if e["replay"] else "profiler"
+                m=m,
+                n=n,
+                k=k,
+                batch=batch,
+                dtype_a=da,
+                dtype_b=db,
+                dtype_out=do,
+                source="captured operator" if e["replay"] else "profiler",
             )
             case.op = (op or "").split("::")[-1] or None
         if e["flops"] and not dims:
@@ -652,7 +661,7 @@ def _name_cases(cases: list[GemmCase]) -> None:
             shaped = c.shape is not None or c.profiler_flops
             if shaped:
                 opname = c.key[5] or rng or "GEMM"
-                c.name = f"{opname} {c.shape.text}" if c.shape is not None else str(opname)
+                c.name = f"{opname} {shape_text(c.shape)}" if c.shape is not None else str(opname)
             elif rng is None or is_step(rng) or _is_step_name(rng):
                 c.name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
             elif several:

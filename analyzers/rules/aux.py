@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from tracekit.numbers import duration
 
 from ..taxonomy import classify_name, split_name
-from . import Factor
+from . import Factor, Rule, factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -205,28 +205,15 @@ def aux(case: GemmCase) -> Factor | None:
         fitting.append(_SEPARATE)
     remedy = " ".join(fitting) or "Fuse the auxiliary step into the GEMM's prologue or epilogue."
     ev["aux_class"] = found[0] if found else "other"
-    return Factor("aux kernels", value, sentence, ev, remedy)
+    return factor("aux kernels", value, sentence, ev, remedy)
 
 
-def splitk(case: GemmCase) -> Factor | None:
-    """``GEMM kernel time / (GEMM kernel + split-K reduce time)``: the part of the GEMM time its split-K reduce
-    kernels take (they are GEMM time: the kernel rate includes them). None without a reduce."""
-    t = case.timing
-    reduce_ns = t.splitk_ns_total
-    if not reduce_ns or not t.gemm_ns_total:
-        return None
-    kernel_ns = t.gemm_ns_total - reduce_ns
-    value = kernel_ns / t.gemm_ns_total
-    names = [u.name for u in t.aux_kernels if u.role == "splitk-reduce"] or ["(split-K reduce)"]
-    ev = {
-        "gemm_kernel_ns_total": kernel_ns,
-        "splitk_reduce_ns_total": reduce_ns,
-        "calls": t.calls,
-        "aux_kernels": names,
-        "aux_class": "splitk-reduce",
-    }
-    sentence = (
-        f"The split-K reduce ({_names(names, {n: 'splitk-reduce' for n in names}, 2)}) takes "
-        f"{duration(reduce_ns / max(t.calls, 1))} mean per call, {100 * (1 - value):.0f}% of the GEMM time."
-    )
-    return Factor("split-K reduce", value, sentence, ev, _REMEDY["splitk-reduce"])
+RULE = Rule(
+    name="aux",
+    factor="aux kernels",
+    reads=("timing",),
+    acts_on="call",
+    needs_rate=False,
+    run=lambda case, _: aux(case),
+    cause="auxiliary kernels a call owns (quantize before it, activation after it, layout copies)",
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import NO_LOSS, Factor
+from . import NO_LOSS, Factor, Rule, factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -128,4 +128,15 @@ def clock(case: GemmCase) -> Factor | None:
     else:
         sentence += "."
         remedy = "Check power draw and throttle reasons (nvidia-smi -q -d PERFORMANCE) during the run."
-    return Factor("clock", value, sentence, evidence, remedy if value < NO_LOSS else None, cause)
+    return factor("clock", value, sentence, evidence, remedy if value < NO_LOSS else None, cause)
+
+
+RULE = Rule(
+    name="clock",
+    factor="clock",
+    reads=("clock", "device", "ncu"),
+    acts_on="kernel",
+    needs_rate=False,
+    run=lambda case, _: clock(case),
+    cause="SM clock below the clock the datasheet peak is quoted at (power / thermal cap, ncu lock)",
+)

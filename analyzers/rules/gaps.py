@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.numbers import duration
 
-from . import Factor
+from . import Factor, Rule, factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -53,7 +53,7 @@ def _in_graph(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
         f"{where}, between kernels of a CUDA graph replay: one graph launch started them all, so the idle is the "
         f"GPU's own latency from one kernel to the next{each}, not a host that launches too slowly."
     )
-    return Factor("launch gaps", value, sentence, ev, GRAPH_REMEDY)
+    return factor("launch gaps", value, sentence, ev, GRAPH_REMEDY)
 
 
 def _too_few_calls(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
@@ -71,7 +71,7 @@ def _too_few_calls(case: GemmCase, value: float, where: str, ev: dict) -> Factor
         f"{where}{held}. With {calls} the cause cannot be told: a first call's library setup (handle, workspace, "
         "kernel load), a synchronisation or host work, and slow launching look alike."
     )
-    return Factor("launch gaps", value, sentence, ev, FEW_CALLS_REMEDY)
+    return factor("launch gaps", value, sentence, ev, FEW_CALLS_REMEDY)
 
 
 def gaps(case: GemmCase) -> Factor | None:
@@ -92,7 +92,7 @@ def gaps(case: GemmCase) -> Factor | None:
         per += f" over {t.calls} calls"
     where = f"The GPU sat idle {per} against {duration(busy)} of kernel time ({100 * share:.0f}% of the span)"
     if share < GAPS_MATTER_SHARE:
-        return Factor(
+        return factor(
             "launch gaps", value, where + ": too little to blame the host.", {**ev, "blamed": False}, None
         )
     if case.graph_replay:
@@ -116,10 +116,21 @@ def gaps(case: GemmCase) -> Factor | None:
             "print of a GPU tensor, an allocation or logging inside the loop; move it out of the loop, or "
             "capture the loop in a CUDA graph."
         )
-        return Factor("launch gaps", value, sentence, ev, remedy)
+        return factor("launch gaps", value, sentence, ev, remedy)
     remedy = (
         "Launch-bound: capture the loop in a CUDA graph (torch.cuda.graphs / torch.compile mode='reduce-overhead'), "
         "batch the small GEMMs into one (grouped / batched GEMM), move host work out of the loop, or overlap "
         "them on streams."
     )
-    return Factor("launch gaps", value, where + ": the host does not launch fast enough.", ev, remedy)
+    return factor("launch gaps", value, where + ": the host does not launch fast enough.", ev, remedy)
+
+
+RULE = Rule(
+    name="gaps",
+    factor="launch gaps",
+    reads=("timing",),
+    acts_on="call",
+    needs_rate=False,
+    run=lambda case, _: gaps(case),
+    cause="idle GPU time inside a call and between back-to-back calls (launch overhead)",
+)

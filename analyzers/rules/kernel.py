@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit import naming
 
-from . import Factor
+from . import Ceiling, Factor, Rule, factor
 from .occupancy import ctas_per_sm, limits_from_ncu, theoretical_occupancy_pct
 from .tiles import parse_tile
 
@@ -238,7 +238,7 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
     sentence = (
         lead + (": " + "; ".join(parts) if parts else " (no Nsight Compute profile to break this down)") + "."
     )
-    return Factor("in-kernel", value, sentence, ev, remedy, cause)
+    return factor("in-kernel", value, sentence, ev, remedy, cause)
 
 
 def _cause(
@@ -424,3 +424,22 @@ def stages_fit(smem_limit_bytes: int, tile: str, dtype_bits: float = 16) -> int:
     """How many pipeline stages of a ``"128x128x64"`` tile fit in ``smem_limit_bytes`` (helper for reports)."""
     tm, tn, tk = (int(x) for x in tile.split("x"))
     return math.floor(smem_limit_bytes / (tk * (tm + tn) * dtype_bits / 8))
+
+
+def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+    """The residual: the kernel's rate over the ceiling the kernel's rules leave, at most 1."""
+    if ceiling is None:
+        return None
+    residual = ceiling.residual if ceiling.residual is not None else ceiling.kernel_rate / ceiling.tflops
+    return kernel(case, min(residual, 1.0), memory_bound=ceiling.memory_bound)
+
+
+RULE = Rule(
+    name="kernel",
+    factor="in-kernel",
+    reads=("ncu", "kernel", "flops", "device", "timing"),
+    acts_on="residual",
+    needs_rate=True,
+    run=_run,
+    cause="in-kernel efficiency: the rest, with tensor-pipe, stall, occupancy and shared-memory evidence",
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import Factor
+from . import Ceiling, Factor, Rule, factor
 
 if TYPE_CHECKING:
     from tracekit.analyzers.gemm import GemmCase
@@ -38,7 +38,7 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
             if ridge
             else "Memory does not set the ceiling."
         )
-        return Factor("memory", 1.0, sentence, ev, None)
+        return factor("memory", 1.0, sentence, ev, None)
     moved = case.bytes_moved or 0.0
     verb = "must move" if case.bytes_min else "moved (DRAM, measured)"
     sentence = (
@@ -49,7 +49,7 @@ def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
         "Memory-bound by shape: batch more rows into M, fuse GEMMs that share the weight, use a narrower weight "
         "type (FP8 / FP4), or keep the weight resident in L2."
     )
-    return Factor("memory", value, sentence, ev, remedy)
+    return factor("memory", value, sentence, ev, remedy)
 
 
 SOL_MEMORY_PCT = 50.0
@@ -76,4 +76,24 @@ def memory_by_throughput(case: GemmCase) -> Factor | None:
         "(FP8 / FP4), or keep the weight resident in L2. Profile with the tensor-op counters "
         "(`tracekit capture --ncu`) for the roofline."
     )
-    return Factor("memory", value, sentence, ev, remedy)
+    return factor("memory", value, sentence, ev, remedy)
+
+
+def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+    """The memory factor below the compute ceiling the rules before it leave; none where memory does not lower
+    it (the explainer places a memory-bound kernel on the roofline itself)."""
+    if ceiling is None:
+        return None
+    f = memory(case, ceiling.tflops)
+    return f if f is not None and f.value < 1.0 else None
+
+
+RULE = Rule(
+    name="memory",
+    factor="memory",
+    reads=("flops", "shape", "ncu", "device"),
+    acts_on="kernel",
+    needs_rate=True,
+    run=_run,
+    cause="roofline: bytes / bandwidth exceed FLOPs / compute peak",
+)

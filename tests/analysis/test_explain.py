@@ -10,8 +10,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from tests.support.cases import blamed, cases, factor
 from tests.support.explain_data import H200, frames, ncu_row, probe_frames, timeline
-from tracekit.analyzers.explain import explain, explain_case, gemm_summary
+from tracekit.analyzers.analysis import Analysis, RunInfo, Summary
+from tracekit.analyzers.explain import explain_case
 from tracekit.analyzers.gemm import build_cases
 from tracekit.frames import SPECS
 
@@ -21,39 +23,40 @@ FP8_BIG = "gemm/fp8/M=16384,N=6144,K=6144"
 MID = "gemm/bf16/M=1024,N=2048,K=6144"
 
 
-def by_name(wfs: list) -> dict:
-    return {w.case.name: w for w in wfs}
+def by_name(found: list) -> dict:
+    return {c.name: c for c in found}
 
 
 def test_probe_waterfalls_multiply_to_the_achieved_figure(shared_data: Path) -> None:
-    wfs = by_name(explain(probe_frames(shared_data)))
+    wfs = by_name(cases(probe_frames(shared_data)))
     assert len(wfs) == 5
-    for name, wf in wfs.items():
+    for name, c in wfs.items():
         row = ncu_row(shared_data, name)
-        c = wf.case
-        assert wf.achieved_tflops == pytest.approx(2 * c.m * c.n * c.k / row["duration_ns"] / 1e3)
-        assert wf.complete, name
-        assert all(0 < f.value <= 1 for f in wf.factors), name
-    assert wfs[BIG].achieved_tflops == pytest.approx(774.3, abs=0.1)  # 1.42 ms in the report
+        s = c.shape
+        assert c.timing.achieved_tflops == pytest.approx(2 * s.m * s.n * s.k / row["duration_ns"] / 1e3)
+        assert c.complete, name
+        assert all(0 < f.value <= 1 for f in c.factors), name
+    assert wfs[BIG].timing.achieved_tflops == pytest.approx(774.3, abs=0.1)  # 1.42 ms in the report
     assert [f.name for f in wfs[BIG].factors] == ["clock", "waves", "in-kernel"]
 
 
 def test_probe_verdicts(shared_data: Path) -> None:
-    wfs = by_name(explain(probe_frames(shared_data)))
-    assert wfs[SMALL_M].verdict.name == "memory"
+    wfs = by_name(cases(probe_frames(shared_data)))
+    small = blamed(wfs[SMALL_M])
+    assert small is not None and small.name == "memory"
     assert wfs[SMALL_M].factors[-1].cause == "memory bandwidth not saturated"
     # memory-bound: neither the clock nor the waves set its ceiling (said in the memory factor's evidence)
-    assert {"sm_clock_hz_not_the_ceiling", "waves_not_the_ceiling"} <= set(wfs[SMALL_M].verdict.evidence)
+    assert {"sm_clock_hz_not_the_ceiling", "waves_not_the_ceiling"} <= set(small.evidence)
     # The minimum-bytes model agrees with what ncu measured: the fraction of the bandwidth roofline reached is
     # the DRAM throughput ncu reports (gpu__dram_throughput: 71.0% vs 68.9% of the roofline), within 3 points.
     inner = wfs[SMALL_M].factors[-1]
     assert inner.value * 100 == pytest.approx(inner.evidence["dram_throughput_pct"], abs=3.0)
-    assert wfs[BIG].verdict.name == "clock"
+    assert wfs[BIG].verdict.factor == "clock"
     assert wfs[BIG].verdict.gain_pct == pytest.approx((1830 / 1555 - 1) * 100, abs=0.5)
-    assert wfs[FP8_BIG].verdict.name == "clock"
-    assert wfs[MID].verdict.name == "in-kernel"
+    assert wfs[FP8_BIG].verdict.factor == "clock"
+    assert wfs[MID].verdict.factor == "in-kernel"
     # ncu's own findings ride along
-    assert any(r["rule"] == "CPIStall" for r in wfs[MID].ncu_rules)
+    assert any(r.rule == "CPIStall" for r in wfs[MID].ncu.rules)
 
 
 def test_measured_plateau_is_the_power_capped_clock() -> None:
@@ -66,19 +69,19 @@ def test_measured_plateau_is_the_power_capped_clock() -> None:
         "power_limit_w": 700.0, "throttle_reasons": 4, "timing": "cuda-graph",
     }  # fmt: skip
     fr = frames(measurements=[row], devices=[H200])
-    (wf,) = explain(fr)
-    assert wf.achieved_tflops == pytest.approx(665.0)
+    (wf,) = cases(fr)
+    assert wf.timing.achieved_tflops == pytest.approx(665.0)
     assert wf.complete
-    assert wf.verdict.name == "clock" and "software power cap" in wf.verdict.sentence
+    assert wf.verdict.factor == "clock" and "software power cap" in wf.verdict.sentence
     assert wf.verdict.value == pytest.approx(1470 / 1830)
     assert wf.factors[-1].name == "in-kernel" and wf.factors[-1].value == pytest.approx(
         665 / (989.4 * 1470 / 1830)
     )
     cal = {"format": "tracekit-calibration", "gemm": {"bf16": {"sustained_tflops": 665.0}}}
-    summary = gemm_summary(fr, calibration=cal)
-    assert summary["pct_of_calibrated"][0] == pytest.approx(100.0)
-    assert summary["pct_of_peak"][0] == pytest.approx(100 * 665 / 989.4)
-    assert summary["verdict"][0] == "clock"
+    (rated,) = cases(fr, calibration=cal)
+    assert rated.peak is not None and rated.peak.pct_of_calibrated == pytest.approx(100.0)
+    assert rated.pct_of_peak == pytest.approx(100 * 665 / 989.4)
+    assert rated.verdict.factor == "clock"
 
 
 def _kernel(
@@ -100,13 +103,13 @@ def test_launch_gaps_of_eager_small_gemms() -> None:
     inst = [[_kernel(0, dur), _kernel(cold, dur, name="void cublasLt::splitKreduce_kernel")]]
     t0 = cold + dur + gap
     inst += [[_kernel(t0 + i * (dur + gap), dur)] for i in range(19)]
-    (wf,) = explain(timeline(inst, name))
-    t = wf.case.timing
+    (wf,) = cases(timeline(inst, name))
+    t = wf.timing
     assert (t.calls, t.launches, t.pauses) == (20, 20, 1) and t.paused_ns_total == cold - dur
-    assert t.gap_ns_total == pytest.approx(19 * gap) and t.gap.median == pytest.approx(gap)
+    assert t.gap_ns_total == pytest.approx(19 * gap) and t.gap_ns.median == pytest.approx(gap)
     busy = 21 * dur  # 20 GEMM kernels and the cold call's split-K reduce (GEMM time)
-    assert t.gemm_ns_total == pytest.approx(busy) and t.gemm.median == pytest.approx(dur)
-    assert wf.verdict.name == "launch gaps"
+    assert t.gemm_ns_total == pytest.approx(busy) and t.gemm_ns.median == pytest.approx(dur)
+    assert wf.verdict.factor == "launch gaps"
     assert wf.verdict.value == pytest.approx(busy / (busy + 19 * gap))
     assert wf.complete
     # A gap in which another kernel ran (outside any GEMM range: another stream's work) is not a launch gap.
@@ -121,8 +124,8 @@ def test_launch_gaps_of_eager_small_gemms() -> None:
         "device",
     )
     fr["kernels"] = pl.concat([k, SPECS["kernels"].conform(others)], how="diagonal_relaxed")
-    (wf2,) = explain(fr)
-    assert wf2.case.timing.gap_ns_total == 0 and not any(f.name == "launch gaps" for f in wf2.factors)
+    (wf2,) = cases(fr)
+    assert wf2.timing.gap_ns_total == 0 and factor(wf2, "launch gaps") is None
 
 
 def test_aux_quantize_kernel_in_the_range() -> None:
@@ -134,18 +137,20 @@ def test_aux_quantize_kernel_in_the_range() -> None:
         q = _kernel(t, 40_000, name="void at::native::vectorized_elementwise_kernel<quantize>", aux=True)
         g = _kernel(t + 40_000, 21_247, name="nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT")
         inst.append([q, g])
-    (wf,) = explain(timeline(inst, name, parent="step name=prefill", aux_child=True))
-    assert wf.case.context == "step name=prefill"
-    t = wf.case.timing
+    (wf,) = cases(timeline(inst, name, parent="step name=prefill", aux_child=True))
+    assert wf.label == f"{name} [step name=prefill]"
+    t = wf.timing
     assert (
-        t.calls == 3 and t.aux_ns_total == pytest.approx(3 * 40_000) and t.aux.median == pytest.approx(40_000)
+        t.calls == 3
+        and t.aux_ns_total == pytest.approx(3 * 40_000)
+        and t.aux_ns.median == pytest.approx(40_000)
     )
-    f = next(f for f in wf.factors if f.name == "aux kernels")
-    assert f.value == pytest.approx(21_247 / 61_247)
-    assert wf.verdict.name == "aux kernels"
+    f = factor(wf, "aux kernels")
+    assert f is not None and f.value == pytest.approx(21_247 / 61_247)
+    assert wf.verdict.factor == "aux kernels"
     # two calls follow the one before them 753 ns later (the first follows none): the totals say so
-    assert t.gap_ns_total == pytest.approx(2 * 753) and t.gap.median == pytest.approx(753)
-    assert wf.achieved_tflops == pytest.approx(3 * 2 * 1024 * 2048 * 6144 / (3 * 61_247 + 2 * 753) / 1e3)
+    assert t.gap_ns_total == pytest.approx(2 * 753) and t.gap_ns.median == pytest.approx(753)
+    assert t.achieved_tflops == pytest.approx(3 * 2 * 1024 * 2048 * 6144 / (3 * 61_247 + 2 * 753) / 1e3)
     assert wf.complete
 
 
@@ -193,12 +198,13 @@ def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
     assert big["peak"]["pct_of_calibrated"] == pytest.approx(100 * big["timing"]["achieved_tflops"] / 665.0)
 
 
-def test_gemm_summary_schema(shared_data: Path) -> None:
-    summary = gemm_summary(probe_frames(shared_data))
-    assert summary.schema == SPECS["gemms"].schema
-    row = summary.filter(pl.col("range") == BIG).to_dicts()[0]
-    assert row["verdict"] == "clock" and row["roofline_bound"] == "compute"
-    assert row["pct_of_peak"] == pytest.approx(100 * 774.3 / 989.4, abs=0.05)
+def test_cases_frame_of_the_probe(shared_data: Path) -> None:
+    found = cases(probe_frames(shared_data))
+    frame = Analysis(run=RunInfo(path="x"), summary=Summary(cases=len(found)), cases=found).cases_frame()
+    row = frame.filter(pl.col("range") == BIG).to_dicts()[0]
+    assert row["verdict"] == "clock" and row["pct_of_peak"] == pytest.approx(100 * 774.3 / 989.4, abs=0.05)
+    big = by_name(found)[BIG]
+    assert big.peak is not None and big.peak.roofline_bound == "compute"
 
 
 def test_third_party_reports_without_shapes(shared_data: Path) -> None:
@@ -207,19 +213,19 @@ def test_third_party_reports_without_shapes(shared_data: Path) -> None:
 
     # CUTLASS int8 GEMMs on an A100 80GB PCIe, profiled with ncu's default clock control (clocks near base).
     fr = combine([read_ncu_report(shared_data / "thirdparty/panjd123-cutlass/report.ncu-rep")])
-    wfs = explain(fr)
+    wfs = cases(fr)
     # the report's own NVTX ranges are the cases: two launches of "Kernel" in "Non-fused-GEMM", one in "Fused-GEMM"
-    assert sorted((w.case.name, w.case.launches) for w in wfs) == [("Fused-GEMM", 1), ("Non-fused-GEMM", 2)]
+    assert sorted((w.name, w.timing.launches) for w in wfs) == [("Fused-GEMM", 1), ("Non-fused-GEMM", 2)]
     for wf in wfs:
-        assert wf.case.origin == "ncu" and wf.case.user_range and wf.case.dtype_class == "int8"
-        assert wf.peak_tflops == pytest.approx(624)
-        assert wf.case.achieved_estimate
-        assert wf.complete and wf.verdict is not None
-        assert "--clock-control none" in wf.factors[0].remedy
+        assert wf.origin == "ncu" and wf.range == wf.name and wf.rate.dtype_class == "int8"
+        assert wf.peak is not None and wf.peak.tflops == pytest.approx(624)
+        assert wf.timing.achieved_estimate
+        assert wf.complete and wf.verdict.factor is not None
+        assert "--clock-control none" in (wf.factors[0].remedy or "")
     # ESMM SGEMM ladder on an A10G: achieved from the FP32 FMA count.
     fr = combine([read_ncu_report(shared_data / "thirdparty/esmm-research/profile_output_a62323b.ncu-rep")])
-    cases = build_cases(fr)
-    warp = next(c for c in cases if c.name.startswith("void warptiling"))
+    built = build_cases(fr)
+    warp = next(c for c in built if c.name.startswith("void warptiling"))
     ffma = warp.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
     assert warp.kernel_tflops == pytest.approx(2 * ffma * warp.clock.sm_clock_hz / 1e12)
     assert explain_case(warp).peak_tflops == pytest.approx(35.0)
@@ -251,10 +257,10 @@ def test_planted_measurements_import_and_explain(tmp_path: Path) -> None:
         del os.environ["TRACEKIT_RUN_DIR"]
     fr = load_frames(Run.open(run.path))
     assert fr["measurements"].height == 1
-    (wf,) = explain(fr, gemm_filter="phase=sustained", environment={"gpu_name": "NVIDIA H200"})
-    assert wf.case.device.key == "h200"
-    assert wf.verdict.name == "clock" and "power cap" in wf.verdict.sentence
-    assert wf.achieved_tflops == pytest.approx(665.0)
+    (wf,) = [c for c in cases(fr, environment={"gpu_name": "NVIDIA H200"}) if "phase=sustained" in c.name]
+    assert wf.device is not None and wf.device.key == "h200"
+    assert wf.verdict.factor == "clock" and "power cap" in wf.verdict.sentence
+    assert wf.timing.achieved_tflops == pytest.approx(665.0)
 
 
 def _explain_cli(run: Path, columns: int, *extra: str) -> str:

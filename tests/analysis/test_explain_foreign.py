@@ -12,11 +12,19 @@ import polars as pl
 import pytest
 
 from tests.support.explain_data import frames
-from tracekit.analyzers.explain import explain
+from tracekit.analyzers.explain import Waterfall, explain_case
 from tracekit.analyzers.gemm import Shape, build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.readers.ncu.csv_export import read_ncu_csv
 from tracekit.devices import match_device
+
+
+def explain(frames: dict, *, gemm_filter: str | None = None, **kw: object) -> list[Waterfall]:
+    """The explainer's waterfall of every case the builders find in ``frames`` (those whose name contains
+    ``gemm_filter``), in the order they are built: these tests read the case model and the waterfall behind the
+    Analysis."""
+    return [explain_case(c) for c in build_cases(frames, **kw) if not gemm_filter or gemm_filter in c.name]
+
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE_CSV = ROOT / "samples" / "h200-counter-probe" / "raw" / "ncu_details.csv"
@@ -325,7 +333,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
 
     cases = {c.name: c for c in build_cases(combine([read_ncu_csv(PROBE_CSV)]), device=H200)}
     c = cases["probe_tf32_M16_N2048_K6144"]
-    c.shape = Shape(16, 2048, 6144, None, "tf32", "tf32")
+    c.shape = Shape(m=16, n=2048, k=6144, dtype_a="tf32", dtype_b="tf32")
     assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144
     assert c.padding_ratio == pytest.approx(4.0, rel=0.01)
     wf = explain_case(c)
@@ -333,7 +341,7 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
     assert wf.verdict is not None and wf.verdict.name == "memory"
     assert any("executed 4.0x the useful FLOPs" in n and "128x64" in n for n in wf.notes), wf.notes
     fits = cases["probe_bf16_M1024_N2048_K6144"]
-    fits.shape = Shape(1024, 2048, 6144, None, "bf16", "bf16")
+    fits.shape = Shape(m=1024, n=2048, k=6144, dtype_a="bf16", dtype_b="bf16")
     fit_wf = explain_case(fits)
     assert fits.padding_ratio == pytest.approx(1.0)
     assert all("useful FLOPs" not in t for t in [*fit_wf.notes, *(f.sentence for f in fit_wf.factors)])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.analyzers.explain import Waterfall, explain
+from tests.support.cases import blamed, cases, factor
+from tracekit.analyzers.analysis import Case
 from tracekit.analyzers.store import load_frames, open_run
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
@@ -41,13 +42,17 @@ EXPECTED: dict[str, dict[str, tuple[int, int, int, str, str | None]]] = {
 }
 
 
-def _explain(run_name: str) -> dict[str, Waterfall]:
+def _explain(run_name: str) -> dict[str, Case]:
     path = SAMPLES / run_name
     if not path.is_dir():
         pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
     run = open_run(path)
-    wfs = explain(load_frames(run), environment=run.manifest.get("environment"))
-    return {w.case.name: w for w in wfs if w.case.user_range}
+    return _user_ranges(cases(load_frames(run), environment=run.manifest.get("environment")))
+
+
+def _user_ranges(found: list[Case]) -> dict[str, Case]:
+    """The cases of the program's own NVTX ranges, by name."""
+    return {c.name: c for c in found if c.range is not None and c.origin in ("timeline", "ncu")}
 
 
 @pytest.mark.parametrize("run_name", sorted(EXPECTED))
@@ -55,60 +60,59 @@ def test_each_user_range_is_a_case_with_counted_flops_and_its_verdict(run_name: 
     wfs = _explain(run_name)
     assert set(wfs) == set(EXPECTED[run_name]), sorted(wfs)
     for name, (m, n, k, cls, want) in EXPECTED[run_name].items():
-        wf = wfs[name]
-        c = wf.case
-        assert c.m is None and c.flops_source == "ncu-counters", name  # no shape anywhere in the capture
-        assert c.flops == pytest.approx(2 * m * n * k, rel=0.02), name
-        assert c.dtype_class == cls and c.dtype_source == "ncu-counters", name
-        assert wf.peak_tflops and wf.achieved_tflops and wf.complete, name
-        v = wf.verdict
+        c = wfs[name]
+        assert c.shape is None and c.flops.source == "ncu-counters", name  # no shape anywhere in the capture
+        assert c.flops.per_call == pytest.approx(2 * m * n * k, rel=0.02), name
+        assert c.rate.dtype_class == cls and c.rate.source == "ncu-counters", name
+        assert c.peak and c.timing.achieved_tflops and c.complete, name
+        v = blamed(c)
         if want is None:
             continue
         if want.startswith("not "):
             assert v is None or v.name != want[4:], (name, v and v.name)
         else:
-            assert v is not None and v.name == want, (name, [(f.name, round(f.value, 3)) for f in wf.factors])
+            assert v is not None and v.name == want, (name, [(f.name, round(f.value, 3)) for f in c.factors])
 
 
 def test_smem_capped_simt_kernel_is_occupancy_and_its_control_is_not() -> None:
     wfs = _explain("h200-foreign-simt_smem")
-    capped, control = wfs["sgemm_smem_capped"].verdict, wfs["sgemm_smem_control"].verdict
+    capped, control = blamed(wfs["sgemm_smem_capped"]), blamed(wfs["sgemm_smem_control"])
     assert capped is not None and capped.cause == "occupancy limited by shared memory"
     assert capped.evidence["occupancy_limited_by"] == "shared memory: 200 KB per block"
     assert capped.evidence["ctas_per_sm"] == 1 and capped.evidence["theoretical_occupancy_pct"] == 12.5
     assert control is not None and "occupancy" not in (control.cause or "")
     # the capped kernel is the slower one, by the factor the program measures (about 3x here, 4.8x unprofiled)
-    assert wfs["sgemm_smem_capped"].case.timing.gemm_ns > 2 * wfs["sgemm_smem_control"].case.timing.gemm_ns
+    slow, fast = wfs["sgemm_smem_capped"].timing, wfs["sgemm_smem_control"].timing
+    assert slow.gemm_ns_total / slow.calls > 2 * fast.gemm_ns_total / fast.calls
 
 
 def test_quantizer_kernels_are_auxiliary_with_the_quantize_remedy() -> None:
     wfs = _explain("h200-foreign-fp8_eager_quant")
-    wf = wfs["fp8_linear"]
-    assert "_scaled_mm" not in wf.case.name and "nvjet" in (wf.case.main_kernel or "")
-    aux = wf.verdict
+    c = wfs["fp8_linear"]
+    assert "_scaled_mm" not in c.name and "nvjet" in (c.kernel.name or "")
+    aux = blamed(c)
     assert aux is not None and aux.evidence["aux_class"] == "quantize"
     classes = aux.evidence["aux_classes"]
     # amax, abs, divide, scale, cast; and cuBLAS's workspace memset inside the call's range
     assert {c for n, c in classes.items() if n != "[CUDA memset]"} == {"quantize"}
     assert classes.get("[CUDA memset]") in (None, "memory")
     assert "split-K" not in (aux.remedy or "") and "quantiz" in (aux.remedy or "")
-    assert len(wf.case.timing.aux_kernels) >= 3  # amax, divide, cast: none is a case of its own
+    assert len(c.aux) >= 3  # amax, divide, cast: none is a case of its own
 
 
 def test_launch_gap_sentence_only_where_the_host_is_slow() -> None:
     wfs = _explain("h200-foreign-eager_host_gaps")
     eager, graph = wfs["eager_loop"], wfs["graph_loop"]
-    assert eager.case.launches == 200 and graph.case.launches == 200
-    assert "host does not launch fast enough" in eager.verdict.sentence  # type: ignore[union-attr]
+    assert eager.timing.launches == 200 and graph.timing.launches == 200
+    assert "host does not launch fast enough" in eager.verdict.sentence
     assert all("host does not launch" not in f.sentence for f in graph.factors)
 
 
 def test_base_clock_costs_more_than_unlocked_clocks() -> None:
     locked = _explain("h200-foreign-base_clock")["big_gemm"]
     free = _explain("h200-foreign-base_clock_none")["big_gemm"]
-    f_locked = next(f for f in locked.factors if f.name == "clock")
-    f_free = next(f for f in free.factors if f.name == "clock")
-    assert f_free.value > f_locked.value
+    f_locked, f_free = factor(locked, "clock"), factor(free, "clock")
+    assert f_free is not None and f_locked is not None and f_free.value > f_locked.value
     assert "--clock-control none" in (f_locked.remedy or "")
 
 
@@ -127,11 +131,11 @@ def _frames_without(run_name: str, *drop: str) -> tuple[dict, dict]:
 
 def test_nsys_only_eager_loop_is_launch_bound_without_any_flop_count() -> None:
     fr, env = _frames_without("h200-foreign-eager_host_gaps", "ncu", "ncu_metrics", "ncu_rules")
-    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    wfs = _user_ranges(cases(fr, environment=env))
     eager, graph = wfs["eager_loop"], wfs["graph_loop"]
-    assert eager.case.flops is None and eager.case.launches == 200
-    assert eager.verdict is not None and eager.verdict.name == "launch gaps"
-    assert graph.verdict is None or graph.verdict.name != "launch gaps"
+    assert eager.flops.per_call is None and eager.timing.launches == 200
+    assert eager.verdict.factor == "launch gaps"
+    assert graph.verdict.factor != "launch gaps"
 
 
 @pytest.mark.parametrize(
@@ -144,11 +148,11 @@ def test_nsys_only_eager_loop_is_launch_bound_without_any_flop_count() -> None:
 def test_ncu_only_gives_the_same_cases_and_verdicts(run_name: str, verdicts: dict[str, str]) -> None:
     """(The fp8 capture's ncu pass profiled GEMM-named kernels only: its quantizer is on the timeline alone.)"""
     fr, env = _frames_without(run_name, "kernels", "ranges")
-    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    wfs = _user_ranges(cases(fr, environment=env))
     assert set(wfs) == set(verdicts)
     for name, want in verdicts.items():
-        v = wfs[name].verdict
-        assert wfs[name].case.origin == "ncu" and wfs[name].case.flops_source == "ncu-counters"
+        v = blamed(wfs[name])
+        assert wfs[name].origin == "ncu" and wfs[name].flops.source == "ncu-counters"
         if want.startswith("not "):
             assert v is None or v.name != want[4:], name
         else:
@@ -158,14 +162,12 @@ def test_ncu_only_gives_the_same_cases_and_verdicts(run_name: str, verdicts: dic
             )
 
 
-def test_explain_json_and_the_gemms_frame_say_where_flops_came_from() -> None:
+def test_explain_json_says_where_flops_came_from() -> None:
     import json
 
     from click.testing import CliRunner
 
-    from tracekit.analyzers.explain import gemm_summary
     from tracekit.cli import cli
-    from tracekit.frames import SPECS
 
     path = SAMPLES / "h200-foreign-cublas_small_m"
     if not path.is_dir():
@@ -178,11 +180,8 @@ def test_explain_json_and_the_gemms_frame_say_where_flops_came_from() -> None:
     assert small["flops"]["per_call"] == pytest.approx(2 * 16 * 2048 * 6144, rel=0.02)
     assert small["flops"]["counters"] == ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"]
     assert small["verdict"]["factor"] == "memory"
-    run = open_run(path)
-    frame = gemm_summary(load_frames(run), environment=run.manifest.get("environment"))
-    assert frame.schema == SPECS["gemms"].schema
-    row = frame.filter(frame["range"] == "prefill_gemm_m4096").row(0, named=True)
-    assert row["flops_source"] == "ncu-counters" and row["counted_flops"] == row["flops"]
+    big = cases["prefill_gemm_m4096"]["flops"]
+    assert big["source"] == "ncu-counters" and big["counted_per_call"] == big["per_call"]
 
 
 def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
@@ -212,9 +211,9 @@ def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
 
 def test_nsys_only_smem_capped_kernel_says_its_occupancy_cap() -> None:
     fr, env = _frames_without("h200-foreign-simt_smem", "ncu", "ncu_metrics", "ncu_rules")
-    wfs = {w.case.name: w for w in explain(fr, environment=env) if w.case.user_range}
+    wfs = _user_ranges(cases(fr, environment=env))
     capped, control = wfs["sgemm_smem_capped"], wfs["sgemm_smem_control"]
-    assert capped.case.flops is None and capped.case.main_kernel.startswith("sgemm_smem")
+    assert capped.flops.per_call is None and (capped.kernel.name or "").startswith("sgemm_smem")
     assert any(
         "occupancy capped at 12.5% (1 CTA/SM), limited by shared memory: 200 KB" in n for n in capped.notes
     )

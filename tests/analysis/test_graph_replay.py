@@ -21,7 +21,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tracekit.analyzers.explain import explain
+from tracekit.analyzers.explain import explain_case
+from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.gemm.graph_replay import NO_SHAPE_NOTE
 from tracekit.analyzers.importer import combine
 from tracekit.analyzers.readers.kineto.reader import read_kineto
@@ -174,7 +175,7 @@ def _serve(
 
 
 def _cases(frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    return {f"{w.case.name} [{w.case.range}]": w for w in explain(frames)}
+    return {f"{w.case.name} [{w.case.range}]": w for w in map(explain_case, build_cases(frames))}
 
 
 def _by_kernel(cases: dict[str, Any], kernel: str, where: str) -> Any:

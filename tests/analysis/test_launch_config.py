@@ -19,7 +19,7 @@ import msgspec
 import polars as pl
 import pytest
 
-from tracekit.analyzers.explain import explain
+from tests.support.cases import cases
 from tracekit.analyzers.importer import import_files, read_file
 from tracekit.analyzers.store import frames_in_memory, load_frames, open_run
 from tracekit.devices import lookup_device
@@ -33,9 +33,7 @@ ZERO = re.compile(r"(?<![\d.])0 KiB of|0 KB per block")
 
 
 def _sentences(waterfalls: list) -> list[str]:
-    return [f.sentence for wf in waterfalls for f in wf.factors] + [
-        wf.verdict.sentence for wf in waterfalls if wf.verdict
-    ]
+    return [f.sentence for wf in waterfalls for f in wf.factors] + [wf.verdict.sentence for wf in waterfalls]
 
 
 def test_kineto_shared_memory_reaches_the_gemm_cases(shared_data: Path, tmp_path: Path) -> None:
@@ -46,13 +44,13 @@ def test_kineto_shared_memory_reaches_the_gemm_cases(shared_data: Path, tmp_path
         if e.get("cat") in ("kernel", "Kernel") and "shared memory" in e.get("args", {})
     }
     run, _ = import_files([shared_data / CONTROL], tmp_path / "run")
-    waterfalls = explain(load_frames(run), environment=run.manifest.get("environment"))
+    waterfalls = cases(load_frames(run), environment=run.manifest.get("environment"))
     assert waterfalls
     checked = 0
     for wf in waterfalls:
-        name = wf.case.main_kernel
+        name = wf.kernel.name
         if name in smem:
-            assert wf.case.kernel.smem_bytes == (smem[name] or None), name
+            assert wf.kernel.smem_bytes == (smem[name] or None), name
             checked += 1
     assert checked >= len(waterfalls) // 2
     said = _sentences(waterfalls)
@@ -69,7 +67,7 @@ def test_a_csv_export_without_launch_stats_says_the_shared_memory_is_unknown(
     frames = load_frames(run)
     assert frames["ncu"]["static_smem_bytes"].null_count() == frames["ncu"].height  # not in these exports
     device = lookup_device("rtx-pro-6000")
-    waterfalls = explain(frames, environment=run.manifest.get("environment"), device=device)
+    waterfalls = cases(frames, environment=run.manifest.get("environment"), device=device)
     said = _sentences(waterfalls)
     assert waterfalls and not [s for s in said if ZERO.search(s)]
     assert any("shared memory per CTA unknown" in s for s in said)
@@ -134,15 +132,15 @@ def test_the_in_kernel_factor_names_the_profilers_estimate(shared_data: Path, tm
         if e["args"]["shared memory"] <= LIMIT:
             estimates.setdefault(e["name"], set()).add(float(e["args"]["est. achieved occupancy %"]))
     run, _ = import_files([shared_data / CONTROL], tmp_path / "run")
-    waterfalls = explain(load_frames(run), environment=run.manifest.get("environment"))
+    waterfalls = cases(load_frames(run), environment=run.manifest.get("environment"))
     with_estimate = without = 0
     for wf in waterfalls:
         factor = next((f for f in wf.factors if f.name == "in-kernel"), None)
         if factor is None:
             continue
         est = factor.evidence.get("est_occupancy_pct")
-        if wf.case.main_kernel in estimates:
-            assert est in estimates[wf.case.main_kernel], wf.case.name
+        if wf.kernel.name in estimates:
+            assert est in estimates[wf.kernel.name], wf.name
             assert f"occupancy {est:.0f}% (estimated by the PyTorch profiler)" in factor.sentence
             with_estimate += 1
         else:

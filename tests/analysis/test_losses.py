@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import tracekit
-from tracekit.analyzers.explain import explain
+from tracekit.analyzers.explain import explain_case
+from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.rules import NO_LOSS
 from tracekit.analyzers.store import load_frames, open_run
 
@@ -30,7 +31,7 @@ TIMELINE_SAMPLES = [
 @pytest.mark.parametrize("name", TIMELINE_SAMPLES)
 def test_each_factor_costs_the_time_of_the_part_it_acts_on(name: str) -> None:
     checked = set()
-    for wf in explain(load_frames(open_run(SAMPLES / name))):
+    for wf in map(explain_case, build_cases(load_frames(open_run(SAMPLES / name)))):
         t = wf.case.timing
         span, kernel = t.span_ns_total, t.gemm_ns_total - t.splitk_ns_total
         losses = wf.losses()

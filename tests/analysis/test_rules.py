@@ -9,12 +9,13 @@ import pytest
 
 from tests.support.explain_data import make_case, ncu_row, probe_frames
 from tracekit.analyzers.gemm import AuxUse, GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
-from tracekit.analyzers.rules.aux import aux, splitk
+from tracekit.analyzers.rules.aux import aux
 from tracekit.analyzers.rules.clock import clock, throttle_names
 from tracekit.analyzers.rules.gaps import gaps
 from tracekit.analyzers.rules.kernel import kernel, stages_fit, top_stalls
 from tracekit.analyzers.rules.memory import memory
 from tracekit.analyzers.rules.occupancy import ctas_per_sm, theoretical_occupancy_pct
+from tracekit.analyzers.rules.splitk import splitk
 from tracekit.analyzers.rules.tiles import parse_tile, tile_count
 from tracekit.analyzers.rules.waves import waves
 from tracekit.devices import match_device

@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.cases import cases
 from tracekit.analyzers.importer import import_into
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
@@ -124,21 +125,21 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     feeds it (an ``aux`` range right before it, same backend, M and K) and its idle time, summed over calls. The
     cases' GPU time is the calls' time: never more than the timeline's kernels and gaps (before, medians times
     calls gave 36.9 ms of case time on a 28.8 ms timeline)."""
-    from tracekit.analyzers.explain import explain
+    from tests.support.cases import factor
 
     run = open_run(SAMPLES / "h200-capture-gemm")
     fr = load_frames(run)
-    wfs = {w.case.name: w for w in explain(fr, environment=run.manifest.get("environment"))}
+    wfs = {w.name: w for w in cases(fr, environment=run.manifest.get("environment"))}
     # only the four GEMMs: the quantize kernels ncu profiled inside aux ranges are not GEMMs of their own
     assert len(wfs) == 4 and all(n.startswith("gemm ") for n in wfs)
     kernel_ns = fr["kernels"]["duration_ns"].sum() + fr["memops"]["duration_ns"].sum()
-    assert sum(w.case.timing.gemm_ns_total + w.case.timing.aux_ns_total for w in wfs.values()) <= kernel_ns
+    assert sum(w.timing.gemm_ns_total + w.timing.aux_ns_total for w in wfs.values()) <= kernel_ns
     fp8 = next(w for n, w in wfs.items() if "fp8" in n and " M=4096 " in n)
     gemm = _per_range_kernel_ns(fr, "torch-fp8-tensorwise op=scaled_mm M=4096 ", "gemm")
-    t = fp8.case.timing
+    t = fp8.timing
     assert t.calls == gemm.len() == 40 and t.gemm_ns_total == pytest.approx(gemm.sum())
-    assert t.gemm.median == pytest.approx(gemm.median())
-    assert t.detail.startswith("timeline")
+    assert t.gemm_ns.median == pytest.approx(gemm.median())
+    assert t.source_detail is not None and t.source_detail.startswith("timeline")
     # the quantize instances a call owns: those whose next GEMM call of the same backend, M and K is that call
     ranges = fr["ranges"]
     ks = fr["kernels"].join(ranges.select("range_id", "name", "range_kind"), on="range_id")
@@ -166,27 +167,26 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     ]
     assert 0 < len(owned) < inst.height  # most quantize runs of the sweep come after its GEMM calls
     assert t.aux_ns_total == pytest.approx(sum(owned))
-    assert any(u.name == "[CUDA memset]" for u in t.aux_kernels)
+    assert any(u.name == "[CUDA memset]" for u in fp8.aux)
     # the naive eager quantizer (bf16 -> fp32 -> amax -> scale -> e4m3, 12 kernels) costs more than the GEMM
-    assert fp8.verdict.name == "aux kernels"
-    assert any("reduce_kernel" in u.name for u in t.aux_kernels)
+    assert fp8.verdict.factor == "aux kernels"
+    assert any("reduce_kernel" in u.name for u in fp8.aux)
     assert fp8.complete
-    bf16 = next(w for n, w in wfs.items() if "bf16" in n and " M=16 " in n)
+    bf16 = next(w for n, w in wfs.items() if "backend=torch-bf16" in n and " M=16 " in n)
     nvjet = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "nvjet_")
     reduce = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "void cublasLt::splitKreduce")
     # cuBLAS split K at M = 16: its reduce kernel is GEMM time (the kernel rate includes it), said apart
-    tb = bf16.case.timing
+    tb = bf16.timing
     assert tb.gemm_ns_total == pytest.approx(nvjet.sum() + reduce.sum())
     assert tb.splitk_ns_total == pytest.approx(reduce.sum()) and tb.aux_ns_total == 0
-    assert any(f.name == "split-K reduce" for f in bf16.factors)
+    assert factor(bf16, "split-K reduce") is not None
     # the cold first launch (13.7 ms idle in its range) is a pause, counted apart, not a launch gap
-    assert tb.pauses == 1 and tb.paused_ns_total > 13e6 and tb.gap.median < 50_000
+    assert tb.pauses == 1 and tb.paused_ns_total > 13e6 and tb.gap_ns.median < 50_000
 
 
 def test_capture_sample_ncu_alone_keeps_quantize_kernels_auxiliary() -> None:
     """From the ncu report alone (no timeline, no measurements): the profiled quantize kernels of the fp8
     GEMMs' aux ranges are that GEMM's auxiliary time, not GEMMs of their own."""
-    from tracekit.analyzers.explain import explain
     from tracekit.frames import SPECS
 
     fr = load_frames(open_run(SAMPLES / "h200-capture-gemm"))
@@ -194,16 +194,17 @@ def test_capture_sample_ncu_alone_keeps_quantize_kernels_auxiliary() -> None:
         name: (df if name.startswith("ncu") or name == "devices" else SPECS[name].empty())
         for name, df in fr.items()
     }
-    wfs = explain(only)
-    assert {w.case.origin for w in wfs} == {"ncu"} and len(wfs) == 4
+    wfs = cases(only)
+    assert {w.origin for w in wfs} == {"ncu"} and len(wfs) == 4
     ncu = fr["ncu"]
-    fp8 = next(w for w in wfs if "fp8" in w.case.name and w.case.m == 4096)
+    fp8 = next(w for w in wfs if "fp8" in w.name and w.shape and w.shape.m == 4096)
     quant = ncu.filter(pl.col("nvtx_range").str.contains("fp8_quantize M=4096", literal=True))
     instances = quant["name"].value_counts()["count"].max()  # each instance launches each of its kernels once
-    assert fp8.case.timing.aux_ns == pytest.approx(quant["duration_ns"].sum() / instances)  # per call
-    assert set(quant["demangled_name"].to_list()) <= {u.name for u in fp8.case.timing.aux_kernels}
-    bf16 = next(w for w in wfs if "bf16" in w.case.name and w.case.m == 4096)
-    assert bf16.case.timing.aux_ns_total == 0
+    per_call = fp8.timing.aux_ns_total / fp8.timing.calls
+    assert per_call == pytest.approx(quant["duration_ns"].sum() / instances)
+    assert set(quant["demangled_name"].to_list()) <= {u.name for u in fp8.aux}
+    bf16 = next(w for w in wfs if "backend=torch-bf16" in w.name and w.shape and w.shape.m == 4096)
+    assert bf16.timing.aux_ns_total == 0
 
 
 def test_reader_that_stops_early_is_not_an_error() -> None:

@@ -20,11 +20,19 @@ import polars as pl
 import pytest
 
 from tests.support.explain_data import H200, frames, make_case
-from tracekit.analyzers.explain import explain, explain_case
+from tracekit.analyzers.explain import Waterfall, explain_case
 from tracekit.analyzers.gemm import GemmCase, Timing, build_cases
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.taxonomy import classify_name
 from tracekit.devices import lookup_device
+
+
+def explain(frames: dict, *, gemm_filter: str | None = None, **kw: object) -> list[Waterfall]:
+    """The explainer's waterfall of every case the builders find in ``frames`` (those whose name contains
+    ``gemm_filter``), in the order they are built: these tests read the case model and the waterfall behind the
+    Analysis."""
+    return [explain_case(c) for c in build_cases(frames, **kw) if not gemm_filter or gemm_filter in c.name]
+
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.analyzers.explain import explain
+from tests.support.cases import cases
 from tracekit.analyzers.gemm import build_cases, dtype_class
 from tracekit.analyzers.importer import combine, detect_kind, read_file
 from tracekit.analyzers.store import load_frames, open_run
@@ -322,21 +322,18 @@ def test_name_rate_classes_agree_with_the_shapes_of_the_shared_traces(shared_dat
 
 
 def _check(frames: dict[str, pl.DataFrame]) -> None:
-    for wf in explain(frames):
-        ach, peak = wf.achieved_tflops, wf.peak_tflops
+    for c in cases(frames):
+        ach, peak = c.timing.achieved_tflops, c.peak.tflops if c.peak else None
         pct = 100 * ach / peak if ach and peak else None
-        assert pct is None or pct <= 100.0, (wf.case.name, pct)
-        for f in wf.factors:
-            assert f.value <= 1.0, (wf.case.name, f.name, f.value)
+        assert pct is None or pct <= 100.0, (c.name, pct)
+        for f in c.factors:
+            assert f.value <= 1.0, (c.name, f.name, f.value)
             if f.name == "aux kernels":
                 assert "(," not in f.sentence and ", ," not in f.sentence and ": ." not in f.sentence, (
                     f.sentence
                 )
-        main = classify_name(wf.case.main_kernel) if wf.case.main_kernel else None
-        assert main is None or not main.known or main.kernel_class == "gemm", (
-            wf.case.name,
-            wf.case.main_kernel,
-        )
+        main = classify_name(c.kernel.name) if c.kernel.name else None
+        assert main is None or not main.known or main.kernel_class == "gemm", (c.name, c.kernel.name)
 
 
 @pytest.mark.slow

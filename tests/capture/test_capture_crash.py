@@ -473,7 +473,7 @@ def test_site_folder_exists():
 def test_timeline_without_kernels_falls_back_to_ncu_durations(samples_dir):
     """What a crashed nsys pass leaves (NVTX ranges, no kernel table) beside an ncu report: the GEMMs are timed
     by ncu's kernel durations, as the run's reason says."""
-    from tracekit.analyzers.explain import explain
+    from tracekit.analyzers.gemm import build_cases
     from tracekit.analyzers.store import load_frames, open_run
     from tracekit.frames import SPECS
 
@@ -481,7 +481,7 @@ def test_timeline_without_kernels_falls_back_to_ncu_durations(samples_dir):
     kept = ("ncu", "ncu_metrics", "ncu_rules", "devices", "ranges")
     crashed = {name: df if name in kept else SPECS[name].empty() for name, df in frames.items()}
     assert crashed["ranges"].height and not crashed["kernels"].height
-    cases = [w.case for w in explain(crashed)]
+    cases = build_cases(crashed)
     assert len(cases) == 4 and {c.origin for c in cases} == {"ncu"}
     for c in cases:  # timed by Nsight Compute's replay of the GEMM kernel, not left at zero
         assert c.timing.source == "ncu-replay" and c.timing.calls >= 1 and c.timing.gemm_ns_total > 0, c.name

@@ -401,9 +401,13 @@ def test_quantize_steps_get_aux_ranges_that_the_explainer_joins(monkeypatch, sin
         "16",
         "6144",
     )
-    gemm = GemmCase(origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(16, 2048, 6144))
+    gemm = GemmCase(
+        origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(m=16, n=2048, k=6144)
+    )
     assert _serves(aux_key(names[0]), _gemm_key(gemm))
-    other = GemmCase(origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(32, 2048, 6144))
+    other = GemmCase(
+        origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(m=32, n=2048, k=6144)
+    )
     assert not _serves(aux_key(names[0]), _gemm_key(other))
     assert not _serves(aux_key(names[2]), _gemm_key(gemm))  # sgl-fp8 feeds no FlashInfer GEMM
     # aux ranges do not count as GEMM ranges: a GEMM launched inside one still gets its own range

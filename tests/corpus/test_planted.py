@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.analyzers.explain import explain
+from tests.support.cases import blamed, cases, factor
+from tracekit.analyzers.rules.registry import kernel_limit
 from tracekit.analyzers.store import load_frames, open_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +26,9 @@ RUNS = {
 
 
 def _waterfalls(script: str, gemm: str) -> list:
+    """The cases of the planted script's run whose name contains ``gemm``."""
     run = open_run(ROOT / "samples" / RUNS[script])
-    return explain(load_frames(run), gemm_filter=gemm, environment=run.manifest.get("environment"))
+    return [c for c in cases(load_frames(run), environment=run.manifest.get("environment")) if gemm in c.name]
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
@@ -35,14 +37,14 @@ def test_planted_cause_is_the_verdict(script: str) -> None:
     wfs = _waterfalls(script, want["gemm"])
     assert wfs, f"no GEMM matching {want['gemm']!r} in {RUNS[script]}"
     for wf in wfs:
-        v = wf.verdict
+        v = blamed(wf)
         assert v is not None and v.name == want["verdict"], [(f.name, round(f.value, 3)) for f in wf.factors]
         if "cause" in want:
             assert v.cause == want["cause"]
         if "sentence_contains" in want:
             assert want["sentence_contains"] in v.sentence
         if "kernel" in want:  # the plant inside the kernel, where the call's verdict is something else
-            limit = wf.kernel_limit
+            limit = kernel_limit(wf.factors)
             assert limit is not None and limit.name == want["kernel"], [
                 (f.name, round(f.value, 3)) for f in wf.factors
             ]
@@ -55,11 +57,11 @@ def test_the_memory_plant_is_memory_bound_in_a_launch_bound_loop() -> None:
     factor), but the loop's idle time costs more of the calls' time than the roof does: the verdict is launch
     gaps, the kernel's limit memory."""
     (wf,) = _waterfalls("c_memory", "M=16 ")
-    lost = {f.name: lost for f, (lost, _) in zip(wf.factors, wf.losses(), strict=True)}
-    memory = next(f for f in wf.factors if f.name == "memory")
-    assert memory.value == min(f.value for f in wf.factors) < 0.1
-    assert lost["launch gaps"] > lost["memory"] > 0.5 * wf.case.timing.gemm_ns_total
-    assert wf.verdict is not None and wf.verdict.name == "launch gaps"
+    lost = {f.name: f.lost_ns_total for f in wf.factors}
+    memory = factor(wf, "memory")
+    assert memory is not None and memory.value == min(f.value for f in wf.factors) < 0.1
+    assert lost["launch gaps"] > lost["memory"] > 0.5 * wf.timing.gemm_ns_total
+    assert wf.verdict.factor == "launch gaps"
 
 
 def test_first_wave_plant_shows_why_it_failed() -> None:
@@ -67,9 +69,9 @@ def test_first_wave_plant_shows_why_it_failed() -> None:
     persistent 132-CTA kernel left no wave tail to see, and 26 us kernels in an eager loop under nsys were
     launch-bound. tracekit says so."""
     (wf,) = _waterfalls("b_waves_cublas", "N=2176")
-    waves = next(f for f in wf.factors if f.name == "waves")
-    assert wf.case.kernel.grid == 132 and waves.value > 0.9
-    assert wf.verdict.name == "launch gaps"
+    waves = factor(wf, "waves")
+    assert wf.kernel.grid == 132 and waves is not None and waves.value > 0.9
+    assert wf.verdict.factor == "launch gaps"
 
 
 def test_wave_plant_and_its_control() -> None:
@@ -77,28 +79,27 @@ def test_wave_plant_and_its_control() -> None:
     for 1.03 waves of work; the 132-tile control runs one full wave at about 1.8x the throughput."""
     (tail,) = _waterfalls("b_waves", "N=4352")
     (whole,) = _waterfalls("b_waves", "N=2816")
-    w_tail = next(f for f in tail.factors if f.name == "waves")
-    w_whole = next(f for f in whole.factors if f.name == "waves")
-    assert tail.case.kernel.grid == 136 and whole.case.kernel.grid == 132
+    w_tail, w_whole = factor(tail, "waves"), factor(whole, "waves")
+    assert tail.kernel.grid == 136 and whole.kernel.grid == 132
+    assert w_tail is not None and w_whole is not None
     assert 0.45 < w_tail.value < 0.6 and w_whole.value == pytest.approx(1.0)
-    assert 1.5 < whole.achieved_tflops / tail.achieved_tflops < 2.0
-    assert whole.verdict is not None and whole.verdict.name != "waves"
+    assert 1.5 < whole.timing.achieved_tflops / tail.timing.achieved_tflops < 2.0  # type: ignore[operator]
+    assert whole.verdict.factor != "waves"
 
 
 def test_h200_plateau_is_the_power_capped_clock() -> None:
     """DEVICE.md's plateau: a sustained 8192^3 bf16 loop settles near 665 TFLOP/s, 67% of 989, with the SM clock
     near 1470 MHz of 1980 under the 700 W cap. The a_clock capture's sustained phase shows the same."""
     (wf,) = _waterfalls("a_clock", "phase=sustained")
-    assert 600 < wf.achieved_tflops < 720
-    clock = next(f for f in wf.factors if f.name == "clock")
-    assert clock.value < 0.85 and "power cap" in clock.sentence
-    assert 1.35e9 < wf.case.clock.sm_clock_hz < 1.6e9
+    assert 600 < wf.timing.achieved_tflops < 720
+    clock = factor(wf, "clock")
+    assert clock is not None and clock.value < 0.85 and "power cap" in clock.sentence
+    assert 1.35e9 < wf.sm_clock_hz < 1.6e9
 
 
 def test_h200_calibration_profile_matches_the_plateau() -> None:
     """samples/calibration-h200.json (`tracekit calibrate` on the H200): the sustained 8192^3 rates sit on the
     power-capped plateau, and the a_clock sustained GEMM is ~100% of that measured peak."""
-    from tracekit.analyzers.explain import gemm_summary
     from tracekit.devices import load_calibration
 
     cal = load_calibration(ROOT / "samples" / "calibration-h200.json")
@@ -109,6 +110,6 @@ def test_h200_calibration_profile_matches_the_plateau() -> None:
     assert "gemm fp4" in {f["what"] for f in cal["failures"]}
     run = open_run(ROOT / "samples" / RUNS["a_clock"])
     frames = load_frames(run)
-    summary = gemm_summary(frames, calibration=cal, environment=run.manifest.get("environment"))
-    sustained = [r for r in summary.to_dicts() if "phase=sustained" in r["range"]]
-    assert len(sustained) == 1 and 90 < sustained[0]["pct_of_calibrated"] < 110
+    rated = cases(frames, calibration=cal, environment=run.manifest.get("environment"))
+    sustained = [c.peak for c in rated if "phase=sustained" in c.name]
+    assert len(sustained) == 1 and sustained[0] is not None and 90 < sustained[0].pct_of_calibrated < 110

@@ -113,7 +113,11 @@ def make_case(origin: str = "range", name: str = "g", **kw: Any) -> Any:
     case = GemmCase(origin, name)
     if kw.get("m"):
         case.shape = Shape(
-            kw.pop("m"), kw.pop("n"), kw.pop("k"), None, kw.pop("dtype_a", None), kw.pop("dtype_b", None)
+            m=kw.pop("m"),
+            n=kw.pop("n"),
+            k=kw.pop("k"),
+            dtype_a=kw.pop("dtype_a", None),
+            dtype_b=kw.pop("dtype_b", None),
         )
     case.kernel = KernelInfo(
         name=kw.pop("main_kernel", None),

@@ -187,6 +187,13 @@ class Timing:
     detail: str | None = None
     pauses: int = 0
     paused_ns_total: float = 0.0
+    fusion: list[Any] = field(default_factory=list)
+    """Fusion candidates (:class:`~.fusion.FusionUse`): kernels of the operators around the GEMM's that work on its
+    data, launched by those operators: not in the calls' time."""
+    busy: Spread = field(default_factory=Spread)
+    """Per call, the time of the kernels it owns (GEMM + auxiliary, no gap): what TraceLens times an operator by."""
+    aux_by_order_ns_total: float = 0.0
+    """Auxiliary time the calls own by launch order alone (no operator record says who launched it)."""
     gap_max: float | None = None
     """The largest one call's gap (None where the calls are not known one by one): with a few calls, whether one
     call holds the idle (a first call's setup) or every call does."""

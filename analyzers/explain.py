@@ -40,6 +40,7 @@ from tracekit.devices import DeviceSpec, peak_note
 from tracekit.records import Environment
 
 from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
+from .gemm.fusion import ORDER_NOTE, fusion_verdict
 from .rules import NO_LOSS, Factor
 from .rules.aux import aux, splitk
 from .rules.clock import LOCKED, LOCKED_REMEDY, clock, locked
@@ -66,7 +67,8 @@ LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (trace
 
 @dataclass
 class Verdict:
-    """What a case comes down to: ``kind`` explained | no-loss | cannot-explain | stalled | clocks-locked; the
+    """What a case comes down to: ``kind`` explained | no-loss | cannot-explain | stalled | clocks-locked |
+    fusion (the kernels of the operators around the GEMM cost the most: :mod:`.gemm.fusion`); the
     blamed ``factor`` where there is one; ``sentence``; ``remedy``; ``capture_hint`` (what to capture to know
     more)."""
 
@@ -75,6 +77,8 @@ class Verdict:
     factor: Factor | None = None
     remedy: str | None = None
     capture_hint: str | None = None
+    lost_ns: float | None = None
+    """The time a verdict without a factor names (kind ``fusion``: its candidates' time over all calls)."""
 
 
 @dataclass
@@ -218,6 +222,8 @@ def explain_case(case: GemmCase) -> Waterfall:
             f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu.borrowed_from!r}: "
             "this range's own launches were not profiled"
         )
+    if case.timing.aux_by_order_ns_total:
+        wf.notes.append(ORDER_NOTE)
     if case.timing.pauses:
         wf.notes.append(
             f"{case.timing.pauses} pause(s) of 1 ms or more inside calls ({case.timing.paused_ns_total / 1e6:.3g} ms: "
@@ -328,6 +334,9 @@ def verdict_of(wf: Waterfall) -> Verdict:
             sentence += "; without a FLOP count the rest cannot be rated"
             hint = NCU_HINT
         return Verdict("clocks-locked", sentence, f_clock, LOCKED_REMEDY, hint)
+    fused = fusion_verdict(case, wf.loss_of(blamed)[0] if blamed is not None else 0.0)
+    if fused is not None:  # the operators after (or before) the GEMM cost more than anything inside its calls
+        return Verdict("fusion", fused[0], remedy=fused[1], lost_ns=fused[2])
     lack = missing(case, wf.peak_tflops)
     if lack is not None and (blamed is None or blamed.name in ("waves", "clock")):
         # without a rate, a wave estimate or a clock says too little to be the verdict

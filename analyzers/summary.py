@@ -170,6 +170,21 @@ def case_row(case: Any) -> dict[str, Any]:
         "sm_clock_hz": case.sm_clock_hz,
         "verdict": verdict,
         "verdict_kind": v.kind,
+        "aux_kernels": [
+            {"name": a.name, "kernel_class": a.kernel_class, "per_call_us": us(a.per_call_ns)}
+            for a in case.aux
+        ],
+        "fusion": [
+            {
+                "op": f.op,
+                "kernels": list(f.kernels),
+                "kernel_class": f.kernel_class,
+                "side": f.side,
+                "per_call_us": us(f.per_call_ns),
+                "time_us": us(f.time_ns_total),
+            }
+            for f in case.fusion
+        ],
     }
 
 

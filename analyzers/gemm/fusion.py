@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -40,8 +40,9 @@ REMEDY = {
     "activation": "Fuse the activation into the GEMM's epilogue (cuBLASLt / CUTLASS apply GELU, SiLU and bias "
     "there), or run a SwiGLU / GeGLU as one fused kernel (silu_and_mul of vLLM, FlashInfer or sgl-kernel, or "
     "torch.compile).",
-    "gating multiply": "Fuse the gated activation (silu(gate) * up) into one kernel: silu_and_mul of vLLM, "
-    "FlashInfer or sgl-kernel, or torch.compile; or into the GEMM's epilogue.",
+    "gating multiply": "Fuse the multiply with the activation it gates or completes (SwiGLU's silu(gate) * up: "
+    "silu_and_mul of vLLM, FlashInfer or sgl-kernel; quick_gelu's x * sigmoid(1.702 x): torch.compile), or into "
+    "the GEMM's epilogue.",
     "bias": "Fuse the bias or residual add into the GEMM's epilogue (addmm, cuBLASLt's bias epilogue, or "
     "torch.compile).",
     "quantize": "Fuse the activation quantize (amax, scale, cast) into the producer kernel (the previous op, or "
@@ -149,11 +150,15 @@ def fusion_sentence(case: GemmCase) -> tuple[str, str, float] | None:
     where = "after" if side is after else "before"
     words = _join([u.word for u in side])
     sentence = (
-        f"the {words} {where} this GEMM take {duration(total)} ({duration(total / calls)} per call), "
+        f"the {words} {where} this GEMM take{'' if len(side) > 1 else 's'} {duration(total)} "
+        f"({duration(total / calls)} per call), "
         f"launched by {'their own operators' if len(side) > 1 else 'its own operator'}: fuse "
         f"{'them' if len(side) > 1 else 'it'}"
     )
-    remedy = " ".join(dict.fromkeys(u.remedy for u in sorted(side, key=lambda u: -u.total_ns)))
+    kinds = {u.kind for u in side}
+    if "activation" in kinds:  # its multiply (SwiGLU's gate, quick_gelu's x * sigmoid) fuses with it
+        kinds.discard("gating multiply")
+    remedy = " ".join(dict.fromkeys(REMEDY.get(k, REMEDY["elementwise"]) for k in sorted(kinds)))
     return sentence, remedy, total
 
 
@@ -171,3 +176,32 @@ ORDER_NOTE = (
     "the PyTorch profiler's operators, or nsys with emit_nvtx, to attribute them by operator)"
 )
 """The card's note where a case's calls own kernels by launch order alone (:attr:`Timing.aux_by_order_ns_total`)."""
+
+
+def beside_lines(case: dict[str, Any], most: int = 3) -> list[str]:
+    """The lines every view writes under a case's verdict (``case``: an Analysis case as JSON builtins): the
+    calls' auxiliary kernels by name and class, and the fusion candidates (the operators around the GEMM, with
+    their class and time), at most ``most`` of each."""
+    from ..rules.aux import kernel_label
+
+    out = []
+    calls = max((case.get("timing") or {}).get("calls") or 0, 1)
+    aux = sorted(case.get("aux") or [], key=lambda a: -(a.get("time_ns_total") or 0.0))
+    if aux:
+        named = [
+            f"{kernel_label(a['name'])} ({a.get('kernel_class') or 'unclassified'}, "
+            f"{duration((a.get('time_ns_total') or 0.0) / calls)})"
+            for a in aux[:most]
+        ]
+        more = f" and {len(aux) - most} more" if len(aux) > most else ""
+        out.append("aux kernels per call: " + "; ".join(named) + more)
+    fusion = case.get("fusion") or []
+    for f in fusion[:most]:
+        kernels = ", ".join(dict.fromkeys(kernel_label(k) for k in f["kernels"][:2]))
+        out.append(
+            f"fusion candidate: {f.get('op') or 'an operator'} {f['side']} the GEMM ({f['kernel_class']}: "
+            f"{kernels}), {duration(f.get('per_call_ns') or 0.0)} per call, {duration(f['time_ns_total'])} in all"
+        )
+    if len(fusion) > most:
+        out.append(f"fusion candidates: {len(fusion) - most} more (explain --json)")
+    return out

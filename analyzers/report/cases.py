@@ -11,6 +11,7 @@ from typing import Any
 from tracekit.numbers import duration as ns_text
 
 from ..analysis.headline import time_headline
+from ..gemm.fusion import beside_lines
 from .model import Bullets, Detail, Heading, Image, Inline, Para, Table, _fmt
 from .text import _f, _one_line, md_text
 
@@ -212,9 +213,14 @@ def case_blocks(c: dict[str, Any], n: int, d: Detail) -> list[Any]:
         blocks.append(Para(text))
     else:
         text = [("b", f"Verdict: {v['kind']}."), ("t", " " + md_text(v.get("sentence") or "", cc))]
+        if v.get("remedy"):  # a fusion verdict names no factor but has a remedy
+            text.append(("t", " Try: " + md_text(v["remedy"], cc)))
         if v.get("capture_hint"):
             text.append(("t", " To learn more: " + md_text(v["capture_hint"], cc)))
         blocks.append(Para(text))
+    beside = beside_lines(c)
+    if beside:
+        blocks.append(Bullets([[("t", md_text(x[0].upper() + x[1:], cc))] for x in beside]))
     notes = c.get("notes") or []
     if notes:
         blocks.append(Bullets([[("i", md_text(x, cc))] for x in notes]))

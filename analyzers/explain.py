@@ -40,7 +40,7 @@ from tracekit.devices import DeviceSpec, peak_note
 from tracekit.records import Environment
 
 from .gemm import GemmCase, build_cases, gemm_frame, settle_rate
-from .gemm.fusion import ORDER_NOTE, fusion_verdict
+from .gemm.fusion import ORDER_NOTE, apart_note, fusion_verdict
 from .rules import NO_LOSS, Factor
 from .rules.aux import aux, splitk
 from .rules.clock import LOCKED, LOCKED_REMEDY, clock, locked
@@ -224,6 +224,8 @@ def explain_case(case: GemmCase) -> Waterfall:
         )
     if case.timing.aux_by_order_ns_total:
         wf.notes.append(ORDER_NOTE)
+    if case.timing.aux_apart_runs:
+        wf.notes.append(apart_note(case))
     if case.timing.pauses:
         wf.notes.append(
             f"{case.timing.pauses} pause(s) of 1 ms or more inside calls ({case.timing.paused_ns_total / 1e6:.3g} ms: "

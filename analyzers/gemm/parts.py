@@ -192,6 +192,9 @@ class Timing:
     data, launched by those operators: not in the calls' time."""
     busy: Spread = field(default_factory=Spread)
     """Per call, the time of the kernels it owns (GEMM + auxiliary, no gap): what TraceLens times an operator by."""
+    aux_apart_runs: int = 0
+    """Runs of an auxiliary step (a tracekit ``aux`` range) that ran apart from the calls, not one per call: each
+    call is charged their median run (0: none, or one run per call, each charged to the call after it)."""
     aux_by_order_ns_total: float = 0.0
     """Auxiliary time the calls own by launch order alone (no operator record says who launched it)."""
     gap_max: float | None = None

@@ -111,6 +111,7 @@ def _merge_timeline(mc: GemmCase, tc: GemmCase) -> None:
         detail = f"{tc.timing.detail} (the {mc.timing.source.split(':')[-1]} measurement of the same range is kept as evidence)"
         mc.timing = tc.timing
         mc.timing.detail = detail
+        mc.notes = [n for n in mc.notes if n != MEASURED_AUX_NOTE]  # the timeline's aux replaces the measured
     elif tc.timing.aux_kernels:  # the kernels by name, for the measurement's quantize
         mc.timing.aux_kernels = tc.timing.aux_kernels
     mc.range_ids = tc.range_ids

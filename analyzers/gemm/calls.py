@@ -168,8 +168,8 @@ def _free_aux(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Kernels of tracekit ``aux`` ranges outside any GEMM range, joined to the calls of the GEMM they feed
     (:func:`~.names.aux_key`: same M and K, the backend or its family): with one instance per call, each to the
-    first call after it on its device; otherwise (the step ran apart from the calls) every call gets the median
-    instance, and ``_apart`` on the calls says how many instances that median is of."""
+    first call after it on its device; otherwise the step ran apart from the calls and is none's: the calls
+    record how many instances there were (``_apart``) and their median time (``_apart_ns``)."""
     empty = pl.DataFrame(
         schema={
             "owner": pl.Int64,
@@ -199,7 +199,7 @@ def _free_aux(
         "first",
         pl.col("device").fill_null(_NO_DEVICE).cast(pl.Int64).alias("_dev"),
     )
-    pairs = []
+    pairs, apart = [], []
     for key in {aux_key(names.get(a)) for a in inst["free_aux"].to_list()} - {None}:
         backend, m, k = key  # type: ignore[misc]
         ids = [a for a in inst["free_aux"].to_list() if aux_key(names.get(a)) == key]
@@ -220,26 +220,28 @@ def _free_aux(
                     by="_dev",
                     strategy="forward",
                     check_sortedness=False,
-                ).select("free_aux", "owner", "_ns", pl.lit(0, pl.Int64).alias("_apart"))
+                ).select("free_aux", "owner", "_ns")
             )
             continue
         # the step ran apart from the calls (tracekit's benchmark quantizes each input buffer once and times the
-        # per-call quantize in a loop of its own): each call pays one, its median run. Joining each run to the
-        # call after it charged 3 setup quantizes of 389 us to 40 calls (29.3 us "per call", h200-capture-gemm)
+        # per-call quantize in a loop of its own): no call ran it, so none is charged; each call records how many
+        # runs there were and their median, for the card. Joining each run to the call after it charged 3 setup
+        # quantizes of 389 us to 40 calls (29.3 us "per call", h200-capture-gemm) and the 18 timed ones to none
         ranked = mine.sort("_ns", "free_aux")
         mid = ranked.row((ranked.height - 1) // 2, named=True)
-        pairs.append(
+        apart.append(
             serve.select(
-                pl.lit(mid["free_aux"]).cast(inst.schema["free_aux"]).alias("free_aux"),
                 "owner",
-                pl.lit(mid["_ns"]).cast(pl.Float64).alias("_ns"),
                 pl.lit(ranked.height, pl.Int64).alias("_apart"),
+                pl.lit(mid["_ns"]).cast(pl.Float64).alias("_apart_ns"),
             )
         )
+    if apart:
+        calls = calls.join(pl.concat(apart).group_by("owner").max(), on="owner", how="left")
     if not pairs:
         return calls, empty
-    joined = pl.concat(pairs, how="vertical_relaxed").filter(pl.col("owner").is_not_null())
-    add = joined.group_by("owner").agg(pl.col("_ns").sum().alias("_free"), pl.col("_apart").max())
+    joined = pl.concat(pairs).filter(pl.col("owner").is_not_null())
+    add = joined.group_by("owner").agg(pl.col("_ns").sum().alias("_free"))
     calls = (
         calls.join(add, on="owner", how="left")
         .with_columns((pl.col("aux") + pl.col("_free").fill_null(0.0)).alias("aux"))
@@ -421,8 +423,9 @@ def aggregate(
     _splitk); ``timing`` sets the fields every case shares (source, detail)."""
     if calls.height == 0:
         return {}
-    if "_apart" not in calls.columns:
-        calls = calls.with_columns(pl.lit(0, pl.Int64).alias("_apart"))
+    for col in ("_apart", "_apart_ns"):
+        if col not in calls.columns:
+            calls = calls.with_columns(pl.lit(None, pl.Float64).alias(col))
     before = _idle_before(calls, kernel_starts)
     calls = calls.join(before, on="owner", how="left").with_columns(
         (pl.col("gap") + pl.col("_before").fill_null(0.0)).alias("gap")
@@ -447,6 +450,7 @@ def aggregate(
         pl.col("pauses").sum(),
         pl.col("gap").max().alias("gap_max"),
         pl.col("_apart").max().alias("apart"),
+        pl.col("_apart_ns").max().alias("apart_ns"),
         *[e for c in ("gemm", "aux", "gap", "span", "splitk", "busy") for e in spread(c)],
     )
     owners = calls.select("owner", "case")
@@ -513,6 +517,7 @@ def aggregate(
             fusion=candidates.get(r["case"], []),
             aux_by_order_ns_total=by_order.get(r["case"]) or 0.0,
             aux_apart_runs=int(r["apart"] or 0),
+            aux_apart_ns=r["apart_ns"],
             **timing,
         )
     return out

@@ -208,12 +208,12 @@ def beside_lines(case: dict[str, Any], most: int = 3) -> list[str]:
 
 
 def apart_note(case: GemmCase) -> str:
-    """The card's note where the calls' auxiliary step ran apart from them (:attr:`Timing.aux_apart_runs`)."""
+    """The card's note where an auxiliary step feeding the case ran apart from its calls
+    (:attr:`Timing.aux_apart_runs`)."""
     t = case.timing
-    per_call = t.aux_ns_total / t.calls if t.calls else 0.0
     return (
-        f"the auxiliary step (a tracekit aux range: {t.aux_apart_runs} runs) ran apart from the {t.calls} calls, "
-        f"not once before each: each call is charged its median run, {duration(per_call)}, what a layer that "
-        "runs it on every call pays (tracekit's benchmark quantizes each input once and times the quantize in a "
-        "loop of its own)"
+        f"its auxiliary step (a tracekit aux range) ran {t.aux_apart_runs} times apart from the {t.calls} calls, "
+        f"not once before each, so it is not in their time; its median run takes {duration(t.aux_apart_ns or 0)}, "
+        "what a layer that runs it on every call pays on top (tracekit's benchmark quantizes each input once and "
+        "times the quantize in a loop of its own: its measurement's aux time)"
     )

@@ -193,8 +193,10 @@ class Timing:
     busy: Spread = field(default_factory=Spread)
     """Per call, the time of the kernels it owns (GEMM + auxiliary, no gap): what TraceLens times an operator by."""
     aux_apart_runs: int = 0
-    """Runs of an auxiliary step (a tracekit ``aux`` range) that ran apart from the calls, not one per call: each
-    call is charged their median run (0: none, or one run per call, each charged to the call after it)."""
+    """Runs of an auxiliary step (a tracekit ``aux`` range feeding the case) that ran apart from the calls, not
+    one before each: not in the calls' time (0: none, or one run per call, each the aux time of the call after it)."""
+    aux_apart_ns: float | None = None
+    """Their median run's kernel time: what a layer that runs the step on every call would pay per call."""
     aux_by_order_ns_total: float = 0.0
     """Auxiliary time the calls own by launch order alone (no operator record says who launched it)."""
     gap_max: float | None = None

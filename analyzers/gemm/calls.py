@@ -13,7 +13,9 @@ A call is
 
 Memsets and memcpys are rows like kernels (class ``memory``, :func:`~.timeline.timeline_cases`): one under a call's
 operator is the call's (cuBLAS zeroing a split-K workspace), its time aux time, not idle time. Calls of the last
-two kinds own the free kernels of their range instance by role (:mod:`.roles`). Per call:
+two kinds own the free kernels of their range instance by role (:mod:`.roles`), but never a kernel that another
+profiler operator launched (:func:`_by_operator`: the correlation id links each kernel to its launching
+operator): those are fusion candidates (:mod:`.fusion`), reported beside the call, not in it. Per call:
 **GEMM time** (its GEMM kernels and split-K reduce kernels), **aux time** (its other kernels), the **gap** (idle
 GPU time between its first and last kernel in stretches under the launch-gap limit; longer stretches are pauses,
 counted apart) and, added by :func:`aggregate`, the idle time since the previous call of the same case when

@@ -43,6 +43,7 @@ from tracekit.numbers import finite
 
 from .analysis.model import Verdict, VerdictKind
 from .gemm import GemmCase, settle_rate
+from .gemm.fusion import ORDER_NOTE, apart_note, fusion_verdict
 from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
 from .rules.kernel import STALL_MEANING, stalled, top_stalls
@@ -223,6 +224,10 @@ def _waterfall(case: GemmCase) -> Waterfall:
             f"Nsight Compute evidence from the same kernel and grid profiled in range {case.ncu.borrowed_from!r}: "
             "this range's own launches were not profiled"
         )
+    if case.timing.aux_by_order_ns_total:
+        wf.notes.append(ORDER_NOTE)
+    if case.timing.aux_apart_runs:
+        wf.notes.append(apart_note(case))
     if case.timing.pauses:
         wf.notes.append(
             f"{case.timing.pauses} pause(s) of 1 ms or more inside calls ({case.timing.paused_ns_total / 1e6:.3g} ms: "
@@ -345,8 +350,10 @@ def _verdict(
     f: Factor | None = None,
     remedy: str | None = None,
     capture_hint: str | None = None,
+    lost_ns: float | None = None,
 ) -> Verdict:
-    """A verdict of ``kind`` blaming ``f`` (one of the waterfall's factors) with its time lost and speed-up."""
+    """A verdict of ``kind`` blaming ``f`` (one of the waterfall's factors) with its time lost and speed-up;
+    ``lost_ns`` the time a verdict without a factor names (kind fusion: its candidates' time over all calls)."""
     blamed = next((x for x in wf.factors if f is not None and x.name == f.name), None)
     return Verdict(
         kind=kind,
@@ -356,7 +363,7 @@ def _verdict(
         value=float(f.value) if f is not None else None,
         remedy=_text(remedy) if f is None or f.value < NO_LOSS else None,
         gain_pct=blamed.gain_pct if blamed else None,
-        lost_ns_total=blamed.lost_ns_total if blamed else None,
+        lost_ns_total=blamed.lost_ns_total if blamed else lost_ns,
         capture_hint=_text(capture_hint),
     )
 
@@ -416,6 +423,9 @@ def verdict_of(wf: Waterfall) -> Verdict:
             sentence += "; without a FLOP count the rest cannot be rated"
             hint = NCU_HINT
         return _verdict(wf, VerdictKind.CLOCKS_LOCKED, sentence, f_clock, LOCKED_REMEDY, hint)
+    fused = fusion_verdict(case, wf.loss_of(blamed)[0] if blamed is not None else 0.0)
+    if fused is not None:  # the operators after (or before) the GEMM cost more than anything inside its calls
+        return _verdict(wf, VerdictKind.FUSION, fused[0], remedy=fused[1], lost_ns=fused[2])
     lack = missing(case, wf.peak_tflops)
     if lack is not None and (blamed is None or blamed.name in ("waves", "clock")):
         # without a rate, a wave estimate or a clock says too little to be the verdict

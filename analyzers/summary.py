@@ -187,6 +187,21 @@ def case_row(case: Any) -> dict[str, Any]:
         "span_ns_median": t.span_ns.median,
         "gemm_ns_median": t.gemm_ns.median,
         "span_ns_total": t.span_ns_total,
+        "aux_kernels": [
+            {"name": a.name, "kernel_class": a.kernel_class, "per_call_us": us(a.per_call_ns)}
+            for a in case.aux
+        ],
+        "fusion": [
+            {
+                "op": f.op,
+                "kernels": list(f.kernels),
+                "kernel_class": f.kernel_class,
+                "side": f.side,
+                "per_call_us": us(f.per_call_ns),
+                "time_us": us(f.time_ns_total),
+            }
+            for f in case.fusion
+        ],
     }
 
 

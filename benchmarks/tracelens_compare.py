@@ -10,6 +10,8 @@ rates against sum over sum), and the largest deviation once tracekit's calls are
 
     python benchmarks/tracelens_compare.py            # Markdown table
     python benchmarks/tracelens_compare.py --ops      # one line per operator
+    python benchmarks/tracelens_compare.py --record before.json          # achieved per operator, at one commit
+    python benchmarks/tracelens_compare.py --achieved --before before.json   # achieved against TraceLens
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def compare(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 for x in rates
                 if (x.op, x.m, x.n, x.k, x.batch) == (op, *shape) and x.dtype_class == r["dtype"]
             ]
+            one = mine[0] if len(mine) == 1 else None
+            achieved = one.achieved_tflops if one else None
+            owned = one.owned_tflops if one else None
+            gap = one.gap_ns_total if one else None
+            fusion = one.fusion_ns_total if one else None
             kernel = mine[0].kernel_tflops if len(mine) == 1 else None
             defined = mine[0].tracelens_tflops if len(mine) == 1 else None
             median = mine[0].median_call_tflops if len(mine) == 1 else None
@@ -75,6 +82,8 @@ def compare(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 and dtype_class(c.dtype_a, c.dtype_b) == r["dtype"]
             ]
             kernel = mine[0].kernel_tflops if len(mine) == 1 else None
+            achieved = mine[0].achieved_tflops if len(mine) == 1 else None
+            owned, gap, fusion = None, None, None
             defined, median, added = None, None, None
             flops = mine[0].flops if len(mine) == 1 else None
             calls = mine[0].timing.calls if len(mine) == 1 else None
@@ -87,6 +96,10 @@ def compare(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tracekit_tl_definition": defined,
                 "tracekit_calls": calls,
                 "added_ns": added,
+                "tracekit_achieved": achieved,
+                "tracekit_owned": owned,
+                "gap_ns": gap,
+                "fusion_ns": fusion,
             }
         )
     return out
@@ -149,9 +162,44 @@ def table(peers: dict[str, Any], ops: bool = False) -> list[str]:
     return lines
 
 
+def op_key(name: str, g: dict[str, Any]) -> str:
+    """One operator of one trace, as ``--record`` and ``--before`` key it."""
+    return f"{name}|{g['op']}|{g['m']}x{g['n']}x{g['k']}"
+
+
+def achieved_table(peers: dict[str, Any], before: dict[str, Any] | None = None) -> list[str]:
+    """Per operator TraceLens rates: its rate, tracekit's achieved (with ``before``, an earlier recording's
+    beside it), TraceLens's definition from the kernels each call owns and its deviation, and the time that tells
+    achieved from TraceLens's rate: the calls' gaps (achieved counts them) and the fusion candidates (neither
+    does)."""
+    lines = [
+        "| trace | op | M x N x K | TraceLens | achieved before | achieved | achieved / TraceLens | owned "
+        "kernels, TraceLens's definition | deviation | gap per call (µs) | fusion candidates per call (µs) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, rows in peers["traces"].items():
+        for g in compare(name, rows):
+            if g["op"] is None or g["tracekit_achieved"] is None:
+                continue
+            tl, ach, owned = g["tflops_median"], g["tracekit_achieved"], g["tracekit_owned"]
+            was = (before or {}).get(op_key(name, g))
+            calls = g["tracekit_calls"] or 1
+            dev = f"{100 * (owned / tl - 1):+.2f}%" if owned and tl >= PRECISE else "(rounded)"
+            lines.append(
+                f"| {name} | {g['op']} | {g['m']}x{g['n']}x{g['k']} | {tl:.4g} | "
+                f"{f'{was:.4g}' if was is not None else '–'} | {ach:.4g} | {ach / tl:.3f} | "
+                f"{f'{owned:.4g}' if owned else '–'} | {dev} | {(g['gap_ns'] or 0) / calls / 1e3:.1f} | "
+                f"{(g['fusion_ns'] or 0) / calls / 1e3:.1f} |"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", action="store_true", help="one line per operator")
+    p.add_argument("--achieved", action="store_true", help="per operator: achieved and owned kernels' rate")
+    p.add_argument("--before", type=Path, help="with --achieved: a --record file of an earlier commit")
+    p.add_argument("--record", type=Path, help="write each operator's achieved rate to this JSON file")
     args = p.parse_args(argv)
     if not PEERS.is_file():
         print(
@@ -159,7 +207,21 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    print("\n".join(table(json.loads(PEERS.read_text()), args.ops)))
+    peers = json.loads(PEERS.read_text())
+    if args.record:
+        got = {
+            op_key(name, g): g["tracekit_achieved"]
+            for name, rows in peers["traces"].items()
+            for g in compare(name, rows)
+            if g["op"] is not None
+        }
+        args.record.write_text(json.dumps(got, indent=0, sort_keys=True) + "\n")
+        return 0
+    if args.achieved:
+        before = json.loads(args.before.read_text()) if args.before else None
+        print("\n".join(achieved_table(peers, before)))
+        return 0
+    print("\n".join(table(peers, args.ops)))
     return 0
 
 

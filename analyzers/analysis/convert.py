@@ -23,6 +23,7 @@ from .model import (
     DeviceInfo,
     Dist,
     FlopsInfo,
+    FusionCandidate,
     KernelRef,
     NcuEvidence,
     NcuRule,
@@ -227,7 +228,21 @@ def case_from_gemm(gc: Any, wf: Any, *, device_source: str | None = None, **_: A
         for u in gc.timing.aux_kernels
         if _text(u.name)
     ]
+    fusion = [
+        FusionCandidate(
+            op=_text(u.op),
+            kernels=[n for n in (_text(x) for x in u.kernels) if n],
+            kernel_class=u.kind,
+            side="after" if u.after else "before",
+            time_ns_total=u.total_ns,
+            per_call_ns=_finite(u.total_ns / calls),
+            count=u.count,
+            remedy=_text(u.remedy),
+        )
+        for u in gc.timing.fusion
+    ]
     return Case(
+        fusion=fusion,
         id=gc.id,
         name=_text(gc.name) or _text(k.name) or "GEMM",
         origin=_ORIGIN.get(gc.origin, gc.origin),

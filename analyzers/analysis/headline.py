@@ -40,6 +40,18 @@ def top_losses(cases: Sequence[Case], n: int = TOP_LOSSES) -> list[Loss]:
                     remedy=f.remedy,
                 )
             )
+        v = c.verdict
+        if v.kind == "fusion" and v.lost_ns_total:  # the verdict's fusion candidates: the time fusing saves
+            found.append(
+                Loss(
+                    case_id=c.id,
+                    case_name=c.name,
+                    factor="fusion candidates",
+                    lost_ns_total=v.lost_ns_total,
+                    sentence=v.sentence,
+                    remedy=v.remedy,
+                )
+            )
     return sorted(found, key=lambda x: -x.lost_ns_total)[:n]
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "Failure",
     "FailureGroup",
     "FlopsInfo",
+    "FusionCandidate",
     "KernelRef",
     "Loss",
     "MoeSummary",
@@ -192,6 +193,24 @@ class AuxKernel(_S):
     count: int | None = None
 
 
+class FusionCandidate(_S):
+    """Kernels of an operator next to the GEMM's that work on its data: an activation, a bias add or a gating
+    multiply reading its output (``side`` after), or a quantize writing its input (before). The profiler recorded
+    that operator (``op``, e.g. ``aten::silu``) launching them, so they are not in the case's calls (its achieved
+    rate counts the kernels its own operator launched); fusing them into the GEMM or into one kernel removes their
+    time. ``kernel_class``: activation | gating multiply | bias | quantize | elementwise; time over all calls, per
+    call (total / the case's calls), launches, and the ``remedy``."""
+
+    op: str | None
+    kernels: list[str]
+    kernel_class: str
+    side: str
+    time_ns_total: float
+    per_call_ns: float | None = None
+    count: int = 0
+    remedy: str | None = None
+
+
 class NcuRule(_S):
     """One of Nsight Compute's own findings (its rule, kind, title, message and estimated speed-up)."""
 
@@ -279,13 +298,16 @@ class VerdictKind(enum.StrEnum):
     """SM and DRAM throughput both a few percent: the kernel's warps wait."""
     CLOCKS_LOCKED = "clocks-locked"
     """The report ran its kernels at a locked clock well below boost."""
+    FUSION = "fusion"
+    """The kernels of the operators around the GEMM (its fusion candidates) cost more than any factor."""
 
 
 class Verdict(_S):
     """What the case comes down to.
 
     ``kind``: explained (a factor is blamed) | no-loss (at peak, nothing to blame) | cannot-explain (too little
-    evidence: ``capture_hint`` says what to capture) | stalled | clocks-locked ...; ``factor`` the blamed factor's
+    evidence: ``capture_hint`` says what to capture) | stalled | clocks-locked | fusion (the case's fusion
+    candidates cost more than any factor: ``lost_ns_total`` is their time) ...; ``factor`` the blamed factor's
     name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the calls' time it
     costs, ``gain_pct`` the speed-up if removed."""
 
@@ -335,6 +357,7 @@ class Case(_S):
     factors: list[Factor] = msgspec.field(default_factory=list)
     complete: bool | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    fusion: list[FusionCandidate] = msgspec.field(default_factory=list)
 
     @property
     def label(self) -> str:

@@ -74,6 +74,18 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
             source=f"measurement:{method}",
             detail=f"measurement: {method}, median of {r.get('repeats') or '?'} repeats",
         )
+        if r.get("aux_time_us"):  # tracekit's benchmark: the backend's activation quantize, timed apart
+            to = r.get("dtype") or "its low-precision type"
+            case.timing.aux_kernels = [
+                AuxUse(
+                    name=f"activation quantize to {to}" + (f" ({r['scale']})" if r.get("scale") else ""),
+                    kernel_class="quantize",
+                    role="quantize",
+                    total_ns=us("aux_time_us") or 0.0,
+                    count=1,
+                )
+            ]
+            case.notes.append(MEASURED_AUX_NOTE)
         case.clock = Clock(
             sm_clock_hz=r.get("sm_clock_hz"),
             source="NVML mean SM clock during the timing" if r.get("sm_clock_hz") else None,
@@ -86,6 +98,14 @@ def _measurement_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | Non
     return cases
 
 
+MEASURED_AUX_NOTE = (
+    "aux is the backend's activation quantize (amax, scale, cast) timed apart in a loop of its own, the median of "
+    "its runs, charged once per call: what a layer that quantizes its activation on every call pays. The GEMM was "
+    "timed on inputs quantized beforehand; capture the run with --nsys to see the quantize's kernels by name"
+)
+"""What a measured case with an auxiliary time says (``tracekit bench``: ``aux_time_us``)."""
+
+
 def _merge_timeline(mc: GemmCase, tc: GemmCase) -> None:
     """A measurement and the timeline of the same range. CUDA-graph timing keeps its times (the timeline, often
     taken under a profiler, lends kernel names and launch configuration); events timing under a profiler carries
@@ -94,7 +114,8 @@ def _merge_timeline(mc: GemmCase, tc: GemmCase) -> None:
         detail = f"{tc.timing.detail} (the {mc.timing.source.split(':')[-1]} measurement of the same range is kept as evidence)"
         mc.timing = tc.timing
         mc.timing.detail = detail
-    elif not mc.timing.aux_kernels:
+        mc.notes = [n for n in mc.notes if n != MEASURED_AUX_NOTE]  # the timeline's aux replaces the measured
+    elif tc.timing.aux_kernels:  # the kernels by name, for the measurement's quantize
         mc.timing.aux_kernels = tc.timing.aux_kernels
     mc.range_ids = tc.range_ids
     mc.parents = mc.parents or tc.parents

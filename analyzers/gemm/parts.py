@@ -162,6 +162,18 @@ class Timing:
     detail: str | None = None
     pauses: int = 0
     paused_ns_total: float = 0.0
+    fusion: list[Any] = field(default_factory=list)
+    """Fusion candidates (:class:`~.fusion.FusionUse`): kernels of the operators around the GEMM's that work on its
+    data, launched by those operators: not in the calls' time."""
+    busy: Dist = field(default_factory=Dist)
+    """Per call, the time of the kernels it owns (GEMM + auxiliary, no gap): what TraceLens times an operator by."""
+    aux_apart_runs: int = 0
+    """Runs of an auxiliary step (a tracekit ``aux`` range feeding the case) that ran apart from the calls, not
+    one before each: not in the calls' time (0: none, or one run per call, each the aux time of the call after it)."""
+    aux_apart_ns: float | None = None
+    """Their median run's kernel time: what a layer that runs the step on every call would pay per call."""
+    aux_by_order_ns_total: float = 0.0
+    """Auxiliary time the calls own by launch order alone (no operator record says who launched it)."""
     gap_max: float | None = None
     """The largest one call's gap (None where the calls are not known one by one): with a few calls, whether one
     call holds the idle (a first call's setup) or every call does."""

@@ -42,7 +42,7 @@ KERNEL_COLUMNS = (
     "kernel_id", "device", "stream", "name", "start_ns", "end_ns", "duration_ns", "range_id", "grid_x",
     "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "static_smem_bytes",
     "dynamic_smem_bytes", "smem_bytes", "kernel_class", "kernel_family", "correlation_id", "pid", "source",
-    "launch_start_ns", "blocks_per_sm", "est_occupancy_pct", "memop_kind",
+    "launch_start_ns", "blocks_per_sm", "est_occupancy_pct", "memop_kind", "launch_op",
 )  # fmt: skip
 _SHAPE = ("m", "n", "k", "batch", "dtype_a", "dtype_b", "dtype_out")
 TIMELINE_DETAIL = "timeline: kernel durations and idle time of each call"

@@ -47,6 +47,16 @@ class OpRate:
     median_call_tflops: float | None
     tracelens_tflops: float | None
     added_ns_total: float
+    achieved_tflops: float | None = None
+    """The case's achieved rate: sum of FLOPs / sum of call spans (the kernels the operator launched, the gaps
+    between them and the launch gap before a back-to-back call)."""
+    owned_tflops: float | None = None
+    """TraceLens's definition from the kernels each call owns (GEMM + auxiliary time, no gap; M*N more for an
+    addmm; median over calls): where ownership by operator is right, TraceLens's number."""
+    gap_ns_total: float = 0.0
+    """The calls' idle time that achieved counts and TraceLens does not."""
+    fusion_ns_total: float = 0.0
+    """The fusion candidates' time: kernels of the following (or preceding) operators, in neither rate."""
 
 
 def _under_call(frame: pl.DataFrame | None, resolved: pl.DataFrame) -> pl.DataFrame:
@@ -104,6 +114,23 @@ def op_rates(frames: dict[str, pl.DataFrame], cases: list[GemmCase]) -> list[OpR
                 ),
                 tracelens_tflops=statistics.median(flops_tl / t / 1e3 for t in times) if times else None,
                 added_ns_total=max(sum(times) - gemm_ns, 0.0) if times else 0.0,
+                achieved_tflops=(
+                    flops * calls / span / 1e3
+                    if (
+                        span := sum(
+                            c.timing.gemm_ns_total + c.timing.aux_ns_total + c.timing.gap_ns_total
+                            for c in members
+                        )
+                    )
+                    else None
+                ),
+                owned_tflops=(
+                    flops_tl / busy / 1e3
+                    if len(members) == 1 and (busy := members[0].timing.busy.median)
+                    else None
+                ),
+                gap_ns_total=sum(c.timing.gap_ns_total for c in members),
+                fusion_ns_total=sum(u.total_ns for c in members for u in c.timing.fusion),
             )
         )
     return out

@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from tracekit.numbers import duration as ns_text
 
 from ..analysis.figures import median_call, median_call_text
 from ..analysis.headline import time_headline
 from ..analysis.model import Case, Summary
+from ..gemm.fusion import beside_lines
 from .model import Bullets, Detail, Heading, Image, Inline, Para, Table, _fmt
 from .text import _one_line, md_text
 
@@ -214,9 +217,14 @@ def case_blocks(c: Case, n: int, d: Detail) -> list[Any]:
         blocks.append(Para(text))
     else:
         text = [("b", f"Verdict: {v.kind}."), ("t", " " + md_text(v.sentence or "", cc))]
+        if v.remedy:  # a fusion verdict names no factor but has a remedy
+            text.append(("t", " Try: " + md_text(v.remedy, cc)))
         if v.capture_hint:
             text.append(("t", " To learn more: " + md_text(v.capture_hint, cc)))
         blocks.append(Para(text))
+    beside = beside_lines(msgspec.to_builtins(c))
+    if beside:
+        blocks.append(Bullets([[("t", md_text(x[0].upper() + x[1:], cc))] for x in beside]))
     if c.notes:
         blocks.append(Bullets([[("i", md_text(x, cc))] for x in c.notes]))
     return blocks

@@ -288,8 +288,11 @@ def _nested(shape: dict | None = None) -> dict[str, pl.DataFrame]:
 def test_profiler_op_ranges_without_shapes_are_transparent_and_with_shapes_are_cases() -> None:
     (c,) = build_cases(_nested())
     assert c.name == "fp8_linear" and c.user_range and c.launches == 3
-    assert c.main_kernel == _FP8 and [u.name for u in c.timing.aux_kernels] == [_CAST]
-    assert c.timing.aux_ns_total == pytest.approx(3 * 6_000) and c.timing.aux.median == pytest.approx(6_000)
+    # the cast is aten::copy_'s (the op that launched it), not the GEMM op's: a fusion candidate before the GEMM
+    assert c.main_kernel == _FP8 and not c.timing.aux_kernels and c.timing.aux_ns_total == 0
+    (cast,) = c.timing.fusion
+    assert (cast.op, cast.kernels, cast.after, cast.count) == ("aten::copy_", [_CAST], False, 3)
+    assert cast.kind == "quantize" and cast.total_ns == pytest.approx(3 * 6_000)
     shaped = build_cases(_nested({"m": 16, "n": 2048, "k": 6144, "dtype_a": "e4m3", "dtype_b": "e4m3"}))
     (s,) = shaped  # every call of the op is one case (the per-call seq / op_id counters dropped)
     assert s.name == "aten::_scaled_mm M=16 N=2048 K=6144" and s.context == "fp8_linear" and s.launches == 3

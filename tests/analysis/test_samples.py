@@ -162,17 +162,18 @@ def test_capture_sample_explained_from_its_timeline() -> None:
         .agg(pl.col("start_ns").min())["start_ns"]
         .to_list()
     )
-    owned = [
+    before = [
         d for end, d in inst.select("end_ns", "duration_ns").iter_rows() if any(f >= end for f in firsts)
     ]
-    assert 0 < len(owned) < inst.height  # most quantize runs of the sweep come after its GEMM calls
-    assert t.aux_ns_total == pytest.approx(sum(owned))
-    assert any(u.name == "[CUDA memset]" for u in fp8.aux)
-    # the naive eager quantizer (bf16 -> fp32 -> amax -> scale -> e4m3, 12 kernels) costs more than the GEMM
-    assert fp8.verdict.factor == "aux kernels"
-    assert any("reduce_kernel" in u.name for u in fp8.aux)
-    assert fp8.complete
-    bf16 = next(w for n, w in wfs.items() if "backend=torch-bf16" in n and " M=16 " in n)
+    # the quantize ran 21 times (12 kernels and a memset, 387-392 us each): 3 in the setup (one per input buffer)
+    # and the rest in the benchmark's own aux timing loop, after the GEMM calls; no GEMM call ran one. Joined to the
+    # next call, the 3 setup runs were charged to the 40 calls ("29.3 us per call"); now the step is none's, and
+    # the card gives its median run (docs/CASES.md, "h200-bench-gemm against h200-capture-gemm")
+    assert 0 < len(before) < inst.height == 21
+    assert t.aux_ns_total == 0 and not fp8.aux
+    assert any("ran 21 times apart from the 40 calls" in n for n in fp8.notes)
+    assert fp8.verdict.factor != "aux kernels" and fp8.complete
+    bf16 = next(w for n, w in wfs.items() if "bf16" in n and " M=16 " in n)
     nvjet = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "nvjet_")
     reduce = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "void cublasLt::splitKreduce")
     # cuBLAS split K at M = 16: its reduce kernel is GEMM time (the kernel rate includes it), said apart

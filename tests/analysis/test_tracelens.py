@@ -146,3 +146,94 @@ def test_falconsai_addmm_kernel_rate_is_the_kernels_not_a_median_of_parts(shared
     assert c.kernel_tflops == pytest.approx(2 * 788 * 768 * 768 * 48 / kernels["duration_ns"].sum() / 1e3)
     assert c.kernel_tflops == pytest.approx(111.8, abs=0.1)  # TraceLens's median per call: 112.7
     assert c.achieved_tflops == pytest.approx(c.flops * t.calls / t.span_ns_total / 1e3)
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_achieved_per_op_counts_only_the_kernels_the_op_launched(name: str) -> None:
+    """Issue 44 item 3: an operator's call owns the kernels that operator launched. TraceLens's definition
+    computed from the kernels each call owns (not from the operator's range) is TraceLens's number on every op
+    (its rounding to 4 decimals aside); the next op's activation counted in, as launch order did, put Qwen's
+    ``mm 8944x2816x1024`` 20% off. Achieved is those kernels and the gaps between them: with the gaps taken out it
+    is within 2% of TraceLens (its bias FLOPs counted in), but where the median of per-call rates differs from sum
+    over sum (docs/CASES.md)."""
+    beyond = []
+    for r in compare(name, _peers()["traces"][name]):
+        if r["op"] is None:
+            continue
+        what = (name, r["op"], r["m"], r["n"], r["k"])
+        tl, owned = r["tflops_median"], r["tracekit_owned"]
+        if tl >= PRECISE:
+            assert owned == pytest.approx(tl, rel=TOLERANCE), what
+        else:
+            assert owned == pytest.approx(tl, abs=1e-4), what
+        flops = r["tracekit_flops"] * r["tracekit_calls"]
+        span = flops / r["tracekit_achieved"] / 1e3
+        assert r["gap_ns"] < span, what
+        busy_rate = flops / (span - r["gap_ns"]) / 1e3
+        bias = 1 + 1 / (2 * r["k"]) if r["op"] == "aten::addmm" else 1.0
+        if tl >= PRECISE and abs(busy_rate * bias / tl - 1) > TOLERANCE:
+            # sum over sum against the median call: the median call's rate is TraceLens's (asserted above)
+            beyond.append(what)
+        assert r["tracekit_achieved"] <= busy_rate * (1 + 1e-9), what  # the gaps only slow it
+    # only HTA's negative_queue trace (1 µs resolution) has calls whose times spread enough to tell the two apart
+    assert not beyond or name == "negative_queue_length_values_check__rank0", beyond
+
+
+def test_the_next_ops_silu_is_a_fusion_candidate_not_the_mms_time(shared_data: Path) -> None:
+    """TraceLens H100 Qwen1.5 ``aten::mm 8944x2816x1024`` (the MLP's gate/up projection, 48 calls): TraceLens 610.7
+    TFLOP/s. Launch order gave it the ``silu_kernel`` that ``aten::silu`` launched after it (38.5 µs, 24 times), and
+    its achieved rate was 481.1. Now the mm's calls own its GEMM kernel and cuBLAS's memset; the SiLU is a fusion
+    candidate with its time, and achieved is 596.5 (the rest of TraceLens's 610.7 is 2.0 µs of launch gap per
+    call)."""
+    from tracekit.analyzers.gemm import build_cases
+    from tracekit.analyzers.importer import combine, read_file
+
+    path = shared_data / "thirdparty/tracelens/h100__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    frames = combine([read_file(path)])
+    (c,) = [c for c in build_cases(frames) if c.op == "mm" and (c.m, c.n, c.k) == (8944, 2816, 1024)]
+    t = c.timing
+    assert t.calls == 48 and [u.name for u in t.aux_kernels] == ["Memset (Device)"]
+    (silu,) = t.fusion
+    assert (silu.op, silu.kind, silu.after, silu.count) == ("aten::silu", "activation", True, 24)
+    assert "silu_kernel" in silu.kernels[0]
+    silus = frames["kernels"].filter(frames["kernels"]["launch_op"] == "aten::silu")
+    assert silu.total_ns == pytest.approx(silus["duration_ns"].sum() * 24 / silus.height, rel=0.2)
+    assert c.achieved_tflops == pytest.approx(596.5, abs=0.1)
+    assert c.kernel_tflops == pytest.approx(616.6, abs=0.1)
+
+
+def test_a_fusion_candidate_can_be_the_verdict_named_as_what_it_is(shared_data: Path) -> None:
+    """TraceLens H100 owlv2 fc1 (``addmm 5185x4096x1024``, 120 calls): quick_gelu after it (x * sigmoid(1.702 x):
+    two multiplies and a sigmoid, each its own operator) was counted in its calls: achieved 252.5 against a
+    kernel rate of 758.1. Now achieved is 722.5, and the candidates (12.90 ms) cost more than any factor of the
+    GEMM's calls: the verdict names them, in every view (the Analysis, the card, show --json, the report)."""
+    from tracekit.analyzers.analysis.api import analyze
+
+    path = shared_data / "thirdparty/tracelens/h100__google_owlv2-large-patch14-ensemble__1016001.json.gz"
+    a = analyze(path)
+    (c,) = [c for c in a.cases if c.op == "addmm" and c.shape and (c.shape.m, c.shape.n) == (5185, 4096)]
+    assert c.timing.achieved_tflops == pytest.approx(722.5, abs=0.1)
+    assert {(f.op, f.kernel_class, f.side) for f in c.fusion} == {
+        ("aten::mul", "gating multiply", "after"),
+        ("aten::sigmoid", "activation", "after"),
+    }
+    total = sum(f.time_ns_total for f in c.fusion)
+    assert c.verdict.kind == "fusion" and c.verdict.lost_ns_total == pytest.approx(total)
+    assert c.verdict.sentence.startswith("the multiply and sigmoid after this GEMM take 12.90 ms")
+    assert max(f.lost_ns_total or 0 for f in c.factors) < total
+    from tracekit.analyzers.analysis.headline import top_losses
+
+    # the headline ranks it among the losses (this trace's three largest are its attention bmms', 78-103 ms)
+    assert any(x.factor == "fusion candidates" and x.case_id == c.id for x in top_losses(a.cases, n=20))
+    from tracekit.analyzers.gemm.fusion import beside_lines
+    from tracekit.analyzers.summary import case_row
+
+    row = case_row(c)
+    assert row["verdict_kind"] == "fusion" and {f["op"] for f in row["fusion"]} == {
+        "aten::mul",
+        "aten::sigmoid",
+    }
+    lines = beside_lines(a.to_builtins()["cases"][a.cases.index(c)])
+    assert any(
+        line.startswith("fusion candidate: aten::sigmoid after the GEMM (activation") for line in lines
+    )

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any, ClassVar
 
+import msgspec
 import polars as pl
 from textual import work
 from textual.app import ComposeResult
@@ -23,6 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tracekit.analyzers.analysis.figures import median_call_text
+from tracekit.analyzers.gemm.fusion import beside_lines
 from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
 from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules
 from tracekit.tui.text import clean, time_us
@@ -121,6 +123,8 @@ class GemmScreen(Screen[None]):
                 for f in c.factors:
                     yield Static(factor_content(f, c.verdict.factor), classes="factor")
             yield Static(self._verdict(), classes="note")
+            for line in beside_lines(msgspec.to_builtins(c)):
+                yield Static(Content(clean(line)).stylize("$text-muted"), classes="note")
             for note in c.notes:
                 yield Static(Content(clean(note)).stylize("$text-muted italic"), classes="note")
             yield Static(Content("Kernels in this GEMM's range").stylize("bold"), classes="section")
@@ -141,6 +145,8 @@ class GemmScreen(Screen[None]):
                 ),
             )
         parts: list[Any] = [(f"verdict: {v.kind}", "bold $warning"), "  ", clean(v.sentence)]
+        if v.remedy:  # a fusion verdict names no factor but has a remedy
+            parts += [("\ntry: ", "bold"), clean(v.remedy)]
         if v.capture_hint:
             parts += [("\nto learn more: ", "bold"), clean(v.capture_hint)]
         return Content.assemble(*parts)

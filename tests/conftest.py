@@ -31,6 +31,20 @@ def _fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LINES", raising=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One per-user cache for the test session (``TRACEKIT_CACHE_DIR``: stored Analyses, calibration, bundles),
+    never the user's own ~/.cache: tests share what a read builds there, and leave nothing behind. A test about
+    the cache sets its own."""
+    old = os.environ.get("TRACEKIT_CACHE_DIR")
+    os.environ["TRACEKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("tracekit-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TRACEKIT_CACHE_DIR", None)
+    else:
+        os.environ["TRACEKIT_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only folder of real profiling files from other GPUs (../shared/data); skipped where absent."""

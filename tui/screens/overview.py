@@ -151,14 +151,17 @@ BREAKDOWN_LINES = 2
 
 def breakdown_lines(b: Any, width: int) -> list[Any]:
     """One line per GPU (at most :data:`BREAKDOWN_LINES`) of the breakdown ``b`` with its idle and largest kernel
-    classes as % of its span (analyzers/breakdown ``headline``), each cut to ``width``; ``b`` opens the table."""
+    classes as % of its span, each cut to ``width``; ``b`` opens the table. The lines are the Analysis' headline:
+    over the user's steps where the run has any, else the whole run, each saying which (the line explain, show and
+    report print: analyzers/breakdown/steps.py)."""
     if b is None or b.empty:
         return []
     from tracekit.analyzers.breakdown.table import headline
 
+    lines = b.headline.split("; ") if b.headline else [headline(s) for s in b.devices]
     out: list[Any] = []
-    for s in b.devices[:BREAKDOWN_LINES]:
-        out += ["\n", ("time ", "$text-muted"), fit(clean(headline(s)), max(8, width - 5))]
+    for line in lines[:BREAKDOWN_LINES]:
+        out += ["\n", ("time ", "$text-muted"), fit(clean(line), max(8, width - 5))]
     if len(b.devices) > BREAKDOWN_LINES:
         out += ["\n", (f"+{len(b.devices) - BREAKDOWN_LINES} GPUs: b", "$text-muted")]
     return out

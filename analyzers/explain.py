@@ -64,6 +64,8 @@ PROFILE_FAILED_HINT = (
 )
 UNKNOWN_WITHOUT_RATE = "the achieved TFLOP/s and the kernel's own loss (in-kernel) stay unknown"
 """What a verdict from measured evidence cannot tell where the case has no FLOP count or no peak."""
+UNKNOWN_WITHOUT_PEAK = "the % of peak and the kernel's own loss (in-kernel) stay unknown"
+"""The same where the case has a rate but no peak to rate it against."""
 UNKNOWN_ESTIMATED = "the achieved TFLOP/s stays unknown, and the in-kernel loss is Nsight Compute's estimate"
 """The same where Nsight Compute estimated the in-kernel loss (:mod:`.rules.ncu_estimate`)."""
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
@@ -416,7 +418,8 @@ def verdict_of(wf: Waterfall) -> Verdict:
         lack = (LAUNCH_STATS_ONLY, LAUNCH_STATS_HINT)
     # what a verdict blaming a measured factor cannot tell without a FLOP count or a peak, and how to learn it
     estimated = any(f.name == "in-kernel" and "ncu_speedup_pct" in f.evidence for f in wf.factors)
-    left = UNKNOWN_ESTIMATED if estimated else UNKNOWN_WITHOUT_RATE
+    rated = bool(case.flops or case.estimated_tflops)  # then only the peak is missing
+    left = UNKNOWN_WITHOUT_PEAK if rated else UNKNOWN_ESTIMATED if estimated else UNKNOWN_WITHOUT_RATE
     unknown = f"{lack[0]}: {left}" if lack is not None else None
     learn = lack[1] if lack is not None else None
     short = short_kernel_ns(case)

@@ -50,7 +50,10 @@ def _agree(analysis: Analysis) -> None:
         assert v.kind != VerdictKind.CANNOT_EXPLAIN, (case.name, v.sentence)
         top = max(losing, key=lambda f: f.lost_ns_total or 0.0)
         assert v.factor is not None and v.lost_ns_total == pytest.approx(top.lost_ns_total), (case.name, v)
-        if not case.flops.per_call or case.peak is None:  # what stays unknown, and how to learn it
+        if (
+            case.timing.kernel_tflops is None or case.peak is None
+        ):  # no rate (not even an estimate) or no peak:
+            # what stays unknown, and how to learn it
             assert v.unknown and v.capture_hint, (case.name, v)
     for loss in analysis.summary.top_losses:
         v = analysis.case(loss.case_id).verdict

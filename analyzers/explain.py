@@ -46,7 +46,7 @@ from .gemm import GemmCase, settle_rate
 from .gemm.fusion import ORDER_NOTE, apart_note, fusion_verdict
 from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
-from .rules.kernel import STALL_MEANING, stalled, top_stalls
+from .rules.kernel import SHORT_REMEDY, STALL_MEANING, short_kernel_ns, short_sentence, stalled, top_stalls
 from .rules.memory import memory, memory_by_throughput
 from .rules.registry import RULES, rule
 from .rules.tiles import parse_tile
@@ -63,6 +63,12 @@ PROFILE_FAILED_HINT = (
     "re-profile the kernel (`ncu -k regex:NAME`, or `tracekit capture --ncu`) and read ncu's output for the "
     "error"
 )
+UNKNOWN_WITHOUT_RATE = "the achieved TFLOP/s and the kernel's own loss (in-kernel) stay unknown"
+"""What a verdict from measured evidence cannot tell where the case has no FLOP count or no peak."""
+UNKNOWN_WITHOUT_PEAK = "the % of peak and the kernel's own loss (in-kernel) stay unknown"
+"""The same where the case has a rate but no peak to rate it against."""
+UNKNOWN_ESTIMATED = "the achieved TFLOP/s stays unknown, and the in-kernel loss is Nsight Compute's estimate"
+"""The same where Nsight Compute estimated the in-kernel loss (:mod:`.rules.ncu_estimate`)."""
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
 
 
@@ -242,16 +248,20 @@ def _waterfall(case: GemmCase) -> Waterfall:
             wf.notes.append(peak_note(case.device, case.device_name, case.dtype_class))
         if kernel_rate is None:
             wf.notes.append(case.flops_note or "no GEMM shape or FLOP count: achieved TFLOP/s unknown")
+        # the kernel's rules that need no rate: clock, waves, and Nsight Compute's estimate of the in-kernel loss
+        inside = [
+            _not_this_runs(case, f)
+            for f in _run([r for r in RULES if not r.needs_rate], "kernel", case, None)
+        ]
         occupancy_note = _occupancy_note(case)
-        if occupancy_note:
+        if occupancy_note and not any(f.name == "in-kernel" for f in inside):
             wf.notes.append(occupancy_note)
         f_sol = memory_by_throughput(case)
         if f_sol is not None:
             wf.notes.append("memory-bound by Nsight Compute's throughputs: waves do not set its ceiling")
             wf.factors = [f_sol, *tail]
             return wf
-        # no rate to rate against: the kernel's rules that need none (clock, waves)
-        wf.factors = [*_run([r for r in RULES if not r.needs_rate], "kernel", case, None), *tail]
+        wf.factors = [*inside, *tail]
         return wf
 
     f_clock = rule("clock").run(case, None)
@@ -291,6 +301,20 @@ def _waterfall(case: GemmCase) -> Waterfall:
     wf.factors = [f for f in (*parts, *_run(RULES, "residual", case, at), *tail) if f is not None]
     _padding_evidence(wf, f_wave)
     return wf
+
+
+def _not_this_runs(case: GemmCase, f: Factor) -> Factor:
+    """Without a rate to check it against, a clock Nsight Compute measured under its own clock control says
+    nothing of the timeline's calls (ncu locks the clock while it replays; the timed run's clock was not
+    measured): the factor stays as evidence, not blamed."""
+    timed_by_ncu = case.timing.source == "ncu-replay"
+    if f.name != "clock" or timed_by_ncu or not (case.clock.source or "").startswith("ncu"):
+        return f
+    return _with_evidence(
+        f,
+        blamed=False,
+        not_blamed_because="the clock Nsight Compute measured while it replayed the kernel, not the timed calls'",
+    )
 
 
 def _run(rules: Sequence[Rule], acts_on: str, case: GemmCase, at: Ceiling | None) -> list[Factor]:
@@ -351,9 +375,11 @@ def _verdict(
     remedy: str | None = None,
     capture_hint: str | None = None,
     lost_ns: float | None = None,
+    unknown: str | None = None,
 ) -> Verdict:
     """A verdict of ``kind`` blaming ``f`` (one of the waterfall's factors) with its time lost and speed-up;
-    ``lost_ns`` the time a verdict without a factor names (kind fusion: its candidates' time over all calls)."""
+    ``lost_ns`` the time a verdict without a factor names (kind fusion: its candidates' time over all calls);
+    ``unknown`` what it cannot tell, ``capture_hint`` how to learn it."""
     blamed = next((x for x in wf.factors if f is not None and x.name == f.name), None)
     return Verdict(
         kind=kind,
@@ -365,13 +391,14 @@ def _verdict(
         gain_pct=blamed.gain_pct if blamed else None,
         lost_ns_total=blamed.lost_ns_total if blamed else lost_ns,
         capture_hint=_text(capture_hint),
+        unknown=_text(unknown),
     )
 
 
 def verdict_of(wf: Waterfall) -> Verdict:
     """The case's verdict from its waterfall and the evidence behind it (see the module docstring)."""
     case, blamed = wf.case, wf.verdict
-    if case.ncu is not None and case.ncu.profile_failed and not case.flops:
+    if case.ncu is not None and case.ncu.profile_failed and not case.flops and blamed is None:
         errors = [e for e in case.ncu.rule_errors if e.startswith("Rule ")] or case.ncu.rule_errors
         said = f" ({len(errors)} of Nsight Compute's rules errored, e.g. '{errors[0]}')" if errors else ""
         return _verdict(
@@ -380,17 +407,39 @@ def verdict_of(wf: Waterfall) -> Verdict:
             f"cannot explain: {PROFILE_FAILED}{said}",
             capture_hint=PROFILE_FAILED_HINT,
         )
-    if (
+    launch_stats_only = (
         case.ncu is not None
         and case.ncu.launch_stats_only
         and case.timing.source == "ncu-replay"
         and not case.flops
-    ):
+    )
+    if launch_stats_only and blamed is None:
         return _verdict(
             wf,
             VerdictKind.CANNOT_EXPLAIN,
             f"cannot explain: {LAUNCH_STATS_ONLY}",
             capture_hint=LAUNCH_STATS_HINT,
+        )
+    lack = missing(case, wf.peak_tflops)
+    if launch_stats_only:  # what such a report lacks, and which sections to capture
+        lack = (LAUNCH_STATS_ONLY, LAUNCH_STATS_HINT)
+    # what a verdict blaming a measured factor cannot tell without a FLOP count or a peak, and how to learn it
+    estimated = any(f.name == "in-kernel" and "ncu_speedup_pct" in f.evidence for f in wf.factors)
+    rated = bool(case.flops or case.estimated_tflops)  # then only the peak is missing
+    left = UNKNOWN_WITHOUT_PEAK if rated else UNKNOWN_ESTIMATED if estimated else UNKNOWN_WITHOUT_RATE
+    unknown = f"{lack[0]}: {left}" if lack is not None else None
+    learn = lack[1] if lack is not None else None
+    short = short_kernel_ns(case)
+    if short is not None and stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+        # a few microseconds: launch and latency set its time before anything its warps wait on
+        return _verdict(
+            wf,
+            VerdictKind.LATENCY_BOUND,
+            short_sentence(case, short),
+            blamed,
+            SHORT_REMEDY,
+            learn,
+            unknown,
         )
     if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
         stalls = top_stalls(case)
@@ -407,7 +456,13 @@ def verdict_of(wf: Waterfall) -> Verdict:
             else "capture the WarpStateStats section (tracekit capture --ncu does) to see on what"
         )
         return _verdict(
-            wf, VerdictKind.STALLED, sentence, blamed, blamed.remedy if blamed and stalls else None, hint
+            wf,
+            VerdictKind.STALLED,
+            sentence,
+            blamed,
+            blamed.remedy if blamed and stalls else None,
+            hint or learn,
+            unknown,
         )
     why_locked = locked(case)
     f_clock = next((f for f in wf.factors if f.name == "clock"), None)
@@ -422,16 +477,19 @@ def verdict_of(wf: Waterfall) -> Verdict:
         if not case.flops and not case.estimated_tflops:
             sentence += "; without a FLOP count the rest cannot be rated"
             hint = NCU_HINT
-        return _verdict(wf, VerdictKind.CLOCKS_LOCKED, sentence, f_clock, LOCKED_REMEDY, hint)
+        return _verdict(
+            wf, VerdictKind.CLOCKS_LOCKED, sentence, f_clock, LOCKED_REMEDY, hint or learn, unknown
+        )
     fused = fusion_verdict(case, wf.loss_of(blamed)[0] if blamed is not None else 0.0)
     if fused is not None:  # the operators after (or before) the GEMM cost more than anything inside its calls
         return _verdict(wf, VerdictKind.FUSION, fused[0], remedy=fused[1], lost_ns=fused[2])
-    lack = missing(case, wf.peak_tflops)
-    if lack is not None and (blamed is None or blamed.name in ("waves", "clock")):
-        # without a rate, a wave estimate or a clock says too little to be the verdict
-        return _verdict(wf, VerdictKind.CANNOT_EXPLAIN, lack[0], capture_hint=lack[1])
     if blamed is not None:
-        return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy)
+        # the largest measured loss is the verdict, with or without a FLOP count: every factor the waterfall
+        # holds without one (waves from the grid, the clock, memory from DRAM throughput, split-K, aux, gaps)
+        # is measured; what stays unknown (the achieved rate, the kernel's own loss) is said, with how to learn it
+        if lack is None:
+            return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy)
+        return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy, learn, unknown)
     if lack is not None or not wf.factors:
         return _verdict(
             wf,

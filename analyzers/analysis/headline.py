@@ -183,12 +183,13 @@ def unknowns(cases: Sequence[Case], info: RunInfo, devices: Sequence[DeviceInfo]
     hints: dict[tuple[str, str], int] = {}
     for c in cases:  # what else a verdict could not tell (no kernel time, stalled kernels ...), once per kind
         v = c.verdict
+        what = v.unknown.split(": ")[0] if v.unknown else v.sentence
         if (
             v.capture_hint
-            and v.kind not in (VerdictKind.EXPLAINED, VerdictKind.NO_LOSS)
+            and (v.kind not in (VerdictKind.EXPLAINED, VerdictKind.NO_LOSS) or v.unknown)
             and c.id not in counted
         ):
-            hints[(v.sentence, v.capture_hint)] = hints.get((v.sentence, v.capture_hint), 0) + 1
+            hints[(what, v.capture_hint)] = hints.get((what, v.capture_hint), 0) + 1
     for (what, how), n in hints.items():
         out.append(Unknown(what=f"{what} ({n} case(s))", how=how, cases=n))
     return out
@@ -252,8 +253,8 @@ def _own_flops_reason(c: Case) -> bool:
     v = c.verdict
     return (
         not c.flops.per_call
-        and v.kind == VerdictKind.CANNOT_EXPLAIN
+        and (v.kind == VerdictKind.CANNOT_EXPLAIN or v.unknown is not None)
         and v.capture_hint is not None
         and v.capture_hint != NCU_HINT
-        and not v.sentence.startswith("no GEMM shape")
+        and not (v.unknown or v.sentence).startswith("no GEMM shape")
     )

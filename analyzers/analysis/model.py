@@ -300,6 +300,8 @@ class VerdictKind(enum.StrEnum):
     """The report ran its kernels at a locked clock well below boost."""
     FUSION = "fusion"
     """The kernels of the operators around the GEMM (its fusion candidates) cost more than any factor."""
+    LATENCY_BOUND = "latency-bound"
+    """A GEMM kernel of a few microseconds with SM and DRAM nearly idle: launch and latency set its time."""
 
 
 class Verdict(_S):
@@ -309,7 +311,10 @@ class Verdict(_S):
     evidence: ``capture_hint`` says what to capture) | stalled | clocks-locked | fusion (the case's fusion
     candidates cost more than any factor: ``lost_ns_total`` is their time) ...; ``factor`` the blamed factor's
     name (with ``cause``), ``sentence`` in words, ``remedy`` what to try, ``lost_ns_total`` the calls' time it
-    costs, ``gain_pct`` the speed-up if removed."""
+    costs, ``gain_pct`` the speed-up if removed. The blamed factor is the largest measured loss, also without a
+    FLOP count (waves, clock, memory from DRAM throughput, split-K, aux, gaps are measured without one);
+    ``unknown`` then says what stays unknown (the achieved rate, the kernel's own loss) and ``capture_hint`` how to
+    learn it. ``cannot-explain`` only where no factor is measured."""
 
     kind: VerdictKind
     sentence: str
@@ -320,6 +325,7 @@ class Verdict(_S):
     gain_pct: float | None = None
     lost_ns_total: float | None = None
     capture_hint: str | None = None
+    unknown: str | None = None
 
 
 class Case(_S):

@@ -241,6 +241,40 @@ def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Facto
     return factor("in-kernel", value, sentence, ev, remedy, cause)
 
 
+SHORT_KERNEL_NS = 5_000.0
+"""A GEMM kernel whose median call takes less than this (5 us) is launch- and latency-bound before anything else:
+its CTAs' ramp-up, the pipeline's fill and drain and the tail take most of its time, so low SM and DRAM throughput
+say it is short, not that its warps wait on something (a 3 us fp32 SIMT bmm of a decoder's rotary embedding)."""
+SHORT_REMEDY = (
+    "A kernel this short is launch- and latency-bound: do more work per launch (batch the small GEMMs into one "
+    "grouped or batched GEMM, fuse it with its neighbours) and cut the launch overhead around it (a CUDA graph, "
+    "torch.compile); tuning the kernel itself gains little."
+)
+
+
+def short_kernel_ns(case: GemmCase) -> float | None:
+    """The median call's GEMM kernel time where it is below :data:`SHORT_KERNEL_NS` (else None): the timeline's
+    median, else Nsight Compute's duration of the profiled launch."""
+    t = case.timing.gemm.median
+    if t is None and case.ncu is not None:
+        t = case.ncu.row.get("duration_ns")
+    return float(t) if t is not None and 0 < t < SHORT_KERNEL_NS else None
+
+
+def short_sentence(case: GemmCase, ns: float) -> str:
+    """What a short kernel's verdict says: its duration, and its throughputs where Nsight Compute measured them."""
+    from tracekit.numbers import duration
+
+    row = case.ncu.row if case.ncu else {}
+    sm, dram = row.get("compute_throughput_pct"), row.get("dram_throughput_pct")
+    said = (
+        f" (SM throughput {float(sm):.2g}% and DRAM {float(dram):.2g}% of peak: too short to fill the GPU)"
+        if sm is not None and dram is not None
+        else ""
+    )
+    return f"launch- and latency-bound: a {duration(ns)} kernel{said}"
+
+
 def _cause(
     case: GemmCase,
     ev: dict[str, Any],
@@ -250,6 +284,8 @@ def _cause(
     stalls: list[tuple[str, float, str]],
     memory_bound: bool,
 ) -> tuple[str, str]:
+    if stalled(case) and short_kernel_ns(case) is not None:
+        return ("short kernel: launch- and latency-bound", SHORT_REMEDY)
     if stalled(case):
         names = ", ".join(f"{n} ({STALL_MEANING.get(n, n)})" for n, _, _ in stalls)
         return (

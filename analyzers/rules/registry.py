@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import NO_LOSS, Factor, Rule, aux, clock, gaps, kernel, memory, splitk, waves
+from . import NO_LOSS, Factor, Rule, aux, clock, gaps, kernel, memory, ncu_estimate, splitk, waves
 
 __all__ = ["RULES", "kernel_limit", "rule"]
 
@@ -25,7 +25,16 @@ def rule(name: str) -> Rule:
     raise KeyError(name)
 
 
-RULES: tuple[Rule, ...] = (clock.RULE, waves.RULE, memory.RULE, kernel.RULE, splitk.RULE, aux.RULE, gaps.RULE)
+RULES: tuple[Rule, ...] = (
+    clock.RULE,
+    waves.RULE,
+    memory.RULE,
+    ncu_estimate.RULE,
+    kernel.RULE,
+    splitk.RULE,
+    aux.RULE,
+    gaps.RULE,
+)
 """Every rule, in the order the explainer runs them."""
 
 

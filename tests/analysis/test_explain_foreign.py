@@ -403,8 +403,9 @@ def test_gemms_launched_before_the_trace_window_say_so_not_record_shapes(shared_
     unshaped = [c for c in analysis.cases if not c.flops.per_call]
     assert len(unshaped) == 2
     for c in unshaped:
-        assert c.verdict.kind == "cannot-explain"
-        assert c.verdict.sentence.startswith("no launch event in the trace")
+        # said by the verdict itself, or by what its measured loss (waves, gaps) leaves unknown
+        assert c.verdict.kind in ("cannot-explain", "explained")
+        assert (c.verdict.unknown or c.verdict.sentence).startswith("no launch event in the trace")
         assert "record_shapes" not in (c.verdict.capture_hint or "")
         # independently: every kernel of that name and grid has no launch linked, and the trace links others'
         mine = kernels.filter((pl.col("name") == c.kernel.name) & (pl.col("launch_start_ns").is_null()))

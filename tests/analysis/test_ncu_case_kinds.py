@@ -96,7 +96,8 @@ def test_a_report_of_launch_statistics_keeps_its_verdict(shared_data: Path) -> N
     else for its 11 kernels: still "the report has only launch statistics"."""
     a = _analysis(shared_data / "thirdparty/esmm-research/profile_049ec61.ncu-rep")
     assert len(a.cases) == 11
-    assert all(LAUNCH_STATS_ONLY in c.verdict.sentence for c in a.cases)
+    # said by the verdict itself, or by what a measured wave loss leaves unknown
+    assert all(LAUNCH_STATS_ONLY in (c.verdict.unknown or c.verdict.sentence) for c in a.cases)
 
 
 @pytest.mark.parametrize(

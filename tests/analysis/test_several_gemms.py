@@ -100,8 +100,10 @@ def test_a_case_of_several_gemms_gets_no_flop_count_no_rate_and_no_clock_verdict
     (c,) = [c for c in analysis.cases if c.name == case.name]
     assert c.flops.per_call is None and c.flops.counted_per_call is None
     assert c.timing.kernel_tflops is None and c.pct_of_peak is None
-    assert c.verdict.kind == "cannot-explain" and c.verdict.factor != "clock"
-    assert "several GEMMs" in c.verdict.sentence
+    # no FLOP count: a measured loss (aux kernels) may be the verdict, never the clock ncu locked while it
+    # replayed; the verdict says the calls are several GEMMs (in what stays unknown)
+    assert c.verdict.factor != "clock"
+    assert "several GEMMs" in (c.verdict.unknown or c.verdict.sentence)
     assert any("several GEMMs" in u.what for u in analysis.summary.unknowns)
     for other in analysis.cases:  # nothing in the run is rated above its datasheet peak
         if other.timing.kernel_tflops and other.peak:

@@ -1,0 +1,85 @@
+"""In-kernel loss as Nsight Compute estimates it, for a case with no FLOP count: where its report shows the kernel
+held by its occupancy (a limiter, low occupancy, latency-bound) and estimated a speed-up for its stalls or
+occupancy (the CPIStall and occupancy rules of its default sections), the in-kernel factor takes that estimate, with the same breakdown as the rated one (occupancy and its limiter,
+achieved occupancy, the top stalls). Without a FLOP count there is no rate to take a residual of; ncu's own
+estimate is measured evidence (the SIMT SGEMM capped at one CTA per SM by 202 KB of shared memory: "Long
+Scoreboard Stalls, est. speed-up ~49%")."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from . import Ceiling, Factor, Rule, factor
+from .kernel import kernel
+
+if TYPE_CHECKING:
+    from tracekit.analyzers.gemm import GemmCase
+
+ESTIMATING_RULES = ("CPIStall", "AchievedOccupancy", "TheoreticalOccupancy", "Occupancy")
+"""Nsight Compute's rules whose estimated speed-up is a loss inside the kernel: warp stalls and occupancy."""
+MOST_PCT = 99.0
+"""An estimate above this is taken as this: a factor of 0 would leave nothing."""
+
+
+def _estimate(case: GemmCase) -> dict[str, Any] | None:
+    """The stall or occupancy finding with the largest estimated speed-up, None where there is none."""
+    rules = case.ncu.rules if case.ncu is not None else []
+    found = [r for r in rules if r.get("rule") in ESTIMATING_RULES and (r.get("speedup_pct") or 0) > 0]
+    return max(found, key=lambda r: float(r["speedup_pct"])) if found else None
+
+
+def occupancy_bound(case: GemmCase) -> bool:
+    """Whether Nsight Compute shows the kernel held by its occupancy: a limiter (shared memory, registers, block
+    size) caps it at :data:`~.kernel.LOW_OCCUPANCY_PCT` or less, it is not a warp-specialised kernel (those run
+    one CTA of a few warps by design), and it is latency-bound (neither SMs nor DRAM near their peak). Only
+    there is ncu's estimated speed-up of its stalls taken as a loss: on a busy kernel it is a local estimate (an
+    nvjet GEMM near its peak gets "81%")."""
+    from .kernel import LOW_OCCUPANCY_PCT, _warp_specialised, latency_bound
+    from .occupancy import ctas_per_sm, theoretical_occupancy_pct
+
+    theo = theoretical_occupancy_pct(case)
+    _, limiter = ctas_per_sm(case)
+    return (
+        theo is not None
+        and theo <= LOW_OCCUPANCY_PCT
+        and bool(limiter)
+        and not _warp_specialised(case)
+        and latency_bound(case)
+    )
+
+
+def ncu_estimate(case: GemmCase) -> Factor | None:
+    """``1 - speed-up`` of Nsight Compute's largest stall or occupancy estimate, for a kernel its occupancy
+    holds (:func:`occupancy_bound`); None otherwise."""
+    top = _estimate(case)
+    if top is None or not occupancy_bound(case):
+        return None
+    pct = min(float(top["speedup_pct"]), MOST_PCT)
+    value = 1.0 - pct / 100.0
+    base = kernel(case, value)
+    rule = str(top["rule"])
+    title = str(top.get("title") or re.sub(r"(?<!^)(?=[A-Z])", " ", rule).lower())
+    what = base.sentence.split(": ", 1)[1] if ": " in base.sentence else ""
+    sentence = (
+        f"Nsight Compute's {rule} rule estimates the kernel {pct:.0f}% faster ({title}): its estimate of the "
+        "loss inside the kernel, with no FLOP count to rate it" + (f"; {what}" if what else ".")
+    )
+    ev = {**base.evidence, "ncu_rule": top["rule"], "ncu_title": title, "ncu_speedup_pct": round(pct, 1)}
+    return factor("in-kernel", value, sentence, ev, base.remedy, base.cause)
+
+
+def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+    """Only for a case with no rate (``ceiling`` None): with one, the residual rule measures the in-kernel loss."""
+    return ncu_estimate(case) if ceiling is None else None
+
+
+RULE = Rule(
+    name="ncu_estimate",
+    factor="in-kernel",
+    reads=("ncu", "kernel", "device"),
+    acts_on="kernel",
+    needs_rate=False,
+    run=_run,
+    cause="with no FLOP count: Nsight Compute's estimated speed-up of the kernel's stalls or occupancy",
+)

@@ -17,7 +17,10 @@ def _table(heading: str) -> list[list[str]]:
     """The rows of the first table under ``## heading`` in docs/CASES.md, cells stripped of backquotes."""
     text = CASES_MD.read_text()
     part = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in part.splitlines() if line.startswith("|")][2:]
+    lines = part.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    rows = lines[start:end][2:]
     return [[c.strip().strip("`") for c in row.strip("|").split("|")] for row in rows]
 
 

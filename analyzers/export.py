@@ -156,9 +156,9 @@ def _case_table(analysis: Any) -> tuple[pl.DataFrame, dict[str, int], list[tuple
     return pl.DataFrame(rows, schema=schema), top, marks
 
 
-def _chains(kernels: pl.DataFrame, ranges: pl.LazyFrame) -> dict[int, tuple[int | None, str, int | None]]:
-    """range id -> (parent id, name, (M, N, K) present ? M : None) for the ranges that hold ``kernels`` and every
-    range around them: only those are read, so a run with a million ranges and few GEMMs stays small."""
+def _chains(kernels: pl.DataFrame, ranges: pl.LazyFrame) -> dict[int, tuple[int | None, str, Any]]:
+    """range id -> (parent id, name, (M, N, K) or None) for the ranges that hold ``kernels`` and every range
+    around them: only those are read, so a run with a million ranges and few GEMMs stays small."""
     table = ranges.select("range_id", "parent_id", "name", "m", "n", "k")
     found: dict[int, tuple[int | None, str, Any]] = {}
     want = kernels["range_id"].drop_nulls().unique()
@@ -168,12 +168,8 @@ def _chains(kernels: pl.DataFrame, ranges: pl.LazyFrame) -> dict[int, tuple[int 
         got = table.filter(pl.col("range_id").is_in(want.implode())).collect()
         for rid, parent, name, m, n, k in got.iter_rows():
             found[rid] = (parent, name or "", (m, n, k) if m is not None else None)
-        want = (
-            got["parent_id"]
-            .drop_nulls()
-            .unique()
-            .filter(~got["parent_id"].drop_nulls().unique().is_in(list(found)))
-        )
+        parents = got["parent_id"].drop_nulls().unique()
+        want = parents.filter(~parents.is_in(list(found)))
     return found
 
 

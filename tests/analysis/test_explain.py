@@ -334,7 +334,9 @@ def test_show_reads_at_80_columns(samples_dir: Path) -> None:
     assert len(rows) == 12  # the 12 glm5 shapes of bf16, one line each, every shape whole
     for m, n in ((16, 768), (4096, 2048)):
         assert any(f"│ {m:>4} │ {n:>4} │ 6144 │" in r for r in rows), (m, n)
-    assert "left out at this width: dtype, calls, median_call_us, kernel_rate, %peak" in " ".join(narrow.split())
+    assert "left out at this width: dtype, calls, median_call_us, kernel_rate, %peak" in " ".join(
+        narrow.split()
+    )
     i = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["torch-nvfp4"])  # failures: grouped
     assert "×12" in lines[i] and "CUDA error: CUBLAS" in lines[i + 1]
     wide = show(200)

@@ -164,7 +164,7 @@ def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
     res = runner.invoke(cli, ["explain", str(run.path), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["schema_version"] == 1 and len(data["cases"]) == 5
+    assert data["schema_version"] == 2 and len(data["cases"]) == 5
     spans = [c["timing"]["span_ns_total"] for c in data["cases"]]
     assert spans == sorted(spans, reverse=True)  # most time in calls first
     big = next(c for c in data["cases"] if c["range"] == BIG)

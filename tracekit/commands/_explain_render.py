@@ -207,12 +207,14 @@ def render_case(
         parts.append(_factor_table(case) if wide else _factor_lines(case, console.width))
     v = case.verdict
     verdict = Text()
-    if v.kind == "explained" and v.factor:
+    if v.factor:  # the blamed factor names the verdict in every view (show, report, the TUI)
         verdict.append(f"verdict: {v.factor}", style="bold red")
         if v.cause:
             verdict.append(f" — {safe(v.cause)}")
         if v.lost_ns_total:  # time, not a percentage: +15,853% of a 36 KFLOP op is noise
             verdict.append(f" (costs {ns_text(v.lost_ns_total)})")
+        if v.kind != "explained":  # a kind of its own (stalled, clocks-locked ...): its sentence says why
+            verdict.append(f"\n{safe(v.sentence)}")
     else:
         verdict.append(f"verdict: {v.kind}", style="bold yellow" if v.kind != "no-loss" else "bold green")
         verdict.append(f" — {safe(v.sentence)}")

@@ -135,7 +135,7 @@ class GemmScreen(Screen[None]):
 
     def _verdict(self) -> Content:
         v = self.case.verdict
-        if v.kind == "explained" and v.factor:
+        if v.factor:  # the blamed factor names the verdict in every view
             return Content.assemble(
                 ("verdict: ", "bold $warning"),
                 clean(v.factor + (f" ({v.cause})" if v.cause else "")),
@@ -143,6 +143,7 @@ class GemmScreen(Screen[None]):
                     f"  costs {time_us(v.lost_ns_total)} µs of the calls' time" if v.lost_ns_total else "",
                     "$text-muted",
                 ),
+                f"\n{clean(v.sentence)}" if v.kind != "explained" else "",
             )
         parts: list[Any] = [(f"verdict: {v.kind}", "bold $warning"), "  ", clean(v.sentence)]
         if v.remedy:  # a fusion verdict names no factor but has a remedy

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# One GPU-machine call for the GEMMs of a real step, behind one deadline: each phase's result is packed into
+# $TK_PACK (default $OUT) as soon as it ends, so a call cut short still returns what it made.
+#
+#   TK_DEADLINE_S=540 bash samples/scripts/step_session.sh PHASE...
+#
+# Phases:
+#   setup       install the carried wheels (.whl: tracekit for Python 3.12, nvtx, msgspec) into /tmp/site
+#   block       benchmarks/foreign/block_step.py (a transformer block eager, under torch.compile max-autotune and
+#               with an FP8 MLP, SDPA attention; no tracekit import): once plainly (fills Inductor's cache), then
+#               `tracekit capture --nsys --ncu --ranges block` (ncu: the first NCU_LAUNCHES GEMM-named launches
+#               inside the ranges) into block-nsys-ncu, and `tracekit capture --torch-profiler` into block-torchprof
+#   planted     raw `ncu` with its DEFAULT sections (no tracekit metrics) around the planted causes of
+#               benchmarks/foreign: triton_waves (a one-tile last wave), simt_smem (occupancy capped by shared
+#               memory), cublas_small_m (M=16, memory-bound), base_clock (ncu's default clock control locks the
+#               clock to base) into ncu-default-<name>.ncu-rep, with the program's output beside each
+#   decoder     the ncu pass of `tracekit capture --nsys --ncu --ranges serve` over a 16-layer decoder step
+#               (benchmarks/foreign/serve_step.py --layers 16) with the capture's defaults: wall time of each pass
+#               and the kernels ncu profiled (DECODER_ARGS adds capture options, DECODER_NAME names the run)
+# Settings: TK_OUT (runs, default /tmp/tk), TK_PACK (default $OUT), TK_DEADLINE_S (default 540: a phase is skipped
+# once less than 30 s are left, and each capture's --timeout ends inside the deadline).
+set -uo pipefail
+R=$(cd "$(dirname "$0")/../.." && pwd)
+RUNS=${TK_OUT:-/tmp/tk}; mkdir -p "$RUNS"
+PACK=${TK_PACK:-${OUT:-$RUNS/pack}}; mkdir -p "$PACK"
+DEADLINE=${TK_DEADLINE_S:-540}
+T0=$SECONDS
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRACEKIT_NSYS_LIBS=$R/.nsys-libs
+export TRACEKIT_NSYS=${TRACEKIT_NSYS:-$(ls -d /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
+export TORCHINDUCTOR_CACHE_DIR=/tmp/tk-inductor-cache
+[[ -d /usr/local/cuda/bin ]] && export PATH=$PATH:/usr/local/cuda/bin
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+GEMM_NAMES='nvjet|gemm|Gemm|GEMM|triton_tem|matmul|cutlass|xmma|sgemm'
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+tk() { (cd /tmp && python3 -m tracekit "$@"); }
+# pack NAME PATH...: one tarball in $PACK, made now
+pack() { local n=$1; shift; tar czf "$PACK/$n.tgz" -C "$RUNS" "$@" 2>/dev/null; ls -la "$PACK/$n.tgz" | awk '{print "packed", $5, $9}'; }
+# cap SECONDS: a timeout that ends 20 s before the deadline
+cap() { local t=$1 l; l=$(($(left) - 20)); ((l < t)) && t=$l; ((t < 10)) && t=10; echo "$t"; }
+passes() { python3 - "$1" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/run.json"))
+print(f"  status {m['status']}; reason: {m.get('incomplete_reason')}")
+for p in m["capture"]["passes"]:
+    line = f"  {p['tool']} pass: wall {p['wall_s']:.1f} s, exit {p['exit_code']}, {p['status']}"
+    ncu = p.get("ncu")
+    if ncu:
+        line += f"; kernels profiled {ncu['profiled']}: {json.dumps(ncu['kernels'])}"
+    print(line)
+PY
+}
+for p in "$@"; do
+  if (($(left) < 30)); then echo "=== $p skipped: deadline"; continue; fi
+  echo "=== $p $(date +%T) ($(left) s left)"
+  case $p in
+    setup)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/.whl/*.whl
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
+      (cd /tmp && python3 -c "import tracekit, torch, triton; print('tracekit', tracekit.__version__, 'torch', torch.__version__, 'triton', triton.__version__)")
+      ;;
+    block)
+      S=$R/benchmarks/foreign/block_step.py
+      t=$SECONDS; (cd /tmp && timeout "$(cap 200)" python3 "$S") > "$RUNS/block-plain.log" 2>&1
+      echo "plain: rc=$? $((SECONDS - t)) s"; grep -a '^block/' "$RUNS/block-plain.log"
+      t=$SECONDS
+      tk capture --nsys --ncu --ranges '^block/' --launch-count "${NCU_LAUNCHES:-16}" \
+        "--ncu-arg=--kernel-name=regex:$GEMM_NAMES" --timeout "$(cap 150)" --no-import \
+        -o "$RUNS/block-nsys-ncu" -- python3 "$S" > "$RUNS/block-nsys-ncu.log" 2>&1
+      echo "nsys+ncu: rc=$? $((SECONDS - t)) s"; passes "$RUNS/block-nsys-ncu"
+      t=$SECONDS
+      tk capture --torch-profiler --timeout "$(cap 120)" --no-import -o "$RUNS/block-torchprof" -- python3 "$S" \
+        > "$RUNS/block-torchprof.log" 2>&1
+      echo "torch-profiler: rc=$? $((SECONDS - t)) s"; passes "$RUNS/block-torchprof"
+      pack block block-plain.log block-nsys-ncu block-nsys-ncu.log block-torchprof block-torchprof.log
+      ;;
+    planted)
+      F=$R/benchmarks/foreign
+      (cd /tmp && nvcc -O3 -arch=sm_90 -o /tmp/simt_smem "$F/simt_smem.cu" -ldl) > "$RUNS/nvcc.log" 2>&1 || echo "nvcc failed"
+      declare -A CMD=(
+        [triton_waves]="python3 $F/triton_waves.py --reps 1"
+        [simt_smem]="/tmp/simt_smem --reps 1"
+        [cublas_small_m]="python3 $F/cublas_small_m.py --reps 1"
+        [base_clock]="python3 $F/base_clock.py --reps 1"
+      )
+      declare -A RNG=(
+        [triton_waves]="triton_waves_bad triton_waves_control"
+        [simt_smem]="sgemm_smem_capped sgemm_smem_control"
+        [cublas_small_m]="decode_gemm_m16 prefill_gemm_m4096"
+        [base_clock]="big_gemm"
+      )
+      files=()
+      for n in triton_waves simt_smem cublas_small_m base_clock; do
+        (($(left) < 40)) && { echo "$n skipped: deadline"; continue; }
+        inc=(); for r in ${RNG[$n]}; do inc+=(--nvtx-include "$r/"); done
+        t=$SECONDS
+        (cd /tmp && timeout "$(cap 90)" "$NCU" --nvtx "${inc[@]}" --kernel-name "regex:$GEMM_NAMES" \
+          -f -o "$RUNS/ncu-default-$n" ${CMD[$n]}) > "$RUNS/ncu-default-$n.log" 2>&1
+        echo "$n: rc=$? $((SECONDS - t)) s $(du -h "$RUNS/ncu-default-$n.ncu-rep" 2>/dev/null | cut -f1)"
+        files+=("ncu-default-$n.ncu-rep" "ncu-default-$n.log")
+      done
+      ls "$RUNS"/ncu-default-*.ncu-rep >/dev/null 2>&1 && pack planted "${files[@]}" nvcc.log
+      ;;
+    decoder)
+      name=${DECODER_NAME:-decoder16}
+      t=$SECONDS
+      tk capture --nsys --ncu --ranges serve ${DECODER_ARGS:-} --timeout "$(cap 240)" --no-import \
+        -o "$RUNS/$name" -- python3 "$R/benchmarks/foreign/serve_step.py" --layers 16 > "$RUNS/$name.log" 2>&1
+      echo "$name: rc=$? $((SECONDS - t)) s"; grep -a 'ncu profiles' "$RUNS/$name.log" | head -2; passes "$RUNS/$name"
+      # run.json and the log: the passes' wall times and what the ncu pass profiled
+      (cd "$RUNS" && tar czf "$PACK/$name.tgz" "$name/run.json" "$name.log")
+      ls -la "$PACK/$name.tgz" | awk '{print "packed", $5, $9}'
+      ;;
+    *) echo "unknown phase $p" ;;
+  esac
+done
+echo "=== done $(date +%T) after $((SECONDS - T0)) s"

@@ -8,15 +8,18 @@
 #   setup       install the carried wheels (.whl: tracekit for Python 3.12, nvtx, msgspec) into /tmp/site
 #   block       benchmarks/foreign/block_step.py (a transformer block eager, under torch.compile max-autotune and
 #               with an FP8 MLP, SDPA attention; no tracekit import): once plainly (fills Inductor's cache), then
-#               `tracekit capture --nsys --ncu --ranges block` (ncu: the first NCU_LAUNCHES GEMM-named launches
-#               inside the ranges) into block-nsys-ncu, and `tracekit capture --torch-profiler` into block-torchprof
+#               `tracekit capture --nsys --ncu --ranges block` (the ncu pass takes each GEMM of the nsys timeline
+#               once per place: --ncu-kernels gemm, the default) into block-nsys-ncu, and
+#               `tracekit capture --torch-profiler` into block-torchprof
 #   planted     raw `ncu` with its DEFAULT sections (no tracekit metrics) around the planted causes of
 #               benchmarks/foreign: triton_waves (a one-tile last wave), simt_smem (occupancy capped by shared
 #               memory), cublas_small_m (M=16, memory-bound), base_clock (ncu's default clock control locks the
 #               clock to base) into ncu-default-<name>.ncu-rep, with the program's output beside each
 #   decoder     the ncu pass of `tracekit capture --nsys --ncu --ranges serve` over a 16-layer decoder step
-#               (benchmarks/foreign/serve_step.py --layers 16) with the capture's defaults: wall time of each pass
-#               and the kernels ncu profiled (DECODER_ARGS adds capture options, DECODER_NAME names the run)
+#               (benchmarks/foreign/serve_step.py --layers 16) with the capture's defaults (the GEMMs of the nsys
+#               timeline, each place once): wall time of each pass and the kernels ncu profiled (DECODER_ARGS adds
+#               capture options, e.g. --ncu-kernels all for every kernel under the per-configuration bound;
+#               DECODER_NAME names the run)
 # Settings: TK_OUT (runs, default /tmp/tk), TK_PACK (default $OUT), TK_DEADLINE_S (default 540: a phase is skipped
 # once less than 30 s are left, and each capture's --timeout ends inside the deadline).
 set -uo pipefail
@@ -63,8 +66,7 @@ for p in "$@"; do
       t=$SECONDS; (cd /tmp && timeout "$(cap 200)" python3 "$S") > "$RUNS/block-plain.log" 2>&1
       echo "plain: rc=$? $((SECONDS - t)) s"; grep -a '^block/' "$RUNS/block-plain.log"
       t=$SECONDS
-      tk capture --nsys --ncu --ranges '^block/' --launch-count "${NCU_LAUNCHES:-16}" \
-        "--ncu-arg=--kernel-name=regex:$GEMM_NAMES" --timeout "$(cap 150)" --no-import \
+      tk capture --nsys --ncu --ranges '^block/' --timeout "$(cap 150)" --no-import \
         -o "$RUNS/block-nsys-ncu" -- python3 "$S" > "$RUNS/block-nsys-ncu.log" 2>&1
       echo "nsys+ncu: rc=$? $((SECONDS - t)) s"; passes "$RUNS/block-nsys-ncu"
       t=$SECONDS

@@ -11,7 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from tracekit.analyzers.analysis import analyze_run
 from tracekit.analyzers.breakdown import breakdown
+from tracekit.analyzers.breakdown.steps import STEPS
 from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.cli import main
@@ -40,8 +42,11 @@ def test_show_json_is_the_breakdown(
     run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = json.loads(_cli(capsys, monkeypatch, "show", str(run_dir), "--json"))["breakdown"]
-    want = json.loads(json.dumps(msgspec.to_builtins(breakdown(load_frames(open_run(run_dir))))))
-    assert data == want
+    run = open_run(run_dir)
+    steps = analyze_run(run).breakdown  # the Analysis' own: the one breakdown(frames), with its headline
+    assert steps is not None and steps.headline is not None and steps.headline.startswith(f"{STEPS} (×")
+    assert msgspec.structs.replace(steps, headline=None) == breakdown(load_frames(run))
+    assert data == json.loads(json.dumps(msgspec.to_builtins(steps)))
     (gpu,) = data["devices"]
     assert (gpu["rank"], gpu["device"], gpu["kernels"]) == (3, 3, 8568 + 882)
     assert abs(sum(c["pct"] for c in gpu["classes"]) - 100) < 1e-9 and gpu["classes"][-1]["class"] == "idle"

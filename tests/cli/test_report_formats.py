@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from markdown_it import MarkdownIt
 
@@ -165,7 +166,7 @@ def test_html_report_fits_1400px_in_chromium(hta_run: Path, tmp_path: Path) -> N
 # --- per-rank tables -----------------------------------------------------------------------------------------------
 def test_ranges_the_same_on_every_rank_collapse(two_gpu_run: Path) -> None:
     data = json.loads(_tracekit("show", two_gpu_run, "--json").stdout)
-    b = Breakdown.from_dict(data["breakdown"])
+    b = msgspec.convert(data["breakdown"], Breakdown)
     full = breakdown_frame(b)
     gpus = full.filter(full["scope"] == WHOLE_RUN)["gpu"].to_list()
     assert len(gpus) == 2

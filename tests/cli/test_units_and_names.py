@@ -89,8 +89,8 @@ def test_show_json_rows_and_cases_frame_share_names(samples_dir: Path, sample: s
                 assert math.isclose(r[key], want[key], rel_tol=1e-9), key
             else:
                 assert r[key] == want[key], key
-        if r["time_us"] is not None:
-            assert math.isclose(r["time_us"] * 1e3, r["span_ns_median"], rel_tol=1e-9)
+        if r["time_us"] is not None:  # one real call's span: the median call (analyzers/analysis/figures.py)
+            assert math.isclose(r["time_us"] * 1e3, want["median_call_ns"], rel_tol=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -108,9 +108,12 @@ def test_the_headline_is_over_the_users_steps_and_says_which(
         assert line is None  # no timeline, no breakdown
         return
     assert line.startswith(f"{what} (×")
-    whole = analyze_run(r, frames, breakdown="devices").breakdown["devices"][0]
+    assert (
+        analysis.breakdown is not None and analysis.breakdown.headline == line
+    )  # carried in the typed breakdown
+    whole = analysis.breakdown.devices[0]
     spans = float(line.split("GPU ")[1].split(",")[1].split(" ms")[0].replace(",", "") or 0)
-    assert spans * 1e6 < whole["span_ns"]  # the steps' windows, not the process with its start-up
+    assert spans * 1e6 < whole.span_ns  # the steps' windows, not the process with its start-up
 
 
 def test_a_run_without_ranges_says_it_is_the_whole_run(samples_dir: Path) -> None:

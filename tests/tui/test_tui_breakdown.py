@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.tui.test_tui import table_text, wait_loaded
+from tracekit.analyzers.breakdown.steps import STEPS
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
 
@@ -37,11 +38,12 @@ def test_overview_header_and_breakdown_screen(trace_diff_run: Path) -> None:
             assert b is not None and b is screen.analysis.breakdown  # the Analysis' own, as show holds it
             (gpu,) = b.devices
             lines = str(screen.info.render()).split("\n")
-            timeline = [ln for ln in lines if ln.startswith("time GPU r3:3")]
-            assert (
-                len(timeline) == 1
-                and "idle 16%, layout 22%, communication 19% (46% hidden under compute)" in timeline[0]
-            )
+            # the Analysis' headline: over the user's steps (ProfilerStep), saying so
+            timeline = [ln for ln in lines if ln.startswith("time ")]
+            assert b.headline is not None and len(timeline) == 1
+            assert timeline[0].startswith(f"time {STEPS} (×6): GPU r3:3, ")
+            assert "idle 16%, layout 22%, communication 19% (46% hidden under compute)" in timeline[0]
+            assert b.headline.startswith(timeline[0].removeprefix("time ").rstrip("…"))
             assert all(len(ln) <= 118 for ln in lines)
             await pilot.press("b")
             await wait_loaded(pilot)

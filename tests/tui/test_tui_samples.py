@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 from test_tui import run_async, table_text, wait_loaded
 
+from tracekit.analyzers.breakdown.steps import OUTERMOST
 from tracekit.analyzers.store import load_frames, open_run
 from tracekit.run import MANIFEST
 
@@ -51,7 +52,9 @@ async def test_capture_overview_header_fits_80_columns_then_gemm_detail() -> Non
         # (line 5, when anything is); each within 78 cells
         lines = _info_lines(screen)
         assert 4 <= len(lines) <= 5 and all(len(line) <= 78 for line in lines), lines
-        assert lines[2].startswith("time GPU 0, 6,324.4 ms: idle 99.5%, gemm 0.2%")
+        # line 3 is the Analysis' headline: over the outermost ranges (the capture has no step ranges), saying so
+        assert lines[2].startswith(f"time {OUTERMOST} (×401): GPU 0, 146.0 ms: idle 86%, gemm 6.4%")
+        assert screen.analysis.breakdown.headline.startswith(lines[2].removeprefix("time ").rstrip("…"))
         assert lines[3].startswith("largest losses: ") and "(#1)" in lines[3]
         assert lines[0].startswith("h200-capture-gemm") and "no failures" in lines[0]
         assert "H200" in lines[1] and "1,982 kernels" in lines[1] and "30 ncu" in lines[1]

@@ -39,8 +39,9 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     (or devices: [...] when the run holds several GPUs), kernel_count, range_count, ncu_kernel_count, summary,
     gemms [{id, name, m, n, k, calls, time_us, achieved_tflops, kernel_tflops, pct_of_peak, verdict, ...}],
     failures [...], sources [...] (docs/ANALYSIS.md: the gemms are the Analysis' cases, projected),
-    breakdown {devices [...], ranges [...], ranges_total, order, notes} (GPU time by kernel class and idle per GPU,
-    and per range name: the 20 longest, every one with --all; docs/BREAKDOWN.md);
+    breakdown {devices [...], ranges [...], ranges_total, order, notes, headline} (the Analysis' step breakdown:
+    GPU time by kernel class and idle per GPU, and per range name: the 20 longest, every one with --all; headline:
+    the line over the user's steps where the run has any, saying which; docs/BREAKDOWN.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank; idle: no kernel running), straggler
     {rank, reasons} and rank_notes [...] (what the rank table leaves out or assumes).

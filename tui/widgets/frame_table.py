@@ -274,6 +274,9 @@ class FrameTable(Widget, can_focus=True):
             start = max(text.rfind(c, 0, at) for c in " _:<,(") + 1  # the word that differs
             if at - start >= width - 2:
                 start = at - (width - 2) // 2
+            start = min(
+                start, max(0, len(text) - (width - 1))
+            )  # a short rest: the cell filled from before it
             return fit("…" + text[start:], width)
         if not col.middle or col.justify != "left" or len(text) <= width:
             return fit(text, width, col.justify)

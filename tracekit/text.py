@@ -66,10 +66,11 @@ def make_console(*, stderr: bool = False, **options: Any) -> Any:
     return console
 
 
-_PLAIN = re.compile(r"\w+")
+_PLAIN = re.compile(r"[^\s,<>():]+")
+"""One simple template argument (a tile's name, a number, ``float``): no nested template, list, namespace or cast."""
 
 
-def short_kernel_name(name: Any) -> str:
+def short_kernel_name(name: Any, *, elide: bool = True) -> str:
     """A kernel's name as a person scans a table: no return type, no parameter list, template arguments elided.
 
     ``void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<...>>(Params)`` -> ``cutlass::Kernel2<…>``; a
@@ -77,7 +78,9 @@ def short_kernel_name(name: Any) -> str:
     (``cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>``);
     ``sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64`` stays whole (it has nothing to elide). The
     namespace stays: it tells a CUTLASS kernel from a PyTorch one. Reports keep the full name beside it (a
-    hover title in HTML, ``--json``); control characters are shown as ``\\xNN`` (:func:`clean`)."""
+    hover title in HTML, ``--json``); control characters are shown as ``\\xNN`` (:func:`clean`). With ``elide``
+    False the template arguments stay (only the return type and parameter list go): for kernels that differ only
+    there."""
     s = clean(name).strip()
     if s.endswith(")"):  # the parameter list: the last top-level (...)
         depth = 0
@@ -89,9 +92,9 @@ def short_kernel_name(name: Any) -> str:
                 if depth == 0:
                     s = s[:i].rstrip() or s
                     break
-    out: list[str] = []
+    out: list[str] = [] if elide else [s]
     depth, start = 0, 0
-    for i, c in enumerate(s):
+    for i, c in enumerate(s if elide else ""):
         if c == "<":
             if depth == 0:
                 start = i
@@ -109,8 +112,8 @@ def short_kernel_name(name: Any) -> str:
         out.append("<…>")
     s = "".join(out).strip()
     depth, cut = 0, -1
-    for i, c in enumerate(s):  # a return type (``void``) before the name: the last space outside (...)
-        depth += (c == "(") - (c == ")")
+    for i, c in enumerate(s):  # a return type (``void``): the last space outside (...) and <...>
+        depth += (c in "(<") - (c in ")>")
         if c == " " and depth == 0:
             cut = i
     return s[cut + 1 :] or clean(name)

@@ -107,6 +107,20 @@ def filter_frame(df: pl.DataFrame, query: str, text_columns: list[str] | None = 
     return df.filter(cond) if cond is not None else df
 
 
+def kernel_labels(names: pl.Series) -> dict[str, str]:
+    """Each distinct kernel name -> the text a table shows for it: the short name
+    (:func:`tracekit.text.short_name`: no return type or parameters, template arguments elided), or, where several
+    names share that short name (``at::native::vectorized_elementwise_kernel<…>``), the name with its template
+    arguments, which tell them apart. One call per distinct name: a million launches of 50 kernels cost 50."""
+    from tracekit.text import short_kernel_name, short_name
+
+    short = {n: short_name(n) for n in names.drop_nulls().unique().to_list()}
+    counts: dict[str, int] = {}
+    for s in short.values():
+        counts[s] = counts.get(s, 0) + 1
+    return {n: s if counts[s] == 1 else short_kernel_name(n, elide=False) for n, s in short.items()}
+
+
 def kernel_view(kernels: pl.DataFrame) -> pl.DataFrame:
     """The kernels screen's rows: one per launch, in timeline order (no copy of the names is made)."""
     return kernels.select(

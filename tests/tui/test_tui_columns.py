@@ -9,6 +9,7 @@ FrameTable's own layout; no app is started.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -55,3 +56,72 @@ def test_kernel_names_that_share_a_start_differ() -> None:
         assert len(set(cells)) == len(names), cells
         assert all(len(c) == width and c.startswith("…") for c in cells)
     assert fit_middle("short", 8) == "short   "
+
+
+RANKS = Path(__file__).resolve().parents[2] / "samples" / "h200-ranks-gloo"
+
+
+def _kernel_cells(screen: Any, rows: int) -> list[tuple[str, str]]:
+    """(full name, visible kernel cell) of the first ``rows`` rows on screen."""
+    table = screen.table
+    layout = table._layout(table.size.width)
+    col, w = layout[0]
+    assert col.key == "name"
+    out = []
+    for y in range(1, min(rows, table.row_count) + 1):
+        line = "".join(seg.text for seg in table.render_line(y))
+        out.append((table.row(table.top + y - 1)["name"], line[1 : 1 + w]))
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_kernels_screen_tells_a_2_rank_runs_kernels_apart(width: int) -> None:
+    """The kernels screen of a real 2-rank run: the visible cells of different kernels differ, grouped by name and
+    launch by launch (an end cut showed ``at::native::vectorized_elementwise_kernel<`` for three kernels), and a
+    cell is the short name, not ``void …(…)``."""
+    from test_tui import run_async, wait_loaded
+
+    from tracekit.tui.app import make_app
+    from tracekit.tui.screens.kernels import KernelsScreen
+
+    @run_async
+    async def run() -> None:
+        app = make_app(RANKS)
+        async with app.run_test(size=(width, 40)) as pilot:
+            await wait_loaded(pilot)
+            await pilot.press("k")
+            await wait_loaded(pilot)
+            screen = app.screen
+            assert isinstance(screen, KernelsScreen)
+            launches = _kernel_cells(screen, 38)
+            await pilot.press("g")
+            await wait_loaded(pilot)
+            groups = _kernel_cells(screen, 38)
+        names = [n for n, _ in groups]
+        assert len(names) == len(set(names)) >= 8  # every kernel of the run, one row each
+        assert len({c for _, c in groups}) == len(groups), groups
+        assert not any(c.startswith("void ") for _, c in groups)
+        by_cell: dict[str, set[str]] = {}
+        for name, cell in launches:
+            by_cell.setdefault(cell, set()).add(name)
+        assert all(len(v) == 1 for v in by_cell.values()), by_cell
+        assert len(by_cell) >= 2
+
+    run()
+
+
+def test_gemm_kernel_table_tells_kernels_apart() -> None:
+    """The GEMM screen's kernel table (its column set, at its narrowest name column) over the 2-rank run's kernels:
+    every name's cell differs."""
+    from tracekit.analyzers.store import load_frames, open_run
+    from tracekit.tui.screens.gemm import KERNEL_COLUMNS
+    from tracekit.tui.screens.kernels import name_column
+    from tracekit.tui.tables import kernel_groups, kernel_labels
+
+    groups = kernel_groups(load_frames(open_run(RANKS))["kernels"])
+    columns = [name_column(kernel_labels(groups["name"]), min_width=16), *KERNEL_COLUMNS[1:]]
+    table = FrameTable(columns, groups)
+    for width in (60, 80):
+        (col, w), *_ = table._layout(width)
+        cells = [table._cell(col, col.text(r["name"], r), w) for r in groups.to_dicts()]
+        assert len(set(cells)) == groups.height >= 8, cells

@@ -405,45 +405,76 @@ class _Progress:
 
 
 def _print_table(result: Any) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     from tracekit.text import make_console
 
     console = make_console()
-    table = Table(title=f"GEMMs — {result.run.path}", show_lines=False)
-    for col, just in (
-        ("backend", "left"),
-        ("M", "right"),
-        ("N", "right"),
-        ("K", "right"),
-        ("µs", "right"),
-        ("p10–p90", "right"),
-        ("TFLOP/s", "right"),
-        ("rel err", "right"),
-        ("SM MHz", "right"),
-        ("W", "right"),
-        ("status", "left"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-
-    for r in result.measurements:
-        table.add_row(
-            Text(r["backend"]),
-            str(r["m"]),
-            str(r["n"]),
-            str(r["k"]),
-            formatted(r["time_us"], "{:.1f}", ""),
-            f"{formatted(r['time_us_p10'], '{:.1f}', '')}–{formatted(r['time_us_p90'], '{:.1f}', '')}",
-            formatted(r["tflops"], "{:.1f}", ""),
-            formatted(r["rel_error"], "{:.2g}", ""),
-            formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
-            formatted(r["power_w"], "{:.0f}", ""),
-            _status(r["status"]),
-        )
-    console.print(table)
+    console.print(gemm_table(result.measurements, f"GEMMs — {result.run.path}", console.width))
     if result.failures:
-        console.print(_failures_table(result.failures, "M"))
+        console.print(_failures_table(result.failures, "M", console.width))
+
+
+def _text_table(
+    rows: list[dict[str, Any]], cols: list[str], title: str, width: int | None, **layout: Any
+) -> Any:
+    """``rows`` (every cell already text) drawn by the commands' shared layout
+    (:func:`tracekit.commands._render.frame_table`): whole to a pipe; on a narrow terminal the least needed
+    columns are left out and the title names them."""
+    import polars as pl
+
+    from tracekit.commands._render import frame_table
+
+    frame = pl.DataFrame(rows, schema=dict.fromkeys(cols, pl.String))
+    return frame_table(frame, title, width=width, **layout)
+
+
+GEMM_TABLE_COLUMNS = [
+    "backend", "M", "N", "K", "µs", "p10–p90 µs", "TFLOP/s", "rel err", "SM MHz", "W", "status"
+]  # fmt: skip
+
+
+def gemm_table(measurements: list[dict[str, Any]], title: str, width: int | None) -> Any:
+    """``bench gemm``'s result table (one line per backend and shape, raw/measurements.jsonl rows) fitted to
+    ``width`` cells (None: Rich's own layout): numbers and statuses whole; on a narrow terminal the power, clock,
+    spread and error columns go first, and the title says which went."""
+    rows = [
+        {
+            "backend": r["backend"],
+            "M": str(r["m"]),
+            "N": str(r["n"]),
+            "K": str(r["k"]),
+            "µs": formatted(r.get("time_us"), "{:.1f}", ""),
+            "p10–p90 µs": f"{formatted(r.get('time_us_p10'), '{:.1f}', '')}–"
+            f"{formatted(r.get('time_us_p90'), '{:.1f}', '')}",
+            "TFLOP/s": formatted(r.get("tflops"), "{:.1f}", ""),
+            "rel err": formatted(r.get("rel_error"), "{:.2g}", ""),
+            "SM MHz": formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
+            "W": formatted(r.get("power_w"), "{:.0f}", ""),
+            "status": r["status"],
+        }
+        for r in measurements
+    ]
+    return _text_table(
+        rows,
+        GEMM_TABLE_COLUMNS,
+        title,
+        width,
+        widths={"backend": 40},
+        priority=[
+            "backend",
+            "M",
+            "N",
+            "K",
+            "µs",
+            "status",
+            "TFLOP/s",
+            "rel err",
+            "p10–p90 µs",
+            "SM MHz",
+            "W",
+        ],
+        min_widths={"backend": 16},
+        whole=tuple(GEMM_TABLE_COLUMNS[1:]),
+    )
 
 
 # --- tracekit bench moe ------------------------------------------------------------------------------------------
@@ -576,46 +607,49 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _print_moe_table(result: Any) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
     from tracekit.text import make_console
 
     console = make_console()
-    table = Table(title=f"MoE grouped GEMMs — {result.run.path}")
-    for col, just in (
-        ("backend", "left"),
-        ("route", "left"),
-        ("tokens", "right"),
-        ("rows", "right"),
-        ("active", "right"),
-        ("max/expert", "right"),
-        ("µs", "right"),
-        ("TFLOP/s", "right"),
-        ("rel err", "right"),
-        ("SM MHz", "right"),
-        ("status", "left"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
-
-    for r in result.measurements:
-        table.add_row(
-            Text(r["backend"]),
-            Text(r["route"] or ""),
-            str(r["tokens"]),
-            str(r["rows"]),
-            f"{r['active']}/{r['experts']}",
-            str(max(r["counts"] or [0])),
-            formatted(r["time_us"], "{:.1f}", ""),
-            formatted(r["tflops"], "{:.1f}", ""),
-            formatted(r["rel_error"], "{:.2g}", ""),
-            formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
-            _status(r["status"]),
-        )
-    console.print(table)
+    console.print(moe_table(result.measurements, f"MoE grouped GEMMs — {result.run.path}", console.width))
     if result.failures:
-        console.print(_failures_table(result.failures, "rows"))
+        console.print(_failures_table(result.failures, "rows", console.width))
     console.print("per-expert analysis: tracekit show RUN · tracekit report RUN · tracekit view RUN (key e)")
+
+
+MOE_TABLE_COLUMNS = [
+    "backend", "route", "tokens", "rows", "active", "max/expert", "µs", "TFLOP/s", "rel err", "SM MHz", "status"
+]  # fmt: skip
+
+
+def moe_table(measurements: list[dict[str, Any]], title: str, width: int | None) -> Any:
+    """``bench moe``'s result table (one line per backend and routed case, raw/moe.jsonl rows) fitted to ``width``
+    cells as :func:`gemm_table` is."""
+    rows = [
+        {
+            "backend": r["backend"],
+            "route": r.get("route") or "",
+            "tokens": str(r["tokens"]),
+            "rows": str(r["rows"]),
+            "active": f"{r['active']}/{r['experts']}",
+            "max/expert": str(max(r.get("counts") or [0])),
+            "µs": formatted(r.get("time_us"), "{:.1f}", ""),
+            "TFLOP/s": formatted(r.get("tflops"), "{:.1f}", ""),
+            "rel err": formatted(r.get("rel_error"), "{:.2g}", ""),
+            "SM MHz": formatted(r["sm_clock_hz"] / 1e6 if r.get("sm_clock_hz") else None, "{:.0f}", ""),
+            "status": r["status"],
+        }
+        for r in measurements
+    ]
+    return _text_table(
+        rows,
+        MOE_TABLE_COLUMNS,
+        title,
+        width,
+        widths={"backend": 40},
+        priority=["backend", "route", "tokens", "µs", "status", "TFLOP/s", "active", "max/expert", "rows"],
+        min_widths={"backend": 16, "route": 8},
+        whole=tuple(MOE_TABLE_COLUMNS[2:]),
+    )
 
 
 def _sweep_dir(out: Path | None, verb: str) -> tuple[Path, Path | None]:
@@ -648,25 +682,31 @@ def _sweep(out: Path, settings: Any, total: int, verb: str, environment: dict[st
         raise
 
 
-def _status(status: str) -> Any:
-    """A result's status cell: plain when ok, red otherwise (the text itself is data, never markup)."""
-    from rich.text import Text
-
-    return Text(status, style="" if status == "ok" else "red")
-
-
-def _failures_table(failures: list[dict[str, Any]], m_label: str) -> Any:
-    """The sweep's failures, one line each (backend, shape, kind, first message line). Messages are data: a
-    ninja log's ``[1/2]`` or a C++ ``<...>`` must show as written, so every cell is a Text, never markup."""
-    from rich.table import Table
-    from rich.text import Text
-
-    ft = Table(title="Failures (full messages in raw/failures.jsonl)")
-    for col in ("backend", m_label, "N", "K", "kind", "error"):
-        ft.add_column(col)
+def _failures_table(failures: list[dict[str, Any]], m_label: str, width: int | None = None) -> Any:
+    """The sweep's failures, one line each (backend, shape, kind, first message line), in the commands' shared
+    layout (:func:`_text_table`). Messages are data: a ninja log's ``[1/2]`` or a C++ ``<...>`` must show as
+    written, so every cell is a Text, never markup."""
+    rows = []
     for r in failures:
         msg = (r.get("message") or "").strip().splitlines()
         first = f"{r.get('error_type')}: {msg[0][:120] if msg else ''}"
-        cells = (r["backend"], str(r.get("m")), str(r.get("n")), str(r.get("k")), r["kind"], first)
-        ft.add_row(*(Text(c) for c in cells))
-    return ft
+        rows.append(
+            {
+                "backend": r["backend"],
+                m_label: str(r.get("m")),
+                "N": str(r.get("n")),
+                "K": str(r.get("k")),
+                "kind": r["kind"],
+                "error": first,
+            }
+        )
+    return _text_table(
+        rows,
+        ["backend", m_label, "N", "K", "kind", "error"],
+        "Failures (full messages in raw/failures.jsonl)",
+        width,
+        widths={"backend": 40, "error": 200},
+        priority=["backend", "kind", "error", m_label, "N", "K"],
+        min_widths={"backend": 12, "error": 16},
+        whole=(m_label, "N", "K"),
+    )

@@ -26,7 +26,8 @@ from textual.widgets import Static
 from tracekit.analyzers.analysis.figures import median_call_text
 from tracekit.analyzers.gemm.fusion import beside_lines
 from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
-from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules
+from tracekit.tui.screens.kernels import name_column
+from tracekit.tui.tables import case_ref, gemm_kernels, gemm_rules, kernel_labels
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -197,6 +198,8 @@ class GemmScreen(Screen[None]):
     def on_gemm_screen_detail_loaded(self, message: GemmScreen.DetailLoaded) -> None:
         self.kernels_table.empty_text = "no kernels recorded for this GEMM"
         self.kernels_table.styles.height = min(12, max(2, message.kernels.height + 1))
+        name = name_column(kernel_labels(message.kernels.get_column("name")), min_width=16)
+        self.kernels_table.set_columns([name, *KERNEL_COLUMNS[1:]])
         self.kernels_table.set_frame(message.kernels)
         rules = message.rules
         if rules.height == 0:

@@ -13,9 +13,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
+from tracekit.text import short_name
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
-from tracekit.tui.tables import kernel_groups, kernel_view
+from tracekit.tui.tables import kernel_groups, kernel_labels, kernel_view
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -26,6 +27,19 @@ def _dims(row: dict[str, Any], prefix: str) -> str:
     if all(v is None for v in vals):
         return "–"
     return ",".join("?" if v is None else str(v) for v in vals)
+
+
+def name_column(labels: dict[str, str], min_width: int = 20) -> Col:
+    """The kernel column: each name as :func:`tracekit.tui.tables.kernel_labels` shortens it, cut where it still
+    differs from the other names (``Col.distinct``); the full name is in the row's dialog (Enter)."""
+    return Col(
+        "name",
+        "kernel",
+        None,
+        min_width=min_width,
+        fmt=lambda v, r: labels.get(v) or short_name(v),
+        distinct=True,
+    )
 
 
 LAUNCH_COLUMNS = [
@@ -64,8 +78,11 @@ class KernelsScreen(FrameScreen):
             """One row per kernel name (tracekit.tui.tables.kernel_groups)."""
 
     def __init__(self, kernels: pl.DataFrame, run_name: str) -> None:
+        name = name_column(kernel_labels(kernels.get_column("name")))
+        self.launch_columns = [name, *LAUNCH_COLUMNS[1:]]
+        self.group_columns = [name, *GROUP_COLUMNS[1:]]
         super().__init__(
-            LAUNCH_COLUMNS, kernel_view(kernels), empty_text="no kernels on a timeline in this run"
+            self.launch_columns, kernel_view(kernels), empty_text="no kernels on a timeline in this run"
         )
         self.kernels = kernels
         self.run_name = run_name
@@ -92,9 +109,9 @@ class KernelsScreen(FrameScreen):
         self.grouped = not self.grouped
         self.query_one("#screen-title", Static).update(self._title())
         if not self.grouped:
-            self._switch(LAUNCH_COLUMNS, kernel_view(self.kernels))
+            self._switch(self.launch_columns, kernel_view(self.kernels))
         elif self._groups is not None:
-            self._switch(GROUP_COLUMNS, self._groups)
+            self._switch(self.group_columns, self._groups)
         else:
             self.table.empty_text = "grouping…"
             self.group()
@@ -107,7 +124,7 @@ class KernelsScreen(FrameScreen):
         self._groups = message.groups
         if self.grouped:
             self.table.empty_text = "no kernels"
-            self._switch(GROUP_COLUMNS, message.groups)
+            self._switch(self.group_columns, message.groups)
 
     def _switch(self, columns: list[Col], base: pl.DataFrame) -> None:
         self.columns = columns

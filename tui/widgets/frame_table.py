@@ -10,6 +10,7 @@ table only draws, keeps a row cursor, and posts what the user did.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,11 @@ class Col:
     middle: bool = False
     """A long name drops the prefix every row shares (``sm80_xmma_gemm_bf16bf16_…``) and shows what follows, or
     without one is elided in the middle: an end cut of names that share their start shows every row alike."""
+    distinct: bool = False
+    """A long name is cut at the end when that already tells it from every other name of the column, and
+    otherwise shown from the word where it first differs from the name most like it (``…BinaryFunctor<float, …``
+    of ``at::native::vectorized_elementwise_kernel<(int)4, at::native::BinaryFunctor<…``): kernel names of a
+    run share long starts, and which part differs changes from row to row."""
 
     def text(self, value: Any, row: dict[str, Any]) -> str:
         if self.fmt is not None:
@@ -166,6 +172,7 @@ class FrameTable(Widget, can_focus=True):
         self._strips: dict[tuple[int, bool, int], Strip] = {}
         self._natural: dict[str, int] = {}
         self._prefix: dict[str, str] = {}
+        self._differs: dict[str, dict[str, int]] = {}
 
     # -- data ---------------------------------------------------------------------------------------------------
     @property
@@ -179,6 +186,7 @@ class FrameTable(Widget, can_focus=True):
         self._strips.clear()
         self._natural.clear()
         self._prefix.clear()
+        self._differs.clear()
         if not keep_cursor:
             self.cursor = 0
             self.top = 0
@@ -239,9 +247,37 @@ class FrameTable(Widget, can_focus=True):
             self._prefix[col.key] = common[:cut] if cut >= 6 else ""
         return self._prefix[col.key]
 
+    def _first_difference(self, col: Col) -> dict[str, int]:
+        """For each distinct text of ``col`` (first 2,000 rows): the index of its first character that differs from
+        the text most like it (the longest common start with a neighbour in sorted order). Cached until the frame
+        changes."""
+        if col.key not in self._differs:
+            head = self.frame.head(2000) if col.key in self.frame.columns else pl.DataFrame()
+            texts = sorted({col.text(r.get(col.key), r) for r in head.to_dicts()}) if head.height else []
+            common = [
+                len(os.path.commonprefix([a, b]))  # noqa: RUF071 - text, not paths
+                for a, b in itertools.pairwise(texts)
+            ]
+            self._differs[col.key] = {
+                t: max(common[i - 1] if i else 0, common[i] if i < len(common) else 0)
+                for i, t in enumerate(texts)
+            }
+        return self._differs[col.key]
+
     def _cell(self, col: Col, text: str, width: int) -> str:
         """``text`` fitted to ``width``: a ``middle`` column past its width drops the rows' shared prefix (shown as
         ``…``) and shows what follows, or without one elides in the middle; others are cut at the end (:func:`fit`)."""
+        if col.distinct and col.justify == "left" and len(text) > width:
+            at = self._first_difference(col).get(text, 0)
+            if at < width - 1:  # the end cut already shows where it differs
+                return fit(text, width)
+            start = max(text.rfind(c, 0, at) for c in " _:<,(") + 1  # the word that differs
+            if at - start >= width - 2:
+                start = at - (width - 2) // 2
+            start = min(
+                start, max(0, len(text) - (width - 1))
+            )  # a short rest: the cell filled from before it
+            return fit("…" + text[start:], width)
         if not col.middle or col.justify != "left" or len(text) <= width:
             return fit(text, width, col.justify)
         prefix = self._shared_prefix(col)

@@ -374,6 +374,7 @@ def _verdict(
     f: Factor | None = None,
     remedy: str | None = None,
     capture_hint: str | None = None,
+    *,
     lost_ns: float | None = None,
     unknown: str | None = None,
 ) -> Verdict:
@@ -438,8 +439,8 @@ def verdict_of(wf: Waterfall) -> Verdict:
             short_sentence(case, short),
             blamed,
             SHORT_REMEDY,
-            learn,
-            unknown,
+            capture_hint=learn,
+            unknown=unknown,
         )
     if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
         stalls = top_stalls(case)
@@ -461,8 +462,8 @@ def verdict_of(wf: Waterfall) -> Verdict:
             sentence,
             blamed,
             blamed.remedy if blamed and stalls else None,
-            hint or learn,
-            unknown,
+            capture_hint=hint or learn,
+            unknown=unknown,
         )
     why_locked = locked(case)
     f_clock = next((f for f in wf.factors if f.name == "clock"), None)
@@ -478,7 +479,13 @@ def verdict_of(wf: Waterfall) -> Verdict:
             sentence += "; without a FLOP count the rest cannot be rated"
             hint = NCU_HINT
         return _verdict(
-            wf, VerdictKind.CLOCKS_LOCKED, sentence, f_clock, LOCKED_REMEDY, hint or learn, unknown
+            wf,
+            VerdictKind.CLOCKS_LOCKED,
+            sentence,
+            f_clock,
+            LOCKED_REMEDY,
+            capture_hint=hint or learn,
+            unknown=unknown,
         )
     fused = fusion_verdict(case, wf.loss_of(blamed)[0] if blamed is not None else 0.0)
     if fused is not None:  # the operators after (or before) the GEMM cost more than anything inside its calls
@@ -489,7 +496,15 @@ def verdict_of(wf: Waterfall) -> Verdict:
         # is measured; what stays unknown (the achieved rate, the kernel's own loss) is said, with how to learn it
         if lack is None:
             return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy)
-        return _verdict(wf, VerdictKind.EXPLAINED, blamed.sentence, blamed, blamed.remedy, learn, unknown)
+        return _verdict(
+            wf,
+            VerdictKind.EXPLAINED,
+            blamed.sentence,
+            blamed,
+            blamed.remedy,
+            capture_hint=learn,
+            unknown=unknown,
+        )
     if lack is not None or not wf.factors:
         return _verdict(
             wf,

@@ -174,7 +174,7 @@ def test_explain_json_says_where_flops_came_from() -> None:
         pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
     res = CliRunner().invoke(cli, ["explain", str(path), "--json"])
     assert res.exit_code == 0, res.output
-    cases = {c["range"]: c for c in json.loads(res.output)["cases"]}
+    cases = {c["range"]: c for c in json.loads(res.stdout)["cases"]}
     small = cases["decode_gemm_m16"]
     assert small["flops"]["source"] == "ncu-counters" and small["rate"]["source"] == "ncu-counters"
     assert small["flops"]["per_call"] == pytest.approx(2 * 16 * 2048 * 6144, rel=0.02)
@@ -196,7 +196,7 @@ def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
         pytest.skip(f"{path} is absent (the foreign captures are committed on main)")
     res = CliRunner().invoke(cli, ["show", str(path), "--json"])
     assert res.exit_code == 0, res.output
-    rows = {g["range"]: g for g in json.loads(res.output)["gemms"]}
+    rows = {g["range"]: g for g in json.loads(res.stdout)["gemms"]}
     assert set(rows) == {"sgemm_smem_capped", "sgemm_smem_control"}
     capped = rows["sgemm_smem_capped"]
     assert capped["verdict"] == "in-kernel: occupancy limited by shared memory"

@@ -173,7 +173,7 @@ def test_capture_sample_explained_from_its_timeline() -> None:
     assert t.aux_ns_total == 0 and not fp8.aux
     assert any("ran 21 times apart from the 40 calls" in n for n in fp8.notes)
     assert fp8.verdict.factor != "aux kernels" and fp8.complete
-    bf16 = next(w for n, w in wfs.items() if "bf16" in n and " M=16 " in n)
+    bf16 = next(w for n, w in wfs.items() if "backend=torch-bf16 " in n and " M=16 " in n)
     nvjet = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "nvjet_")
     reduce = _per_range_kernel_ns(fr, "torch-bf16 op=mm M=16 ", "gemm", "void cublasLt::splitKreduce")
     # cuBLAS split K at M = 16: its reduce kernel is GEMM time (the kernel rate includes it), said apart

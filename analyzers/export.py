@@ -12,7 +12,7 @@ What it holds (docs/REPORTS.md, "Timeline export"):
 - each GEMM call's kernel carries its case's ``case_id``, ``case``, ``verdict``, ``cost_ms`` (the verdict's lost
   time over all calls), ``achieved_tflops``, ``kernel_tflops``, ``pct_of_peak`` and ``factors``, all from the
   Analysis; the run's largest losses (``summary.top_losses``) are marked with an instant event (``ph: i``) at
-  their case's first call and a ``top_loss`` rank in each call's args;
+  their case's first call (one per case, naming its factors) and a ``top_loss`` rank in each call's args;
 - the ranges (``ranges`` frame): the user's on their process and thread (category ``user_annotation``), the
   profiler's operators (``cpu_op``), GPU-side ranges on their stream's track (``gpu_user_annotation``): Kineto's
   own categories, so a Kineto reader reads them back as ranges;
@@ -153,8 +153,14 @@ def _case_table(analysis: Any) -> tuple[pl.DataFrame, dict[str, int], list[tuple
         "top_loss": pl.Int64,
         "sm_clock_mhz": pl.Float64,
     }
-    marks = [(loss.case_id, f"top loss #{top[loss.case_id]}: {loss.case_name} — {loss.factor}")
-             for loss in analysis.summary.top_losses if top.get(loss.case_id)]  # fmt: skip
+    # one mark per case: a case can hold several of the largest losses (launch gaps and memory), named together
+    factors: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for loss in analysis.summary.top_losses:
+        factors.setdefault(loss.case_id, []).append(loss.factor)
+        names.setdefault(loss.case_id, loss.case_name)
+    marks = [(cid, f"top loss #{top[cid]}: {names[cid]} — {', '.join(dict.fromkeys(fs))}")
+             for cid, fs in factors.items()]  # fmt: skip
     return pl.DataFrame(rows, schema=schema), top, marks
 
 

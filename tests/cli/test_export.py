@@ -117,6 +117,10 @@ def test_every_gemm_call_carries_its_case(run_path: Path, tmp_path: Path) -> Non
         first = min(e["ts"] for e in calls if e["args"]["case_id"] == case_id)
         mark = next(m for m in marks if m["args"]["case_id"] == case_id)
         assert mark["ts"] == first and mark["name"].startswith(f"top loss #{rank}:")
+        # a case holding several of the largest losses is marked once, naming each factor
+        assert all(
+            loss.factor in mark["name"] for loss in analysis.summary.top_losses if loss.case_id == case_id
+        )
         assert {e["args"]["top_loss"] for e in calls if e["args"]["case_id"] == case_id} == {rank}
 
 

@@ -12,7 +12,7 @@ What it holds (docs/REPORTS.md, "Timeline export"):
 - each GEMM call's kernel carries its case's ``case_id``, ``case``, ``verdict``, ``cost_ms`` (the verdict's lost
   time over all calls), ``achieved_tflops``, ``kernel_tflops``, ``pct_of_peak`` and ``factors``, all from the
   Analysis; the run's largest losses (``summary.top_losses``) are marked with an instant event (``ph: i``) at
-  their case's first call and a ``top_loss`` rank in each call's args;
+  their case's first call (one per case, naming its factors) and a ``top_loss`` rank in each call's args;
 - the ranges (``ranges`` frame): the user's on their process and thread (category ``user_annotation``), the
   profiler's operators (``cpu_op``), GPU-side ranges on their stream's track (``gpu_user_annotation``): Kineto's
   own categories, so a Kineto reader reads them back as ranges;
@@ -121,6 +121,7 @@ def _case_table(analysis: Any) -> tuple[pl.DataFrame, dict[str, int], list[tuple
                 "n": c.shape.n if c.shape else None,
                 "k": c.shape.k if c.shape else None,
                 "crange": c.range,
+                "nth": c.place.nth if c.place else None,
                 "case_id": c.id,
                 "case": c.label,
                 "verdict": f"{v.factor}: {v.cause}" if v.factor and v.cause else (v.factor or v.kind),
@@ -140,6 +141,7 @@ def _case_table(analysis: Any) -> tuple[pl.DataFrame, dict[str, int], list[tuple
         "n": pl.Int64,
         "k": pl.Int64,
         "crange": pl.String,
+        "nth": pl.List(pl.Int64),
         "case_id": pl.String,
         "case": pl.String,
         "verdict": pl.String,
@@ -151,8 +153,14 @@ def _case_table(analysis: Any) -> tuple[pl.DataFrame, dict[str, int], list[tuple
         "top_loss": pl.Int64,
         "sm_clock_mhz": pl.Float64,
     }
-    marks = [(loss.case_id, f"top loss #{top[loss.case_id]}: {loss.case_name} — {loss.factor}")
-             for loss in analysis.summary.top_losses if top.get(loss.case_id)]  # fmt: skip
+    # one mark per case: a case can hold several of the largest losses (launch gaps and memory), named together
+    factors: dict[str, list[str]] = {}
+    names: dict[str, str] = {}
+    for loss in analysis.summary.top_losses:
+        factors.setdefault(loss.case_id, []).append(loss.factor)
+        names.setdefault(loss.case_id, loss.case_name)
+    marks = [(cid, f"top loss #{top[cid]}: {names[cid]} — {', '.join(dict.fromkeys(fs))}")
+             for cid, fs in factors.items()]  # fmt: skip
     return pl.DataFrame(rows, schema=schema), top, marks
 
 
@@ -245,11 +253,17 @@ def _owners(
     ranges: pl.LazyFrame,
     cases: list[dict[str, Any]],
     replayed: dict[int, tuple[str, tuple[Any, ...]] | None],
+    numbers: dict[int, int] | None = None,
 ) -> pl.DataFrame:
     """(kernel_id, case) for the GEMM kernels of ``kernels``: the case with the kernel's name whose shape is the
     M, N, K of a range around the kernel (where the case has one) and whose range is one of the kernel's ranges
     (folded as cases fold them); a case without a range takes the kernels no ranged case takes. ``replayed``: the
-    shapes of GEMM kernels replayed from CUDA graphs (graph_replay.py), which no operator range holds."""
+    shapes of GEMM kernels replayed from CUDA graphs (graph_replay.py), which no operator range holds.
+
+    Where several such cases share the kernel (GEMMs of one kernel and grid told apart by their place in their
+    range's instances: the case's ``place``), the kernel's number among its instance's GEMM launches
+    (``numbers``, :func:`_launch_numbers`) picks the case whose place holds it; a kernel no place holds goes to a
+    case without a place, else to none."""
     from .gemm.timeline import fold_range
 
     gemm = kernels.filter(pl.col("kernel_class") == "gemm").select(
@@ -288,12 +302,43 @@ def _owners(
         ranged = [i for i in fits if cases[i]["crange"] is not None and cases[i]["crange"] in names]
         bare = [i for i in fits if cases[i]["crange"] is None]
         pick = ranged or bare
+        if len(pick) > 1 and any(cases[i]["nth"] for i in pick):
+            nth = (numbers or {}).get(kid)
+            placed = [i for i in pick if cases[i]["nth"] and nth in cases[i]["nth"]]
+            pick = placed or [i for i in pick if not cases[i]["nth"]]
         if pick:
             ids.append(kid)
             owner.append(pick[0])
     return pl.DataFrame(
         {"kernel_id": ids, "case_idx": owner}, schema={"kernel_id": pl.Int64, "case_idx": pl.Int64}
     )
+
+
+def _launch_numbers(kernels: pl.DataFrame, ranges: pl.DataFrame) -> dict[int, int]:
+    """kernel id -> its 1-based number among the GEMM launches of its user range instance, numbered as the
+    timeline's cases number a case's place (:func:`~.gemm.timeline.launch_numbers`): the GEMM kernels in the
+    user's ranges outside tracekit's own and outside a shaped operator (those are told apart by their shape), by
+    start. Read from the whole run, so an export cut by ``--ranges`` or a time window numbers as the cases do."""
+    from .gemm.ranges import resolve_ranges
+    from .gemm.timeline import launch_numbers
+
+    res = resolve_ranges(
+        ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64))
+    ).select("range_id", "holder", "call", "tk_gemm", "blocked")
+    gemm = (
+        kernels.filter((pl.col("kernel_class") == "gemm") & pl.col("start_ns").is_not_null())
+        .select(pl.col("kernel_id").cast(pl.Int64), pl.col("range_id").cast(pl.Int64), "start_ns")
+        .join(res, on="range_id", how="left")
+        .filter(pl.col("call").is_null() & pl.col("tk_gemm").is_null() & ~pl.col("blocked").fill_null(False))
+        .select(
+            "kernel_id",
+            "holder",
+            pl.col("start_ns").alias("first"),
+            (-(pl.col("kernel_id") + 1)).alias("owner"),
+        )
+    )
+    numbered = launch_numbers(gemm)
+    return dict(numbered.select("kernel_id", pl.col("_nth") + 1).iter_rows())
 
 
 def _meta(pid: int, tid: int | None, what: str, name: str) -> dict[str, Any]:
@@ -387,9 +432,14 @@ def export_trace(run: Any, analysis: Any, out: IO[str], options: ExportOptions |
     from .gemm.graph_replay import replay_kernel_shapes
 
     replayed = replay_kernel_shapes({"kernels": run.frames["kernels"], "ranges": run.frames["ranges"]})
-    owners = _owners(frame, run.scan("ranges"), cases.to_dicts(), replayed)
+    numbers = (
+        _launch_numbers(run.frames["kernels"], run.frames["ranges"])
+        if any(c.place for c in analysis.cases)
+        else {}
+    )
+    owners = _owners(frame, run.scan("ranges"), cases.to_dicts(), replayed, numbers)
     call_args = cases.with_row_index("case_idx").with_columns(pl.col("case_idx").cast(pl.Int64))
-    call_args = call_args.drop("kname", "grid", "m", "n", "k", "crange")
+    call_args = call_args.drop("kname", "grid", "m", "n", "k", "crange", "nth")
     cat = pl.lit("kernel") if opts.cat == "kernel" else pl.col("kernel_class").fill_null("other")
     for batch in frame.iter_slices(BATCH):
         b = batch.join(owners, on="kernel_id", how="left").join(call_args, on="case_idx", how="left")

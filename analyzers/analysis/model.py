@@ -32,6 +32,7 @@ __all__ = [
     "AuxKernel",
     "CallParts",
     "Case",
+    "CasePlace",
     "DeviceInfo",
     "Dist",
     "Factor",
@@ -328,14 +329,26 @@ class Verdict(_S):
     unknown: str | None = None
 
 
+class CasePlace(_S):
+    """Where a case's calls sit in the instances of their range, for GEMMs that share one kernel and launch
+    configuration there (cuBLAS's persistent kernels on Hopper run several shapes on one grid): ``nth`` the
+    1-based numbers of the case's launches among the ``launches`` GEMM launches of each instance. The case's name
+    says the same (``GEMM launches 3, 4, 5, 6 of 8``); the timeline export reads this to give each launch its
+    case."""
+
+    nth: list[int]
+    launches: int
+
+
 class Case(_S):
     """One GEMM as the user ran it, with all its evidence and its explanation.
 
     ``id`` is stable within a run (a hash of the case's key); ``name`` the display name; ``origin``:
     measurement | timeline | ncu | kernel; ``range`` the innermost user range (index suffixes folded), ``parents``
     the enclosing ranges outermost first, ``position`` the 1-based order of first launch inside its range (None
-    when it is the range's only GEMM). ``backend`` / ``op`` name tracekit's benchmark backend and entry point
-    where known. ``pct_of_peak`` = achieved / peak x 100, never above 100."""
+    when it is the range's only GEMM), ``place`` its launches' place in the range's instances where that alone
+    tells it from another GEMM of the same kernel and grid (None otherwise). ``backend`` / ``op`` name tracekit's
+    benchmark backend and entry point where known. ``pct_of_peak`` = achieved / peak x 100, never above 100."""
 
     id: str
     name: str
@@ -348,6 +361,7 @@ class Case(_S):
     range: str | None = None
     parents: list[str] = msgspec.field(default_factory=list)
     position: int | None = None
+    place: CasePlace | None = None
     backend: str | None = None
     op: str | None = None
     shape: Shape | None = None

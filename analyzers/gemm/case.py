@@ -51,6 +51,18 @@ def case_id(*key: Any) -> str:
     return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where a case's calls sit in the instances of their range: ``slots`` the occurrences of the case's kernel
+    signature it holds (0-based, among the signature's ``per_instance`` launches in each instance), ``nth`` the
+    same launches numbered among the ``launches`` GEMM launches of an instance (1-based)."""
+
+    per_instance: int
+    slots: tuple[int, ...]
+    nth: tuple[int, ...]
+    launches: int
+
+
 @dataclass
 class GemmCase:
     """One GEMM as the user ran it, and all evidence about it.
@@ -58,13 +70,16 @@ class GemmCase:
     ``origin``: measurement | range (a timeline) | ncu (Nsight Compute rows) | ncu-kernel | kernel (a GEMM kernel
     in no case range, named by kernel). ``range`` is the innermost user range (folded), ``parents`` the ranges
     around it outermost first, ``position`` the 1-based order of first launch among the range's GEMMs (None when
-    it is the range's only one). ``user_range``: the range is the user's own (not one tracekit named)."""
+    it is the range's only one), ``place`` where its calls sit in the range's instances when that alone tells it
+    from another GEMM of the same kernel and launch configuration (:func:`.timeline.positions`; part of its key
+    and its name). ``user_range``: the range is the user's own (not one tracekit named)."""
 
     origin: str
     name: str
     range: str | None = None
     parents: list[str] = field(default_factory=list)
     position: int | None = None
+    place: Place | None = None
     user_range: bool = False
     graph_replay: bool = False
     backend: str | None = None

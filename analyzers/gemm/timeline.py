@@ -31,7 +31,7 @@ from ..analysis.model import Shape
 from ..taxonomy import classify_name, split_name
 from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
-from .case import GemmCase, case_id, context_key, is_step
+from .case import GemmCase, Place, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
 from .names import parse_gemm_name
 from .parts import KernelInfo, Timing, shape_text
@@ -362,16 +362,16 @@ def _gemm_ranges(ranges: pl.DataFrame, ctx: dict[str, str | None], own: dict[str
 
 
 # --- GEMMs sharing one kernel and launch configuration ---------------------------------------------------------------
-@dataclass(frozen=True)
-class Place:
-    """Where a case's calls sit in the instances of their range: ``slots`` the occurrences of the case's kernel
-    signature it holds (0-based, among the signature's ``per_instance`` launches in each instance), ``nth`` the
-    same launches numbered among the ``launches`` GEMM launches of an instance (1-based)."""
-
-    per_instance: int
-    slots: tuple[int, ...]
-    nth: tuple[int, ...]
-    launches: int
+def launch_numbers(launches: pl.DataFrame) -> pl.DataFrame:
+    """``launches`` (GEMM launches: ``holder``, the user range instance holding each, ``first``, its start, and
+    ``owner``) numbered in their instance: ``_nth``, 0-based in order of start; launches in no instance dropped.
+    The instance and the order :func:`positions` numbers a :class:`Place` by, and the timeline export finds a
+    launch's place by."""
+    return (
+        launches.filter(pl.col("holder").is_not_null())
+        .sort("holder", "first", "owner")
+        .with_columns(pl.int_range(pl.len()).over("holder").alias("_nth"))
+    )
 
 
 def positions(
@@ -407,13 +407,8 @@ def positions(
             .replace_strict({o: keys[o][0] for o in owners}, return_dtype=pl.String)
             .alias("_rng"),
         )
-        .filter(pl.col("holder").is_not_null())
-        .sort("holder", "first", "owner")
-        .with_columns(
-            pl.int_range(pl.len()).over("holder").alias("_nth"),
-            pl.int_range(pl.len()).over("holder", "_sig").alias("_slot"),
-        )
     )
+    frame = launch_numbers(frame).with_columns(pl.int_range(pl.len()).over("holder", "_sig").alias("_slot"))
     if frame.height == 0:
         return {}
     # ranges whose instances all launch the same sequence of these calls' signatures
@@ -567,6 +562,7 @@ def _user_cases(
         case.timing = timings[ci]
         case.range_ids = [o for o in owners if o >= 0]
         case.key = ("range", *key)
+        case.place = placed.get(first)
         if dims or e["flops"]:
             case.timing.calls_without_kernel = missing.pop((hname, op, dims), 0)
         if hname is None and not dims and not e["flops"]:
@@ -665,17 +661,16 @@ def _name_cases(cases: list[GemmCase]) -> None:
             elif rng is None or is_step(rng) or _is_step_name(rng):
                 c.name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
             elif several:
-                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)}{_place_label(c.key)})"
+                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)}{_place_label(c.place)})"
             else:
                 c.name = rng
         _tell_apart(members)
 
 
-def _place_label(key: tuple) -> str:
-    """``, GEMM launch 2 of 8`` for a case keyed by its place in its range's instances (:func:`positions`);
+def _place_label(place: Place | None) -> str:
+    """``, GEMM launch 2 of 8`` for a case told apart by its place in its range's instances (:func:`positions`);
     empty for any other case."""
-    place = key[-1] if key else None
-    if not isinstance(place, Place):
+    if place is None:
         return ""
     nth = ", ".join(str(n) for n in place.nth)
     word = "launch" if len(place.nth) == 1 else "launches"
@@ -712,4 +707,13 @@ def _name_loose(cases: list[GemmCase]) -> None:
             c.name += f" (grid {c.kernel.grid}, block {c.kernel.block})"
 
 
-__all__ = ["Place", "TimelineCases", "case_id", "fold_range", "kernel_label", "positions", "timeline_cases"]
+__all__ = [
+    "Place",
+    "TimelineCases",
+    "case_id",
+    "fold_range",
+    "kernel_label",
+    "launch_numbers",
+    "positions",
+    "timeline_cases",
+]

@@ -117,7 +117,47 @@ def test_every_gemm_call_carries_its_case(run_path: Path, tmp_path: Path) -> Non
         first = min(e["ts"] for e in calls if e["args"]["case_id"] == case_id)
         mark = next(m for m in marks if m["args"]["case_id"] == case_id)
         assert mark["ts"] == first and mark["name"].startswith(f"top loss #{rank}:")
+        # a case holding several of the largest losses is marked once, naming each factor
+        assert all(
+            loss.factor in mark["name"] for loss in analysis.summary.top_losses if loss.case_id == case_id
+        )
         assert {e["args"]["top_loss"] for e in calls if e["args"]["case_id"] == case_id} == {rank}
+
+
+def test_each_place_case_gets_the_launches_at_its_place(nsys: dict) -> None:
+    """GEMMs sharing one kernel and grid in a range, told apart by their place in its instances (cuBLAS's
+    persistent ``nvjet_sm90_tst_*`` kernels on the nsys serving sample): each such case's calls are exactly the
+    launches whose number among their instance's GEMM launches (numbered here from the frames, by start) its
+    ``place`` holds, as its name says; no launch of the shared kernel goes to another of its cases."""
+    run = tracekit.load(NSYS)
+    placed = [c for c in run.analyze().cases if c.place]
+    assert {c.range for c in placed} == {"serve/prefill", "serve/decode"}
+    base = nsys["otherData"]["base_ns"]
+    got: dict[str, set[tuple[int, int]]] = {}
+    for e in nsys["traceEvents"]:
+        if e["ph"] == "X" and "case_id" in e.get("args", {}):
+            got.setdefault(e["args"]["case_id"], set()).add(
+                (e["args"]["stream"], base + round(e["ts"] * 1000))
+            )
+    kernels, ranges = run.frames["kernels"], run.frames["ranges"]
+    for rng in {c.range for c in placed}:
+        instances = ranges.filter(pl.col("name") == rng)["range_id"]
+        gemm = (
+            kernels.filter((pl.col("kernel_class") == "gemm") & pl.col("range_id").is_in(instances.implode()))
+            .sort("start_ns", "kernel_id")
+            .with_columns((pl.int_range(pl.len()).over("range_id") + 1).alias("nth"))
+        )
+        mine = [c for c in placed if c.range == rng]
+        assert len({c.kernel.name for c in mine}) < len(mine)  # cases that share a kernel
+        for case in mine:
+            nth, launches = case.place.nth, case.place.launches  # type: ignore[union-attr]
+            word = "launch" if len(nth) == 1 else "launches"
+            assert case.name.endswith(f"GEMM {word} {', '.join(map(str, nth))} of {launches})")
+            assert gemm.group_by("range_id").len()["len"].unique().to_list() == [launches]
+            want = gemm.filter(pl.col("nth").is_in(nth))
+            assert want["name"].unique().to_list() == [case.kernel.name]
+            assert got[case.id] == set(want.select("stream", "start_ns").iter_rows()), case.label
+            assert len(got[case.id]) == case.timing.launches
 
 
 def test_sm_clock_counters_where_measured(nsys: dict, serve: dict) -> None:

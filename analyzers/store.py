@@ -296,10 +296,17 @@ class RunFrames(Mapping[str, pl.DataFrame]):
         return int(self.scan(name).select(pl.len()).collect().item())
 
     def scan(self, name: str) -> pl.LazyFrame:
-        """One frame as a LazyFrame (:func:`scan_frame`; the frame already read, where it was)."""
+        """One frame as a LazyFrame (:func:`scan_frame`; the frame already read, where it was). A frame file
+        whose parquet footer cannot be read (a truncated copy) is read as :meth:`__getitem__` reads it, which
+        rebuilds it from raw/ in memory, instead of failing later in the query."""
         if name in self._read:
             return self._read[name].lazy()
-        return scan_frame(self._run, name)
+        scan = scan_frame(self._run, name)
+        try:
+            scan.collect_schema()
+        except (pl.exceptions.PolarsError, OSError):
+            return self[name].lazy()
+        return scan
 
 
 def scan_of(frames: Mapping[str, pl.DataFrame], name: str) -> pl.LazyFrame:

@@ -91,6 +91,9 @@ class RunData:
     run: Run
     frames: dict[str, pl.DataFrame]
     devices: list[dict[str, Any]]
+    ranks: int | None = None
+    """How many distributed ranks the frames hold (:func:`rank_count`), counted while the run is opened, so a
+    damaged frame file is reported by the opening (an error dialog) and not later by the header's paint."""
 
     @property
     def record(self) -> RunRecord:
@@ -148,7 +151,9 @@ def load_run(path: Path | str) -> RunData:
     path = Path(path)
     run = open_run(path)
     frames = RunFrames(run)
-    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=devices(frames, run))  # type: ignore[arg-type]
+    found = devices(frames, run)  # type: ignore[arg-type]
+    ranks = rank_count(frames)  # type: ignore[arg-type]
+    return RunData(path=run.path, name=run.name, run=run, frames=frames, devices=found, ranks=ranks)  # type: ignore[arg-type]
 
 
 Analysis = TypedAnalysis

@@ -42,6 +42,7 @@ import msgspec
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec
+from tracekit.records import Bundle
 from tracekit.run import MANIFEST, Run, atomic_path
 
 from .model import ANALYSIS_SCHEMA_VERSION, Analysis
@@ -134,8 +135,8 @@ def _manifest_sha256(run: Run) -> str:
     path = run.path / MANIFEST
     try:
         manifest = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError):
-        manifest = run.manifest
+    except (OSError, msgspec.DecodeError):  # a run held in memory: its typed record, as it would be written
+        manifest = msgspec.to_builtins(run.record)
     if isinstance(manifest, dict):
         manifest.pop("bundle", None)  # a bundle's packing note, and where it was opened from
         frames = manifest.get("frames")
@@ -441,8 +442,8 @@ def _older(
     default options whose stored Analysis is missing or was written by another version of tracekit or of the
     Analysis (a rebuild stores it). One whose frames changed since, or written by this version from other
     source files (a development checkout), is rebuilt into the cache without a word."""
-    bundle = run.manifest.get("bundle")
-    if isinstance(bundle, dict) and bundle.get("opened_from"):
+    bundle = run.record.bundle
+    if isinstance(bundle, Bundle) and bundle.opened_from:
         return False
     if calibration is not None or breakdown != DEFAULT_BREAKDOWN:
         return False

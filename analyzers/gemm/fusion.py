@@ -151,7 +151,7 @@ def fusion_sentence(case: GemmCase) -> tuple[str, str, float] | None:
     words = _join([u.word for u in side])
     sentence = (
         f"the {words} {where} this GEMM take{'' if len(side) > 1 else 's'} {duration(total)} "
-        f"({duration(total / calls)} per call), "
+        f"({duration(total / calls)} mean per call), "
         f"launched by {'their own operators' if len(side) > 1 else 'its own operator'}: fuse "
         f"{'them' if len(side) > 1 else 'it'}"
     )
@@ -194,13 +194,13 @@ def beside_lines(case: dict[str, Any], most: int = 3) -> list[str]:
             for a in aux[:most]
         ]
         more = f" and {len(aux) - most} more" if len(aux) > most else ""
-        out.append("aux kernels per call: " + "; ".join(named) + more)
+        out.append("aux kernels, mean per call: " + "; ".join(named) + more)
     fusion = case.get("fusion") or []
     for f in fusion[:most]:
         kernels = ", ".join(dict.fromkeys(kernel_label(k) for k in f["kernels"][:2]))
         out.append(
             f"fusion candidate: {f.get('op') or 'an operator'} {f['side']} the GEMM ({f['kernel_class']}: "
-            f"{kernels}), {duration(f.get('per_call_ns') or 0.0)} per call, {duration(f['time_ns_total'])} in all"
+            f"{kernels}), {duration(f.get('per_call_ns') or 0.0)} mean per call, {duration(f['time_ns_total'])} in all"
         )
     if len(fusion) > most:
         out.append(f"fusion candidates: {len(fusion) - most} more (explain --json)")

@@ -107,7 +107,7 @@ def run_header(d: RunData, analysis: Analysis | None, width: int, steps: Any = N
     for name, label in (("kernels", "kernels"), ("ncu", "ncu"), ("measurements", "measured")):
         if rows := d.count(name):  # the manifest's count: no frame read for the header
             counts.append(f"{rows:,} {label}")
-    ranks = rank_count(f)
+    ranks = d.ranks if d.ranks is not None else rank_count(f)
     if ranks > 1:
         counts.append(f"{ranks} ranks (d)")
     counts_text = " · ".join(counts)

@@ -15,6 +15,8 @@
 #               benchmarks/foreign: triton_waves (a one-tile last wave), simt_smem (occupancy capped by shared
 #               memory), cublas_small_m (M=16, memory-bound), base_clock (ncu's default clock control locks the
 #               clock to base) into ncu-default-<name>.ncu-rep, with the program's output beside each
+#   fix         `tracekit bench gemm --shapes-from samples/h100-serve-torchprof --what-if fp8` (the recommendation
+#               table), then the serving step as profiled and with the recommended FP8 MLPs (step time before/after)
 #   decoder     the ncu pass of `tracekit capture --nsys --ncu --ranges serve` over a 16-layer decoder step
 #               (benchmarks/foreign/serve_step.py --layers 16) with the capture's defaults (the GEMMs of the nsys
 #               timeline, each place once): wall time of each pass and the kernels ncu profiled (DECODER_ARGS adds
@@ -111,6 +113,21 @@ for p in "$@"; do
       # run.json and the log: the passes' wall times and what the ncu pass profiled
       (cd "$RUNS" && tar czf "$PACK/$name.tgz" "$name/run.json" "$name.log")
       ls -la "$PACK/$name.tgz" | awk '{print "packed", $5, $9}'
+      ;;
+    fix)
+      # `bench gemm --shapes-from` on the committed serving sample (its stored Analysis: no polars needed here),
+      # bf16 as profiled plus the FP8 what-if, then the step itself as profiled (the last layer's MLP in FP8) and
+      # with every layer's MLP in FP8 (what the what-if recommends), each timed by the program's CUDA events
+      t=$SECONDS
+      (cd /tmp && timeout "$(cap 240)" python3 -m tracekit bench gemm --shapes-from "$R/samples/h100-serve-torchprof" \
+        --what-if fp8 --json -o "$RUNS/fix-bench") > "$RUNS/fix-bench.json" 2> "$RUNS/fix-bench.log"
+      echo "bench --shapes-from: rc=$? $((SECONDS - t)) s"; tail -3 "$RUNS/fix-bench.log"
+      S=$R/benchmarks/foreign/serve_step.py
+      for v in before:1 after:0,1; do
+        (cd /tmp && timeout "$(cap 90)" python3 "$S" --fp8-layers "${v#*:}") > "$RUNS/fix-step-${v%%:*}.log" 2>&1
+        echo "step ${v%%:*} (fp8 layers ${v#*:}): rc=$?"; cat "$RUNS/fix-step-${v%%:*}.log" | tail -4
+      done
+      pack fix fix-bench fix-bench.json fix-bench.log fix-step-before.log fix-step-after.log
       ;;
     *) echo "unknown phase $p" ;;
   esac

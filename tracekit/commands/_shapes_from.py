@@ -51,12 +51,39 @@ def _runs_here(backend: Any, cc: tuple[int, int] | None) -> str | None:
     return f"{backend.dtype} needs compute capability {floor[0]}.{floor[1]}+ (this GPU: {cc[0]}.{cc[1]})"
 
 
+def _analysis_of(source: Path) -> Any:
+    """The source run's Analysis. Where polars is not installed (a bare inference environment on the GPU machine,
+    as the capture path allows), the Analysis stored with a run folder by `tracekit import` is read as it is:
+    its key cannot be checked without reading the frames, so a line on stderr says so."""
+    import importlib.util
+
+    import tracekit
+
+    if importlib.util.find_spec("polars") is not None:
+        return tracekit.load(source).analyze()
+    from tracekit.analyzers.analysis.stored import STORED_FILE, decode_analysis, read_stored
+
+    stored = read_stored(source / STORED_FILE) if source.is_dir() else None
+    analysis = decode_analysis(stored) if stored is not None else None
+    if analysis is None:
+        raise BadInputError(
+            f"{source}: reading a run without its stored Analysis needs polars, which is not installed here",
+            f"install it (pip install polars), or run `tracekit import --rebuild {source}` where it is installed "
+            "and bring the run folder (its analysis.msgpack) here",
+        )
+    click.echo(
+        f"tracekit: polars is not installed: {source}/{STORED_FILE} read as stored (not checked against the "
+        "run's frames)",
+        err=True,
+    )
+    return analysis
+
+
 def load_plan(source: Path, what_if: Sequence[str]) -> Any:
     """The plan's rows from the source run's Analysis (no backends yet); BadInputError when no case has a shape."""
-    import tracekit
     from tracekit.analyzers.recommend import plan_from_analysis, source_of
 
-    analysis = tracekit.load(source).analyze()
+    analysis = _analysis_of(source)
     plan = plan_from_analysis(analysis, source_of(source, analysis), what_if)
     if not plan.rows:
         raise BadInputError(

@@ -216,3 +216,36 @@ def test_explain_points_to_it_where_the_kernel_is_the_largest_loss() -> None:
     want = [c for c in cases if c.verdict.factor == "in-kernel" and c.shape and c.shape.dtype_a]
     assert want and len(want) < len(cases)  # memory-bound decode and aux-bound FP8 cases get no hint
     assert proc.stdout.count(hint) == len(want)
+
+
+def test_without_polars_the_stored_analysis_gives_the_same_plan(tmp_path: Path) -> None:
+    """A bare GPU environment (no polars, as the capture path allows) plans from the Analysis stored with the run,
+    says so on stderr, and a run folder without one is one line, exit 2."""
+    code = (
+        "import sys; sys.modules['polars'] = None\n"
+        "sys.argv = ['tracekit', 'bench', 'gemm', '--shapes-from', sys.argv[1], '--dry-run', '--json']\n"
+        "from tracekit.cli import main\n"
+        "main()\n"
+    )
+
+    def dry(source: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code, str(source)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    proc = dry(SERVE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "polars is not installed" in proc.stderr and "read as stored" in proc.stderr
+    bare = json.loads(proc.stdout)["plan"]
+    full = json.loads(_tracekit("bench", "gemm", "--shapes-from", str(SERVE), "--dry-run", "--json").stdout)
+    assert bare["rows"] == full["plan"]["rows"] and bare["rows"]
+    empty = tmp_path / "run"
+    empty.mkdir()
+    (empty / "run.json").write_text((SERVE / "run.json").read_text())
+    proc = dry(empty)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs polars" in proc.stderr and "Traceback" not in proc.stderr

@@ -77,9 +77,9 @@ def test_ncu_alone_plans_its_gemms_with_an_nsys_pass(tmp_path: Path) -> None:
     ctx = ncu_report.load_report(str(run.raw_dir / "ncu.ncu-rep"))
     names = [ctx.range_by_idx(r).action_by_idx(i).name() for r in range(ctx.num_ranges())
              for i in range(ctx.range_by_idx(r).num_actions())]  # fmt: skip
-    gemms = [n for n in names if any(n.startswith(c) for c in selection["gemm_kernels"])]
+    gemms = [n for n in names if any(c in n for c in selection["gemm_kernels"])]
     assert len(gemms) >= 2, names
-    assert all(any(n.startswith(c) for c in chosen) for n in names), (names, chosen)
+    assert all(any(c in n for c in chosen) for n in names), (names, chosen)
     assert not any("elementwise" in n for n in names), names
     # the planning pass's timeline is the run's timeline: its elementwise kernels are there
     from tracekit.analyzers.importer import import_into

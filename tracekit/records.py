@@ -133,6 +133,9 @@ class CapturePass(msgspec.Struct, kw_only=True, frozen=True):
     reason: str | None = None
     ncu: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     """An ncu pass: bound, kernels profiled, --ncu-budget (collectors/capture/budget.py); unset for the others."""
+    role: str | msgspec.UnsetType = msgspec.UNSET
+    """``plan``: a planning pass (nsys, run before an ncu pass without ``--nsys`` so that its timeline chooses
+    the ncu pass's GEMM launches); unset for a pass that was asked for."""
 
 
 class NcuCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
@@ -151,14 +154,16 @@ class NcuCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     per_launch_config: int | None = None
     bound_mode: str | None = None
     kernels: str | None = None
-    """--ncu-kernels: gemm (the GEMMs of the nsys pass's timeline, each place once) or all."""
+    """--ncu-kernels: gemm (the GEMMs of the nsys or planning pass's timeline, each place once) or all."""
     launch_count: int | None = None
     budget_s: float | None = None
     extra: list[str] | None = None
+    plan_pass: bool | None = None
+    """Whether a planning pass may run before the ncu pass (False: ``--no-plan-pass``)."""
 
 
 class NsysCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
-    """The nsys pass a capture was asked for (``capture.nsys``): the nsys found and its options."""
+    """The nsys pass a capture ran (``capture.nsys``): the nsys found and its options."""
 
     path: str | None = None
     version: str | None = None
@@ -168,6 +173,8 @@ class NsysCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True)
     libs: str | None = None
     extra: list[str] | None = None
     crash_flush: str | None = None
+    role: str | None = None
+    """``plan``: not asked for, the planning pass of an ncu pass (its timeline chose the GEMMs ncu profiled)."""
 
 
 class TorchCapture(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):

@@ -166,7 +166,7 @@ def _join_user_ncu(
     (and grid, where both know it) as its evidence; ncu cases with no timeline counterpart stand alone."""
     alone = []
     for nc in ncu:
-        _, rng, kname, grid, _block = nc.key
+        _, rng, kname, grid, _block = nc.key[:5]  # (a 6th: the place of a persistent kernel's launches)
         match = [
             c
             for c in cases

@@ -545,8 +545,13 @@ def _user_range_cases(
     for r in sorted(mains, key=lambda r: r["ncu_id"]):
         by_sig.setdefault((name_of(r), r.get("grid_size"), r.get("block_size")), []).append(r["ncu_id"])
     folded = context_key(range_key(rng)) or rng
-    several = len(by_sig) > 1
-    for pos, (sig, ids) in enumerate(by_sig.items(), 1):
+    groups = [
+        (sig, ids, place)
+        for sig, launches in by_sig.items()
+        for place, ids in _counted_places(launches, {r["ncu_id"]: r for r in mains}, ev)
+    ]
+    several = len(groups) > 1
+    for pos, (sig, ids, place) in enumerate(groups, 1):
         mine = [r for r in mains if r["ncu_id"] in ids]
         label = folded if not several else f"{folded} #{pos} ({_short(sig[0])})"
         case = GemmCase(
@@ -558,11 +563,43 @@ def _user_range_cases(
         case.timing = _timing({i: gemm[i] for i in ids}, {i: aux[i] for i in ids})
         case.counted = _counted_per_call(mine, ev)
         case.kernel = KernelInfo.from_row(mine[0], name=sig[0])
-        case.key = ("ncu", folded, *sig)
+        case.key = ("ncu", folded, *sig) if place is None else ("ncu", folded, *sig, place)
         attach_ncu(case, mine + [x for i in ids for x in gemm[i] + aux[i] if x not in mine], ev)
         _estimate_achieved(case)
         out.user.append(case)
-        out.user_rows[(folded, *sig)] = [*mine, *[x for i in ids for x in aux[i] + gemm[i] if x not in mine]]
+        # every place's rows under the signature: the timeline's cases take theirs by place (build.py)
+        out.user_rows.setdefault((folded, *sig), []).extend(
+            [*mine, *[x for i in ids for x in aux[i] + gemm[i] if x not in mine]]
+        )
+
+
+def _counted_places(
+    ids: list[int], rows: dict[int, dict[str, Any]], ev: Evidence
+) -> list[tuple[int | None, list[int]]]:
+    """The profiled launches ``ids`` of one kernel and launch configuration in a user range, in profiling order,
+    as (place, launches) per GEMM. A persistent kernel runs several GEMMs on one configuration (cuBLAS on Hopper:
+    ``nvjet_sm90_tst_*`` on a grid of one CTA per SM), and a report holds no range instances to tell their places
+    apart, but Nsight Compute counted each launch's math: launches that counted the same (within
+    :data:`COUNT_TOLERANCE`) are one GEMM, a place numbered from 1 in order of first launch. Where the launches
+    repeat in the same order in every instance, these are the places timeline.positions finds (the n-th launch of
+    every instance, one GEMM; places that counted the same math, one case); a place is no case of its own where
+    the order differs. One (None, ids) where nothing tells the launches apart: one count, or a launch without a
+    tensor count (its place is unknown)."""
+    counts = [_kernel_counts(rows[i], ev) for i in ids]
+    flops = [c.flops if c is not None and not c.simt else None for c in counts]
+    if len(ids) < 2 or any(not f for f in flops):
+        return [(None, ids)]
+    places: list[tuple[float, list[int]]] = []
+    for i, f in zip(ids, flops, strict=True):
+        assert f is not None
+        same = next((p for p in places if abs(p[0] - f) <= COUNT_TOLERANCE * max(p[0], f)), None)
+        if same is None:
+            places.append((f, [i]))
+        else:
+            same[1].append(i)
+    if len(places) < 2:
+        return [(None, ids)]
+    return [(n, launches) for n, (_, launches) in enumerate(places, 1)]
 
 
 def _short(name: str | None) -> str:

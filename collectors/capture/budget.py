@@ -205,10 +205,16 @@ class NcuBudget:
         )
 
 
-def describe_bound(ncu: NcuSettings, ranges: str | None, selection: NcuSelection | None = None) -> str:
+def describe_bound(
+    ncu: NcuSettings,
+    ranges: str | None,
+    selection: NcuSelection | None = None,
+    every_kernel: str | None = None,
+) -> str:
     """One line, printed before the ncu pass: which kernels it profiles, at most how many launches of each,
-    and the time budget (``ncu`` as the check resolved it; ``selection``: the GEMMs chosen from the nsys pass's
-    timeline, collectors/capture/select.py)."""
+    and the time budget (``ncu`` as the check resolved it; ``selection``: the GEMMs chosen from the nsys or
+    planning pass's timeline, collectors/capture/select.py; ``every_kernel``: why there is none, where
+    ``--ncu-kernels gemm`` asked for one)."""
     nvtx, per_range = ncu.nvtx_include, ncu.max_per_range
     per_config, count = ncu.per_config, ncu.launch_count
     if ncu.mode == "tracekit-ranges":
@@ -235,10 +241,11 @@ def describe_bound(ncu: NcuSettings, ranges: str | None, selection: NcuSelection
     if selection is not None:
         how = f"the GEMMs only, {selection.describe()}"
     elif ncu.mode != "tracekit-ranges" and ncu.kernels == "gemm" and count is None:
-        how += (
-            "; every kernel, not only GEMMs: no nsys timeline to choose them from (capture with --nsys --ncu to "
-            "profile each GEMM once and nothing else)"
+        why = every_kernel or (
+            "no nsys timeline to choose them from (capture with --nsys --ncu to profile each GEMM once and "
+            "nothing else)"
         )
+        how += f"; every kernel, not only GEMMs: {why}"
     budget = ncu.budget_s
     tail = (
         f"; after {budget:g} s (--ncu-budget) it profiles nothing more and the program runs on"

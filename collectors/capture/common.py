@@ -123,6 +123,9 @@ class PassResult:
     ncu: dict[str, Any] | None = None
     """An ncu pass: the bound it ran under (``bound``), the kernels it profiled (``profiled``, from ncu's own
     lines) and, with ``--ncu-budget``, the budget's record (``budget``: spent, when, what was not profiled)."""
+    role: str | None = None
+    """``plan``: a planning pass, run so that its timeline chooses the ncu pass's launches (``--ncu`` without
+    ``--nsys``); None for a pass that was asked for."""
 
     @property
     def ok(self) -> bool:
@@ -142,6 +145,7 @@ class PassResult:
             status="ok" if self.ok else "incomplete",
             reason=self.reason,
             **({"ncu": self.ncu} if self.ncu is not None else {}),
+            **({"role": self.role} if self.role is not None else {}),
         )
 
 

@@ -60,6 +60,7 @@ def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
             "launch_count": ncu.launch_count,
             "budget_s": ncu.budget_s,
             "extra": list(ncu.extra),
+            "plan_pass": ncu.plan_pass,
         }
     if plan.nsys:
         settings["nsys"] = {
@@ -69,6 +70,7 @@ def _settings(opts: _Options, plan: _Plan, python_cmd: bool) -> dict[str, Any]:
             "libs": opts.env.get(tools.ENV_NSYS_LIBS),
             "extra": list(nsys.extra),
             "crash_flush": nsys.crash_flush if python_cmd else "none",
+            **({"role": "plan"} if plan.planning else {}),
         }
     if "torch" in plan.passes and plan.python:
         settings["torch_profiler"] = {
@@ -140,6 +142,7 @@ def _run_passes(
                 log=log,
                 python_cmd=python_cmd,
                 program_stem="program" if len(plan.passes) == 1 else f"program.{tool}",
+                previous=results,
             )
             results.append(result)
             run.set_passes([r.as_record() for r in results])

@@ -9,8 +9,9 @@ import os
 import platform
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import tools
 from ..crash import (
@@ -63,19 +64,64 @@ def _ncu_problem(log_path: Path) -> str | None:
     return errors[0] if errors else None
 
 
-def ncu_selection(ncu: NcuSettings, ranges: str | None, raw: Path, ranked: bool) -> NcuSelection | None:
-    """The kernels the ncu pass profiles, chosen from the nsys pass's timeline (collectors/capture/select.py):
-    with ``--ncu-kernels gemm`` in your ranges or everywhere, where an nsys pass of this capture left an export;
-    None keeps the bound alone (tracekit's own ranges, ``--ncu-kernels all``, ``--launch-count``, a kernel filter
-    of one's own among the ncu options, no timeline, ranks, or a timeline with no GEMM in the ranges)."""
-    if ncu.kernels != "gemm" or ncu.mode == "tracekit-ranges" or ncu.launch_count is not None or ranked:
+def ncu_selection(
+    ncu: NcuSettings, ranges: str | None, raw: Path, ranked: bool, *, source: str = "nsys pass's timeline"
+) -> NcuSelection | None:
+    """The kernels the ncu pass profiles, chosen from the timeline an nsys pass of this capture (``--nsys``, or
+    the planning pass) left in raw/nsys.sqlite (collectors/capture/select.py), where
+    :meth:`NcuSettings.selects_gemms`; None keeps the bound alone (tracekit's own ranges, ``--ncu-kernels all``,
+    ``--launch-count``, a kernel filter of one's own among the ncu options, no timeline, ranks, or a timeline
+    with no GEMM in the ranges). ``source`` names the timeline in what is said and recorded."""
+    if not ncu.selects_gemms(ranked):
         return None
-    if any(str(a).startswith(("--kernel-name", "--kernel-id", "-k")) for a in ncu.extra):
-        return None  # the user's own kernel filter wins (ncu takes one)
     chosen = select.from_nsys(
-        raw / "nsys.sqlite", ranges, in_ranges=ncu.mode == "ranges", per_range=ncu.max_per_range or 1
+        raw / "nsys.sqlite",
+        ranges,
+        in_ranges=ncu.mode == "ranges",
+        per_range=ncu.max_per_range or 1,
+        source=source,
     )
     return None if chosen is None or chosen.empty else chosen
+
+
+PLANNING_SAID = (
+    "planning pass: nsys records the program's timeline first (CUDA and NVTX only, no CPU sampling), so that the "
+    "ncu pass profiles each GEMM of it once and no other kernel; the program runs once more for it, and its "
+    "timeline is kept and imported (--no-plan-pass skips it)"
+)
+"""Said before the planning pass starts."""
+
+
+def _why_every_kernel(plan: _Plan, raw: Path, source: str) -> str:
+    """Why an ncu pass that would profile the GEMMs of a timeline profiles every kernel: no planning pass (and
+    why), no export of the timeline, or no GEMM in it."""
+    if plan.no_planning is not None:
+        fix = "" if plan.no_planning == "--no-plan-pass" else "; --nsys-path PATH names one"
+        return f"no timeline to choose them from ({plan.no_planning}{fix})"
+    if plan.nsys is None:
+        return "no nsys timeline to choose them from (capture with --nsys --ncu to profile each GEMM once)"
+    if not (raw / "nsys.sqlite").is_file():
+        return f"the {source} is missing (no raw/nsys.sqlite)"
+    return f"the {source} shows no GEMM kernel in the ranges"
+
+
+def _plan_record(plan: _Plan, previous: Sequence[PassResult], *, used: bool) -> dict[str, Any] | None:
+    """``capture.passes[].ncu.plan``: whether a planning pass ran for this ncu pass (its wall time and how it
+    ended, and whether its timeline chose the launches) or why none did; None where none applies."""
+    if plan.no_planning is not None:
+        return {"ran": False, "reason": plan.no_planning}
+    if not plan.planning:
+        return None
+    ran = next((r for r in previous if r.role == "plan"), None)
+    if ran is None:
+        return {"ran": False, "reason": "the planning pass did not run"}
+    return {
+        "ran": True,
+        "tool": ran.tool,
+        "wall_s": round(ran.wall_s, 3),
+        "status": "ok" if ran.ok else "incomplete",
+        "chose_launches": used,
+    }
 
 
 def _one_pass(
@@ -89,9 +135,11 @@ def _one_pass(
     log: Callable[..., None],
     python_cmd: bool = False,
     program_stem: str = "program",
+    previous: Sequence[PassResult] = (),
 ) -> PassResult:
     """Run one pass of ``tool`` with the checked command and settings ``opts`` into ``raw`` and return its
-    result: files, exit, reason, and for ncu what it profiled."""
+    result: files, exit, reason, and for ncu what it profiled (``previous``: the passes run before it, the
+    planning pass among them)."""
     s = opts.settings
     cmd, cwd, ranks, ncu = opts.cmd, opts.cwd, s.ranks, s.ncu
     instrument, timeout, grace_s, ranges_regex = s.instrument, s.timeout, s.grace_s, s.ranges
@@ -129,11 +177,14 @@ def _one_pass(
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + old if old else "")
         if not instrument:
             env["TRACEKIT_INSTRUMENT"] = "0"  # the site folder is there for the crash / hang handlers only
-    selection = None
+    selection, every_kernel = None, None
     if tool == "ncu":
         assert plan.ncu is not None
         env[tools.ENV_MAX_PER_RANGE] = str(ncu.max_per_range)
-        selection = ncu_selection(ncu, ranges_regex, raw, ranks is not None)
+        source = "planning pass's timeline" if plan.planning else "nsys pass's timeline"
+        selection = ncu_selection(ncu, ranges_regex, raw, ranks is not None, source=source)
+        if selection is None and ncu.selects_gemms(ranks is not None):
+            every_kernel = _why_every_kernel(plan, raw, source)
         argv = tools.ncu_command(
             plan.ncu.path,
             raw / f"ncu{tag}",
@@ -147,10 +198,12 @@ def _one_pass(
             kernel_filter=selection.args() if selection is not None else (),
             extra=list(ncu.extra),
         )
-        log("info", "ncu", describe_bound(ncu, ranges_regex, selection))
+        log("info", "ncu", describe_bound(ncu, ranges_regex, selection, every_kernel))
     elif tool == "nsys":
         assert plan.nsys is not None
         env = tools.nsys_env(env)
+        if plan.planning:
+            log("info", "nsys", PLANNING_SAID)
         argv = tools.nsys_command(plan.nsys.path, raw / f"nsys{tag}", inner, extra=nsys_extra)
     elif tool == "torch":
         assert plan.python is not None
@@ -173,7 +226,7 @@ def _one_pass(
         argv = list(cmd)
     if ranks is not None and tool != "plain":
         argv = ranks.wrap(argv)
-    result = PassResult(tool, argv)
+    result = PassResult(tool, argv, role="plan" if tool == "nsys" and plan.planning else None)
     log_path = raw / f"{tool}.log"
     program = {"stdout": raw / f"{program_stem}.stdout", "stderr": raw / f"{program_stem}.stderr"}
     failures_before = _count_lines(raw / FAILURES_FILE)
@@ -199,12 +252,15 @@ def _one_pass(
     )
     if profiled is not None:
         result.ncu = {
-            "bound": describe_bound(ncu, ranges_regex, selection),
+            "bound": describe_bound(ncu, ranges_regex, selection, every_kernel),
             "profiled": profiled.count,
             "kernels": dict(sorted(profiled.names.items(), key=lambda kv: -kv[1])[:200]),
         }
         if selection is not None:
             result.ncu["selection"] = selection.record()
+        planned = _plan_record(plan, previous, used=selection is not None)
+        if planned is not None:
+            result.ncu["plan"] = planned
         if budget is not None:
             result.ncu["budget"] = budget.record(result.wall_s)
             said = budget.reason()

@@ -28,6 +28,12 @@ class _Plan:
     nsys: tools.Tool | None = None
     python: tuple[list[str], list[str]] | None = None
     warnings: list[str] = field(default_factory=list)
+    planning: bool = False
+    """The nsys pass is a planning pass: ``--ncu`` without ``--nsys``, run so that its timeline chooses the ncu
+    pass's GEMM launches (collectors/capture/select.py); its timeline is kept and imported like any other."""
+    no_planning: str | None = None
+    """Why an ncu pass that would choose its GEMMs from a timeline has none to choose from (no usable nsys here,
+    or ``--no-plan-pass``): it profiles every kernel as bounded, and says so."""
 
 
 def _plan(cmd: Sequence[str], settings: CaptureSettings, env: dict[str, str]) -> _Plan:
@@ -70,8 +76,28 @@ def _plan(cmd: Sequence[str], settings: CaptureSettings, env: dict[str, str]) ->
     if ncu:
         plan.ncu = tools.find_ncu(ncu_path, env=env)
         plan.passes.append("ncu")
+        if not nsys and settings.ncu.selects_gemms(settings.ranks is not None):
+            _plan_pass(plan, settings, env)
     plan.passes.sort(key=PASS_ORDER.index)
     return plan
+
+
+def _plan_pass(plan: _Plan, settings: CaptureSettings, env: dict[str, str]) -> None:
+    """The planning pass of an ncu pass that chooses its GEMMs from a timeline but has no ``--nsys`` pass: nsys
+    found as the nsys pass finds it (``--nsys-path``, $TRACEKIT_NSYS, PATH, Nsight Compute's own copy ...) and
+    able to build its report here; else ``plan.no_planning`` says why there is none (the ncu pass then runs as
+    before, bounded per launch configuration, every kernel)."""
+    if not settings.ncu.plan_pass:
+        plan.no_planning = "--no-plan-pass"
+        return
+    try:
+        found = tools.find_nsys(settings.nsys.path, env=env)
+        tools.require_nsys_importer(found, env=env)
+    except MissingToolError as exc:
+        plan.no_planning = f"no nsys for a planning pass: {exc.message}"
+        return
+    plan.nsys, plan.planning = found, True
+    plan.passes.append("nsys")
 
 
 _HAS_TORCH = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"

@@ -2,7 +2,9 @@
 
 Nsight Compute replays every kernel it profiles 20-30 times, and most kernels of a real step are elementwise and
 norm kernels no GEMM verdict reads: over a 16-layer decoder step the pass took 101 s for 117 kernels, mostly those.
-With the nsys timeline at hand, the pass profiles GEMMs only (``--ncu-kernels gemm``, the default):
+With a timeline at hand (the ``--nsys`` pass's, or without it the planning pass's: nsys run first for this, as
+collectors/capture/plan.py ``_plan_pass`` decides), the pass profiles GEMMs only (``--ncu-kernels gemm``, the
+default):
 
 - the GEMM kernels are the timeline's launches that the kernel table (tracekit/kernel_names.py) classes ``gemm``,
   with the split-K reduce and quantize kernels that run in the same ranges (a GEMM call's aux verdicts read
@@ -185,12 +187,15 @@ def choose(launches: list[Launch], *, in_ranges: bool, per_range: int, source: s
     return sel
 
 
-def from_nsys(sqlite: Path, ranges: str | None, *, in_ranges: bool, per_range: int) -> NcuSelection | None:
-    """The selection from an nsys pass's export (None where it cannot be read or holds no kernel)."""
+def from_nsys(
+    sqlite: Path, ranges: str | None, *, in_ranges: bool, per_range: int, source: str = "nsys pass's timeline"
+) -> NcuSelection | None:
+    """The selection from an nsys pass's export (None where it cannot be read or holds no kernel); ``source``
+    names it (the ``--nsys`` pass's timeline, or the planning pass's)."""
     try:
         launches = read_launches(sqlite, ranges if in_ranges else None)
     except (sqlite3.Error, OSError):
         return None
     if not launches:
         return None
-    return choose(launches, in_ranges=in_ranges, per_range=per_range, source="nsys pass's timeline")
+    return choose(launches, in_ranges=in_ranges, per_range=per_range, source=source)

@@ -51,11 +51,31 @@ class NcuSettings:
     """Options for ncu's command line, after tracekit's own."""
     kernels: str = "gemm"
     """--ncu-kernels: ``gemm`` profiles, in your ranges or everywhere, only the GEMM kernels (with their split-K
-    reduce and quantize kernels) the nsys pass's timeline shows, each place once (collectors/capture/select.py);
+    reduce and quantize kernels) the timeline of the nsys pass, or of the planning pass (:attr:`plan_pass`), shows,
+    each place once (collectors/capture/select.py);
     ``all`` every kernel, as bounded by the per-configuration count."""
+    plan_pass: bool = True
+    """Without an nsys pass, where the GEMMs are chosen from a timeline (:meth:`selects_gemms`): run a planning
+    pass first (nsys, CUDA + NVTX only) whose timeline chooses them and is kept in the run; False
+    (``--no-plan-pass``) profiles as bounded by the per-configuration count, every kernel."""
 
     def __post_init__(self) -> None:
         _tuples(self, "sections", "metrics", "extra")
+
+    def selects_gemms(self, ranked: bool) -> bool:
+        """Whether the pass profiles the GEMMs a timeline shows (collectors/capture/select.py): ``--ncu-kernels
+        gemm`` inside your ranges or everywhere, with no count in all (``--launch-count``), no kernel filter of
+        one's own among the ncu options and no ranks (``ranked``). Inside tracekit's own ranges the range code
+        bounds the pass instead (one GEMM call per range)."""
+        if (
+            self.kernels != "gemm"
+            or self.mode == "tracekit-ranges"
+            or self.launch_count is not None
+            or ranked
+        ):
+            return False
+        # the user's own kernel filter wins (ncu takes one)
+        return not any(str(a).startswith(("--kernel-name", "--kernel-id", "-k")) for a in self.extra)
 
     @property
     def mode(self) -> str:
@@ -160,6 +180,7 @@ _KEYWORDS: dict[str, tuple[str, str]] = {
     "ncu_budget": ("ncu", "budget_s"),
     "ncu_extra": ("ncu", "extra"),
     "ncu_kernels": ("ncu", "kernels"),
+    "plan_pass": ("ncu", "plan_pass"),
     "nsys_path": ("nsys", "path"),
     "nsys_extra": ("nsys", "extra"),
     "crash_flush": ("nsys", "crash_flush"),

@@ -313,8 +313,16 @@ class _Event:
     default="gemm",
     show_default=True,
     help="ncu, with --ranges or --all-kernels: gemm profiles only the GEMM kernels (with their split-K reduce and "
-    "quantize kernels) of the --nsys pass's timeline, each kernel, launch configuration and place once; all "
-    "profiles every kernel.",
+    "quantize kernels) of a timeline, each kernel, launch configuration and place once; all profiles every "
+    "kernel. The timeline is the --nsys pass's or, without --nsys, a planning pass's: nsys (found as for --nsys) "
+    "runs the program once first, and its timeline is kept and imported like an --nsys pass's.",
+)
+@click.option(
+    "--no-plan-pass",
+    "no_plan_pass",
+    is_flag=True,
+    help="ncu without --nsys: no planning pass; the ncu pass profiles every kernel of the ranges, bounded by "
+    "--max-per-range (use it where running the program twice costs more than profiling the other kernels).",
 )
 @click.option(
     "--ncu-budget",
@@ -394,6 +402,7 @@ def capture(
     max_per_range: int | None,
     launch_count: int | None,
     ncu_kernels: str,
+    no_plan_pass: bool,
     ncu_budget: float | None,
     ncu_args: tuple[str, ...],
     nsys_args: tuple[str, ...],
@@ -452,6 +461,7 @@ def capture(
             budget_s=ncu_budget,
             extra=ncu_args,
             kernels=ncu_kernels,
+            plan_pass=not no_plan_pass,
         ),
         nsys=NsysSettings(path=nsys_path, extra=nsys_args, crash_flush=crash_flush),
         torch=TorchSettings(ops=torch_ops, trace_repeats=trace_repeats),

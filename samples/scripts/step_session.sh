@@ -17,6 +17,8 @@
 #               clock to base) into ncu-default-<name>.ncu-rep, with the program's output beside each
 #   fix         `tracekit bench gemm --shapes-from samples/h100-serve-torchprof --what-if fp8` (the recommendation
 #               table), then the serving step as profiled and with the recommended FP8 MLPs (step time before/after)
+#   planpass    `tracekit capture --ncu --ranges serve` (no --nsys) over a short serving step: the nsys planning
+#               pass, then the ncu pass on the GEMMs its timeline chose
 #   decoder     the ncu pass of `tracekit capture --nsys --ncu --ranges serve` over a 16-layer decoder step
 #               (benchmarks/foreign/serve_step.py --layers 16) with the capture's defaults (the GEMMs of the nsys
 #               timeline, each place once): wall time of each pass and the kernels ncu profiled (DECODER_ARGS adds
@@ -128,6 +130,15 @@ for p in "$@"; do
         echo "step ${v%%:*} (fp8 layers ${v#*:}): rc=$?"; cat "$RUNS/fix-step-${v%%:*}.log" | tail -4
       done
       pack fix fix-bench fix-bench.json fix-bench.log fix-step-before.log fix-step-after.log
+      ;;
+    planpass)
+      # `--ncu` alone: the nsys planning pass, then the ncu pass on the GEMMs its timeline chose
+      t=$SECONDS
+      tk capture --ncu --ranges serve --timeout "$(cap 150)" --no-import -o "$RUNS/planpass" \
+        -- python3 "$R/benchmarks/foreign/serve_step.py" --decode-steps 5 --prefill-steps 3 > "$RUNS/planpass.log" 2>&1
+      echo "planpass: rc=$? $((SECONDS - t)) s"; grep -a 'planning\|ncu profiles' "$RUNS/planpass.log" | head -4
+      passes "$RUNS/planpass"
+      pack planpass planpass planpass.log
       ;;
     *) echo "unknown phase $p" ;;
   esac

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from ..analysis.model import Shape
 from .build import build_cases, calibrated_peak
-from .case import LAUNCH_GAP_MAX_NS, GemmCase, case_id, context_key, is_step, settle_rate
+from .case import LAUNCH_GAP_MAX_NS, CaseEvidence, case_id, context_key, is_step, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
 from .names import (
@@ -52,39 +52,55 @@ from .names import (
     parse_gemm_name,
 )
 from .ncu_evidence import device_from_frames
-from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing, shape_bytes_min, shape_text, spread
+from .parts import (
+    Clock,
+    NcuPart,
+    call,
+    filled,
+    kernel_ref,
+    retimed,
+    shape_bytes_min,
+    shape_text,
+    spread,
+    timing,
+    timing_from_calls,
+    timing_repeated,
+)
 from .timeline import fold_range, kernel_label
 from .user_ranges import is_op_range, range_key
 
 __all__ = [
     "LAUNCH_GAP_MAX_NS",
-    "AuxUse",
-    "Call",
+    "CaseEvidence",
     "Clock",
-    "GemmCase",
-    "KernelInfo",
     "NcuPart",
     "Shape",
-    "Timing",
     "aux_key",
     "build_cases",
     "calibrated_peak",
+    "call",
     "case_id",
     "classify_kernel",
     "context_key",
     "device_from_frames",
     "dtype_class",
+    "filled",
     "fold_range",
     "is_gemm_kernel",
     "is_op_range",
     "is_step",
     "kernel_label",
+    "kernel_ref",
     "min_bytes",
     "name_rate_class",
     "parse_gemm_name",
     "range_key",
+    "retimed",
     "settle_rate",
     "shape_bytes_min",
     "shape_text",
     "spread",
+    "timing",
+    "timing_from_calls",
+    "timing_repeated",
 ]

@@ -115,6 +115,8 @@ def test_the_case_builders_use_the_model_parts(samples_dir: Path) -> None:
         assert not own & set(TWINS), (mod.__name__, own & set(TWINS))
     cases = build_cases(load_frames(open_run(samples_dir / "h100-serve-torchprof")))
     assert cases
+    with pytest.raises(AttributeError):  # frozen: a step that learns more makes a new one
+        cases[0].name = "renamed"  # type: ignore[misc]
     for c in cases:
         assert type(c.kernel) is model.KernelRef and type(c.timing) is model.Timing
         assert all(type(u) is model.AuxKernel for u in c.aux)

@@ -22,15 +22,15 @@ count, totals, per-call median and p10 / p90. Cases come from
 Per call: GEMM time (the GEMM kernel and its split-K reduce), auxiliary time, and the gap (idle GPU time inside
 the call, plus the idle time since the previous call of its case when nothing ran between). achieved = sum of
 FLOPs / sum of call spans; kernel rate = sum of FLOPs / sum of GEMM time. Calls without their GEMM kernel are left
-out of every number and counted (:class:`~.parts.Timing`).
+out of every number and counted (:class:`~tracekit.analyzers.analysis.model.Timing`).
 
 Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`..flops`), else from the profiler's own
 count (a ``flops`` column on the range); DRAM bytes the kernel moved stand in for the shape's minimum bytes on the
 roofline. GEMM kernels of a foreign capture without Nsight Compute rows that sit in no range are cases named by
 kernel.
 
-The package by concern: ``parts`` (shape, kernel, timing, ncu evidence, clock), ``case`` (the case and its derived
-numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (where each range sits), ``roles``
+The package by concern: ``parts`` (the Analysis model's shape, kernel and timing, built from rows; ncu evidence,
+clock), ``case`` (:class:`~.case.CaseEvidence`, a case's frozen evidence, and its derived numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (where each range sits), ``roles``
 (which call owns an auxiliary kernel), ``calls`` (calls and their aggregation), ``timeline`` (timeline cases),
 ``ncu_evidence`` (Nsight Compute rows and the device), ``build`` (all together, and the frame).
 """

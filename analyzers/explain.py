@@ -42,7 +42,7 @@ from tracekit.devices import peak_note
 from tracekit.numbers import finite
 
 from .analysis.model import Verdict, VerdictKind
-from .gemm import GemmCase, settle_rate
+from .gemm import CaseEvidence, settle_rate
 from .gemm.fusion import ORDER_NOTE, apart_note, fusion_verdict
 from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
@@ -76,7 +76,7 @@ LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (trace
 class Waterfall:
     """One GEMM's explanation."""
 
-    case: GemmCase
+    case: CaseEvidence
     peak_tflops: float | None
     achieved_tflops: float | None
     factors: list[Factor] = field(default_factory=list)
@@ -199,7 +199,7 @@ def _with_evidence(f: Factor, **evidence: Any) -> Factor:
     return msgspec.structs.replace(f, evidence={**f.evidence, **evidence})
 
 
-def _kernel_only_rate(case: GemmCase) -> float | None:
+def _kernel_only_rate(case: CaseEvidence) -> float | None:
     """FLOPs over the GEMM kernel's own time (without its split-K reduce): what the in-kernel factor rates."""
     t = case.timing
     kernel_ns = t.gemm_ns_total - t.splitk_ns_total
@@ -208,14 +208,14 @@ def _kernel_only_rate(case: GemmCase) -> float | None:
     return case.estimated_tflops
 
 
-def explain_case(case: GemmCase) -> Waterfall:
+def explain_case(case: CaseEvidence) -> Waterfall:
     """The waterfall of one GEMM (see the module docstring for the arithmetic), its factors final
     (:func:`_finish`)."""
     return _finish(_waterfall(case))
 
 
-def _waterfall(case: GemmCase) -> Waterfall:
-    settle_rate(case)
+def _waterfall(case: CaseEvidence) -> Waterfall:
+    case = settle_rate(case)
     peak = case.peak_tflops
     kernel_rate = _kernel_only_rate(case)
     wf = Waterfall(case, peak, case.achieved_tflops)
@@ -303,7 +303,7 @@ def _waterfall(case: GemmCase) -> Waterfall:
     return wf
 
 
-def _not_this_runs(case: GemmCase, f: Factor) -> Factor:
+def _not_this_runs(case: CaseEvidence, f: Factor) -> Factor:
     """Without a rate to check it against, a clock Nsight Compute measured under its own clock control says
     nothing of the timeline's calls (ncu locks the clock while it replays; the timed run's clock was not
     measured): the factor stays as evidence, not blamed."""
@@ -317,7 +317,7 @@ def _not_this_runs(case: GemmCase, f: Factor) -> Factor:
     )
 
 
-def _run(rules: Sequence[Rule], acts_on: str, case: GemmCase, at: Ceiling | None) -> list[Factor]:
+def _run(rules: Sequence[Rule], acts_on: str, case: CaseEvidence, at: Ceiling | None) -> list[Factor]:
     """The factors of the ``rules`` that act on ``acts_on``, in table order (those with nothing to say left
     out)."""
     out = []
@@ -517,7 +517,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
     return _verdict(wf, VerdictKind.NO_LOSS, f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
 
 
-def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:
+def missing(case: CaseEvidence, peak: float | None) -> tuple[str, str] | None:
     """What the case lacks to be explained and how to learn it (reason, what to capture or pass); None when it
     lacks nothing."""
     if not case.flops and not case.estimated_tflops:
@@ -568,7 +568,7 @@ def _sol_memory(f_sol: Factor, kernel_rate: float, peak: float) -> Factor:
     )
 
 
-def _occupancy_note(case: GemmCase) -> str | None:
+def _occupancy_note(case: CaseEvidence) -> str | None:
     """Without a rate there is no in-kernel factor; a launch configuration that caps occupancy (computed from the
     timeline's block size, registers and shared memory) is still worth saying."""
     from .rules.kernel import LOW_OCCUPANCY_PCT, _warp_specialised

@@ -1,8 +1,9 @@
 """The typed analysis of a run: built once, rendered by every view (docs/ANALYSIS.md).
 
-``model`` holds the Structs (:class:`Analysis`, :class:`Case` and their parts), ``convert`` turns today's
-GemmCase + Waterfall into a :class:`Case`, ``build`` assembles the Analysis of a run (:func:`analyze_run`,
-:func:`analyze_frames`; :func:`case_list` is the one place cases are built and explained), ``headline`` its
+``model`` holds the Structs (:class:`Analysis`, :class:`Case` and their parts: the case builders in
+analyzers/gemm fill these parts, the rules read them), ``build`` assembles the Analysis of a run
+(:func:`analyze_run`, :func:`analyze_frames`; :func:`case_list` is the one place cases are built and explained,
+:func:`case_of` makes an explained GEMM's one :class:`Case`), ``headline`` its
 summary (largest losses in the calls' time, what is unknown and how to learn it), ``frame`` the cases as a polars
 DataFrame, ``stored`` the Analysis kept with the run and in the per-user cache (:func:`load_analysis`: what every
 view calls). Every public name is importable from here; only the model is imported with the package (msgspec, no
@@ -71,8 +72,8 @@ __all__ = [
     "Verdict",
     "analyze_frames",
     "analyze_run",
-    "case_from_gemm",
     "case_list",
+    "case_of",
     "device_info",
     "device_notes",
     "load_analysis",
@@ -89,8 +90,8 @@ _LAZY = {
     "order_cases": "build",
     "load_analysis": "stored",
     "store_analysis": "stored",
-    "case_from_gemm": "convert",
-    "device_info": "convert",
+    "case_of": "build",
+    "device_info": "build",
 }
 
 

@@ -9,19 +9,31 @@ the cross-rank analysis calls it per rank. :func:`analyze_frames` assembles an A
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import polars as pl
 
 from tracekit import __version__
 from tracekit.devices import DeviceSpec, candidates_line, find_calibration, match_device
+from tracekit.numbers import finite
 from tracekit.records import Environment, gpu_of
 from tracekit.run import Run
 
-from .convert import case_from_gemm, device_info
 from .headline import summarize
-from .model import Analysis, Case, DeviceInfo, Failure, RunInfo, SourceInfo
+from .model import (
+    Analysis,
+    Case,
+    CasePlace,
+    DeviceInfo,
+    Dist,
+    Failure,
+    FlopsInfo,
+    PeakInfo,
+    RateClass,
+    RunInfo,
+    SourceInfo,
+)
 from .sections import (
     Collectives,
     HistogramBin,
@@ -37,7 +49,18 @@ from .sections import (
     failure_groups,
 )
 
-__all__ = ["analyze_frames", "analyze_run", "case_list", "device_notes", "order_cases"]
+if TYPE_CHECKING:
+    from ..explain import Waterfall
+
+__all__ = [
+    "analyze_frames",
+    "analyze_run",
+    "case_list",
+    "case_of",
+    "device_info",
+    "device_notes",
+    "order_cases",
+]
 
 
 # --- cases ---------------------------------------------------------------------------------------------------------
@@ -71,11 +94,155 @@ def case_list(
     from ..explain import explain_case
     from ..gemm import build_cases
 
-    out = []
-    for gc in build_cases(frames, calibration=calibration, environment=environment, device=device):
-        wf = explain_case(gc)
-        out.append(case_from_gemm(gc, wf, device_source="--device" if device else None))
-    return order_cases(_unique_ids(out))
+    source = "--device" if device else None
+    found = build_cases(frames, calibration=calibration, environment=environment, device=device)
+    return order_cases(_unique_ids([case_of(explain_case(c), device_source=source) for c in found]))
+
+
+_ORIGIN = {
+    "measurement": "measurement",
+    "range": "timeline",
+    "ncu": "ncu",
+    "ncu-kernel": "ncu",
+    "kernel": "kernel",
+}
+"""A found case's origin as the Analysis names it."""
+
+
+def _text(value: Any) -> str | None:
+    """A string or None, never an empty string."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _dist(d: Dist) -> Dist:
+    return Dist(median=finite(d.median), p10=finite(d.p10), p90=finite(d.p90))
+
+
+def device_info(
+    spec: DeviceSpec | None, name: str | None = None, source: str | None = None
+) -> DeviceInfo | None:
+    """A catalog device (or only a name the files gave) as :class:`DeviceInfo`."""
+    if spec is None:
+        return DeviceInfo(name=_text(name), source="unknown") if _text(name) else None
+    return DeviceInfo(
+        key=spec.key,
+        name=spec.name,
+        compute_capability=spec.compute_capability,
+        sm_count=spec.sm_count,
+        boost_clock_hz=spec.boost_clock_hz,
+        memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s,
+        source=source or spec.provenance,
+    )
+
+
+def case_of(wf: Waterfall, *, device_source: str | None = None) -> Case:
+    """The one :class:`Case` of an explained GEMM: the parts found (already the model's: shape, kernel, timing,
+    auxiliary kernels, fusion candidates), the numbers derived from them (FLOPs, rate class, peak, rates), the
+    waterfall's factors and notes and its verdict, each unknown as None and each text never empty.
+    ``device_source`` names where the device came from when it was not the files (``--device``)."""
+    from ..explain import verdict_of
+
+    gc = wf.case
+    t = gc.timing
+    peak_value = finite(wf.peak_tflops)
+    dtype_class, rate_source, rate_note = gc.rate()
+    ach = finite(gc.achieved_tflops)
+    peak = None
+    if peak_value is not None:
+        cal = finite(gc.calibrated_tflops)
+        peak = PeakInfo(
+            tflops=peak_value,
+            source=gc.device.peak_source(dtype_class) if gc.device else "datasheet",
+            dtype_class=dtype_class,
+            calibrated_tflops=cal,
+            pct_of_calibrated=100.0 * ach / cal if ach and cal else None,
+            memory_roof_tflops=finite(gc.memory_roof_tflops),
+            roofline_bound=gc.bound,
+        )
+    counted = gc.counted
+    per_call = finite(gc.flops)
+    k = gc.kernel
+    calls = max(t.calls, 1)
+    return Case(
+        id=gc.id,
+        name=_text(gc.name) or _text(k.name) or "GEMM",
+        origin=_ORIGIN.get(gc.origin, gc.origin),
+        range=_text(gc.range),
+        parents=[p for p in (_text(x) for x in gc.parents) if p],
+        position=gc.position,
+        place=CasePlace(nth=list(gc.place.nth), launches=gc.place.launches) if gc.place else None,
+        backend=_text(gc.backend),
+        op=_text(gc.op),
+        kernel=msgspec.structs.replace(  # a named kernel with no class is the case's main kernel
+            k,
+            name=_text(k.name),
+            family=_text(k.family),
+            kernel_class=_text(k.kernel_class) or ("gemm" if k.name else None),
+        ),
+        shape=gc.shape,
+        flops=FlopsInfo(
+            per_call=per_call,
+            total=per_call * t.calls if per_call is not None and t.calls else None,
+            source=gc.flops_source,
+            counted_per_call=finite(counted.flops) if counted else None,
+            counters=list(counted.counter_names) if counted else [],
+            bytes_min=finite(gc.bytes_moved),
+            bytes_source=_text(gc.bytes_source),
+            note=_text(gc.flops_note if counted and counted.spread else counted.dtype_note)
+            if counted
+            else None,
+        ),
+        rate=RateClass(dtype_class=dtype_class, source=rate_source, note=_text(rate_note)),
+        timing=msgspec.structs.replace(
+            t,
+            gemm_ns=_dist(t.gemm_ns),
+            aux_ns=_dist(t.aux_ns),
+            gap_ns=_dist(t.gap_ns),
+            span_ns=_dist(t.span_ns),
+            busy_ns=_dist(t.busy_ns),
+            gap_max_ns=finite(t.gap_max_ns),
+            aux_apart_ns=finite(t.aux_apart_ns),
+            achieved_tflops=ach,
+            kernel_tflops=finite(gc.kernel_tflops),
+            achieved_estimate=_text(gc.achieved_estimate),
+            source_detail=_text(t.source_detail),
+        ),
+        aux=[
+            msgspec.structs.replace(
+                u,
+                kernel_class=_text(u.kernel_class),
+                time_ns_total=finite(u.time_ns_total),
+                per_call_ns=finite((u.time_ns_total or 0.0) / calls),
+            )
+            for u in gc.aux
+            if _text(u.name)
+        ],
+        fusion=[
+            msgspec.structs.replace(
+                u,
+                op=_text(u.op),
+                kernels=[n for n in (_text(x) for x in u.kernels) if n],
+                per_call_ns=finite(u.time_ns_total / calls),
+                remedy=_text(u.remedy),
+            )
+            for u in gc.fusion
+        ],
+        ncu=gc.ncu.evidence() if gc.ncu is not None else None,
+        device=device_info(gc.device, gc.device_name, device_source),
+        peak=peak,
+        pct_of_peak=min(100.0, 100.0 * ach / peak_value) if ach and peak_value else None,
+        sm_clock_hz=finite(gc.clock.sm_clock_hz),
+        clock_source=_text(gc.clock.source),
+        power_w=finite(gc.clock.power_w),
+        power_limit_w=finite(gc.clock.power_limit_w),
+        factors=list(wf.factors),
+        complete=wf.complete if peak_value is not None and ach is not None else None,
+        verdict=verdict_of(wf),
+        notes=list(dict.fromkeys(n for n in (_text(x) for x in wf.notes) if n)),
+    )
 
 
 # --- the run's other parts --------------------------------------------------------------------------------------------

@@ -248,7 +248,7 @@ def time_headline(
 
 
 def _own_flops_reason(c: Case) -> bool:
-    """The case has no FLOP count and its verdict says why in its own words (``GemmCase.flops_note``), not the
+    """The case has no FLOP count and its verdict says why in its own words (``CaseEvidence.flops_note``), not the
     generic "no GEMM shape or FLOP count"."""
     v = c.verdict
     return (

@@ -22,9 +22,12 @@ import msgspec
 
 from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, StepBreakdown
 
-ANALYSIS_SCHEMA_VERSION = 2
+ANALYSIS_SCHEMA_VERSION = 3
 """Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis; 2: the breakdown, MoE and ranks
-typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``)."""
+typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``); 3: one case model (the
+rules read the Case's own parts): ``kernel`` gains the PyTorch profiler's ``blocks_per_sm`` and
+``est_occupancy_pct``, ``timing`` gains ``busy_ns``, ``gap_max_ns``, ``aux_apart_runs``, ``aux_apart_ns`` and
+``aux_by_order_ns_total``."""
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
@@ -75,14 +78,14 @@ class Dist(_S):
     p90: float | None = None
 
 
-# KernelRef is the case model's KernelInfo (analyzers/gemm/parts.py) field for field, but for the PyTorch profiler's
-# occupancy estimate; tests/analysis/test_analysis_model.py fails when the two drift.
 class KernelRef(_S):
     """The GEMM's own kernel: its name and launch configuration (None = unknown, never 0).
 
-    ``grid`` is the number of CTAs, ``block`` the threads per CTA; ``family`` the library family
-    (cublas, cutlass, triton ...) and ``kernel_class`` its class in the kernel taxonomy (``gemm`` for a case's
-    main kernel) where the run's frames name them."""
+    ``grid`` is the number of CTAs, ``block`` the threads per CTA (name, grid and block are the kernel's
+    signature); ``family`` the library family (cublas, cutlass, triton ...) and ``kernel_class`` its class in the
+    kernel taxonomy (``gemm`` for a case's main kernel) where the run's frames name them; ``blocks_per_sm`` and
+    ``est_occupancy_pct`` the PyTorch profiler's own estimates for the launch (CTAs of the grid per SM, achieved
+    occupancy), where it wrote them."""
 
     name: str | None = None
     family: str | None = None
@@ -91,6 +94,8 @@ class KernelRef(_S):
     block: int | None = None
     registers: int | None = None
     smem_bytes: int | None = None
+    blocks_per_sm: float | None = None
+    est_occupancy_pct: float | None = None
 
 
 class Shape(_S):
@@ -158,7 +163,14 @@ class Timing(_S):
     measurement:events | ncu-replay; ``source_detail`` says it in words. ``median_call`` is the call whose span is
     the median one, with its own parts (a "per call" line shows one real call, not medians of separate parts);
     ``splitk_ns_total`` the split-K reduce time inside ``gemm_ns_total``; ``pauses`` / ``paused_ns_total`` idle
-    stretches of 1 ms or more inside calls (a module load, a synchronisation), left out of the gap."""
+    stretches of 1 ms or more inside calls (a module load, a synchronisation), left out of the gap.
+
+    ``busy_ns`` is per call the time of the kernels it owns (GEMM + auxiliary, no gap: what TraceLens times an
+    operator by); ``gap_max_ns`` the largest one call's gap (None where the calls are not known one by one);
+    ``aux_apart_runs`` the runs of an auxiliary step (a tracekit ``aux`` range feeding the case) that ran apart
+    from the calls, not one before each (not in the calls' time), ``aux_apart_ns`` their median run's kernel time;
+    ``aux_by_order_ns_total`` the auxiliary time the calls own by launch order alone (no operator record says who
+    launched it)."""
 
     calls: int = 0
     calls_without_kernel: int = 0
@@ -180,6 +192,11 @@ class Timing(_S):
     splitk_ns_total: float = 0.0
     pauses: int = 0
     paused_ns_total: float = 0.0
+    busy_ns: Dist = msgspec.field(default_factory=Dist)
+    gap_max_ns: float | None = None
+    aux_apart_runs: int = 0
+    aux_apart_ns: float | None = None
+    aux_by_order_ns_total: float = 0.0
 
 
 class AuxKernel(_S):

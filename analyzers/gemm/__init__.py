@@ -22,15 +22,15 @@ count, totals, per-call median and p10 / p90. Cases come from
 Per call: GEMM time (the GEMM kernel and its split-K reduce), auxiliary time, and the gap (idle GPU time inside
 the call, plus the idle time since the previous call of its case when nothing ran between). achieved = sum of
 FLOPs / sum of call spans; kernel rate = sum of FLOPs / sum of GEMM time. Calls without their GEMM kernel are left
-out of every number and counted (:class:`~.parts.Timing`).
+out of every number and counted (:class:`~tracekit.analyzers.analysis.model.Timing`).
 
 Without a shape, FLOPs and dtype come from Nsight Compute's counters (:mod:`..flops`), else from the profiler's own
 count (a ``flops`` column on the range); DRAM bytes the kernel moved stand in for the shape's minimum bytes on the
 roofline. GEMM kernels of a foreign capture without Nsight Compute rows that sit in no range are cases named by
 kernel.
 
-The package by concern: ``parts`` (shape, kernel, timing, ncu evidence, clock), ``case`` (the case and its derived
-numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (where each range sits), ``roles``
+The package by concern: ``parts`` (the Analysis model's shape, kernel and timing, built from rows; ncu evidence,
+clock), ``case`` (:class:`~.case.CaseEvidence`, a case's frozen evidence, and its derived numbers), ``names`` (range names, dtypes, bytes, kernel classes), ``ranges`` (where each range sits), ``roles``
 (which call owns an auxiliary kernel), ``calls`` (calls and their aggregation), ``timeline`` (timeline cases),
 ``ncu_evidence`` (Nsight Compute rows and the device), ``build`` (all together, and the frame).
 """
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from ..analysis.model import Shape
 from .build import build_cases, calibrated_peak
-from .case import LAUNCH_GAP_MAX_NS, GemmCase, case_id, context_key, is_step, settle_rate
+from .case import LAUNCH_GAP_MAX_NS, CaseEvidence, case_id, context_key, is_step, settle_rate
 from .case import _gemm_key as _gemm_key  # used by tests
 from .names import _serves as _serves  # used by tests
 from .names import (
@@ -52,39 +52,55 @@ from .names import (
     parse_gemm_name,
 )
 from .ncu_evidence import device_from_frames
-from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing, shape_bytes_min, shape_text, spread
+from .parts import (
+    Clock,
+    NcuPart,
+    call,
+    filled,
+    kernel_ref,
+    retimed,
+    shape_bytes_min,
+    shape_text,
+    spread,
+    timing,
+    timing_from_calls,
+    timing_repeated,
+)
 from .timeline import fold_range, kernel_label
 from .user_ranges import is_op_range, range_key
 
 __all__ = [
     "LAUNCH_GAP_MAX_NS",
-    "AuxUse",
-    "Call",
+    "CaseEvidence",
     "Clock",
-    "GemmCase",
-    "KernelInfo",
     "NcuPart",
     "Shape",
-    "Timing",
     "aux_key",
     "build_cases",
     "calibrated_peak",
+    "call",
     "case_id",
     "classify_kernel",
     "context_key",
     "device_from_frames",
     "dtype_class",
+    "filled",
     "fold_range",
     "is_gemm_kernel",
     "is_op_range",
     "is_step",
     "kernel_label",
+    "kernel_ref",
     "min_bytes",
     "name_rate_class",
     "parse_gemm_name",
     "range_key",
+    "retimed",
     "settle_rate",
     "shape_bytes_min",
     "shape_text",
     "spread",
+    "timing",
+    "timing_from_calls",
+    "timing_repeated",
 ]

@@ -1,6 +1,6 @@
 """Calls, the unit every timeline case is aggregated from: one row per call of a GEMM (:func:`tracekit_calls` for
 tracekit's ``gemm`` ranges, :func:`user_calls` for everything else), and :func:`aggregate`, which turns the calls
-of each case into its :class:`~.parts.Timing`.
+of each case into its :class:`~tracekit.analyzers.analysis.model.Timing`.
 
 A call is
 
@@ -28,12 +28,12 @@ from typing import Any
 
 import polars as pl
 
-from ..analysis.model import Dist
+from ..analysis.model import AuxKernel, Dist, FusionCandidate, Timing
 from ..taxonomy import classify_name
 from .case import LAUNCH_GAP_MAX_NS
 from .fusion import fusion_uses
 from .names import aux_key, classify_kernel
-from .parts import AuxUse, Call, Timing
+from .parts import call, timing
 from .roles import assign
 
 _NO_DEVICE = -(2**31)
@@ -419,11 +419,12 @@ def _idle_before(calls: pl.DataFrame, kernel_starts: pl.DataFrame | None) -> pl.
 
 
 def aggregate(
-    calls: pl.DataFrame, aux_rows: pl.DataFrame, kernel_starts: pl.DataFrame | None, **timing: Any
-) -> dict[int, Timing]:
+    calls: pl.DataFrame, aux_rows: pl.DataFrame, kernel_starts: pl.DataFrame | None, **shared: Any
+) -> dict[int, tuple[Timing, list[AuxKernel], list[FusionCandidate]]]:
     """Each case's :class:`Timing` from its calls (``calls``: owner, case, first, last, device, gemm, splitk,
-    aux, gap, paused, pauses, launches) and the auxiliary rows they own (owner, name, cls, duration_ns,
-    _splitk); ``timing`` sets the fields every case shares (source, detail)."""
+    aux, gap, paused, pauses, launches), with the auxiliary kernels they own and their fusion candidates, from
+    the auxiliary rows (owner, name, cls, duration_ns, _splitk); ``shared`` sets the fields every case shares
+    (source, source_detail)."""
     if calls.height == 0:
         return {}
     for col in ("_apart", "_apart_ns"):
@@ -480,18 +481,18 @@ def aggregate(
         )
         .sort("case", "ns", "name", descending=[False, True, False])
     )
-    uses: dict[int, list[AuxUse]] = {}
+    uses: dict[int, list[AuxKernel]] = {}
     for case, name, cls, ns, count in aux.iter_rows():
         uses.setdefault(case, []).append(
-            AuxUse(
+            AuxKernel(
                 name=name or "(unnamed kernel)",
                 kernel_class=cls,
                 role=ROLE.get(cls or "", "other"),
-                total_ns=ns or 0.0,
+                time_ns_total=ns or 0.0,
                 count=count,
             )
         )
-    out: dict[int, Timing] = {}
+    out: dict[int, tuple[Timing, list[AuxKernel], list[FusionCandidate]]] = {}
     for r in agg.iter_rows(named=True):
         n = r["calls"]
 
@@ -502,27 +503,29 @@ def aggregate(
                 p90=r[f"{col}_p90"] if n > 1 else None,
             )
 
-        out[r["case"]] = Timing(
-            calls=n,
-            launches=int(r["launches"] or 0),
-            gemm_ns_total=r["gemm_total"] or 0.0,
-            splitk_ns_total=r["splitk_total"] or 0.0,
-            aux_ns_total=r["aux_total"] or 0.0,
-            gap_ns_total=r["gap_total"] or 0.0,
-            gemm=sp("gemm"),
-            aux=sp("aux"),
-            gap=sp("gap"),
-            span=sp("span"),
-            busy=sp("busy"),
-            median_call=Call(r["gemm_mid"], r["aux_mid"], r["gap_mid"], r["splitk_mid"] or 0.0),
-            aux_kernels=uses.get(r["case"], []),
-            pauses=int(r["pauses"] or 0),
-            paused_ns_total=r["paused_total"] or 0.0,
-            gap_max=r["gap_max"],
-            fusion=candidates.get(r["case"], []),
-            aux_by_order_ns_total=by_order.get(r["case"]) or 0.0,
-            aux_apart_runs=int(r["apart"] or 0),
-            aux_apart_ns=r["apart_ns"],
-            **timing,
+        out[r["case"]] = (
+            timing(
+                calls=n,
+                launches=int(r["launches"] or 0),
+                gemm_ns_total=r["gemm_total"] or 0.0,
+                splitk_ns_total=r["splitk_total"] or 0.0,
+                aux_ns_total=r["aux_total"] or 0.0,
+                gap_ns_total=r["gap_total"] or 0.0,
+                gemm_ns=sp("gemm"),
+                aux_ns=sp("aux"),
+                gap_ns=sp("gap"),
+                span_ns=sp("span"),
+                busy_ns=sp("busy"),
+                median_call=call(r["gemm_mid"], r["aux_mid"], r["gap_mid"]),
+                pauses=int(r["pauses"] or 0),
+                paused_ns_total=r["paused_total"] or 0.0,
+                gap_max_ns=r["gap_max"],
+                aux_by_order_ns_total=by_order.get(r["case"]) or 0.0,
+                aux_apart_runs=int(r["apart"] or 0),
+                aux_apart_ns=r["apart_ns"],
+                **shared,
+            ),
+            uses.get(r["case"], []),
+            candidates.get(r["case"], []),
         )
     return out

@@ -1,4 +1,4 @@
-"""The GEMM case model: :class:`GemmCase`, one GEMM as the user ran it, made of separate parts (shape, kernel,
+"""What is found about a GEMM case: :class:`CaseEvidence`, one GEMM as the user ran it, made of separate parts (shape, kernel,
 timing, Nsight Compute evidence, clock, device: :mod:`.parts`), and how range names are keyed
 (:func:`context_key`, :func:`fold_range`).
 
@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from tracekit.devices import DeviceSpec
 
-from ..analysis.model import Shape
+from ..analysis.model import AuxKernel, FusionCandidate, KernelRef, Shape, Timing
 from ..flops import CountedFlops
 from .names import dtype_class, name_rate_class
-from .parts import Clock, KernelInfo, NcuPart, Timing, shape_bytes_min
+from .parts import Clock, NcuPart, shape_bytes_min
 
 _STEP = re.compile(r"(ProfilerStep)#\d+|(step)(?:\s+(?:i|step|iter|iteration|idx)=\d+)+", re.IGNORECASE)
 
@@ -63,21 +66,33 @@ class Place:
     launches: int
 
 
-@dataclass
-class GemmCase:
-    """One GEMM as the user ran it, and all evidence about it.
+class CaseEvidence(msgspec.Struct, frozen=True, kw_only=True):
+    """What was found about one GEMM as the user ran it, before it is explained: where it ran, the Analysis
+    model's own parts (shape, kernel, timing, auxiliary kernels, fusion candidates) and the evidence beside them
+    that the rules read (Nsight Compute's row and counts, the clock, the device). The explainer
+    (:func:`tracekit.analyzers.explain.explain_case`) reads it and the Analysis builder makes the case's one
+    :class:`~tracekit.analyzers.analysis.model.Case` of it; the FLOPs, rates and peak derive from the parts
+    (properties below), so no number is kept twice.
+
+    Frozen: a builder that learns more about a case makes a new one (``msgspec.structs.replace``), so a part seen
+    by one step is never changed under another.
 
     ``origin``: measurement | range (a timeline) | ncu (Nsight Compute rows) | ncu-kernel | kernel (a GEMM kernel
     in no case range, named by kernel). ``range`` is the innermost user range (folded), ``parents`` the ranges
     around it outermost first, ``position`` the 1-based order of first launch among the range's GEMMs (None when
     it is the range's only one), ``place`` where its calls sit in the range's instances when that alone tells it
     from another GEMM of the same kernel and launch configuration (:func:`.timeline.positions`; part of its key
-    and its name). ``user_range``: the range is the user's own (not one tracekit named)."""
+    and its name). ``user_range``: the range is the user's own (not one tracekit named). ``counted``: Nsight
+    Compute's count of the kernel's math per call; ``dram_bytes`` the DRAM bytes it moved per call;
+    ``profiler_flops`` the profiler's own FLOP count per call (Kineto ``flops``); ``flops_note`` why FLOPs are
+    unknown and what to capture; ``estimated_tflops`` the kernel's rate estimated from pipe activity (no FLOP
+    count) and ``achieved_estimate`` how; ``rate_override``, ``peak_unknown``, ``peak_scale`` and ``peak_note``
+    what :func:`settle_rate` decided."""
 
     origin: str
     name: str
     range: str | None = None
-    parents: list[str] = field(default_factory=list)
+    parents: tuple[str, ...] = ()
     position: int | None = None
     place: Place | None = None
     user_range: bool = False
@@ -85,29 +100,29 @@ class GemmCase:
     backend: str | None = None
     op: str | None = None
     shape: Shape | None = None
-    kernel: KernelInfo = field(default_factory=KernelInfo)
-    timing: Timing = field(default_factory=Timing)
+    kernel: KernelRef = msgspec.field(default_factory=KernelRef)
+    timing: Timing = msgspec.field(default_factory=Timing)
+    aux: tuple[AuxKernel, ...] = ()
+    fusion: tuple[FusionCandidate, ...] = ()
     ncu: NcuPart | None = None
-    counted: CountedFlops | None = None  # Nsight Compute's count of the kernel's math, per call
-    dram_bytes: float | None = None  # DRAM bytes the kernel moved (ncu), per call
-    profiler_flops: float | None = None  # the profiler's own FLOP count per call (Kineto ``flops``)
-    clock: Clock = field(default_factory=Clock)
+    counted: CountedFlops | None = None
+    dram_bytes: float | None = None
+    profiler_flops: float | None = None
+    clock: Clock = msgspec.field(default_factory=Clock)
     device: DeviceSpec | None = None
     device_name: str | None = None
     measurement_id: int | None = None
-    range_ids: list[int] = field(default_factory=list)
+    range_ids: tuple[int, ...] = ()
     key: tuple[Any, ...] = ()
-    flops_note: str | None = None  # why FLOPs are unknown and what to capture, where the case can tell
-    estimated_tflops: float | None = None  # the kernel's rate estimated from pipe activity (no FLOP count)
-    achieved_estimate: str | None = None  # how it was estimated
+    flops_note: str | None = None
+    estimated_tflops: float | None = None
+    achieved_estimate: str | None = None
     calibrated_tflops: float | None = None
-    notes: list[str] = field(default_factory=list)
-    rate_override: tuple[str | None, str, str | None] | None = (
-        None  # set by settle_rate: (class, source, note)
-    )
-    peak_unknown: str | None = None  # why no peak is used (set by settle_rate)
-    peak_scale: float = 1.0  # the datasheet peak scaled to the GPU's maximum clock (set by settle_rate)
-    peak_note: str | None = None  # why the peak is scaled
+    notes: tuple[str, ...] = ()
+    rate_override: tuple[str | None, str, str | None] | None = None
+    peak_unknown: str | None = None
+    peak_scale: float = 1.0
+    peak_note: str | None = None
 
     # -- the parts' most used fields -------------------------------------------------------------------------------
     @property
@@ -306,44 +321,53 @@ class GemmCase:
         return "memory" if roof < peak else "compute"
 
 
-def _gemm_key(case: GemmCase) -> tuple[str, int, int] | None:
+def _gemm_key(case: CaseEvidence) -> tuple[str, int, int] | None:
     """(backend, M, K) of a tracekit GEMM: the aux ranges (quantize) that feed it name the same three."""
     m, k = case.m, case.k
     return (case.backend, m, k) if case.backend and m is not None and k is not None else None
 
 
-def settle_rate(case: GemmCase) -> None:
+def settle_rate(case: CaseEvidence) -> CaseEvidence:
     """Never above 100% of peak: a GEMM whose kernel ran faster than the peak of its rate class. Within what the
     GPU's maximum clock allows over the clock the datasheet quotes the peak at, the class fits and the peak is
     taken at the maximum clock (``peak_scale``, said in ``peak_note``); beyond it the class is wrong: FP32 at a
     rate only tensor cores reach is TF32 (``rate_override``, said in its note), any other class gets no peak
-    (``peak_unknown`` says why) rather than a percentage above 100."""
+    (``peak_unknown`` says why) rather than a percentage above 100. Returns the case settled (itself when its
+    rate is within its peak)."""
     dev, rate = case.device, case.kernel_tflops
     peak = case.peak_tflops
     if dev is None or not rate or not peak or rate <= peak:
-        return
+        return case
     cls = case.dtype_class
     quoted, boost = dev.peak_clock_hz, dev.boost_clock_hz
     if quoted and boost and boost > quoted and rate <= peak * boost / quoted:
         # Hopper's peaks are quoted at 1830 MHz, its SMs boost to 1980: the class fits, the clock was higher
-        case.peak_scale = boost / quoted
-        case.peak_note = (
-            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak quoted at {quoted / 1e6:.0f} MHz: the "
-            f"kernel ran faster than that clock; rated against the peak at the GPU's maximum clock, "
-            f"{boost / 1e6:.0f} MHz ({peak * case.peak_scale:.1f} TFLOP/s)"
+        scale = boost / quoted
+        return replace(
+            case,
+            peak_scale=scale,
+            peak_note=(
+                f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak quoted at {quoted / 1e6:.0f} MHz: "
+                f"the kernel ran faster than that clock; rated against the peak at the GPU's maximum clock, "
+                f"{boost / 1e6:.0f} MHz ({peak * scale:.1f} TFLOP/s)"
+            ),
         )
-        return
     tf32 = dev.peak_tflops("tf32")
     if cls == "fp32" and tf32 and rate <= tf32:
-        case.rate_override = (
-            "tf32",
-            "achieved-rate",
-            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s FP32 peak, a rate only the tensor cores reach: the "
-            "kernel ran TF32 (torch.backends.cuda.matmul.allow_tf32 or cuBLAS TF32 mode); rated against the "
-            f"{tf32:.0f} TFLOP/s TF32 peak",
+        return replace(
+            case,
+            rate_override=(
+                "tf32",
+                "achieved-rate",
+                f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s FP32 peak, a rate only the tensor cores "
+                "reach: the kernel ran TF32 (torch.backends.cuda.matmul.allow_tf32 or cuBLAS TF32 mode); rated "
+                f"against the {tf32:.0f} TFLOP/s TF32 peak",
+            ),
         )
-        return
-    case.peak_unknown = (
-        f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak of {dev.name}: {cls} cannot be the rate "
-        "class (or the FLOP count is too high), so no peak is used"
+    return replace(
+        case,
+        peak_unknown=(
+            f"{rate:.1f} TFLOP/s is above the {peak:.1f} TFLOP/s {cls} peak of {dev.name}: {cls} cannot be the "
+            "rate class (or the FLOP count is too high), so no peak is used"
+        ),
     )

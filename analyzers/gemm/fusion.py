@@ -8,15 +8,17 @@ the case's verdict when it costs more than any factor of the GEMM's own calls (:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracekit.numbers import duration
 
+from ..analysis.model import FusionCandidate
+
 if TYPE_CHECKING:
-    from .case import GemmCase
+    from ..analysis.model import Case
+    from .case import CaseEvidence
 
 _GATE_MUL = re.compile(r"MulFunctor|mul_kernel|(?<![a-z])mul(?![a-z])", re.IGNORECASE)
 _ADD = re.compile(r"AddFunctor|add_kernel|CUDAFunctor_add|(?<![a-z])add(?![a-z])", re.IGNORECASE)
@@ -53,29 +55,10 @@ REMEDY = {
 """What to do about a candidate, by its class."""
 
 
-@dataclass
-class FusionUse:
-    """One operator's kernels that work on a GEMM's data, over the case's calls: the operator (``op``, e.g.
-    ``aten::silu``; None where the trace names none), its kernels, the candidate's class (activation | gating
-    multiply | bias | quantize | elementwise), whether it runs ``after`` the GEMM (reads its output) or before it
-    (writes its input), the time over all calls and the launches."""
-
-    op: str | None
-    kernels: list[str] = field(default_factory=list)
-    kind: str = "elementwise"
-    after: bool = True
-    total_ns: float = 0.0
-    count: int = 0
-
-    @property
-    def word(self) -> str:
-        """The operator in a sentence (``SiLU``, ``multiply``)."""
-        base = (self.op or self.kind).split("::")[-1]
-        return LABEL.get(base, base)
-
-    @property
-    def remedy(self) -> str:
-        return REMEDY.get(self.kind, REMEDY["elementwise"])
+def word(candidate: FusionCandidate) -> str:
+    """The candidate's operator in a sentence (``SiLU``, ``multiply``)."""
+    base = (candidate.op or candidate.kernel_class).split("::")[-1]
+    return LABEL.get(base, base)
 
 
 def _kind(classes: list[str | None], names: list[str], activation_near: bool) -> str:
@@ -91,7 +74,7 @@ def _kind(classes: list[str | None], names: list[str], activation_near: bool) ->
     return "elementwise"
 
 
-def fusion_uses(rows: pl.DataFrame) -> dict[int, list[FusionUse]]:
+def fusion_uses(rows: pl.DataFrame) -> dict[int, list[FusionCandidate]]:
     """Per case, its candidates from ``rows`` (case, name, cls, duration_ns, ``_op`` the launching operator's
     name, ``_after``), one per operator and side, largest time first."""
     if rows.height == 0:
@@ -114,17 +97,19 @@ def fusion_uses(rows: pl.DataFrame) -> dict[int, list[FusionUse]]:
         .unique()
         .iter_rows()
     )
-    out: dict[int, list[FusionUse]] = {}
+    out: dict[int, list[FusionCandidate]] = {}
     for case, op, after, names, classes, ns, count in grouped.iter_rows():
         names = [n or "(unnamed kernel)" for n in names]
+        kind = _kind(classes, names, (case, after) in with_act)
         out.setdefault(case, []).append(
-            FusionUse(
+            FusionCandidate(
                 op=op,
                 kernels=names,
-                kind=_kind(classes, names, (case, after) in with_act),
-                after=bool(after),
-                total_ns=ns or 0.0,
+                kernel_class=kind,
+                side="after" if after else "before",
+                time_ns_total=ns or 0.0,
                 count=int(count),
+                remedy=REMEDY.get(kind, REMEDY["elementwise"]),
             )
         )
     return out
@@ -135,34 +120,34 @@ def _join(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
-def fusion_sentence(case: GemmCase) -> tuple[str, str, float] | None:
+def fusion_sentence(case: CaseEvidence) -> tuple[str, str, float] | None:
     """The case's fusion candidates in one sentence with their remedy and time over all calls (``the SiLU and
     multiply after this GEMM take 1.59 ms: fuse them``); the side with the most time is named. None without
     candidates."""
-    uses = case.timing.fusion
+    uses = case.fusion
     if not uses:
         return None
-    after = [u for u in uses if u.after]
-    before = [u for u in uses if not u.after]
-    side = after if sum(u.total_ns for u in after) >= sum(u.total_ns for u in before) else before
-    total = sum(u.total_ns for u in side)
+    after = [u for u in uses if u.side == "after"]
+    before = [u for u in uses if u.side != "after"]
+    side = after if sum(u.time_ns_total for u in after) >= sum(u.time_ns_total for u in before) else before
+    total = sum(u.time_ns_total for u in side)
     calls = max(case.timing.calls, 1)
     where = "after" if side is after else "before"
-    words = _join([u.word for u in side])
+    words = _join([word(u) for u in side])
     sentence = (
         f"the {words} {where} this GEMM take{'' if len(side) > 1 else 's'} {duration(total)} "
         f"({duration(total / calls)} mean per call), "
         f"launched by {'their own operators' if len(side) > 1 else 'its own operator'}: fuse "
         f"{'them' if len(side) > 1 else 'it'}"
     )
-    kinds = {u.kind for u in side}
+    kinds = {u.kernel_class for u in side}
     if "activation" in kinds:  # its multiply (SwiGLU's gate, quick_gelu's x * sigmoid) fuses with it
         kinds.discard("gating multiply")
     remedy = " ".join(dict.fromkeys(REMEDY.get(k, REMEDY["elementwise"]) for k in sorted(kinds)))
     return sentence, remedy, total
 
 
-def fusion_verdict(case: GemmCase, lost_ns: float) -> tuple[str, str, float] | None:
+def fusion_verdict(case: CaseEvidence, lost_ns: float) -> tuple[str, str, float] | None:
     """The fusion candidates as the case's verdict, where their time exceeds ``lost_ns`` (what the largest
     factor of the GEMM's own calls costs): (sentence, remedy, time over all calls); else None."""
     found = fusion_sentence(case)
@@ -178,36 +163,34 @@ ORDER_NOTE = (
 """The card's note where a case's calls own kernels by launch order alone (:attr:`Timing.aux_by_order_ns_total`)."""
 
 
-def beside_lines(case: dict[str, Any], most: int = 3) -> list[str]:
-    """The lines every view writes under a case's verdict (``case``: an Analysis case as JSON builtins): the
-    calls' auxiliary kernels by name and class, and the fusion candidates (the operators around the GEMM, with
-    their class and time), at most ``most`` of each."""
+def beside_lines(case: Case, most: int = 3) -> list[str]:
+    """The lines every view writes under a case's verdict: the calls' auxiliary kernels by name and class, and
+    the fusion candidates (the operators around the GEMM, with their class and time), at most ``most`` of each."""
     from ..rules.aux import kernel_label
 
     out = []
-    calls = max((case.get("timing") or {}).get("calls") or 0, 1)
-    aux = sorted(case.get("aux") or [], key=lambda a: -(a.get("time_ns_total") or 0.0))
+    calls = max(case.timing.calls or 0, 1)
+    aux = sorted(case.aux, key=lambda a: -(a.time_ns_total or 0.0))
     if aux:
         named = [
-            f"{kernel_label(a['name'])} ({a.get('kernel_class') or 'unclassified'}, "
-            f"{duration((a.get('time_ns_total') or 0.0) / calls)})"
+            f"{kernel_label(a.name)} ({a.kernel_class or 'unclassified'}, "
+            f"{duration((a.time_ns_total or 0.0) / calls)})"
             for a in aux[:most]
         ]
         more = f" and {len(aux) - most} more" if len(aux) > most else ""
         out.append("aux kernels, mean per call: " + "; ".join(named) + more)
-    fusion = case.get("fusion") or []
-    for f in fusion[:most]:
-        kernels = ", ".join(dict.fromkeys(kernel_label(k) for k in f["kernels"][:2]))
+    for f in case.fusion[:most]:
+        kernels = ", ".join(dict.fromkeys(kernel_label(k) for k in f.kernels[:2]))
         out.append(
-            f"fusion candidate: {f.get('op') or 'an operator'} {f['side']} the GEMM ({f['kernel_class']}: "
-            f"{kernels}), {duration(f.get('per_call_ns') or 0.0)} mean per call, {duration(f['time_ns_total'])} in all"
+            f"fusion candidate: {f.op or 'an operator'} {f.side} the GEMM ({f.kernel_class}: "
+            f"{kernels}), {duration(f.per_call_ns or 0.0)} mean per call, {duration(f.time_ns_total)} in all"
         )
-    if len(fusion) > most:
-        out.append(f"fusion candidates: {len(fusion) - most} more (explain --json)")
+    if len(case.fusion) > most:
+        out.append(f"fusion candidates: {len(case.fusion) - most} more (explain --json)")
     return out
 
 
-def apart_note(case: GemmCase) -> str:
+def apart_note(case: CaseEvidence) -> str:
     """The card's note where an auxiliary step feeding the case ran apart from its calls
     (:attr:`Timing.aux_apart_runs`)."""
     t = case.timing

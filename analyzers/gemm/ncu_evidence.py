@@ -13,23 +13,25 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import polars as pl
+from msgspec.structs import replace
 
 from tracekit import naming
 from tracekit.devices import DeviceSpec, match_device
 from tracekit.numbers import duration
 from tracekit.records import Environment, gpu_of
 
-from ..analysis.model import Shape
+from ..analysis.model import AuxKernel, Shape, Timing
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
 from ..taxonomy.frames import evidence_gemm, ncu_evidence
 from .calls import ROLE
-from .case import GemmCase, context_key
+from .case import CaseEvidence, context_key
 from .names import aux_key, classify_kernel, parse_gemm_name
-from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing
+from .parts import Clock, NcuPart, call, filled, kernel_ref, timing_from_calls
 from .roles import assign
 from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range, range_key
 
@@ -176,7 +178,7 @@ def same_kernel(a: str | None, b: str | None) -> bool:
     return short_a.removeprefix("void ").strip() == short_b.removeprefix("void ").strip()
 
 
-def _pick_main(case: GemmCase, rows: list[dict[str, Any]], ev: Evidence) -> dict[str, Any]:
+def _pick_main(case: CaseEvidence, rows: list[dict[str, Any]], ev: Evidence) -> dict[str, Any]:
     """The profiled row of the case's GEMM kernel: the case's kernel by name when known (its grid first), else
     the row with the most counted math, else the longest kernel the table calls a GEMM or does not know."""
     if case.kernel.name:
@@ -212,31 +214,41 @@ def kernel_rules(main: dict[str, Any], rows: list[dict[str, Any]], ev: Evidence)
 
 
 def attach_ncu(
-    case: GemmCase, rows: list[dict[str, Any]], ev: Evidence, borrowed_from: str | None = None
-) -> None:
-    """Use the GEMM kernel of ``rows`` (:func:`_pick_main`) as the case's profiled evidence: its row, metrics,
-    its kernel's rules (:func:`kernel_rules`), its counted FLOPs and DRAM bytes, launch configuration and clock."""
+    case: CaseEvidence, rows: list[dict[str, Any]], ev: Evidence, borrowed_from: str | None = None
+) -> CaseEvidence:
+    """``case`` with the GEMM kernel of ``rows`` (:func:`_pick_main`) as its profiled evidence: its row, metrics,
+    its kernel's rules (:func:`kernel_rules`), its counted FLOPs and DRAM bytes, launch configuration and clock
+    (what the case knows already is kept)."""
     main = _pick_main(case, rows, ev)
-    case.counted = case.counted or _kernel_counts(main, ev)
-    if case.dram_bytes is None and main.get("dram_bytes"):
-        case.dram_bytes = float(main["dram_bytes"])
-    elif case.dram_bytes is None and main.get("dram_bytes_per_s") and main.get("duration_ns"):
-        case.dram_bytes = float(main["dram_bytes_per_s"]) * float(main["duration_ns"]) * 1e-9  # rate x time
-    case.ncu = NcuPart(
-        row=main,
-        metrics=ev.metrics.get(main["ncu_id"], {}),
-        rules=kernel_rules(main, rows, ev),
-        kernels=len(rows),
-        borrowed_from=borrowed_from,
-        clock_locked=ev.locked.get(str(main.get("source"))),
-    )
-    case.kernel.fill(KernelInfo.from_row(main))
-    if case.clock.sm_clock_hz is None and main.get("sm_clock_hz"):
+    dram = case.dram_bytes
+    if dram is None and main.get("dram_bytes"):
+        dram = float(main["dram_bytes"])
+    elif dram is None and main.get("dram_bytes_per_s") and main.get("duration_ns"):
+        dram = float(main["dram_bytes_per_s"]) * float(main["duration_ns"]) * 1e-9  # rate x time
+    clock = case.clock
+    if clock.sm_clock_hz is None and main.get("sm_clock_hz"):
         control = main.get("clock_control")
-        case.clock.sm_clock_hz = main["sm_clock_hz"]
-        case.clock.source = "ncu gpc__cycles_elapsed.avg.per_second" + (
-            f" (clock control {control})" if control else ""
+        clock = dc_replace(
+            clock,
+            sm_clock_hz=main["sm_clock_hz"],
+            source="ncu gpc__cycles_elapsed.avg.per_second"
+            + (f" (clock control {control})" if control else ""),
         )
+    return replace(
+        case,
+        counted=case.counted or _kernel_counts(main, ev),
+        dram_bytes=dram,
+        ncu=NcuPart(
+            row=main,
+            metrics=ev.metrics.get(main["ncu_id"], {}),
+            rules=kernel_rules(main, rows, ev),
+            kernels=len(rows),
+            borrowed_from=borrowed_from,
+            clock_locked=ev.locked.get(str(main.get("source"))),
+        ),
+        kernel=filled(case.kernel, kernel_ref(main)),
+        clock=clock,
+    )
 
 
 def ncu_gemm_names(frames: dict[str, pl.DataFrame]) -> set[str]:
@@ -342,29 +354,38 @@ def _ncu_calls(
     return gemm, aux
 
 
-def _timing(gemm: dict[int, list[dict]], aux: dict[int, list[dict]]) -> Timing:
+def _timing(gemm: dict[int, list[dict]], aux: dict[int, list[dict]]) -> tuple[Timing, list[AuxKernel]]:
+    """The calls of profiled launches (each GEMM launch with its split-K reduce and the auxiliary kernels it
+    owns) and those auxiliary kernels by name, largest time first."""
+
     def ns(rows: list[dict]) -> float:
         return sum(r.get("duration_ns") or 0.0 for r in rows)
 
     calls = []
-    uses: dict[str, AuxUse] = {}
-    for call, grows in gemm.items():
-        main = ns([r for r in grows if r["ncu_id"] == call])
+    splitk_total = 0.0
+    uses: dict[str, tuple[str | None, float, int]] = {}
+    for owner, grows in gemm.items():
+        main = ns([r for r in grows if r["ncu_id"] == owner])
         if not main:
             continue
-        splitk = ns([r for r in grows if r["ncu_id"] != call])
-        calls.append(Call(main + splitk, ns(aux[call]), 0.0, splitk))
-        for r in [*[x for x in grows if x["ncu_id"] != call], *aux[call]]:
+        splitk = ns([r for r in grows if r["ncu_id"] != owner])
+        calls.append(call(main + splitk, ns(aux[owner]), 0.0))
+        splitk_total += splitk
+        for r in [*[x for x in grows if x["ncu_id"] != owner], *aux[owner]]:
             name = r.get("demangled_name") or r.get("name") or "(unnamed kernel)"
-            cls = r.get("kernel_class") or classify_name(name).kernel_class
-            use = uses.setdefault(name, AuxUse(name, cls, ROLE.get(cls or "", "other")))
-            use.total_ns += r.get("duration_ns") or 0.0
-            use.count += 1
-    return Timing.from_calls(
-        calls,
-        source="ncu-replay",
-        detail=NCU_DETAIL,
-        aux_kernels=sorted(uses.values(), key=lambda u: -u.total_ns),
+            cls, total, count = uses.get(name) or (
+                r.get("kernel_class") or classify_name(name).kernel_class,
+                0.0,
+                0,
+            )
+            uses[name] = (cls, total + (r.get("duration_ns") or 0.0), count + 1)
+    kernels = [
+        AuxKernel(name=n, kernel_class=c, role=ROLE.get(c or "", "other"), time_ns_total=t, count=k)
+        for n, (c, t, k) in uses.items()
+    ]
+    return (
+        timing_from_calls(calls, splitk_total, source="ncu-replay", source_detail=NCU_DETAIL),
+        sorted(kernels, key=lambda u: -(u.time_ns_total or 0.0)),
     )
 
 
@@ -404,7 +425,7 @@ several GEMMs (one kernel and grid can serve several shapes); one GEMM's calls k
 under a power cap move them ~20%)."""
 
 
-def several_gemms(case: GemmCase) -> str | None:
+def several_gemms(case: CaseEvidence) -> str | None:
     """Why the case's calls are several GEMMs (profiled launches that counted different math, or calls whose GEMM
     times differ beyond :data:`CALL_SPREAD`), in words; None when nothing says so. A case named by its shape is
     one GEMM."""
@@ -416,7 +437,7 @@ def several_gemms(case: GemmCase) -> str | None:
         parts.append(
             f"Nsight Compute counted {low / 1e9:.4g} to {high / 1e9:.4g} GFLOP on its profiled launches"
         )
-    g = case.timing.gemm
+    g = case.timing.gemm_ns
     if case.timing.source == "timeline" and g.p10 and g.p90 and g.p90 > CALL_SPREAD * g.p10:
         parts.append(
             f"the calls' GEMM times run from {duration(g.p10)} (p10) to {duration(g.p90)} (p90)"
@@ -439,28 +460,37 @@ SEVERAL_HOW = (
 )
 
 
-def settle_several(case: GemmCase) -> None:
+def settle_several(case: CaseEvidence) -> CaseEvidence:
     """A case whose calls are several GEMMs (:func:`several_gemms`) says so. Rated by Nsight Compute's counted
     FLOPs, it gets no FLOP count: the profiled launches' count (or their mean) does not hold for its other calls;
     ``flops_note`` says why and how to learn it, the counters' rate class stays (the same kernel, the same math
     type). Without a count, a note on the card says its calls' times mix GEMMs."""
     if case.shape is not None:
-        return
+        return case
     why = several_gemms(case)
     if why is None:
-        return
+        return case
     if case.counted is None:
-        case.notes.append(
+        note = (
             f"{why[0].upper()}{why[1:]}: the per-call times (median call, p10, p90) mix them; {SEVERAL_HOW}"
         )
-        return
+        return replace(case, notes=(*case.notes, note))
     c = case.counted
-    case.counted = CountedFlops(
-        None, c.dtype_class, c.counter_names, c.simt, c.dtype_note, spread=c.spread or (c.flops, c.flops)
-    )  # type: ignore[arg-type]
-    case.estimated_tflops = case.achieved_estimate = None
-    case.dram_bytes = None  # one profiled launch's bytes: not every call's either
-    case.flops_note = f"FLOPs unknown, {why}: {SEVERAL_HOW}"
+    return replace(
+        case,
+        counted=CountedFlops(
+            None,  # type: ignore[arg-type]
+            c.dtype_class,
+            c.counter_names,
+            c.simt,
+            c.dtype_note,
+            spread=c.spread or (c.flops, c.flops),
+        ),
+        estimated_tflops=None,
+        achieved_estimate=None,
+        dram_bytes=None,  # one profiled launch's bytes: not every call's either
+        flops_note=f"FLOPs unknown, {why}: {SEVERAL_HOW}",
+    )
 
 
 @dataclass
@@ -470,9 +500,9 @@ class NcuCases:
 
     by_range: dict[str, list[dict]] = field(default_factory=dict)
     aux_rows: dict[str, list[dict]] = field(default_factory=dict)
-    user: list[GemmCase] = field(default_factory=list)
+    user: list[CaseEvidence] = field(default_factory=list)
     user_rows: dict[tuple, list[dict]] = field(default_factory=dict)
-    loose: list[GemmCase] = field(default_factory=list)
+    loose: list[CaseEvidence] = field(default_factory=list)
 
 
 def ncu_cases(frames: dict[str, pl.DataFrame], device: DeviceSpec | None, ev: Evidence) -> NcuCases:
@@ -554,19 +584,26 @@ def _user_range_cases(
     for pos, (sig, ids, place) in enumerate(groups, 1):
         mine = [r for r in mains if r["ncu_id"] in ids]
         label = folded if not several else f"{folded} #{pos} ({_short(sig[0])})"
-        case = GemmCase(
-            origin="ncu", name=label, range=folded, user_range=True, position=pos if several else None
+        timing, aux_kernels = _timing({i: gemm[i] for i in ids}, {i: aux[i] for i in ids})
+        case = CaseEvidence(
+            origin="ncu",
+            name=label,
+            range=folded,
+            user_range=True,
+            position=pos if several else None,
+            parents=tuple(_parents_of(mine[0], rng)),
+            device=_device_for_ncu(mine[0], device),
+            device_name=mine[0].get("device_name"),
+            timing=timing,
+            aux=tuple(aux_kernels),
+            counted=_counted_per_call(mine, ev),
+            kernel=kernel_ref(mine[0], name=sig[0]),
+            key=("ncu", folded, *sig),
         )
-        case.parents = _parents_of(mine[0], rng)
-        case.device = _device_for_ncu(mine[0], device)
-        case.device_name = mine[0].get("device_name")
-        case.timing = _timing({i: gemm[i] for i in ids}, {i: aux[i] for i in ids})
-        case.counted = _counted_per_call(mine, ev)
-        case.kernel = KernelInfo.from_row(mine[0], name=sig[0])
-        case.key = ("ncu", folded, *sig) if place is None else ("ncu", folded, *sig, place)
-        attach_ncu(case, mine + [x for i in ids for x in gemm[i] + aux[i] if x not in mine], ev)
-        _estimate_achieved(case)
-        out.user.append(case)
+        if place is not None:
+            case = replace(case, key=("ncu", folded, *sig, place))
+        case = attach_ncu(case, mine + [x for i in ids for x in gemm[i] + aux[i] if x not in mine], ev)
+        out.user.append(_estimate_achieved(case))
         # every place's rows under the signature: the timeline's cases take theirs by place (build.py)
         out.user_rows.setdefault((folded, *sig), []).extend(
             [*mine, *[x for i in ids for x in aux[i] + gemm[i] if x not in mine]]
@@ -608,12 +645,12 @@ def _short(name: str | None) -> str:
     return kernel_label(name)
 
 
-def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> GemmCase:
+def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> CaseEvidence:
     """A tracekit GEMM range known only from ncu rows: every GEMM launch a call with its range's other kernels."""
     parsed = parse_gemm_name(name) or {}
-    case = GemmCase(origin="ncu", name=name, range=name, backend=parsed.get("backend"), op=parsed.get("op"))
+    shape = None
     if parsed.get("m") and parsed.get("n") and parsed.get("k"):
-        case.shape = Shape(
+        shape = Shape(
             m=parsed["m"],
             n=parsed["n"],
             k=parsed["k"],
@@ -623,67 +660,85 @@ def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev
             scale=parsed.get("scale"),
             source="range name",
         )
-    case.device = _device_for_ncu(rows[0], device)
-    case.device_name = rows[0].get("device_name")
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
     gemm, aux = _ncu_calls(rows, {r["ncu_id"] for r in mains}, by_role=False)
-    case.timing = _timing(gemm, aux)
-    case.key = ("ncu", name)
-    attach_ncu(case, rows, ev)
-    return case
+    timing, aux_kernels = _timing(gemm, aux)
+    case = CaseEvidence(
+        origin="ncu",
+        name=name,
+        range=name,
+        backend=parsed.get("backend"),
+        op=parsed.get("op"),
+        shape=shape,
+        device=_device_for_ncu(rows[0], device),
+        device_name=rows[0].get("device_name"),
+        timing=timing,
+        aux=tuple(aux_kernels),
+        key=("ncu", name),
+    )
+    return attach_ncu(case, rows, ev)
 
 
-def _kernel_case(rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> GemmCase:
+def _kernel_case(rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> CaseEvidence:
     """Profiled launches of one kernel signature in no GEMM range, explained together and named by kernel."""
     row = rows[0]
     name = row.get("demangled_name") or row.get("name") or f"kernel {row['ncu_id']}"
-    case = GemmCase(origin="ncu-kernel", name=name)
     ctx = row.get("nvtx_range")
-    case.parents = [ctx] if ctx else []
-    case.device = _device_for_ncu(row, device)
-    case.device_name = row.get("device_name")
-    case.timing = Timing.from_calls(
-        [Call(float(r["duration_ns"])) for r in rows if r.get("duration_ns")],
-        source="ncu-replay",
-        detail=NCU_DETAIL,
+    case = CaseEvidence(
+        origin="ncu-kernel",
+        name=name,
+        parents=(ctx,) if ctx else (),
+        device=_device_for_ncu(row, device),
+        device_name=row.get("device_name"),
+        timing=timing_from_calls(
+            [call(float(r["duration_ns"])) for r in rows if r.get("duration_ns")],
+            source="ncu-replay",
+            source_detail=NCU_DETAIL,
+        ),
+        kernel=kernel_ref(row, name=name),
+        counted=_counted_per_call(rows, ev),
+        key=("ncu-kernel", name, row.get("grid_size"), row.get("block_size")),
     )
-    case.kernel = KernelInfo.from_row(row, name=name)
-    case.counted = _counted_per_call(rows, ev)
-    case.key = ("ncu-kernel", name, row.get("grid_size"), row.get("block_size"))
-    attach_ncu(case, rows, ev)
-    _estimate_achieved(case)
-    return case
+    return _estimate_achieved(attach_ncu(case, rows, ev))
 
 
-def borrow_ncu(cases: list[GemmCase], frames: dict[str, pl.DataFrame], ev: Evidence) -> None:
+def borrow_ncu(
+    cases: list[CaseEvidence], frames: dict[str, pl.DataFrame], ev: Evidence
+) -> list[CaseEvidence]:
     """A user-range case on the timeline whose own launches were not profiled (ncu limits launches per range, a
     CUDA graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the
     run: same kernel and launch configuration, same math. ``ncu.borrowed_from`` names where it came from."""
     ncu = frames.get("ncu")
     if ncu is None or ncu.height == 0:
-        return
+        return cases
     rows = ncu.sort("ncu_id").to_dicts()
-    for case in cases:
-        if not case.user_range or case.ncu is not None or not case.kernel.name or not case.kernel.grid:
-            continue
-        same = [
-            r
-            for r in rows
-            if r.get("grid_size") == case.kernel.grid
-            and same_kernel(case.kernel.name, r.get("demangled_name") or r.get("name"))
-        ]
-        if not same:
-            continue
-        if case.counted is None and case.shape is None:
-            case.counted = _counted_per_call(same, ev)  # None as the count when they counted different math
-        attach_ncu(case, same[:1], ev, borrowed_from=same[0].get("nvtx_range") or "(no range)")
+    return [_borrowed(case, rows, ev) for case in cases]
 
 
-def _estimate_achieved(case: GemmCase) -> None:
+def _borrowed(case: CaseEvidence, rows: list[dict[str, Any]], ev: Evidence) -> CaseEvidence:
+    """``case`` with the profiled evidence of its kernel and grid from elsewhere (:func:`borrow_ncu`), where it
+    has none of its own and the run has such a launch."""
+    if not case.user_range or case.ncu is not None or not case.kernel.name or not case.kernel.grid:
+        return case
+    same = [
+        r
+        for r in rows
+        if r.get("grid_size") == case.kernel.grid
+        and same_kernel(case.kernel.name, r.get("demangled_name") or r.get("name"))
+    ]
+    if not same:
+        return case
+    if case.counted is None and case.shape is None:
+        # None as the count when they counted different math
+        case = replace(case, counted=_counted_per_call(same, ev))
+    return attach_ncu(case, same[:1], ev, borrowed_from=same[0].get("nvtx_range") or "(no range)")
+
+
+def _estimate_achieved(case: CaseEvidence) -> CaseEvidence:
     """Without a FLOP count, estimate the kernel's TFLOP/s from the tensor pipe's (or FP32 FMA pipe's) activity."""
     dev = case.device
     if dev is None or not case.clock.sm_clock_hz or not dev.sm_count or case.flops:
-        return
+        return case
     cls = case.dtype_class
     ffma = case.metric("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed")
     tensor = case.metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed")
@@ -692,11 +747,18 @@ def _estimate_achieved(case: GemmCase) -> None:
     if tensor is not None and tensor > 1.0 and cls and cls != "fp32":
         peak = dev.peak_tflops(cls)
         if peak and dev.peak_clock_hz:
-            case.estimated_tflops = peak * case.clock.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0
-            case.achieved_estimate = "peak at the kernel's clock x tensor pipe active (elapsed)"
+            return replace(
+                case,
+                estimated_tflops=peak * case.clock.sm_clock_hz / dev.peak_clock_hz * tensor / 100.0,
+                achieved_estimate="peak at the kernel's clock x tensor pipe active (elapsed)",
+            )
     elif ffma is not None and ffma > 0 and cls in (None, "fp32"):
-        case.estimated_tflops = 2.0 * ffma * case.clock.sm_clock_hz / 1e12
-        case.achieved_estimate = "2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock"
+        return replace(
+            case,
+            estimated_tflops=2.0 * ffma * case.clock.sm_clock_hz / 1e12,
+            achieved_estimate="2 x smsp__sass_thread_inst_executed_op_ffma_pred_on x clock",
+        )
+    return case
 
 
 __all__ = [

@@ -1,15 +1,20 @@
-"""The parts a GEMM case is made of, each built once from the columns the import already parsed:
+"""The parts a GEMM case is made of, each the Analysis model's own (analyzers/analysis/model.py), built once from
+the columns the import already parsed:
 
-- :class:`~tracekit.analyzers.analysis.model.Shape` (the Analysis model's): M, N, K, batch, dtypes and scale, and
-  where they came from;
-- :class:`KernelInfo`: the GEMM kernel's name, family, class and launch configuration (its signature);
-- :class:`Timing`: every call of the case aggregated (:meth:`Timing.from_calls`): counts, totals, per-call
-  median and p10 / p90, the median call itself, and the auxiliary kernels the calls own;
-- :class:`NcuPart`: what Nsight Compute measured for the case's kernel (its row, metrics and rules);
-- :class:`Clock`: the SM clock and power during the case.
+- :class:`~tracekit.analyzers.analysis.model.Shape`: M, N, K, batch, dtypes and scale, and where they came from;
+- :class:`~tracekit.analyzers.analysis.model.KernelRef` (:func:`kernel_ref`): the GEMM kernel's name, family,
+  class and launch configuration (its signature);
+- :class:`~tracekit.analyzers.analysis.model.Timing` (:func:`timing_from_calls`, :func:`timing_repeated`): every
+  call of the case (:class:`~tracekit.analyzers.analysis.model.CallParts`, :func:`call`) aggregated: counts,
+  totals, per-call median and p10 / p90, the median call itself;
 
-A case (:class:`~.case.GemmCase`) holds these parts and derives its FLOPs, rates and peak from them; the rules
-(analyzers/rules) read the parts, never a row of a frame.
+and the evidence beside them that the Analysis keeps in its own form: :class:`NcuPart`, what Nsight Compute
+measured for the case's kernel (its row, metrics and rules; :meth:`NcuPart.evidence` is the Analysis'
+:class:`~tracekit.analyzers.analysis.model.NcuEvidence`), and :class:`Clock`, the SM clock and power during the
+case.
+
+A case's evidence (:class:`~.case.CaseEvidence`) holds these parts and derives its FLOPs, rates and peak from them;
+the rules (analyzers/rules) read the parts, never a row of a frame.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.model import Dist, Shape
+import msgspec
+
+from tracekit.numbers import finite
+
+from ..analysis.model import CallParts, Dist, KernelRef, NcuEvidence, NcuRule, Shape, Timing
 from .names import min_bytes
 
 
@@ -37,53 +46,37 @@ def shape_text(shape: Shape) -> str:
     )
 
 
-@dataclass
-class KernelInfo:
-    """The case's GEMM kernel: name, library family, kernel class and launch configuration (None = unknown).
-    ``grid`` counts CTAs, ``block`` threads per CTA; name, grid and block are the kernel's signature."""
+def kernel_ref(row: dict[str, Any], name: str | None = None) -> KernelRef:
+    """A kernel from a kernels-frame (or ncu-frame) row: grid and block as products of their dimensions; shared
+    memory the ``smem_bytes`` sum where a file gives only that (Kineto), else static + dynamic; None where unsaid."""
+    grid = row.get("grid_size")
+    if grid is None:
+        dims = [row.get(c) for c in ("grid_x", "grid_y", "grid_z")]
+        grid = int(dims[0] * dims[1] * dims[2]) if all(d is not None for d in dims) else None  # type: ignore[operator]
+    block = row.get("block_size")
+    if block is None:
+        dims = [row.get(c) for c in ("block_x", "block_y", "block_z")]
+        block = int(dims[0] * dims[1] * dims[2]) if all(d is not None for d in dims) else None  # type: ignore[operator]
+    smem = row.get("smem_bytes")
+    if smem is None:
+        smem = (row.get("static_smem_bytes") or 0) + (row.get("dynamic_smem_bytes") or 0)
+    return KernelRef(
+        name=name or row.get("demangled_name") or row.get("name"),
+        family=row.get("kernel_family"),
+        kernel_class=row.get("kernel_class"),
+        grid=int(grid) if grid else None,
+        block=int(block) if block else None,
+        registers=row.get("registers_per_thread"),
+        smem_bytes=int(smem) if smem else None,
+        blocks_per_sm=row.get("blocks_per_sm"),
+        est_occupancy_pct=row.get("est_occupancy_pct"),
+    )
 
-    name: str | None = None
-    family: str | None = None
-    kernel_class: str | None = None
-    grid: int | None = None
-    block: int | None = None
-    registers: int | None = None
-    smem_bytes: int | None = None
-    blocks_per_sm: float | None = None  # CTAs of the grid per SM, as the PyTorch profiler wrote it
-    est_occupancy_pct: float | None = None  # achieved occupancy as the PyTorch profiler estimates it (no ncu)
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any], name: str | None = None) -> KernelInfo:
-        """From a kernels-frame (or ncu-frame) row: grid and block as products of their dimensions; shared memory
-        the ``smem_bytes`` sum where a file gives only that (Kineto), else static + dynamic; None where unsaid."""
-        grid = row.get("grid_size")
-        if grid is None:
-            dims = [row.get(c) for c in ("grid_x", "grid_y", "grid_z")]
-            grid = int(dims[0] * dims[1] * dims[2]) if all(d is not None for d in dims) else None  # type: ignore[operator]
-        block = row.get("block_size")
-        if block is None:
-            dims = [row.get(c) for c in ("block_x", "block_y", "block_z")]
-            block = int(dims[0] * dims[1] * dims[2]) if all(d is not None for d in dims) else None  # type: ignore[operator]
-        smem = row.get("smem_bytes")
-        if smem is None:
-            smem = (row.get("static_smem_bytes") or 0) + (row.get("dynamic_smem_bytes") or 0)
-        return cls(
-            name=name or row.get("demangled_name") or row.get("name"),
-            family=row.get("kernel_family"),
-            kernel_class=row.get("kernel_class"),
-            grid=int(grid) if grid else None,
-            block=int(block) if block else None,
-            registers=row.get("registers_per_thread"),
-            smem_bytes=int(smem) if smem else None,
-            blocks_per_sm=row.get("blocks_per_sm"),
-            est_occupancy_pct=row.get("est_occupancy_pct"),
-        )
-
-    def fill(self, other: KernelInfo) -> None:
-        """Take what this one does not know from ``other`` (the same kernel seen by another tool)."""
-        for f in fields(self):
-            if getattr(self, f.name) is None:
-                setattr(self, f.name, getattr(other, f.name))
+def filled(kernel: KernelRef, other: KernelRef) -> KernelRef:
+    """``kernel`` with what it does not know taken from ``other`` (the same kernel seen by another tool)."""
+    missing = {f: getattr(other, f) for f in KernelRef.__struct_fields__ if getattr(kernel, f) is None}
+    return msgspec.structs.replace(kernel, **missing) if missing else kernel
 
 
 def spread(values: Sequence[float]) -> Dist:
@@ -105,170 +98,89 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-@dataclass
-class AuxUse:
-    """An auxiliary kernel of the case's calls: its class, its role for the GEMM (quantize | splitk-reduce |
-    activation | layout | other), its time over all calls and how many times it ran."""
+def call(gemm_ns: float, aux_ns: float = 0.0, gap_ns: float = 0.0) -> CallParts:
+    """One call's parts: GEMM time (the GEMM kernel and its split-K reduce), auxiliary time, the gap (idle GPU
+    time inside the call, and before it when it follows the previous call of its case back to back), and their
+    sum, the span."""
+    return CallParts(gemm_ns=gemm_ns, aux_ns=aux_ns, gap_ns=gap_ns, span_ns=gemm_ns + aux_ns + gap_ns)
 
-    name: str
-    kernel_class: str | None = None
-    role: str = "other"
-    total_ns: float = 0.0
-    count: int = 0
+
+def timing(**kw: Any) -> Timing:
+    """A :class:`Timing` whose ``span_ns_total`` is the sum of its GEMM, auxiliary and gap totals."""
+    kw["span_ns_total"] = (
+        kw.get("gemm_ns_total", 0.0) + kw.get("aux_ns_total", 0.0) + kw.get("gap_ns_total", 0.0)
+    )
+    return Timing(**kw)
+
+
+def retimed(t: Timing, **changes: Any) -> Timing:
+    """``t`` with ``changes``, its ``span_ns_total`` kept the sum of its parts' totals."""
+    t = msgspec.structs.replace(t, **changes)
+    return msgspec.structs.replace(t, span_ns_total=t.gemm_ns_total + t.aux_ns_total + t.gap_ns_total)
+
+
+def timing_from_calls(calls: Sequence[CallParts], splitk_ns_total: float = 0.0, **kw: Any) -> Timing:
+    """The aggregate of ``calls`` (every call with its GEMM kernel; ``splitk_ns_total`` the split-K reduce time
+    inside their GEMM time): counts, totals, per-call median and p10 / p90, the median call itself (the call
+    whose span is the median one, with its own parts); ``kw`` sets the other fields."""
+    if not calls:
+        return timing(**kw)
+    spans = [c.span_ns for c in calls]
+    order = sorted(range(len(calls)), key=lambda i: spans[i])
+    median = calls[order[(len(order) - 1) // 2]]
+    kw.setdefault("launches", len(calls))
+    return timing(
+        calls=len(calls),
+        gemm_ns_total=sum(c.gemm_ns for c in calls),
+        splitk_ns_total=splitk_ns_total,
+        aux_ns_total=sum(c.aux_ns for c in calls),
+        gap_ns_total=sum(c.gap_ns for c in calls),
+        gemm_ns=spread([c.gemm_ns for c in calls]),
+        aux_ns=spread([c.aux_ns for c in calls]),
+        gap_ns=spread([c.gap_ns for c in calls]),
+        span_ns=spread(spans),
+        median_call=median,
+        gap_max_ns=max(c.gap_ns for c in calls),
+        **kw,
+    )
+
+
+def timing_repeated(
+    gemm_ns: float | None,
+    aux_ns: float = 0.0,
+    gap_ns: float = 0.0,
+    calls: int = 1,
+    *,
+    gemm_p10: float | None = None,
+    gemm_p90: float | None = None,
+    **kw: Any,
+) -> Timing:
+    """``calls`` calls of the same parts: what a measurement gives (the median of its repeats, with their
+    p10 / p90 where recorded) or a single profiled call. No GEMM time: no call."""
+    if not gemm_ns:
+        return timing(**kw)
+    one = call(gemm_ns, aux_ns or 0.0, gap_ns or 0.0)
+    extra = one.aux_ns + one.gap_ns
+    kw.setdefault("launches", calls)
+    return timing(
+        calls=calls,
+        gemm_ns_total=one.gemm_ns * calls,
+        aux_ns_total=one.aux_ns * calls,
+        gap_ns_total=one.gap_ns * calls,
+        gemm_ns=Dist(median=gemm_ns, p10=gemm_p10, p90=gemm_p90),
+        aux_ns=Dist(median=one.aux_ns),
+        gap_ns=Dist(median=one.gap_ns),
+        span_ns=Dist(
+            median=one.span_ns,
+            p10=gemm_p10 + extra if gemm_p10 is not None else None,
+            p90=gemm_p90 + extra if gemm_p90 is not None else None,
+        ),
+        median_call=one,
+        **kw,
+    )
 
 
 @dataclass(frozen=True)
-class Call:
-    """One call's parts: GEMM time (the GEMM kernel and its split-K reduce), auxiliary time, the gap (idle GPU
-    time inside the call, and before it when it follows the previous call of its case back to back)."""
-
-    gemm_ns: float
-    aux_ns: float = 0.0
-    gap_ns: float = 0.0
-    splitk_ns: float = 0.0
-
-    @property
-    def span_ns(self) -> float:
-        return self.gemm_ns + self.aux_ns + self.gap_ns
-
-
-@dataclass
-class Timing:
-    """A case's calls, aggregated (issue 26 item 4: one formula, labelled everywhere).
-
-    ``calls`` counts calls with their GEMM kernel; ``calls_without_kernel`` those whose GEMM kernel is missing
-    (sampled out, or a range that launched nothing): left out of every number, and counted. Totals are sums over
-    calls; ``gemm`` / ``aux`` / ``gap`` / ``span`` the per-call distributions; ``median_call`` the call whose span
-    is the median one, with its own parts (what a "per call" line shows: the parts of one real call, not medians
-    of separate parts). ``splitk_ns_total`` is the split-K reduce time inside ``gemm_ns_total``.
-    ``source``: timeline | measurement:cuda-graph | measurement:events | ncu-replay; ``detail`` in words.
-    ``paused_ns_total`` / ``pauses``: idle stretches inside calls longer than the launch-gap limit (a module load,
-    a synchronisation), left out of the gap."""
-
-    calls: int = 0
-    calls_without_kernel: int = 0
-    launches: int = 0
-    gemm_ns_total: float = 0.0
-    splitk_ns_total: float = 0.0
-    aux_ns_total: float = 0.0
-    gap_ns_total: float = 0.0
-    gemm: Dist = field(default_factory=Dist)
-    aux: Dist = field(default_factory=Dist)
-    gap: Dist = field(default_factory=Dist)
-    span: Dist = field(default_factory=Dist)
-    median_call: Call | None = None
-    aux_kernels: list[AuxUse] = field(default_factory=list)
-    source: str = "timeline"
-    detail: str | None = None
-    pauses: int = 0
-    paused_ns_total: float = 0.0
-    fusion: list[Any] = field(default_factory=list)
-    """Fusion candidates (:class:`~.fusion.FusionUse`): kernels of the operators around the GEMM's that work on its
-    data, launched by those operators: not in the calls' time."""
-    busy: Dist = field(default_factory=Dist)
-    """Per call, the time of the kernels it owns (GEMM + auxiliary, no gap): what TraceLens times an operator by."""
-    aux_apart_runs: int = 0
-    """Runs of an auxiliary step (a tracekit ``aux`` range feeding the case) that ran apart from the calls, not
-    one before each: not in the calls' time (0: none, or one run per call, each the aux time of the call after it)."""
-    aux_apart_ns: float | None = None
-    """Their median run's kernel time: what a layer that runs the step on every call would pay per call."""
-    aux_by_order_ns_total: float = 0.0
-    """Auxiliary time the calls own by launch order alone (no operator record says who launched it)."""
-    gap_max: float | None = None
-    """The largest one call's gap (None where the calls are not known one by one): with a few calls, whether one
-    call holds the idle (a first call's setup) or every call does."""
-
-    @classmethod
-    def from_calls(cls, calls: Sequence[Call], **kw: Any) -> Timing:
-        """The aggregate of ``calls`` (every call with its GEMM kernel); ``kw`` sets the other fields."""
-        if not calls:
-            return cls(**kw)
-        spans = [c.span_ns for c in calls]
-        order = sorted(range(len(calls)), key=lambda i: spans[i])
-        median = calls[order[(len(order) - 1) // 2]]
-        kw.setdefault("launches", len(calls))
-        return cls(
-            calls=len(calls),
-            gemm_ns_total=sum(c.gemm_ns for c in calls),
-            splitk_ns_total=sum(c.splitk_ns for c in calls),
-            aux_ns_total=sum(c.aux_ns for c in calls),
-            gap_ns_total=sum(c.gap_ns for c in calls),
-            gemm=spread([c.gemm_ns for c in calls]),
-            aux=spread([c.aux_ns for c in calls]),
-            gap=spread([c.gap_ns for c in calls]),
-            span=spread(spans),
-            median_call=median,
-            gap_max=max(c.gap_ns for c in calls),
-            **kw,
-        )
-
-    @classmethod
-    def repeated(
-        cls,
-        gemm_ns: float | None,
-        aux_ns: float = 0.0,
-        gap_ns: float = 0.0,
-        calls: int = 1,
-        *,
-        gemm_p10: float | None = None,
-        gemm_p90: float | None = None,
-        **kw: Any,
-    ) -> Timing:
-        """``calls`` calls of the same parts: what a measurement gives (the median of its repeats, with their
-        p10 / p90 where recorded) or a single profiled call. No GEMM time: no call."""
-        if not gemm_ns:
-            return cls(**kw)
-        call = Call(gemm_ns, aux_ns or 0.0, gap_ns or 0.0)
-        extra = call.aux_ns + call.gap_ns
-        kw.setdefault("launches", calls)
-        return cls(
-            calls=calls,
-            gemm_ns_total=call.gemm_ns * calls,
-            aux_ns_total=call.aux_ns * calls,
-            gap_ns_total=call.gap_ns * calls,
-            gemm=Dist(median=gemm_ns, p10=gemm_p10, p90=gemm_p90),
-            aux=Dist(median=call.aux_ns),
-            gap=Dist(median=call.gap_ns),
-            span=Dist(
-                median=call.span_ns,
-                p10=gemm_p10 + extra if gemm_p10 is not None else None,
-                p90=gemm_p90 + extra if gemm_p90 is not None else None,
-            ),
-            median_call=call,
-            **kw,
-        )
-
-    @property
-    def span_ns_total(self) -> float:
-        return self.gemm_ns_total + self.aux_ns_total + self.gap_ns_total
-
-    def _mean(self, total: float) -> float | None:
-        return total / self.calls if self.calls else None
-
-    @property
-    def gemm_ns(self) -> float | None:
-        """GEMM time per call, the mean over calls (total / calls): what the waterfall's arithmetic uses, so its
-        product is sum of FLOPs / sum of spans."""
-        return self.gemm_ns_total / self.calls if self.calls and self.gemm_ns_total else None
-
-    @property
-    def aux_ns(self) -> float:
-        return self._mean(self.aux_ns_total) or 0.0
-
-    @property
-    def gap_ns(self) -> float:
-        return self._mean(self.gap_ns_total) or 0.0
-
-    @property
-    def splitk_ns(self) -> float:
-        return self._mean(self.splitk_ns_total) or 0.0
-
-    @property
-    def span_ns(self) -> float | None:
-        return self._mean(self.span_ns_total) if self.gemm_ns else None
-
-
-@dataclass
 class NcuPart:
     """Nsight Compute's evidence for the case's GEMM kernel: its row of the ``ncu`` frame, its metrics (name ->
     value, the ones the rules read), the report's rules for the case's profiled kernels, how many launches were
@@ -284,6 +196,44 @@ class NcuPart:
     @property
     def ncu_id(self) -> int | None:
         return self.row.get("ncu_id")
+
+    def evidence(self) -> NcuEvidence:
+        """What the Analysis keeps of it: the row's numbers and the metrics by name (non-finite ones left out),
+        the report's clock, sections and each distinct finding once (the largest estimated speed-up of its
+        repeats: every profiled launch repeats them)."""
+        metrics: dict[str, float] = {}
+        for key, value in self.row.items():
+            if key in NCU_NOT_METRICS or isinstance(value, bool):
+                continue
+            v = finite(value) if isinstance(value, int | float) else None
+            if v is not None:
+                metrics[key] = v
+        for key, value in self.metrics.items():
+            v = finite(value)
+            if v is not None:
+                metrics[key] = v
+        rules: dict[tuple[Any, ...], NcuRule] = {}
+        for r in self.rules:  # one entry per distinct finding (each profiled launch repeats them)
+            rule = NcuRule(
+                rule=_text(r.get("rule")),
+                kind=_text(r.get("kind")),
+                title=_text(r.get("title")),
+                message=_text(r.get("message")),
+                speedup_pct=finite(r.get("speedup_pct")),
+            )
+            key = (rule.rule, rule.title, rule.message)
+            if key not in rules or (rule.speedup_pct or 0) > (rules[key].speedup_pct or 0):
+                rules[key] = rule
+        return NcuEvidence(
+            kernels=self.kernels,
+            ncu_id=self.ncu_id,
+            metrics=metrics,
+            sm_clock_hz=finite(self.row.get("sm_clock_hz")),
+            clock_control=_text(self.row.get("clock_control")),
+            sections=self.sections,
+            rules=list(rules.values()),
+            borrowed_from=_text(self.borrowed_from),
+        )
 
     def metric(self, name: str) -> float | None:
         """A numeric metric: a named column of the row first, then the long metrics."""
@@ -339,7 +289,7 @@ class NcuPart:
         return sorted(str(s) for s in found)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Clock:
     """The SM clock the case ran at, where it was measured (``source``), and the board's power and NVML throttle
     reasons during a measurement."""
@@ -349,3 +299,17 @@ class Clock:
     power_w: float | None = None
     power_limit_w: float | None = None
     throttle_reasons: int | None = None
+
+
+NCU_NOT_METRICS = frozenset(
+    {"ncu_id", "range_index", "action_index", "rank", "grid_x", "grid_y", "grid_z", "block_x", "block_y"}
+)
+"""Columns of the ncu frame that are ids or launch dimensions, not measurements: not in :attr:`NcuEvidence.metrics`."""
+
+
+def _text(value: Any) -> str | None:
+    """A string or None, never an empty string."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None

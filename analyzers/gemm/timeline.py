@@ -24,17 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+from msgspec.structs import replace
 
 from tracekit.devices import DeviceSpec
 
-from ..analysis.model import Shape
+from ..analysis.model import AuxKernel, FusionCandidate, KernelRef, Shape, Timing
 from ..taxonomy import classify_name, split_name
 from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
-from .case import GemmCase, Place, case_id, context_key, is_step
+from .case import CaseEvidence, Place, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
 from .names import parse_gemm_name
-from .parts import KernelInfo, Timing, shape_text
+from .parts import kernel_ref, shape_text
 from .ranges import resolve_ranges
 from .user_ranges import _GEMM_RANGE, range_key
 
@@ -58,7 +59,7 @@ def fold_range(name: str | None) -> str | None:
 
 def _cases_in_launch_order(
     calls: pl.DataFrame, keys: dict[int, tuple], aux_rows: pl.DataFrame, starts: pl.DataFrame
-) -> tuple[pl.DataFrame, dict[tuple, int], dict[int, Timing]]:
+) -> tuple[pl.DataFrame, dict[tuple, int], dict[int, tuple[Timing, list[AuxKernel], list[FusionCandidate]]]]:
     """Calls whose owners share a key (``keys``: owner -> case key) are one case, numbered in the order of the
     case's first launch; returns the calls with their ``case``, the key -> case number map (to count a case's
     calls that launched no kernel) and each case's timing. tracekit's ranges and the user's ranges key their calls
@@ -72,7 +73,11 @@ def _cases_in_launch_order(
         .replace_strict({o: case_of[keys[o]] for o in order}, return_dtype=pl.Int64)
         .alias("case")
     )
-    return calls, case_of, aggregate(calls, aux_rows, starts, source="timeline", detail=TIMELINE_DETAIL)
+    return (
+        calls,
+        case_of,
+        aggregate(calls, aux_rows, starts, source="timeline", source_detail=TIMELINE_DETAIL),
+    )
 
 
 @dataclass
@@ -80,8 +85,8 @@ class TimelineCases:
     """The timeline's cases: ``cases`` (tracekit's ranges, the user's ranges, shaped operators) and ``loose``
     (GEMM kernels in no range, named by kernel); ``calls`` every call with its case (for tests and ranks)."""
 
-    cases: list[GemmCase] = field(default_factory=list)
-    loose: list[GemmCase] = field(default_factory=list)
+    cases: list[CaseEvidence] = field(default_factory=list)
+    loose: list[CaseEvidence] = field(default_factory=list)
 
 
 class _Names:
@@ -267,7 +272,7 @@ def timeline_cases(
 # --- tracekit's ranges ----------------------------------------------------------------------------------------------
 def _tracekit_cases(
     ks: pl.DataFrame, ranges: pl.DataFrame, names: _Names, starts: pl.DataFrame, device: DeviceSpec | None
-) -> list[GemmCase]:
+) -> list[CaseEvidence]:
     if not ks["tk_gemm"].is_not_null().any():
         return []
     calls, aux_rows = tracekit_calls(ks, ranges)
@@ -315,17 +320,17 @@ def _tracekit_cases(
         key = keys[rid]
         r = rows[rid]
         parsed = parse_gemm_name(key[0])
-        case = GemmCase(origin="range", name=key[0], range=key[0], device=device)
+        backend = op = shape = None
         if parsed is not None:
-            case.backend, case.op = parsed["backend"], parsed["op"]
+            backend, op = parsed["backend"], parsed["op"]
             if parsed["m"] and parsed["n"] and parsed["k"]:
-                case.shape = Shape(
+                shape = Shape(
                     m=parsed["m"], n=parsed["n"], k=parsed["k"], dtype_a=parsed["dtype_a"],
                     dtype_b=parsed["dtype_b"], dtype_out=parsed["dtype_out"], scale=parsed["scale"],
                     source="range name",
                 )  # fmt: skip
         elif r.get("m") and r.get("n") and r.get("k"):  # a gemm range another reader marked: its row's shape
-            case.shape = Shape(
+            shape = Shape(
                 m=r["m"],
                 n=r["n"],
                 k=r["k"],
@@ -335,14 +340,24 @@ def _tracekit_cases(
                 dtype_out=r.get("dtype_out"),
                 source="range",
             )
-        if r.get("flops"):
-            case.profiler_flops = r["flops"]
-        case.parents = [p for p in [key[1]] if p]
-        case.kernel = KernelInfo.from_row(tops[top]) if top is not None else KernelInfo()
-        case.timing = timings[ci]
-        case.timing.calls_without_kernel = empty_counts.get(ci, 0)
-        case.range_ids = list(owners)
-        case.key = ("range", *key)
+        t, aux, fusion = timings[ci]
+        case = CaseEvidence(
+            origin="range",
+            name=key[0],
+            range=key[0],
+            device=device,
+            backend=backend,
+            op=op,
+            shape=shape,
+            profiler_flops=r["flops"] if r.get("flops") else None,
+            parents=tuple(p for p in [key[1]] if p),
+            kernel=kernel_ref(tops[top]) if top is not None else KernelRef(),
+            timing=replace(t, calls_without_kernel=empty_counts.get(ci, 0)),
+            aux=tuple(aux),
+            fusion=tuple(fusion),
+            range_ids=tuple(owners),
+            key=("range", *key),
+        )
         out.append(case)
     return out
 
@@ -475,7 +490,7 @@ def _user_cases(
     kernel_shapes: dict[int, tuple[str, tuple] | None],
     graph_ops: set[int],
     launch_counts: dict[tuple, list[float | None]],
-) -> tuple[list[GemmCase], list[GemmCase]]:
+) -> tuple[list[CaseEvidence], list[CaseEvidence]]:
     user = ks.filter(pl.col("tk_gemm").is_null() & pl.col("free_aux").is_null() & ~pl.col("blocked"))
     if user.height == 0:
         return [], []
@@ -494,7 +509,7 @@ def _user_cases(
     extra: dict[int, dict[str, Any]] = {}
     for owner, top, holder in calls.select("owner", "_top", "holder").iter_rows():
         krow = tops.get(top, {})
-        sig = KernelInfo.from_row(krow) if krow else KernelInfo()
+        sig = kernel_ref(krow) if krow else KernelRef()
         r = shaped_rows.get(owner, {})
         op = fold_range(r.get("name")) if r else None
         dims = tuple(r.get(c) for c in _SHAPE) if r else ()
@@ -531,17 +546,15 @@ def _user_cases(
         .agg(pl.col("owner").first(), pl.col("owner").alias("owners"))
     )
     missing = _calls_without_kernel(ranges, ks, names, set(calls["owner"].to_list()) | graph_ops)
-    held: list[GemmCase] = []
-    loose: list[GemmCase] = []
+    held: list[CaseEvidence] = []
+    loose: list[CaseEvidence] = []
     for ci, first, owners in firsts.iter_rows():
         key, e = keys[first], extra[first]
         hname, _kname, _grid, _block, op, dims = key[:6]
-        case = GemmCase(origin="range", name="", range=hname, device=device, user_range=True)
-        case.kernel = e["sig"]
-        case.parents = names.parents(e["holder"]) if e["holder"] is not None else []
+        shape = shaped_op = flops_note = None
         if dims:
             m, n, k, batch, da, db, do = dims
-            case.shape = Shape(
+            shape = Shape(
                 m=m,
                 n=n,
                 k=k,
@@ -551,27 +564,38 @@ def _user_cases(
                 dtype_out=do,
                 source="captured operator" if e["replay"] else "profiler",
             )
-            case.op = (op or "").split("::")[-1] or None
-        if e["flops"] and not dims:
-            case.profiler_flops = e["flops"]
-        case.graph_replay = e["replayed"]
+            shaped_op = (op or "").split("::")[-1] or None
         if e["replayed"] and not dims and not e["flops"]:
-            case.flops_note = NO_SHAPE_NOTE
+            flops_note = NO_SHAPE_NOTE
         elif not dims and not e["flops"] and unlinked is not None and set(owners) <= unlinked:
-            case.flops_note = NO_LAUNCH_NOTE
-        case.timing = timings[ci]
-        case.range_ids = [o for o in owners if o >= 0]
-        case.key = ("range", *key)
-        case.place = placed.get(first)
+            flops_note = NO_LAUNCH_NOTE
+        t, aux, fusion = timings[ci]
         if dims or e["flops"]:
-            case.timing.calls_without_kernel = missing.pop((hname, op, dims), 0)
-        if hname is None and not dims and not e["flops"]:
-            case.origin, case.user_range, case.range = "kernel", False, None
-            loose.append(case)
-        else:
-            held.append(case)
-    _name_cases(held)
-    _name_loose(loose)
+            t = replace(t, calls_without_kernel=missing.pop((hname, op, dims), 0))
+        loose_kernel = hname is None and not dims and not e["flops"]
+        case = CaseEvidence(
+            origin="kernel" if loose_kernel else "range",
+            name="",
+            range=None if loose_kernel else hname,
+            device=device,
+            user_range=not loose_kernel,
+            kernel=e["sig"],
+            parents=tuple(names.parents(e["holder"])) if e["holder"] is not None else (),
+            shape=shape,
+            op=shaped_op,
+            profiler_flops=e["flops"] if e["flops"] and not dims else None,
+            graph_replay=e["replayed"],
+            flops_note=flops_note,
+            timing=t,
+            aux=tuple(aux),
+            fusion=tuple(fusion),
+            range_ids=tuple(o for o in owners if o >= 0),
+            key=("range", *key),
+            place=placed.get(first),
+        )
+        (loose if loose_kernel else held).append(case)
+    held = _name_cases(held)
+    loose = _name_loose(loose)
     return held, loose
 
 
@@ -643,28 +667,33 @@ def kernel_label(name: str | None, width: int = 60) -> str:
     return last[:width]
 
 
-def _name_cases(cases: list[GemmCase]) -> None:
-    """Names and positions of the user-range cases: per range, in order of first launch. A range's only GEMM is
-    named by the range; several are ``range #i (kernel)``; a GEMM with the profiler's shape is named by its
-    operator and shape; in a step range (``ProfilerStep``) or no range, by kernel."""
-    by_range: dict[str | None, list[GemmCase]] = {}
-    for c in cases:  # cases come in order of first launch
-        by_range.setdefault(c.range, []).append(c)
+def _name_cases(cases: list[CaseEvidence]) -> list[CaseEvidence]:
+    """The user-range cases with their names and positions: per range, in order of first launch. A range's only
+    GEMM is named by the range; several are ``range #i (kernel)``; a GEMM with the profiler's shape is named by
+    its operator and shape; in a step range (``ProfilerStep``) or no range, by kernel. Returned in the order
+    given."""
+    by_range: dict[str | None, list[int]] = {}
+    for i, c in enumerate(cases):  # cases come in order of first launch
+        by_range.setdefault(c.range, []).append(i)
+    out = list(cases)
     for rng, members in by_range.items():
         several = len(members) > 1
-        for i, c in enumerate(members, 1):
-            c.position = i if several and rng is not None else None
+        for i, at in enumerate(members, 1):
+            c = cases[at]
             shaped = c.shape is not None or c.profiler_flops
             if shaped:
                 opname = c.key[5] or rng or "GEMM"
-                c.name = f"{opname} {shape_text(c.shape)}" if c.shape is not None else str(opname)
+                name = f"{opname} {shape_text(c.shape)}" if c.shape is not None else str(opname)
             elif rng is None or is_step(rng) or _is_step_name(rng):
-                c.name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
+                name = kernel_label(c.kernel.name, 200) if c.kernel.name else "GEMM"
             elif several:
-                c.name = f"{rng} #{i} ({kernel_label(c.kernel.name)}{_place_label(c.place)})"
+                name = f"{rng} #{i} ({kernel_label(c.kernel.name)}{_place_label(c.place)})"
             else:
-                c.name = rng
-        _tell_apart(members)
+                name = rng
+            out[at] = replace(c, name=name, position=i if several and rng is not None else None)
+        for at, named in zip(members, _tell_apart([out[at] for at in members]), strict=True):
+            out[at] = named
+    return out
 
 
 def _place_label(place: Place | None) -> str:
@@ -677,34 +706,40 @@ def _place_label(place: Place | None) -> str:
     return f", GEMM {word} {nth} of {place.launches}"
 
 
-def _tell_apart(members: list[GemmCase]) -> None:
+def _tell_apart(members: list[CaseEvidence]) -> list[CaseEvidence]:
     """Two GEMMs of one name in a range (one shape run by two kernels, dgrad and wgrad): their kernels tell them
-    apart, and their grids where the kernels are the same."""
-    seen: dict[str, list[GemmCase]] = {}
-    for c in members:
-        seen.setdefault(c.name, []).append(c)
+    apart, and their grids where the kernels are the same. Returned in the order given."""
+    seen: dict[str, list[int]] = {}
+    for i, c in enumerate(members):
+        seen.setdefault(c.name, []).append(i)
+    out = list(members)
     for same in seen.values():
         if len(same) < 2:
             continue
-        labels = [kernel_label(c.kernel.name) for c in same]
-        for c, label in zip(same, labels, strict=True):
+        labels = [kernel_label(members[i].kernel.name) for i in same]
+        for i, label in zip(same, labels, strict=True):
+            c = members[i]
             grid = f", grid {c.kernel.grid}" if labels.count(label) > 1 and c.kernel.grid else ""
-            c.name = f"{c.name} ({label}{grid})"
+            out[i] = replace(c, name=f"{c.name} ({label}{grid})")
+    return out
 
 
 def _is_step_name(name: str) -> bool:
     return name in ("ProfilerStep", "step")
 
 
-def _name_loose(cases: list[GemmCase]) -> None:
-    """GEMM kernels in no range: named by kernel; a kernel launched with several grids, one case per grid."""
+def _name_loose(cases: list[CaseEvidence]) -> list[CaseEvidence]:
+    """GEMM kernels in no range, named by kernel; a kernel launched with several grids, one case per grid."""
     count: dict[str | None, int] = {}
     for c in cases:
         count[c.kernel.name] = count.get(c.kernel.name, 0) + 1
+    out = []
     for c in cases:
-        c.name = c.kernel.name or "GEMM"
+        name = c.kernel.name or "GEMM"
         if count[c.kernel.name] > 1:
-            c.name += f" (grid {c.kernel.grid}, block {c.kernel.block})"
+            name += f" (grid {c.kernel.grid}, block {c.kernel.block})"
+        out.append(replace(c, name=name))
+    return out
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .case import GemmCase
+from .case import CaseEvidence
 from .names import dtype_class
 from .ranges import resolve_ranges
 
@@ -69,7 +69,7 @@ def _under_call(frame: pl.DataFrame | None, resolved: pl.DataFrame) -> pl.DataFr
     return rows.join(resolved.select("range_id", "call"), on="range_id").select("call", "duration_ns")
 
 
-def op_rates(frames: dict[str, pl.DataFrame], cases: list[GemmCase]) -> list[OpRate]:
+def op_rates(frames: dict[str, pl.DataFrame], cases: list[CaseEvidence]) -> list[OpRate]:
     """Per PyTorch GEMM operator and shape of ``cases`` (those whose calls are the profiler's operator ranges),
     tracekit's kernel rate and TraceLens's definition of the rate from the same calls."""
     ranges = frames.get("ranges")
@@ -80,7 +80,7 @@ def op_rates(frames: dict[str, pl.DataFrame], cases: list[GemmCase]) -> list[OpR
         [_under_call(frames.get("kernels"), resolved), _under_call(frames.get("memops"), resolved)]
     )
     per_call = dict(busy.group_by("call").agg(pl.col("duration_ns").sum()).iter_rows())
-    groups: dict[tuple, list[GemmCase]] = {}
+    groups: dict[tuple, list[CaseEvidence]] = {}
     for c in cases:
         if c.shape is None or not c.op or not c.timing.calls:
             continue
@@ -109,7 +109,7 @@ def op_rates(frames: dict[str, pl.DataFrame], cases: list[GemmCase]) -> list[OpR
                 kernel_tflops=flops * calls / gemm_ns / 1e3,
                 median_call_tflops=(
                     flops / mid / 1e3
-                    if len(members) == 1 and (mid := members[0].timing.gemm.median)
+                    if len(members) == 1 and (mid := members[0].timing.gemm_ns.median)
                     else None
                 ),
                 tracelens_tflops=statistics.median(flops_tl / t / 1e3 for t in times) if times else None,
@@ -126,11 +126,11 @@ def op_rates(frames: dict[str, pl.DataFrame], cases: list[GemmCase]) -> list[OpR
                 ),
                 owned_tflops=(
                     flops_tl / busy / 1e3
-                    if len(members) == 1 and (busy := members[0].timing.busy.median)
+                    if len(members) == 1 and (busy := members[0].timing.busy_ns.median)
                     else None
                 ),
                 gap_ns_total=sum(c.timing.gap_ns_total for c in members),
-                fusion_ns_total=sum(u.total_ns for c in members for u in c.timing.fusion),
+                fusion_ns_total=sum(u.time_ns_total for c in members for u in c.fusion),
             )
         )
     return out

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from tracekit.numbers import duration as ns_text
 
 from ..analysis.figures import median_call, median_call_text
@@ -222,7 +220,7 @@ def case_blocks(c: Case, n: int, d: Detail) -> list[Any]:
         if v.capture_hint:
             text.append(("t", " To learn more: " + md_text(v.capture_hint, cc)))
         blocks.append(Para(text))
-    beside = beside_lines(msgspec.to_builtins(c))
+    beside = beside_lines(c)
     if beside:
         blocks.append(Bullets([[("t", md_text(x[0].upper() + x[1:], cc))] for x in beside]))
     if c.notes:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..analysis.model import Factor
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 __all__ = ["NO_LOSS", "Ceiling", "Factor", "Rule", "factor"]
 
@@ -63,7 +63,7 @@ class Ceiling:
     factors raised where the kernel ran faster than they allow)."""
 
 
-RuleFunction = Callable[["GemmCase", Ceiling | None], Factor | None]
+RuleFunction = Callable[["CaseEvidence", Ceiling | None], Factor | None]
 """A rule's function: its factor for a case (None when it has nothing to say), given the ceiling so far (None
 where the case has no rate or no peak: only rules with ``needs_rate=False`` run then)."""
 

@@ -16,7 +16,7 @@ from ..taxonomy import classify_name, split_name
 from . import Factor, Rule, factor
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 AUX_CLASSES = (
     "quantize",
@@ -158,7 +158,7 @@ def _join(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
-def aux(case: GemmCase) -> Factor | None:
+def aux(case: CaseEvidence) -> Factor | None:
     """``GEMM time / (GEMM time + aux time)`` over the case's calls; None when the calls own no auxiliary kernel
     outside their GEMM time (split-K reduces are GEMM time: :func:`splitk`)."""
     t = case.timing
@@ -166,7 +166,7 @@ def aux(case: GemmCase) -> Factor | None:
     if not gemm or not aux_total:
         return None
     value = gemm / (gemm + aux_total)
-    uses = [u for u in t.aux_kernels if u.role != "splitk-reduce"]
+    uses = [u for u in case.aux if u.role != "splitk-reduce"]
     names = [u.name for u in uses]
     share = 100.0 * (1.0 - value)
     classes = _classes(names)
@@ -180,7 +180,7 @@ def aux(case: GemmCase) -> Factor | None:
         "calls": t.calls,
         "aux_kernels": names or ["(auxiliary step)"],
         "aux_classes": classes,
-        "aux_kernel_time_ns": {u.name: u.total_ns for u in uses},
+        "aux_kernel_time_ns": {u.name: u.time_ns_total for u in uses},
     }
     fusable = [_LABEL[c] for c in found if c in _REMEDY]
     own = [_LABEL[c] for c in found if c not in _REMEDY]
@@ -195,7 +195,7 @@ def aux(case: GemmCase) -> Factor | None:
     # advice for the classes that hold the time: a 0.7 µs memset beside 21 µs of quantize gets no paragraph
     class_ns: dict[str, float] = {}
     for u in uses:
-        class_ns[classes[u.name]] = class_ns.get(classes[u.name], 0.0) + u.total_ns
+        class_ns[classes[u.name]] = class_ns.get(classes[u.name], 0.0) + u.time_ns_total
     spent = sum(class_ns.values())
     material = [c for c in found if not spent or class_ns.get(c, 0.0) >= REMEDY_SHARE * spent]
     if not material and found:

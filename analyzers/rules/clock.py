@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from . import NO_LOSS, Factor, Rule, factor
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 # NVML clocks-event (throttle) reasons, nvmlClocksEventReason* in nvml.h.
 THROTTLE_REASONS: dict[int, str] = {
@@ -32,7 +32,7 @@ def throttle_names(mask: int | None) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit and bit != 0x1]
 
 
-def clock_cap(case: GemmCase) -> str | None:
+def clock_cap(case: CaseEvidence) -> str | None:
     """What held the clock down, when NVML or the power reading says so."""
     c = case.clock
     names = throttle_names(c.throttle_reasons)
@@ -52,7 +52,7 @@ LOCKED_REMEDY = (
 )
 
 
-def locked(case: GemmCase) -> str | None:
+def locked(case: CaseEvidence) -> str | None:
     """Why the case's clock counts as locked (its report ran every kernel at one fixed clock well below boost,
     or says ``--clock-control base``), else None; never for a report taken with ``--clock-control none``."""
     if (
@@ -78,7 +78,7 @@ def locked(case: GemmCase) -> str | None:
     return None
 
 
-def clock(case: GemmCase) -> Factor | None:
+def clock(case: CaseEvidence) -> Factor | None:
     """``achieved clock / peak clock`` (at most 1); None when the clock was not measured."""
     dev = case.device
     c = case.clock

@@ -9,7 +9,7 @@ from tracekit.numbers import duration
 from . import Factor, Rule, factor
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 GAPS_MATTER_SHARE = 0.10
 """Idle time below this share of the range's span is reported but not blamed on the host: a tight loop of
@@ -34,13 +34,13 @@ FEW_CALLS_REMEDY = (
 )
 
 
-def _in_graph(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
+def _in_graph(case: CaseEvidence, value: float, where: str, ev: dict) -> Factor:
     """The idle of calls replayed from a CUDA graph: one ``cudaGraphLaunch`` launched every kernel, so the gaps
     are the GPU's own latency from one graph node to the next, not a host that launches too slowly (the H100
     serve sample's decode: 0.3 to 0.7 us between kernels of one replay)."""
     t = case.timing
     ev = {**ev, "graph_replay": True}
-    boundaries = sum(u.count for u in t.aux_kernels) / t.calls if t.calls else 0.0
+    boundaries = sum(u.count or 0 for u in case.aux) / t.calls if t.calls else 0.0
     each = ""
     if boundaries >= 1:
         ev["kernel_boundaries_per_call"] = boundaries
@@ -56,16 +56,16 @@ def _in_graph(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
     return factor("launch gaps", value, sentence, ev, GRAPH_REMEDY)
 
 
-def _too_few_calls(case: GemmCase, value: float, where: str, ev: dict) -> Factor:
+def _too_few_calls(case: CaseEvidence, value: float, where: str, ev: dict) -> Factor:
     """Idle over fewer than :data:`FEW_CALLS_MIN` calls: slow launching, a synchronisation and a first call's
     library setup look alike, so the sentence says what the timeline shows (how much one call holds) and how to
     learn the cause (h200-instrument-torchprof: 499 of its 573 us of idle are one gap of 3 calls)."""
     t = case.timing
     ev = {**ev, "too_few_calls": True}
     held = ""
-    if t.calls > 1 and t.gap_max:
-        ev["idle_ns_max_call"] = t.gap_max
-        held = f"; one call holds {duration(t.gap_max)} of it"
+    if t.calls > 1 and t.gap_max_ns:
+        ev["idle_ns_max_call"] = t.gap_max_ns
+        held = f"; one call holds {duration(t.gap_max_ns)} of it"
     calls = "one call" if t.calls == 1 else f"{t.calls} calls"
     sentence = (
         f"{where}{held}. With {calls} the cause cannot be told: a first call's library setup (handle, workspace, "
@@ -74,7 +74,7 @@ def _too_few_calls(case: GemmCase, value: float, where: str, ev: dict) -> Factor
     return factor("launch gaps", value, sentence, ev, FEW_CALLS_REMEDY)
 
 
-def gaps(case: GemmCase) -> Factor | None:
+def gaps(case: CaseEvidence) -> Factor | None:
     """``busy / (busy + idle)`` over the case's calls; None when the timeline shows no idle time (or there is no
     timeline). Sums over calls, not a median: two calls with gaps of 0 and 33 us lost 33 us."""
     t = case.timing
@@ -84,8 +84,8 @@ def gaps(case: GemmCase) -> Factor | None:
         return None
     value = busy / (busy + idle)
     ev = {"busy_ns_total": busy, "idle_ns_total": idle, "calls": t.calls}
-    if t.gap.median is not None:
-        ev["idle_ns_median"] = t.gap.median
+    if t.gap_ns.median is not None:
+        ev["idle_ns_median"] = t.gap_ns.median
     share = 1 - value
     per = duration(idle)
     if t.calls > 1:
@@ -101,13 +101,13 @@ def gaps(case: GemmCase) -> Factor | None:
         return _too_few_calls(case, value, where, ev)
     if (
         t.calls >= FEW_CALLS_MIN
-        and t.gap.median is not None
-        and t.gap.median * t.calls < FEW_CALLS_SHARE * idle
+        and t.gap_ns.median is not None
+        and t.gap_ns.median * t.calls < FEW_CALLS_SHARE * idle
     ):
         # most calls follow their launch closely: the idle is a few long waits, not per-launch overhead
         ev["idle_in_few_calls"] = True
         sentence = (
-            f"{where}, but most calls start right after the one before (median gap {duration(t.gap.median)}): "
+            f"{where}, but most calls start right after the one before (median gap {duration(t.gap_ns.median)}): "
             "the idle is in a few calls, where the host stopped launching (a synchronisation, host work, a first "
             "call's setup)."
         )

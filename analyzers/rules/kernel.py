@@ -18,7 +18,7 @@ from .occupancy import ctas_per_sm, limits_from_ncu, theoretical_occupancy_pct
 from .tiles import parse_tile
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 _STALL_PREFIXES = ("smsp__average_warps_issue_stalled_", "smsp__pcsamp_warps_issue_stalled_")
 _NOT_STALLS = ("selected", "not_selected")
@@ -48,7 +48,7 @@ LOW_OCCUPANCY_PCT = 12.5
 kernel is warp-specialised (wgmma/TMA producer-consumer kernels such as cuBLAS nvjet run 1 CTA of 12 warps)."""
 
 
-def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
+def top_stalls(case: CaseEvidence, n: int = 3) -> list[tuple[str, float, str]]:
     """The ``n`` largest warp-stall reasons (name, warps per issue or samples, metric)."""
     found: dict[str, tuple[float, str]] = {}
     for prefix in _STALL_PREFIXES:
@@ -66,7 +66,7 @@ def top_stalls(case: GemmCase, n: int = 3) -> list[tuple[str, float, str]]:
     return [(k, v, m) for k, (v, m) in ranked]
 
 
-def _stage_fit(case: GemmCase) -> dict[str, Any]:
+def _stage_fit(case: CaseEvidence) -> dict[str, Any]:
     """Shared memory per CTA against the limit, and the stages of the kernel's tile (from its name) that fit.
     Where the name's stages of the modelled stage size exceed the shared memory the kernel was launched with, the
     model does not describe the kernel: the stage size and how many fit are unknown (``stage_model`` says so)."""
@@ -118,12 +118,12 @@ def _stage_fit(case: GemmCase) -> dict[str, Any]:
     return out
 
 
-def _warp_specialised(case: GemmCase) -> bool:
+def _warp_specialised(case: CaseEvidence) -> bool:
     name = (case.kernel.name or "").lower()
     return name.startswith("nvjet") or "warpspecialized" in name or "sm90_xmma" in name or "tma" in name
 
 
-def kernel(case: GemmCase, value: float, *, memory_bound: bool = False) -> Factor:
+def kernel(case: CaseEvidence, value: float, *, memory_bound: bool = False) -> Factor:
     """The in-kernel factor with its breakdown (``value`` is the residual the explainer computed)."""
     ev: dict[str, Any] = {}
     row = case.ncu.row if case.ncu else {}
@@ -252,16 +252,16 @@ SHORT_REMEDY = (
 )
 
 
-def short_kernel_ns(case: GemmCase) -> float | None:
+def short_kernel_ns(case: CaseEvidence) -> float | None:
     """The median call's GEMM kernel time where it is below :data:`SHORT_KERNEL_NS` (else None): the timeline's
     median, else Nsight Compute's duration of the profiled launch."""
-    t = case.timing.gemm.median
+    t = case.timing.gemm_ns.median
     if t is None and case.ncu is not None:
         t = case.ncu.row.get("duration_ns")
     return float(t) if t is not None and 0 < t < SHORT_KERNEL_NS else None
 
 
-def short_sentence(case: GemmCase, ns: float) -> str:
+def short_sentence(case: CaseEvidence, ns: float) -> str:
     """What a short kernel's verdict says: its duration, and its throughputs where Nsight Compute measured them."""
     from tracekit.numbers import duration
 
@@ -276,7 +276,7 @@ def short_sentence(case: GemmCase, ns: float) -> str:
 
 
 def _cause(
-    case: GemmCase,
+    case: CaseEvidence,
     ev: dict[str, Any],
     theo: float | None,
     limiter: str | None,
@@ -370,14 +370,14 @@ BUSY_PCT = 80.0
 on both SM and DRAM the kernel is latency-bound."""
 
 
-def stalled(case: GemmCase) -> bool:
+def stalled(case: CaseEvidence) -> bool:
     """SM and DRAM throughput both a few percent or less (Nsight Compute's Speed Of Light)."""
     row = case.ncu.row if case.ncu else {}
     sm, dram = row.get("compute_throughput_pct"), row.get("dram_throughput_pct")
     return sm is not None and dram is not None and sm <= STALLED_PCT and dram <= STALLED_PCT
 
 
-def latency_bound(case: GemmCase) -> bool:
+def latency_bound(case: CaseEvidence) -> bool:
     """Neither the SMs nor DRAM near their peak (both below :data:`BUSY_PCT`), by Nsight Compute's Speed Of
     Light; False where the profile does not say."""
     row = case.ncu.row if case.ncu else {}
@@ -385,7 +385,7 @@ def latency_bound(case: GemmCase) -> bool:
     return sm is not None and dram is not None and sm < BUSY_PCT and dram < BUSY_PCT
 
 
-def _grid_fill(case: GemmCase) -> tuple[int | None, int | None, int]:
+def _grid_fill(case: CaseEvidence) -> tuple[int | None, int | None, int]:
     """(CTAs launched, CTAs the GPU holds at once, SMs) where known (0 SMs where unknown)."""
     from .waves import slots
 
@@ -393,7 +393,7 @@ def _grid_fill(case: GemmCase) -> tuple[int | None, int | None, int]:
     return case.kernel.grid, total, int(ev.get("sm_count") or 0)
 
 
-def grid_bound(case: GemmCase) -> tuple[int, int, int] | None:
+def grid_bound(case: CaseEvidence) -> tuple[int, int, int] | None:
     """(CTAs launched, CTA slots, SMs) where the grid launches fewer CTAs than the GPU holds at once (SMs x the
     CTAs per SM the occupancy limiter allows): every CTA is resident from the start, so the per-SM limiter never
     binds and the grid, not the limiter, sets the occupancy; None otherwise or where unknown."""
@@ -407,7 +407,7 @@ TINY_DIM = 16
 """M or N at or below this: a GEMV-style kernel (one output row / column per warp) beats a tiled GEMM."""
 
 
-def more_ctas(case: GemmCase) -> str:
+def more_ctas(case: CaseEvidence) -> str:
     """How to launch more CTAs, fitted to what the case shows: a kernel that already splits K (a split-K reduce
     follows it, or its name says so) needs a larger split or stream-K, not "split-K"; a GEMV-style kernel only
     where M or N is tiny."""
@@ -426,7 +426,7 @@ def more_ctas(case: GemmCase) -> str:
     )
 
 
-def _small_grid_cause(case: GemmCase, limiter: str, units: int, slots: int, sms: int) -> tuple[str, str]:
+def _small_grid_cause(case: CaseEvidence, limiter: str, units: int, slots: int, sms: int) -> tuple[str, str]:
     per_sm = f"{units / sms:.2g} CTA per SM on average" if sms else "few CTAs per SM"
     return (
         "too few CTAs to fill the GPU",
@@ -462,7 +462,7 @@ def stages_fit(smem_limit_bytes: int, tile: str, dtype_bits: float = 16) -> int:
     return math.floor(smem_limit_bytes / (tk * (tm + tn) * dtype_bits / 8))
 
 
-def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+def _run(case: CaseEvidence, ceiling: Ceiling | None) -> Factor | None:
     """The residual: the kernel's rate over the ceiling the kernel's rules leave, at most 1."""
     if ceiling is None:
         return None

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from . import Ceiling, Factor, Rule, factor
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 
-def memory(case: GemmCase, compute_ceiling_tflops: float) -> Factor | None:
+def memory(case: CaseEvidence, compute_ceiling_tflops: float) -> Factor | None:
     """``min(1, intensity x bandwidth / compute ceiling)``: the compute ceiling is the peak after the clock and
     wave factors (or the bare peak when the GEMM is memory-bound at any clock)."""
     dev = case.device
@@ -57,7 +57,7 @@ SOL_MEMORY_PCT = 50.0
 also busier than the SMs."""
 
 
-def memory_by_throughput(case: GemmCase) -> Factor | None:
+def memory_by_throughput(case: CaseEvidence) -> Factor | None:
     """With no FLOP count: memory-bound when Nsight Compute's Speed Of Light shows DRAM throughput high and above
     the SMs' (``dram_throughput_pct >= 50`` and ``> compute_throughput_pct``). The value is the SMs' throughput
     fraction: what the memory bound leaves of the compute peak. None when not memory-bound or not profiled."""
@@ -79,7 +79,7 @@ def memory_by_throughput(case: GemmCase) -> Factor | None:
     return factor("memory", value, sentence, ev, remedy)
 
 
-def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+def _run(case: CaseEvidence, ceiling: Ceiling | None) -> Factor | None:
     """The memory factor below the compute ceiling the rules before it leave; none where memory does not lower
     it (the explainer places a memory-bound kernel on the roofline itself)."""
     if ceiling is None:

@@ -14,7 +14,7 @@ from . import Ceiling, Factor, Rule, factor
 from .kernel import kernel
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 ESTIMATING_RULES = ("CPIStall", "AchievedOccupancy", "TheoreticalOccupancy", "Occupancy")
 """Nsight Compute's rules whose estimated speed-up is a loss inside the kernel: warp stalls and occupancy."""
@@ -22,14 +22,14 @@ MOST_PCT = 99.0
 """An estimate above this is taken as this: a factor of 0 would leave nothing."""
 
 
-def _estimate(case: GemmCase) -> dict[str, Any] | None:
+def _estimate(case: CaseEvidence) -> dict[str, Any] | None:
     """The stall or occupancy finding with the largest estimated speed-up, None where there is none."""
     rules = case.ncu.rules if case.ncu is not None else []
     found = [r for r in rules if r.get("rule") in ESTIMATING_RULES and (r.get("speedup_pct") or 0) > 0]
     return max(found, key=lambda r: float(r["speedup_pct"])) if found else None
 
 
-def occupancy_bound(case: GemmCase) -> bool:
+def occupancy_bound(case: CaseEvidence) -> bool:
     """Whether Nsight Compute shows the kernel held by its occupancy: a limiter (shared memory, registers, block
     size) caps it at :data:`~.kernel.LOW_OCCUPANCY_PCT` or less, it is not a warp-specialised kernel (those run
     one CTA of a few warps by design), and it is latency-bound (neither SMs nor DRAM near their peak). Only
@@ -49,7 +49,7 @@ def occupancy_bound(case: GemmCase) -> bool:
     )
 
 
-def ncu_estimate(case: GemmCase) -> Factor | None:
+def ncu_estimate(case: CaseEvidence) -> Factor | None:
     """``1 - speed-up`` of Nsight Compute's largest stall or occupancy estimate, for a kernel its occupancy
     holds (:func:`occupancy_bound`); None otherwise."""
     top = _estimate(case)
@@ -69,7 +69,7 @@ def ncu_estimate(case: GemmCase) -> Factor | None:
     return factor("in-kernel", value, sentence, ev, base.remedy, base.cause)
 
 
-def _run(case: GemmCase, ceiling: Ceiling | None) -> Factor | None:
+def _run(case: CaseEvidence, ceiling: Ceiling | None) -> Factor | None:
     """Only for a case with no rate (``ceiling`` None): with one, the residual rule measures the in-kernel loss."""
     return ncu_estimate(case) if ceiling is None else None
 

@@ -6,14 +6,14 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 LIMITS = ("registers", "shared_mem", "warps", "blocks")
 _REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256
 _SMEM_RESERVED = 1024  # the driver reserves 1 KiB of shared memory per CTA (sm_80 and later)
 
 
-def limits_from_ncu(case: GemmCase) -> dict[str, int]:
+def limits_from_ncu(case: CaseEvidence) -> dict[str, int]:
     row = case.ncu.row if case.ncu else {}
     out = {}
     for name in LIMITS:
@@ -25,7 +25,7 @@ def limits_from_ncu(case: GemmCase) -> dict[str, int]:
     return out
 
 
-def limits_computed(case: GemmCase) -> dict[str, int]:
+def limits_computed(case: CaseEvidence) -> dict[str, int]:
     """CTAs per SM each resource allows, from the launch configuration and the architecture's limits."""
     arch = case.device.arch if case.device else None
     block, regs, smem = case.kernel.block, case.kernel.registers, case.kernel.smem_bytes
@@ -45,7 +45,7 @@ def limits_computed(case: GemmCase) -> dict[str, int]:
     return out
 
 
-def ctas_per_sm(case: GemmCase) -> tuple[int | None, str | None]:
+def ctas_per_sm(case: CaseEvidence) -> tuple[int | None, str | None]:
     """Resident CTAs per SM and the resource(s) that set it (``registers and shared_mem``); (None, None) if
     nothing is known."""
     lim = limits_from_ncu(case) or limits_computed(case)
@@ -56,7 +56,7 @@ def ctas_per_sm(case: GemmCase) -> tuple[int | None, str | None]:
     return max(low, 0), " and ".join(names)
 
 
-def theoretical_occupancy_pct(case: GemmCase) -> float | None:
+def theoretical_occupancy_pct(case: CaseEvidence) -> float | None:
     row = case.ncu.row if case.ncu else {}
     if row.get("theoretical_occupancy_pct") is not None:
         return float(row["theoretical_occupancy_pct"])

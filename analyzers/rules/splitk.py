@@ -11,10 +11,10 @@ from . import Factor, Rule, factor
 from .aux import _REMEDY, _names
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 
-def splitk(case: GemmCase) -> Factor | None:
+def splitk(case: CaseEvidence) -> Factor | None:
     """``GEMM kernel time / (GEMM kernel + split-K reduce time)``: the part of the GEMM time its split-K reduce
     kernels take (they are GEMM time: the kernel rate includes them). None without a reduce."""
     t = case.timing
@@ -23,7 +23,7 @@ def splitk(case: GemmCase) -> Factor | None:
         return None
     kernel_ns = t.gemm_ns_total - reduce_ns
     value = kernel_ns / t.gemm_ns_total
-    names = [u.name for u in t.aux_kernels if u.role == "splitk-reduce"] or ["(split-K reduce)"]
+    names = [u.name for u in case.aux if u.role == "splitk-reduce"] or ["(split-K reduce)"]
     ev = {
         "gemm_kernel_ns_total": kernel_ns,
         "splitk_reduce_ns_total": reduce_ns,

@@ -26,7 +26,7 @@ from .occupancy import ctas_per_sm
 from .tiles import parse_tile, tile_count
 
 if TYPE_CHECKING:
-    from tracekit.analyzers.gemm import GemmCase
+    from tracekit.analyzers.gemm import CaseEvidence
 
 MODELS_AGREE = 0.005
 """The two models' values closer than this are one number (no range in the sentence)."""
@@ -38,7 +38,7 @@ WAVES_HOW = (
 HOW_TO_LEARN = f"the trace cannot tell which: {WAVES_HOW}"
 
 
-def slots(case: GemmCase) -> tuple[int | None, dict[str, Any]]:
+def slots(case: CaseEvidence) -> tuple[int | None, dict[str, Any]]:
     """CTAs the whole GPU runs at once: SMs x CTAs per SM (or active clusters x cluster size, from ncu)."""
     dev = case.device
     sm = (case.ncu.row.get("sm_count") if case.ncu else None) or (dev.sm_count if dev else None)
@@ -82,7 +82,7 @@ def fill(
     return max(sm, slot), slot, busiest
 
 
-def waves(case: GemmCase) -> Factor | None:
+def waves(case: CaseEvidence) -> Factor | None:
     """Useful fraction of the GPU's time left by the last wave, idle SMs and padded tiles (module docstring)."""
     if not case.kernel.grid:
         return None

@@ -1,5 +1,5 @@
-"""The typed analysis model (analyzers/analysis): the case model's GemmCase + Waterfall converted to a Case, its
-JSON round trip and its flat frame, on the committed H200 samples."""
+"""The typed analysis model (analyzers/analysis): an explained GEMM's one Case (its evidence and Waterfall), its
+JSON round trip and its flat frame, on the committed H200 samples; the case builders use the model's parts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import msgspec
 import polars as pl
 import pytest
 
-from tracekit.analyzers.analysis import Analysis, Case, RunInfo, Summary, case_from_gemm
+from tracekit.analyzers.analysis import Analysis, Case, RunInfo, Summary, case_of
 from tracekit.analyzers.explain import explain_case, verdict_of
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.store import load_frames, open_run
@@ -21,11 +21,11 @@ def _cases(sample: Path) -> list[tuple[object, object, Case]]:
     out = []
     for gc in build_cases(frames, environment=run.manifest.get("environment")):
         wf = explain_case(gc)
-        out.append((gc, wf, case_from_gemm(gc, wf)))
+        out.append((wf.case, wf, case_of(wf)))
     return out
 
 
-def test_converted_case_keeps_the_waterfall_numbers(samples_dir: Path) -> None:
+def test_the_case_keeps_the_waterfall_numbers(samples_dir: Path) -> None:
     triples = _cases(samples_dir / "h200-capture-gemm")
     assert triples
     for gc, wf, case in triples:
@@ -61,7 +61,7 @@ def test_analysis_json_round_trip_and_frame(samples_dir: Path) -> None:
     a = Analysis(run=RunInfo(path="x"), summary=Summary(cases=len(cases)), cases=cases)
     data = a.to_json()
     assert Analysis.from_json(data) == a
-    assert msgspec.json.decode(data)["schema_version"] == 2
+    assert msgspec.json.decode(data)["schema_version"] == 3
     frame = a.cases_frame()
     assert frame.height == len(cases)
     assert frame["id"].to_list() == [c.id for c in cases]
@@ -87,40 +87,41 @@ def test_the_documented_json_schema_is_current() -> None:
     assert f"schema_version {ANALYSIS_SCHEMA_VERSION}" in doc
 
 
-KERNEL_NOT_IN_THE_MODEL = {"blocks_per_sm", "est_occupancy_pct"}
-"""What the case model knows of a kernel that the Analysis does not carry (the in-kernel factor's evidence does)."""
+TWINS = ("KernelInfo", "Call", "AuxUse", "FusionUse", "Timing", "GemmCase")
+"""Classes the case builders once had beside the Analysis model's own (a kernel, a call, an auxiliary kernel, a
+fusion candidate, a timing, the case): none may come back."""
 
 
-def _every_field_set(cls: type) -> object:
-    """An instance of a dataclass with every field set to a value of its type, no two alike."""
-    from dataclasses import fields
+def test_the_case_builders_use_the_model_parts(samples_dir: Path) -> None:
+    """One case model: the modules that find and explain cases define none of :data:`TWINS`, and the parts of a
+    case built from a real sample are the Analysis model's own classes (a part added to the model is the part the
+    builders fill)."""
+    import importlib
+    import inspect
+    import pkgutil
 
-    values: dict[str, object] = {}
-    for i, f in enumerate(fields(cls)):
-        kind = str(f.type)
-        values[f.name] = i + 2 if kind.startswith("int") else i + 0.5 if kind.startswith("float") else f"v{i}"
-    return cls(**values)
-
-
-def test_the_model_kernel_is_the_case_parts_field_for_field() -> None:
-    """The Analysis model's KernelRef holds the fields of the case model's KernelInfo, in the same order (the
-    model imports without polars, so it is not built from it): a field added to one side only, or one the
-    conversion leaves behind, fails here. The shape is one class, the model's."""
-    from dataclasses import asdict, fields
-
+    from tracekit.analyzers import analysis, explain, gemm, rules
     from tracekit.analyzers.analysis import model
-    from tracekit.analyzers.analysis.convert import _kernel
-    from tracekit.analyzers.gemm import KernelInfo, Shape
 
-    assert Shape is model.Shape
-
-    kept = [f.name for f in fields(KernelInfo) if f.name not in KERNEL_NOT_IN_THE_MODEL]
-    assert kept == list(model.KernelRef.__struct_fields__)
-    # a name listed here that left the case model fails too
-    assert KERNEL_NOT_IN_THE_MODEL.issubset(f.name for f in fields(KernelInfo))
-    kernel = _every_field_set(KernelInfo)
-    want = {k: v for k, v in asdict(kernel).items() if k not in KERNEL_NOT_IN_THE_MODEL}  # type: ignore[call-overload]
-    assert msgspec.structs.asdict(_kernel(kernel)) == want
+    modules = [explain] + [
+        importlib.import_module(f"{pkg.__name__}.{info.name}")
+        for pkg in (gemm, rules, analysis)
+        for info in pkgutil.iter_modules(pkg.__path__)
+    ]
+    for mod in modules:
+        if mod is model:  # where the parts are defined, once
+            continue
+        own = {n for n, v in vars(mod).items() if inspect.isclass(v) and v.__module__ == mod.__name__}
+        assert not own & set(TWINS), (mod.__name__, own & set(TWINS))
+    cases = build_cases(load_frames(open_run(samples_dir / "h100-serve-torchprof")))
+    assert cases
+    with pytest.raises(AttributeError):  # frozen: a step that learns more makes a new one
+        cases[0].name = "renamed"  # type: ignore[misc]
+    for c in cases:
+        assert type(c.kernel) is model.KernelRef and type(c.timing) is model.Timing
+        assert all(type(u) is model.AuxKernel for u in c.aux)
+        assert all(type(u) is model.FusionCandidate for u in c.fusion)
+        assert c.timing.median_call is None or type(c.timing.median_call) is model.CallParts
 
 
 FAILURE_NOT_IN_THE_MODEL = frozenset({"time_unix"})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import polars as pl
 import pytest
 
@@ -78,7 +79,7 @@ def test_sm120_cutlass_exports_get_achieved_tflops_from_counters_with_a_device(s
         counter = fr["ncu_metrics"].filter(pl.col("metric") == "sm__ops_path_tensor_src_bf16_dst_fp32.sum")
         assert c.flops == counter["value"][0] and c.flops_source == "ncu-counters"
         assert c.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(dev.peak_tflops("bf16"))
-        assert wf.achieved_tflops == pytest.approx(c.flops / c.timing.gemm_ns / 1e3)
+        assert wf.achieved_tflops == pytest.approx(c.flops * c.timing.calls / c.timing.gemm_ns_total / 1e3)
         assert 0 < wf.achieved_tflops < wf.peak_tflops
         assert wf.verdict is not None and wf.complete
 
@@ -244,7 +245,7 @@ def test_quantizer_kernels_are_auxiliary_with_a_quantize_remedy_and_outer_ranges
     cases = build_cases(fr)
     assert [c.name for c in cases] == ["fp8_linear"]  # the outer range is context, the quantizers no cases
     (c,) = cases
-    assert c.context == "model_forward" and c.main_kernel == _FP8 and len(c.timing.aux_kernels) == 3
+    assert c.context == "model_forward" and c.main_kernel == _FP8 and len(c.aux) == 3
     (wf,) = explain(fr)
     aux = next(f for f in wf.factors if f.name == "aux kernels")
     assert aux.evidence["aux_class"] == "quantize" and set(aux.evidence["aux_classes"].values()) == {
@@ -289,10 +290,10 @@ def test_profiler_op_ranges_without_shapes_are_transparent_and_with_shapes_are_c
     (c,) = build_cases(_nested())
     assert c.name == "fp8_linear" and c.user_range and c.launches == 3
     # the cast is aten::copy_'s (the op that launched it), not the GEMM op's: a fusion candidate before the GEMM
-    assert c.main_kernel == _FP8 and not c.timing.aux_kernels and c.timing.aux_ns_total == 0
-    (cast,) = c.timing.fusion
-    assert (cast.op, cast.kernels, cast.after, cast.count) == ("aten::copy_", [_CAST], False, 3)
-    assert cast.kind == "quantize" and cast.total_ns == pytest.approx(3 * 6_000)
+    assert c.main_kernel == _FP8 and not c.aux and c.timing.aux_ns_total == 0
+    (cast,) = c.fusion
+    assert (cast.op, cast.kernels, cast.side, cast.count) == ("aten::copy_", [_CAST], "before", 3)
+    assert cast.kernel_class == "quantize" and cast.time_ns_total == pytest.approx(3 * 6_000)
     shaped = build_cases(_nested({"m": 16, "n": 2048, "k": 6144, "dtype_a": "e4m3", "dtype_b": "e4m3"}))
     (s,) = shaped  # every call of the op is one case (the per-call seq / op_id counters dropped)
     assert s.name == "aten::_scaled_mm M=16 N=2048 K=6144" and s.context == "fp8_linear" and s.launches == 3
@@ -320,8 +321,8 @@ def test_counted_flops_over_measured_dram_bytes_place_a_gemm_on_the_roofline(sha
     cases = {c.name: c for c in build_cases(fr)}
     shapes = {"decode_step_linear": (16, 6144, 6144, "bf16"), "big_one": (8192, 8192, 8192, "bf16")}
     for name, (m, n, k, cls) in shapes.items():
-        c = cases[name]
-        c.counted = CountedFlops(2.0 * m * n * k, cls, ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"])
+        counted = CountedFlops(2.0 * m * n * k, cls, ["sm__ops_path_tensor_src_bf16_dst_fp32.sum"])
+        c = cases[name] = msgspec.structs.replace(cases[name], counted=counted)
         assert c.flops_source == "ncu-counters" and c.dram_bytes and c.bytes_source.startswith("ncu dram")
         assert c.dram_bytes == pytest.approx(c.ncu.row["dram_bytes_per_s"] * c.ncu.row["duration_ns"] * 1e-9)
     small, big = explain_case(cases["decode_step_linear"]), explain_case(cases["big_one"])
@@ -335,16 +336,18 @@ def test_tile_padding_from_counted_over_useful_flops() -> None:
     from tracekit.analyzers.explain import explain_case
 
     cases = {c.name: c for c in build_cases(combine([read_ncu_csv(PROBE_CSV)]), device=H200)}
-    c = cases["probe_tf32_M16_N2048_K6144"]
-    c.shape = Shape(m=16, n=2048, k=6144, dtype_a="tf32", dtype_b="tf32")
+    shape = Shape(m=16, n=2048, k=6144, dtype_a="tf32", dtype_b="tf32")
+    c = msgspec.structs.replace(cases["probe_tf32_M16_N2048_K6144"], shape=shape)
     assert c.flops_source == "shape" and c.flops == 2 * 16 * 2048 * 6144
     assert c.padding_ratio == pytest.approx(4.0, rel=0.01)
     wf = explain_case(c)
     # memory-bound at M=16: no waves factor sets its ceiling, so the padding is a note beside the waterfall
     assert wf.verdict is not None and wf.verdict.name == "memory"
     assert any("executed 4.0x the useful FLOPs" in n and "128x64" in n for n in wf.notes), wf.notes
-    fits = cases["probe_bf16_M1024_N2048_K6144"]
-    fits.shape = Shape(m=1024, n=2048, k=6144, dtype_a="bf16", dtype_b="bf16")
+    fits = msgspec.structs.replace(
+        cases["probe_bf16_M1024_N2048_K6144"],
+        shape=Shape(m=1024, n=2048, k=6144, dtype_a="bf16", dtype_b="bf16"),
+    )
     fit_wf = explain_case(fits)
     assert fits.padding_ratio == pytest.approx(1.0)
     assert all("useful FLOPs" not in t for t in [*fit_wf.notes, *(f.sentence for f in fit_wf.factors)])

@@ -198,8 +198,8 @@ def test_replayed_gemms_take_the_shapes_recorded_while_the_graph_was_captured(tm
     assert b.main_kernel == GEMM_B and b.launches == 3 and b.flops == 2 * 16 * 6144 * 6144
     assert a.flops_source == "shape" and a.achieved_tflops and a.shape.source == "captured operator"
     # kernel durations per replay: GEMM A's 8 us and its 9 us split-K reduce (GEMM time), GEMM B's 11 us
-    assert a.timing.gemm.median == 17000.0 and a.timing.splitk_ns_total == 3 * 9000.0
-    assert b.timing.gemm.median == 11000.0
+    assert a.timing.gemm_ns.median == 17000.0 and a.timing.splitk_ns_total == 3 * 9000.0
+    assert b.timing.gemm_ns.median == 11000.0
     # the eager prefill GEMM is a case of its own operator, with its shape, in serve/prefill
     p = cases["aten::mm M=4096 N=6656 K=6144 [serve/prefill]"].case
     assert p.main_kernel == PREFILL and p.flops == 2 * 4096 * 6656 * 6144

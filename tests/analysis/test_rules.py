@@ -3,12 +3,15 @@ branches the probe does not reach."""
 
 from __future__ import annotations
 
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from tests.support.explain_data import make_case, ncu_row, probe_frames
-from tracekit.analyzers.gemm import AuxUse, GemmCase, build_cases, classify_kernel, dtype_class, min_bytes
+from tracekit.analyzers.analysis.model import AuxKernel
+from tracekit.analyzers.gemm import CaseEvidence, build_cases, classify_kernel, dtype_class, min_bytes
 from tracekit.analyzers.rules.aux import aux
 from tracekit.analyzers.rules.clock import clock, throttle_names
 from tracekit.analyzers.rules.gaps import gaps
@@ -26,7 +29,7 @@ MID = "gemm/bf16/M=1024,N=2048,K=6144"
 H200 = match_device("NVIDIA H200", "9.0", 132)
 
 
-def probe_case(shared: Path, name: str) -> GemmCase:
+def probe_case(shared: Path, name: str) -> CaseEvidence:
     cases = {c.name: c for c in build_cases(probe_frames(shared))}
     return cases[name]
 
@@ -72,7 +75,9 @@ def test_clock_names_the_power_cap() -> None:
     assert f.value == pytest.approx(1470 / 1830)
     assert "software power cap" in f.sentence and "691 W" in f.sentence
     assert throttle_names(0x5) == ["software power cap"]  # idle is not a cause
-    case.clock.throttle_reasons = None  # no NVML reasons, power alone at the limit
+    case = replace(
+        case, clock=dc_replace(case.clock, throttle_reasons=None)
+    )  # no NVML reasons, power alone at the limit
     assert "power cap" in clock(case).sentence
 
 
@@ -87,7 +92,7 @@ def test_clock_at_base_points_at_ncu_clock_control() -> None:
     )
     f = clock(case)
     assert "--clock-control none" in f.remedy and "clocks locked" in f.sentence and "power" not in f.remedy
-    case.clock.sm_clock_hz = None
+    case = replace(case, clock=dc_replace(case.clock, sm_clock_hz=None))
     assert clock(case) is None
 
 
@@ -113,7 +118,7 @@ def test_waves_just_over_a_whole_number() -> None:
     f = waves(case)
     assert f.value == pytest.approx(133 / 264)
     assert "264 work units for 2 waves" in f.remedy and "%" not in f.remedy  # no percentage: GPU time ranks
-    case.kernel.grid = 264
+    case = replace(case, kernel=replace(case.kernel, grid=264))
     full = waves(case)
     assert full.value == 1.0 and full.remedy is None  # a factor of x1.000 gets no remedy
 
@@ -175,7 +180,9 @@ def test_in_kernel_shared_memory_limits_occupancy() -> None:
     assert f.cause == "occupancy limited by shared memory"
     assert "200 KiB" in f.remedy
     # the same launch with DRAM near its peak is not latency-bound: occupancy is not what limits it
-    case.ncu.row = {"compute_throughput_pct": 30.0, "dram_throughput_pct": 91.0}
+    case = replace(
+        case, ncu=dc_replace(case.ncu, row={"compute_throughput_pct": 30.0, "dram_throughput_pct": 91.0})
+    )
     assert kernel(case, 0.5).cause != "occupancy limited by shared memory"
 
 
@@ -196,7 +203,8 @@ def test_stages_that_fit_without_the_kernels_stage_count_is_a_bound() -> None:
         and "non_stage_smem_bytes" not in ev
     )
     assert f"at most {ev['stages_that_fit']} stages of a 128x128x64 tile fit" in kernel(case, 0.5).sentence
-    case.kernel.name = name.replace("tilesize128x128x64_", "tilesize128x128x64_stage5_")
+    stage5 = name.replace("tilesize128x128x64_", "tilesize128x128x64_stage5_")
+    case = replace(case, kernel=replace(case.kernel, name=stage5))
     ev = kernel(case, 0.5).evidence
     assert ev["stages"] == 5 and ev["non_stage_smem_bytes"] == 200 * 1024 - 5 * stage
     assert ev["stages_that_fit"] == (ev["smem_per_block_limit_bytes"] - (200 * 1024 - 5 * stage)) // stage
@@ -211,13 +219,18 @@ def test_in_kernel_register_limit_and_no_profile() -> None:
     assert ctas_per_sm(case) == (1, "registers")
     assert kernel(case, 0.5).cause == "occupancy limited by registers"
     # SMs almost idle (0.25%) and DRAM idle: the kernel waits, whatever its occupancy (issue 26 item 5)
-    case.ncu.row = {"compute_throughput_pct": 0.25, "dram_throughput_pct": 0.0, "tensor_pipe_pct": 0.0}
+    case = replace(
+        case,
+        ncu=dc_replace(
+            case.ncu, row={"compute_throughput_pct": 0.25, "dram_throughput_pct": 0.0, "tensor_pipe_pct": 0.0}
+        ),
+    )
     f = kernel(case, 0.5)
     assert f.cause == "stalled" and "__launch_bounds__" not in (f.remedy or "")
     # without a profile the launch configuration alone cannot say occupancy costs time
-    case.ncu = None
+    case = replace(case, ncu=None)
     assert kernel(case, 0.5).cause == "unexplained without a profile"
-    case.kernel.block, case.kernel.registers = 256, 64
+    case = replace(case, kernel=replace(case.kernel, block=256, registers=64))
     assert kernel(case, 0.5).cause == "unexplained without a profile"
 
 
@@ -248,16 +261,19 @@ def test_gaps() -> None:
     assert "host does not launch" not in one.sentence and "warm-up" in one.remedy
     # calls replayed from a CUDA graph: the idle is between the graph's kernels, not the host's
     graph = make_case(main_ns=8_000.0, gap_ns=2_000.0, calls=20, graph_replay=True, aux_ns=4_000.0)
-    graph.timing.aux_kernels.append(AuxUse("quant", "quantize", "quantize", 4_000.0 * 20, 4 * 20))
+    quant = AuxKernel(
+        name="quant", kernel_class="quantize", role="quantize", time_ns_total=80_000.0, count=80
+    )
+    graph = replace(graph, aux=(*graph.aux, quant))
     g = gaps(graph)
     assert g.evidence["graph_replay"] is True and g.evidence["idle_ns_per_boundary"] == pytest.approx(500.0)
     assert "host does not launch" not in g.sentence and "capture the loop" not in g.remedy
     assert gaps(make_case(main_ns=8_000.0)) is None
     # two calls with gaps of 0 and 33 us: the totals say 33 us lost, no "16.5 us" median of parts
-    from tracekit.analyzers.gemm import Call, Timing
+    from tracekit.analyzers.gemm import call, timing_from_calls
 
     two = make_case(main_ns=10_000.0)
-    two.timing = Timing.from_calls([Call(10_000.0, 0.0, 0.0), Call(10_000.0, 0.0, 33_000.0)])
+    two = replace(two, timing=timing_from_calls([call(10_000.0, 0.0, 0.0), call(10_000.0, 0.0, 33_000.0)]))
     f = gaps(two)
     assert f.evidence["idle_ns_total"] == 33_000.0 and f.value == pytest.approx(20 / 53)
     assert "33.0 µs over 2 calls" in f.sentence and "16.5" not in f.sentence
@@ -268,11 +284,14 @@ def test_gaps_in_a_few_calls_are_not_launch_overhead() -> None:
     """Most calls back to back, the idle in a few (the H200 capture sample's bf16 M=4096 GEMM: median gap 1.2 us,
     775 us of idle over 40 calls): a synchronisation or host work, not launch overhead; every call slow: still
     launch-bound."""
-    from tracekit.analyzers.gemm import Call, Timing
+    from tracekit.analyzers.gemm import call, timing_from_calls
 
     few = make_case(main_ns=125_000.0)
-    few.timing = Timing.from_calls(
-        [Call(125_000.0, 0.0, 1_200.0)] * 36 + [Call(125_000.0, 0.0, 180_000.0)] * 4
+    few = replace(
+        few,
+        timing=timing_from_calls(
+            [call(125_000.0, 0.0, 1_200.0)] * 36 + [call(125_000.0, 0.0, 180_000.0)] * 4
+        ),
     )
     f = gaps(few)
     assert f.value < 0.9 and f.evidence["idle_in_few_calls"] is True

@@ -132,7 +132,7 @@ def test_a_timeline_case_of_several_gemms_says_so_on_its_card(shared_data: Path)
     cases = build_cases(combine([read_file(path)]))
     (case,) = [c for c in cases if c.name == "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN"]
     assert case.timing.calls == 235
-    g = case.timing.gemm
+    g = case.timing.gemm_ns
     assert g.p10 == pytest.approx(98.9e3, rel=0.01) and g.p90 == pytest.approx(523.4e3, rel=0.01)
     (note,) = [n for n in case.notes if "several GEMMs" in n]
     assert "235 calls" in note and "98.9 µs (p10)" in note and "523.4 µs (p90)" in note

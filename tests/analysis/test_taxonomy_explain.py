@@ -18,10 +18,11 @@ from typing import Any
 
 import polars as pl
 import pytest
+from msgspec.structs import replace
 
 from tests.support.explain_data import H200, frames, make_case
 from tracekit.analyzers.explain import Waterfall, explain_case
-from tracekit.analyzers.gemm import GemmCase, Timing, build_cases
+from tracekit.analyzers.gemm import CaseEvidence, build_cases, timing_repeated
 from tracekit.analyzers.importer import combine, read_file
 from tracekit.analyzers.taxonomy import classify_name
 from tracekit.devices import lookup_device
@@ -95,14 +96,14 @@ def test_a_rate_above_every_fitting_peak_gets_no_peak() -> None:
     reason said instead; an fp32 one at a tensor-core rate is TF32."""
     h200 = lookup_device("h200")
     bf16 = make_case("range", "fast", m=4096, n=4096, k=4096, dtype_a="bf16", dtype_b="bf16", device=h200)
-    bf16.timing = Timing.repeated(10.0)  # 13,744 TFLOP/s
+    bf16 = replace(bf16, timing=timing_repeated(10.0))  # 13,744 TFLOP/s
     wf = explain_case(bf16)
     assert wf.peak_tflops is None
     assert any("cannot be the rate class" in n for n in wf.notes)
     fp32 = make_case("range", "f32", m=4096, n=4096, k=4096, dtype_a="fp32", dtype_b="fp32", device=h200)
-    fp32.timing = Timing.repeated(2 * 4096**3 / 300e3)  # 300 TFLOP/s: above FP32, below TF32
+    fp32 = replace(fp32, timing=timing_repeated(2 * 4096**3 / 300e3))  # 300 TFLOP/s: above FP32, below TF32
     wf = explain_case(fp32)
-    assert (fp32.dtype_class, fp32.dtype_source) == ("tf32", "achieved-rate")
+    assert (wf.case.dtype_class, wf.case.dtype_source) == ("tf32", "achieved-rate")
     assert wf.peak_tflops == pytest.approx(h200.peak_tflops("tf32"))  # type: ignore[union-attr]
     assert any("allow_tf32" in n for n in wf.notes)
 
@@ -114,15 +115,15 @@ def test_a_rate_within_the_maximum_clock_is_rated_at_that_clock() -> None:
     assert h200 is not None and h200.boost_clock_hz > h200.peak_clock_hz  # type: ignore[operator]
     peak = h200.peak_tflops("bf16")
     case = make_case("range", "hot", m=8192, n=8192, k=8192, dtype_a="bf16", dtype_b="bf16", device=h200)
-    case.timing = Timing.repeated(case.flops / (1.05 * peak) / 1e3)  # type: ignore[operator]
+    case = replace(case, timing=timing_repeated(case.flops / (1.05 * peak) / 1e3))  # type: ignore[operator]
     wf = explain_case(case)
-    assert case.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(peak * 1980 / 1830)
+    assert wf.case.dtype_class == "bf16" and wf.peak_tflops == pytest.approx(peak * 1980 / 1830)
     assert 100 * wf.achieved_tflops / wf.peak_tflops == pytest.approx(100 * 1.05 * 1830 / 1980)  # type: ignore[operator]
     assert any("maximum clock, 1980 MHz" in n for n in wf.notes)
     assert all(f.value <= 1.0 for f in wf.factors)
 
 
-def _main_classes(cases: list[GemmCase]) -> set[str]:
+def _main_classes(cases: list[CaseEvidence]) -> set[str]:
     return {classify_name(c.main_kernel).kernel_class for c in cases if c.main_kernel}
 
 
@@ -255,7 +256,7 @@ def test_a_bf16_decoder_step_is_named_by_class_and_never_told_to_fuse_a_quantize
     assert a.case.timing.calls == 9 and b.case.timing.calls == 3  # three launches of A per step, one of B
     for w in (a, b):
         assert w.case.user_range and w.case.dtype_class == "bf16" and w.peak_tflops
-        owned = {u.name for u in w.case.timing.aux_kernels}
+        owned = {u.name for u in w.case.aux}
         assert not owned & {attn, norm, rope}  # operations of their own, not the GEMM's
     assert not any(f.name == "aux kernels" for f in a.factors)
     aux = next(f for f in b.factors if f.name == "aux kernels")

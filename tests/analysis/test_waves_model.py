@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import tracekit
@@ -178,8 +179,12 @@ def test_a_stage_model_that_does_not_fit_says_unknown() -> None:
     ev = kernel(case, 0.5).evidence
     assert "stage_bytes" not in ev and "stages_that_fit" not in ev
     assert ev["stage_model"].startswith("unknown: 4 stages of 16 KiB (65,536 B) exceed the kernel's 17,408 B")
-    case.kernel.name = "cutlass_80_tensorop_s1688gemm_256x128_32x3_tn_align4"
-    case.kernel.smem_bytes = 147_456
+    case = msgspec.structs.replace(
+        case,
+        kernel=msgspec.structs.replace(
+            case.kernel, name="cutlass_80_tensorop_s1688gemm_256x128_32x3_tn_align4", smem_bytes=147_456
+        ),
+    )
     ev = kernel(case, 0.5).evidence
     assert "stage_model" not in ev and ev["stage_bytes"] * ev["stages"] == 147_456
 

@@ -377,7 +377,7 @@ def test_quantize_steps_get_aux_ranges_that_the_explainer_joins(monkeypatch, sin
     """An instrumented ``flashinfer.fp4_quantize`` / ``sgl_kernel.scaled_fp4_quant`` pushes an ``aux`` range named
     with the backend family and the activation's M, K; the explainer's join takes it as the auxiliary step of the
     GEMM of that family, M and K that follows, and of no other."""
-    from tracekit.analyzers.gemm import GemmCase, Shape, _gemm_key, _serves, aux_key
+    from tracekit.analyzers.gemm import CaseEvidence, Shape, _gemm_key, _serves, aux_key
 
     fi = types.ModuleType("flashinfer")
     fi.fp4_quantize, fi.mm_fp4 = _seen, _seen
@@ -401,11 +401,11 @@ def test_quantize_steps_get_aux_ranges_that_the_explainer_joins(monkeypatch, sin
         "16",
         "6144",
     )
-    gemm = GemmCase(
+    gemm = CaseEvidence(
         origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(m=16, n=2048, k=6144)
     )
     assert _serves(aux_key(names[0]), _gemm_key(gemm))
-    other = GemmCase(
+    other = CaseEvidence(
         origin="range", name="g", backend="flashinfer-fp4-cutlass", shape=Shape(m=32, n=2048, k=6144)
     )
     assert not _serves(aux_key(names[0]), _gemm_key(other))

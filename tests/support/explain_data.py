@@ -102,24 +102,26 @@ def timeline(
 
 
 def make_case(origin: str = "range", name: str = "g", **kw: Any) -> Any:
-    """A GemmCase from flat fields, for the rules' unit tests: ``m``, ``n``, ``k``, ``dtype_a``, ``dtype_b``
-    (a shape), ``main_kernel``, ``grid``, ``block``, ``registers``, ``smem`` (the kernel), ``main_ns``,
-    ``aux_ns``, ``gap_ns``, ``splitk_ns``, ``calls`` (that many calls of those parts), ``aux_kernels`` (names),
-    ``sm_clock_hz``, ``clock_source``, ``power_w``, ``power_limit_w``, ``throttle_reasons`` (the clock),
-    ``ncu`` (a row), ``device``; anything else is set on the case."""
-    from tracekit.analyzers.gemm import AuxUse, Call, Clock, GemmCase, KernelInfo, NcuPart, Shape, Timing
+    """A case's evidence (:class:`~tracekit.analyzers.gemm.CaseEvidence`) from flat fields, for the rules' unit
+    tests: ``m``, ``n``, ``k``, ``dtype_a``, ``dtype_b`` (a shape), ``main_kernel``, ``grid``, ``block``,
+    ``registers``, ``smem`` (the kernel), ``main_ns``, ``aux_ns``, ``gap_ns``, ``splitk_ns``, ``calls`` (that many
+    calls of those parts), ``aux_kernels`` (names), ``sm_clock_hz``, ``clock_source``, ``power_w``,
+    ``power_limit_w``, ``throttle_reasons`` (the clock), ``ncu`` (a row), ``device``; anything else is a field of
+    the case."""
+    from tracekit.analyzers.analysis.model import AuxKernel, KernelRef, Timing
+    from tracekit.analyzers.gemm import CaseEvidence, Clock, NcuPart, Shape, call, timing_from_calls
     from tracekit.analyzers.taxonomy import classify_name
 
-    case = GemmCase(origin, name)
+    shape = None
     if kw.get("m"):
-        case.shape = Shape(
+        shape = Shape(
             m=kw.pop("m"),
             n=kw.pop("n"),
             k=kw.pop("k"),
             dtype_a=kw.pop("dtype_a", None),
             dtype_b=kw.pop("dtype_b", None),
         )
-    case.kernel = KernelInfo(
+    kernel = KernelRef(
         name=kw.pop("main_kernel", None),
         grid=kw.pop("grid", None),
         block=kw.pop("block", None),
@@ -131,14 +133,15 @@ def make_case(origin: str = "range", name: str = "g", **kw: Any) -> Any:
     splitk = kw.pop("splitk_ns", 0.0)
     aux_ns, gap_ns = kw.pop("aux_ns", 0.0), kw.pop("gap_ns", 0.0)
     names = kw.pop("aux_kernels", [])
+    timing, aux = Timing(), []
     if main:
-        case.timing = Timing.from_calls([Call(main + splitk, aux_ns, gap_ns, splitk)] * calls)
+        timing = timing_from_calls([call(main + splitk, aux_ns, gap_ns)] * calls, splitk * calls)
         for n in names:
             cls = classify_name(n).kernel_class
             role = "splitk-reduce" if cls == "splitk-reduce" else "quantize" if cls == "quantize" else "other"
             share = (splitk if role == "splitk-reduce" else aux_ns) * calls / max(len(names), 1)
-            case.timing.aux_kernels.append(AuxUse(n, cls, role, share, calls))
-    case.clock = Clock(
+            aux.append(AuxKernel(name=n, kernel_class=cls, role=role, time_ns_total=share, count=calls))
+    clock = Clock(
         kw.pop("sm_clock_hz", None),
         kw.pop("clock_source", None),
         kw.pop("power_w", None),
@@ -146,8 +149,15 @@ def make_case(origin: str = "range", name: str = "g", **kw: Any) -> Any:
         kw.pop("throttle_reasons", None),
     )
     row = kw.pop("ncu", None)
-    if row is not None:
-        case.ncu = NcuPart(row=row, metrics=kw.pop("metrics", {}))
-    for key, value in kw.items():
-        setattr(case, key, value)
-    return case
+    ncu = NcuPart(row=row, metrics=kw.pop("metrics", {})) if row is not None else None
+    return CaseEvidence(
+        origin=origin,
+        name=name,
+        shape=shape,
+        kernel=kernel,
+        timing=timing,
+        aux=tuple(aux),
+        clock=clock,
+        ncu=ncu,
+        **kw,
+    )

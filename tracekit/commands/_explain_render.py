@@ -188,7 +188,6 @@ def render_case(
     console: Any, case: Any, index: int, gpu_ns: float | None, said: frozenset[str] = frozenset()
 ) -> None:
     """One case as a panel (``said``: notes already written above the cards, left out here)."""
-    import msgspec
     from rich.console import Group
     from rich.panel import Panel
     from rich.text import Text
@@ -223,7 +222,7 @@ def render_case(
     if v.capture_hint:
         verdict.append(f"\nto learn it: {safe(v.capture_hint)}", style="yellow")
     parts.append(verdict)
-    parts.extend(Text(safe(line), style="dim") for line in beside_lines(msgspec.to_builtins(case)))
+    parts.extend(Text(safe(line), style="dim") for line in beside_lines(case))
     rules = [r for r in (case.ncu.rules if case.ncu else []) if r.title and r.rule][:4]
     if rules:
         text = "; ".join(

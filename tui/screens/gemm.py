@@ -12,7 +12,6 @@ import json
 import math
 from typing import Any, ClassVar
 
-import msgspec
 import polars as pl
 from textual import work
 from textual.app import ComposeResult
@@ -124,7 +123,7 @@ class GemmScreen(Screen[None]):
                 for f in c.factors:
                     yield Static(factor_content(f, c.verdict.factor), classes="factor")
             yield Static(self._verdict(), classes="note")
-            for line in beside_lines(msgspec.to_builtins(c)):
+            for line in beside_lines(c):
                 yield Static(Content(clean(line)).stylize("$text-muted"), classes="note")
             for note in c.notes:
                 yield Static(Content(clean(note)).stylize("$text-muted italic"), classes="note")

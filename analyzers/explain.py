@@ -414,7 +414,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
         and case.timing.source == "ncu-replay"
         and not case.flops
     )
-    if launch_stats_only and blamed is None:
+    if launch_stats_only and blamed is None and not wf.factors:
         return _verdict(
             wf,
             VerdictKind.CANNOT_EXPLAIN,
@@ -505,6 +505,16 @@ def verdict_of(wf: Waterfall) -> Verdict:
             capture_hint=learn,
             unknown=unknown,
         )
+    measured = _measured_no_loss(wf) if lack is not None else []
+    if lack is not None and measured:
+        # every factor measured without a rate loses nothing: say what was measured, and what stays unknown
+        return _verdict(
+            wf,
+            VerdictKind.NO_MEASURED_LOSS,
+            f"measured, and losing nothing: {'; '.join(measured)}. Unknown: {unknown}.",
+            capture_hint=learn,
+            unknown=unknown,
+        )
     if lack is not None or not wf.factors:
         return _verdict(
             wf,
@@ -515,6 +525,44 @@ def verdict_of(wf: Waterfall) -> Verdict:
     pct = wf.achieved_tflops / wf.peak_tflops * 100 if wf.achieved_tflops and wf.peak_tflops else None
     at = f"at {min(pct, 100.0):.0f}% of peak: " if pct is not None else ""
     return _verdict(wf, VerdictKind.NO_LOSS, f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
+
+
+def _join(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
+
+
+CALL_PARTS_ABSENT = ("no split-K reduce", "no auxiliary kernels", "no launch gaps")
+"""What a timeline shows of a call's own factors where they are absent: measured, and nothing lost."""
+
+
+def _measured_no_loss(wf: Waterfall) -> list[str]:
+    """What was measured without a FLOP count and found losing nothing worth blaming, in words (empty where
+    nothing was measured): each factor of the waterfall (all measured: ``waves x1.000``, a clock Nsight Compute
+    measured in its replay, launch gaps too small to blame) and, where the calls come from a timeline, the
+    call's factors it found absent (no split-K reduce, no auxiliary kernels, no launch gaps in the calls)."""
+    out: list[str] = []
+    for f in wf.factors:
+        said = f"{f.name} x{f.value:.3f}"
+        if f.name == "waves" and f.evidence.get("waves") is not None:
+            n = f.evidence["waves"]
+            said += f" ({f.evidence.get('grid_size')} CTAs, {n:g} wave{'s' if n != 1 else ''})"
+        why = f.evidence.get("not_blamed_because")
+        if f.value < NO_LOSS and f.evidence.get("blamed") is False:
+            said += f" (not blamed: {why})" if why else " (too little to blame)"
+        out.append(said)
+    t = wf.case.timing
+    if t.source == "timeline" and t.gemm_ns_total and t.calls:
+        names = {f.name for f in wf.factors}
+        absent = [
+            text
+            for name, text in zip(
+                ("split-K reduce", "aux kernels", "launch gaps"), CALL_PARTS_ABSENT, strict=True
+            )
+            if name not in names
+        ]
+        if absent:
+            out.append(f"in its {t.calls:,} call{'s' if t.calls != 1 else ''} {_join(absent)}")
+    return out
 
 
 def missing(case: GemmCase, peak: float | None) -> tuple[str, str] | None:

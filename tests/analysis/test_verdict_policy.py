@@ -44,6 +44,17 @@ def _agree(analysis: Analysis) -> None:
             if f.value < NO_LOSS and f.evidence.get("blamed") is not False and (f.lost_ns_total or 0) > 0
         ]
         v = case.verdict
+        if v.kind == VerdictKind.CANNOT_EXPLAIN:
+            # only where nothing is measured: no factor, and no timeline whose calls show their split-K, aux, gaps
+            assert not case.factors, (case.name, v.sentence, [f.name for f in case.factors])
+            assert not (case.timing.source == "timeline" and case.timing.gemm_ns_total), (
+                case.name,
+                v.sentence,
+            )
+        if v.kind == VerdictKind.NO_MEASURED_LOSS:
+            # measured without a rate, losing nothing: what stays unknown and how to learn it
+            assert not losing and v.factor is None and v.unknown and v.capture_hint, (case.name, v)
+            assert v.unknown in v.sentence, (case.name, v)
         if not losing:
             continue
         # a measured loss is never "cannot-explain": the largest one is the verdict, with its cost
@@ -104,6 +115,51 @@ def test_a_wave_tail_without_flops_is_the_verdict_with_what_stays_unknown() -> N
     assert bad.verdict.lost_ns_total and bad.verdict.lost_ns_total > 0.4 * bad.timing.gemm_ns_total
     assert "achieved TFLOP/s" in (bad.verdict.unknown or "") and "--ncu" in (bad.verdict.capture_hint or "")
     assert control.verdict.factor != "waves"
+
+
+def test_a_control_without_flops_says_what_was_measured_not_cannot_explain() -> None:
+    """The Triton plant's control (132 CTAs of one per SM on 132 SMs: one full wave, no split-K, no aux, no
+    gaps) from its nsys timeline alone, no shape, no counters: every factor measured without a FLOP count loses
+    nothing, so its verdict says what was measured and found not losing, what stays unknown and how to learn it,
+    never "cannot-explain"."""
+    from tests.support.cases import cases
+    from tracekit.frames import SPECS
+
+    run = open_run(ROOT / "samples" / "h200-foreign-triton_waves")
+    frames = dict(load_frames(run))
+    for name in ("ncu", "ncu_metrics", "ncu_rules"):
+        frames[name] = SPECS[name].empty()
+    by_name = {c.name: c for c in cases(frames, environment=run.manifest.get("environment"))}
+    control = by_name["triton_waves_control"]
+    assert control.flops.per_call is None and control.timing.source == "timeline"
+    v = control.verdict
+    assert v.kind == VerdictKind.NO_MEASURED_LOSS and v.factor is None and v.lost_ns_total is None
+    waves = next(f for f in control.factors if f.name == "waves")
+    assert waves.value >= NO_LOSS and "waves x1.000 (132 CTAs, 1 wave)" in v.sentence
+    calls = control.timing.calls
+    assert f"in its {calls} calls no split-K reduce" in v.sentence, v.sentence
+    assert "achieved TFLOP/s" in (v.unknown or "") and "--ncu" in (v.capture_hint or "")
+
+
+def test_a_launch_statistics_report_with_a_full_wave_is_measured_not_cannot_explain(
+    shared_data: Path,
+) -> None:
+    """esmm-research's report of launch statistics only: cuBLAS's ampere_sgemm_128x64_nn fills two whole waves
+    (640 CTAs), measured from its grid and occupancy; nothing else is in the report. Its verdict says the waves
+    lose nothing and which sections to capture, and only its profiling-failed kernel in another report (no
+    factor at all) stays "cannot-explain"."""
+    rel = "thirdparty/esmm-research/profile_049ec61.ncu-rep"
+    a = analyze_frames(combine([read_file(shared_data / rel)]), path=rel)
+    sgemm = next(c for c in a.cases if c.name.startswith("ampere_sgemm_128x64_nn"))
+    v = sgemm.verdict
+    assert v.kind == VerdictKind.NO_MEASURED_LOSS, v.sentence
+    assert "waves x1.000 (640 CTAs, 2 waves)" in v.sentence
+    assert "only launch statistics" in (v.unknown or "") and "SpeedOfLight" in (v.capture_hint or "")
+    assert VerdictKind.CANNOT_EXPLAIN not in {c.verdict.kind for c in a.cases}
+    rel = "thirdparty/esmm-research/profile_e22c00d.ncu-rep"
+    failed = analyze_frames(combine([read_file(shared_data / rel)]), path=rel)
+    [v] = [c.verdict for c in failed.cases if c.verdict.kind == VerdictKind.CANNOT_EXPLAIN]
+    assert "profiling failed" in v.sentence
 
 
 def _short_case(main_ns: float) -> object:

@@ -48,6 +48,7 @@ from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
 from .rules.kernel import SHORT_REMEDY, STALL_MEANING, short_kernel_ns, short_sentence, stalled, top_stalls
 from .rules.memory import memory, memory_by_throughput
+from .rules.ncu_findings import FACTOR
 from .rules.registry import RULES, rule
 from .rules.tiles import parse_tile
 
@@ -70,6 +71,9 @@ UNKNOWN_WITHOUT_PEAK = "the % of peak and the kernel's own loss (in-kernel) stay
 UNKNOWN_ESTIMATED = "the achieved TFLOP/s stays unknown, and the in-kernel loss is Nsight Compute's estimate"
 """The same where Nsight Compute estimated the in-kernel loss (:mod:`.rules.ncu_estimate`)."""
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
+INSIDE_KERNEL = ("in-kernel", FACTOR)
+"""The factors of what happens inside the kernel (the residual, and Nsight Compute's finding carved out of it): a
+stalled or latency-bound kernel's verdict takes their place."""
 
 
 @dataclass
@@ -431,7 +435,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
     unknown = f"{lack[0]}: {left}" if lack is not None else None
     learn = lack[1] if lack is not None else None
     short = short_kernel_ns(case)
-    if short is not None and stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+    if short is not None and stalled(case) and (blamed is None or blamed.name in INSIDE_KERNEL):
         # a few microseconds: launch and latency set its time before anything its warps wait on
         return _verdict(
             wf,
@@ -442,7 +446,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
             capture_hint=learn,
             unknown=unknown,
         )
-    if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+    if stalled(case) and (blamed is None or blamed.name in INSIDE_KERNEL):
         stalls = top_stalls(case)
         why = ", ".join(f"{n} ({STALL_MEANING.get(n, n)})" for n, _, _ in stalls)
         row = case.ncu.row if case.ncu else {}

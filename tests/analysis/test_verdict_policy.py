@@ -5,13 +5,14 @@ and (slow) on every shared profiling file."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from tracekit.analyzers.analysis import Analysis
 from tracekit.analyzers.analysis.build import analyze_frames, analyze_run
-from tracekit.analyzers.analysis.model import VerdictKind
+from tracekit.analyzers.analysis.model import Case, VerdictKind
 from tracekit.analyzers.importer import combine, detect_kind, read_file
 from tracekit.analyzers.rules import NO_LOSS
 from tracekit.analyzers.store import load_frames, open_run
@@ -36,6 +37,25 @@ SHARED_FILES = (
 SAMPLES = sorted(d.name for d in (ROOT / "samples").iterdir() if (d / "run.json").is_file())
 
 
+def _ncu_finding_exact(case: Case) -> None:
+    """Nsight Compute's finding, where a case with a rate has one: a finding that counts (never the launch
+    configuration's Tail Effect or Small Grid, which the waves measure), at most as large as ncu estimates and at
+    most the in-kernel loss, and the waterfall still exact: peak x every factor = achieved."""
+    found = [f for f in case.factors if f.name == "ncu finding"]
+    if not found:
+        return
+    [f] = found
+    ev = f.evidence
+    assert ev["ncu_rule"] != "LaunchConfiguration", (case.name, ev)
+    assert f.value >= 1 - ev["ncu_speedup_pct"] / 100 - 5e-4, (case.name, f.value, ev["ncu_speedup_pct"])
+    rule = next(r for r in case.ncu.rules if r.rule == ev["ncu_rule"] and (r.speedup_pct or 0) > 0)
+    assert rule is not None
+    inside = next(x for x in case.factors if x.name == "in-kernel")
+    assert inside.value <= 1.0
+    product = case.peak.tflops * math.prod(x.value for x in case.factors)
+    assert product == pytest.approx(case.timing.achieved_tflops, rel=1e-9), (case.name, product)
+
+
 def _agree(analysis: Analysis) -> None:
     for case in analysis.cases:
         losing = [
@@ -55,6 +75,7 @@ def _agree(analysis: Analysis) -> None:
             # measured without a rate, losing nothing: what stays unknown and how to learn it
             assert not losing and v.factor is None and v.unknown and v.capture_hint, (case.name, v)
             assert v.unknown in v.sentence, (case.name, v)
+        _ncu_finding_exact(case)
         if not losing:
             continue
         # a measured loss is never "cannot-explain": the largest one is the verdict, with its cost
@@ -216,3 +237,58 @@ def test_occupancy_without_flops_is_the_verdict_where_ncu_measured_it() -> None:
     assert "Nsight Compute's" in f.sentence and "estimates the kernel" in f.sentence
     assert "Nsight Compute's estimate" in (v.unknown or "")
     assert not any(f.name == "in-kernel" for f in control.factors)
+
+
+def test_nsight_computes_finding_is_the_verdict_where_it_is_the_largest_loss_of_a_rated_case() -> None:
+    """The SIMT SGEMM capped at one CTA per SM by 200 KB of shared memory, with the counters that count its FLOPs:
+    Nsight Compute's TheoreticalOccupancy finding (est. speed-up 87.5%) is a measured loss carved out of the
+    in-kernel loss; it is the largest, so the verdict names it with its cost in time, the limiter, the achieved
+    occupancy and ncu's estimate, and the factors still multiply to the achieved rate. Its control (full
+    occupancy) is named by its stalls, never by occupancy."""
+    a = analyze_run(open_run(ROOT / "samples" / "h200-foreign-simt_smem"))
+    by_name = {c.name: c for c in a.cases}
+    capped, control = by_name["sgemm_smem_capped"], by_name["sgemm_smem_control"]
+    assert capped.timing.kernel_tflops is not None and capped.peak is not None
+    v = capped.verdict
+    assert v.kind == VerdictKind.EXPLAINED and v.factor == "ncu finding"
+    assert v.cause == "occupancy limited by shared memory"
+    f = next(f for f in capped.factors if f.name == "ncu finding")
+    assert f.evidence["ncu_rule"] == "TheoreticalOccupancy" and f.evidence["ncu_speedup_pct"] == 87.5
+    assert f.value == pytest.approx(0.125)
+    assert f.evidence["occupancy_limited_by"] == "shared memory: 200 KB per block"
+    assert f.evidence["achieved_occupancy_pct"] == pytest.approx(12.66, abs=0.05)
+    assert (
+        "estimates the kernel 88% faster" in f.sentence and "1 CTA/SM, limited by shared memory" in f.sentence
+    )
+    assert (
+        v.lost_ns_total == pytest.approx(f.lost_ns_total)
+        and v.lost_ns_total > 0.5 * capped.timing.gemm_ns_total
+    )
+    _ncu_finding_exact(capped)
+    g = next(f for f in control.factors if f.name == "ncu finding")
+    assert g.evidence["ncu_rule"] == "CPIStall" and "occupancy" not in (g.cause or "")
+
+
+def test_a_tail_effect_finding_is_the_waves_factor_not_counted_twice() -> None:
+    """The Triton plant of 133 CTAs on 132 SMs: Nsight Compute's LaunchConfiguration rule says "Tail Effect"
+    (est. speed-up 50%), which the waves factor measures from the grid. The verdict is waves, and the finding is
+    no factor of its own."""
+    a = analyze_run(open_run(ROOT / "samples" / "h200-foreign-triton_waves"))
+    bad = next(c for c in a.cases if c.name == "triton_waves_bad")
+    assert any(r.rule == "LaunchConfiguration" and (r.speedup_pct or 0) >= 49 for r in bad.ncu.rules)
+    assert bad.verdict.factor == "waves"
+    assert all(f.evidence.get("ncu_rule") != "LaunchConfiguration" for f in bad.factors)
+
+
+def test_the_planted_shared_memory_occupancy_is_named_by_nsight_computes_finding() -> None:
+    """The planted Triton GEMM whose 192 KiB of shared memory per CTA leaves one CTA per SM: Nsight Compute's
+    occupancy finding, within the in-kernel loss the kernel's rate measures, is the verdict, with its limiter."""
+    [c] = analyze_run(open_run(ROOT / "samples" / "h200-planted-d-smem-occupancy")).cases
+    v = c.verdict
+    assert v.factor == "ncu finding" and v.cause == "occupancy limited by shared memory", v
+    f = next(f for f in c.factors if f.name == "ncu finding")
+    assert f.evidence["occupancy_limited_by"].startswith("shared memory: 192 KB")
+    assert "capped_to_in_kernel_loss" in f.evidence and f.value == pytest.approx(
+        f.evidence["capped_to_in_kernel_loss"], abs=1e-4
+    )
+    assert next(f for f in c.factors if f.name == "in-kernel").value == pytest.approx(1.0)

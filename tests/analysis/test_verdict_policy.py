@@ -292,3 +292,36 @@ def test_the_planted_shared_memory_occupancy_is_named_by_nsight_computes_finding
         f.evidence["capped_to_in_kernel_loss"], abs=1e-4
     )
     assert next(f for f in c.factors if f.name == "in-kernel").value == pytest.approx(1.0)
+
+
+NCU_REPORTS = ("esmm-research", "yzwang2000-cudacode", "panjd123-cutlass", "sglang-fork")
+"""The shared Nsight Compute reports of SIMT and CUTLASS kernels, made with default-ish sections."""
+
+
+def test_occupancy_and_stalls_name_the_in_kernel_loss_on_the_shared_ncu_reports(shared_data: Path) -> None:
+    """Wherever Nsight Compute measured a latency-bound kernel (SMs and DRAM both below 80% of peak) and its
+    occupancy limiter, the in-kernel loss names what holds it (occupancy with its limiter, the stall, too few
+    CTAs, or latency at its occupancy), never the catch-all "kernel inefficiency". esmm-research's SIMT ladder
+    (an A10G report with no stall reasons and no speed-up estimates): two_blocktiling is latency-bound at 17%
+    occupancy, limited by registers and shared memory."""
+    seen = 0
+    for folder in NCU_REPORTS:
+        for path in sorted((shared_data / "thirdparty" / folder).glob("*.ncu-rep")):
+            rel = path.relative_to(shared_data).as_posix()
+            for c in analyze_frames(combine([read_file(path)]), path=rel).cases:
+                f = next((f for f in c.factors if f.name == "in-kernel"), None)
+                ev = f.evidence if f is not None else {}
+                if f is None or f.value >= NO_LOSS or ev.get("theoretical_occupancy_pct") is None:
+                    continue
+                sm, dram = ev.get("sm_throughput_pct"), ev.get("dram_throughput_pct")
+                if sm is None or dram is None or max(sm, dram) >= 80 or not ev.get("occupancy_limiter"):
+                    continue
+                seen += 1
+                assert f.cause != "kernel inefficiency", (rel, c.name, f.remedy)
+    assert seen >= 10  # esmm-research's ladder and panjd123's CUTLASS GEMMs
+    rel = "thirdparty/esmm-research/profile_output_a62323b.ncu-rep"
+    a = analyze_frames(combine([read_file(shared_data / rel)]), path=rel)
+    v = next(c.verdict for c in a.cases if c.name.startswith("void two_blocktiling"))
+    assert v.factor == "in-kernel"
+    assert v.cause == "latency-bound at 17% occupancy (limited by registers / shared memory)"
+    assert "SMs (33% of peak)" in (v.remedy or "") and "__launch_bounds__" in (v.remedy or "")

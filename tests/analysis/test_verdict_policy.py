@@ -1,7 +1,7 @@
 """One verdict policy from measured evidence (docs/CASES.md, "Verdicts that need their evidence"): the verdict
 names the largest measured loss with its cost, with or without a FLOP count; ``cannot-explain`` only where no
 factor is measured; the summary's largest losses and each case's verdict agree. Checked on every committed sample
-and (slow) on every shared profiling file."""
+and (slow) on every shared profiling file tracekit reads, and on the shared files users import together."""
 
 from __future__ import annotations
 
@@ -116,6 +116,45 @@ def test_verdicts_and_summary_agree_on_every_sample(name: str) -> None:
 def test_verdicts_and_summary_agree_on_every_shared_file(rel: str, shared_data: Path) -> None:
     frames = combine([read_file(shared_data / rel)])
     _agree(analyze_frames(frames, path=rel))
+
+
+def test_every_shared_file_tracekit_reads_is_checked(shared_data: Path) -> None:
+    """The shared files left out of the check are only those tracekit does not read (notes, peers' numbers,
+    metric lists) or reads only through Nsight Systems (``.nsys-rep``): a file a detection bug drops would
+    otherwise leave the check silently."""
+    left_out = [
+        p
+        for p in shared_data.rglob("*")
+        if p.is_file() and p.relative_to(shared_data).as_posix() not in SHARED_FILES
+    ]
+    for path in left_out:
+        try:
+            assert detect_kind(path) == "nsys-rep", path
+        except TracekitError as exc:
+            assert "is not a file tracekit reads" in str(exc), (path, str(exc))
+    folders = {rel.split("/")[1] for rel in SHARED_FILES if rel.startswith("thirdparty/")}
+    assert folders == {p.name for p in (shared_data / "thirdparty").iterdir() if p.is_dir()}
+
+
+TOGETHER = {
+    "h200-probe nsys + ncu": (("h200-probe/probe.ncu-rep", "h200-probe/probe.sqlite"), None),
+    "rtx50 csv": (tuple(f"thirdparty/llm-perf-opt-rtx50/kernel_{k}_ncu.{p}.csv" for k in ("0003", "0005", "0016") for p in ("details", "metrics")), None),
+    "rtx50 csv --device rtx-pro-6000": (tuple(f"thirdparty/llm-perf-opt-rtx50/kernel_{k}_ncu.{p}.csv" for k in ("0003", "0005", "0016") for p in ("details", "metrics")), "rtx-pro-6000"),
+}  # fmt: skip
+"""Shared files imported together, as users import them (a timeline with its Nsight Compute report; an ncu CSV
+export's details with its metrics, with and without the GPU named), where the verdicts differ from each file's."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(TOGETHER))
+def test_verdicts_and_summary_agree_on_shared_files_imported_together(name: str, shared_data: Path) -> None:
+    from tracekit.devices import lookup_device
+
+    rels, device = TOGETHER[name]
+    frames = combine([read_file(shared_data / rel) for rel in rels])
+    analysis = analyze_frames(frames, path=name, device=lookup_device(device) if device else None)
+    assert analysis.cases
+    _agree(analysis)
 
 
 def test_a_wave_tail_without_flops_is_the_verdict_with_what_stays_unknown() -> None:

@@ -364,3 +364,33 @@ def test_occupancy_and_stalls_name_the_in_kernel_loss_on_the_shared_ncu_reports(
     assert v.factor == "in-kernel"
     assert v.cause == "latency-bound at 17% occupancy (limited by registers / shared memory)"
     assert "SMs (33% of peak)" in (v.remedy or "") and "__launch_bounds__" in (v.remedy or "")
+
+
+@pytest.mark.slow
+def test_the_docs_table_of_verdict_kinds_is_todays(shared_data: Path) -> None:
+    """docs/CASES.md's verdict kinds per shared file ("now") are what today's code gives: a change of verdict
+    policy regenerates the table (benchmarks/verdict_kinds.py)."""
+    import importlib.util
+    from collections import Counter
+
+    spec = importlib.util.spec_from_file_location("verdict_kinds", ROOT / "benchmarks" / "verdict_kinds.py")
+    assert spec is not None and spec.loader is not None
+    vk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vk)
+    text = (ROOT / "docs" / "CASES.md").read_text()
+    part = text.split("\n### Verdict kinds per shared file\n", 1)[1].split("\n#", 1)[0]
+    rows = [line.strip("|").split("|") for line in part.splitlines() if line.startswith("| ")][1:]
+    checked = 0
+    for cells in rows:
+        name, now = cells[0].strip(), cells[3].strip()
+        if name.startswith("**"):
+            continue
+        key = next((k for k in vk.TOGETHER if k.removeprefix("thirdparty/") == name), None)
+        rels = (
+            vk.TOGETHER[key] if key else ((name if name.startswith("h200-probe/") else f"thirdparty/{name}"),)
+        )
+        analysis = analyze_frames(combine([read_file(shared_data / r) for r in rels]), path=name)
+        kinds = Counter(str(c.verdict.kind) for c in analysis.cases)
+        assert vk._kinds(dict(kinds)) == now, (name, now)
+        checked += 1
+    assert checked == len(SHARED_FILES) + len(vk.TOGETHER)

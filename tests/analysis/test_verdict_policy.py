@@ -394,3 +394,30 @@ def test_the_docs_table_of_verdict_kinds_is_todays(shared_data: Path) -> None:
         assert vk._kinds(dict(kinds)) == now, (name, now)
         checked += 1
     assert checked == len(SHARED_FILES) + len(vk.TOGETHER)
+
+
+def test_every_view_renders_a_no_measured_loss_verdict() -> None:
+    """The H200 gloo ranks' unshaped nvjet GEMM (one full wave, no split-K or aux, 1% gaps): explain's card,
+    show --json's row and the report's waterfall all render the stored verdict, its sentence and how to learn the
+    rest (the TUI's case screen is checked on every shared file by tests/tui/test_cross_view.py)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    run = ROOT / "samples" / "h200-ranks-gloo"
+    [case] = [c for c in analyze_run(open_run(run)).cases if c.verdict.kind == VerdictKind.NO_MEASURED_LOSS]
+    runner = CliRunner()
+    res = runner.invoke(cli, ["explain", str(run), "--all"], env={"COLUMNS": "400"})
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert "verdict: no-measured-loss — measured, and losing nothing: waves x1.000 (132 CTAs, 1 wave)" in flat
+    assert "to learn it: capture with `tracekit capture --ncu`" in flat
+    res = runner.invoke(cli, ["show", str(run), "--json"])
+    assert res.exit_code == 0, res.output
+    [row] = [g for g in json.loads(res.stdout)["gemms"] if g["id"] == case.id]
+    assert row["verdict"] == row["verdict_kind"] == "no-measured-loss"
+    res = runner.invoke(cli, ["report", str(run), "--all"])
+    assert res.exit_code == 0, res.output
+    assert f"**Verdict: no-measured-loss.** {case.verdict.sentence}" in res.output

@@ -25,8 +25,11 @@ The verdict (:func:`verdict_of`) is the factor that costs the most of the calls'
 kernel's time), where the evidence holds it: a report of
 launch statistics only cannot explain anything (it says what to capture); a kernel whose SMs and DRAM are both
 nearly idle is *stalled*; a report whose kernels all ran at one clock well below boost has *clocks locked*; a
-case without a FLOP count or a peak says what is missing. Nsight Compute's own findings ride along beside the
-waterfall, never instead of it.
+case without a FLOP count or a peak names its largest measured loss and says what stays unknown, or, where what
+was measured loses nothing, says so (*no measured loss*); only a case with nothing measured cannot be explained.
+Nsight Compute's finding with the largest estimated speed-up is a factor of its own where it counts
+(:mod:`.rules.ncu_findings`: carved out of the in-kernel loss, so the factors still multiply to the achieved
+rate); its other findings ride along beside the waterfall.
 """
 
 from __future__ import annotations

@@ -25,8 +25,11 @@ The verdict (:func:`verdict_of`) is the factor that costs the most of the calls'
 kernel's time), where the evidence holds it: a report of
 launch statistics only cannot explain anything (it says what to capture); a kernel whose SMs and DRAM are both
 nearly idle is *stalled*; a report whose kernels all ran at one clock well below boost has *clocks locked*; a
-case without a FLOP count or a peak says what is missing. Nsight Compute's own findings ride along beside the
-waterfall, never instead of it.
+case without a FLOP count or a peak names its largest measured loss and says what stays unknown, or, where what
+was measured loses nothing, says so (*no measured loss*); only a case with nothing measured cannot be explained.
+Nsight Compute's finding with the largest estimated speed-up is a factor of its own where it counts
+(:mod:`.rules.ncu_findings`: carved out of the in-kernel loss, so the factors still multiply to the achieved
+rate); its other findings ride along beside the waterfall.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from .rules import NO_LOSS, Ceiling, Factor, Rule
 from .rules.clock import LOCKED, LOCKED_REMEDY, locked
 from .rules.kernel import SHORT_REMEDY, STALL_MEANING, short_kernel_ns, short_sentence, stalled, top_stalls
 from .rules.memory import memory, memory_by_throughput
+from .rules.ncu_findings import FACTOR
 from .rules.registry import RULES, rule
 from .rules.tiles import parse_tile
 
@@ -70,6 +74,9 @@ UNKNOWN_WITHOUT_PEAK = "the % of peak and the kernel's own loss (in-kernel) stay
 UNKNOWN_ESTIMATED = "the achieved TFLOP/s stays unknown, and the in-kernel loss is Nsight Compute's estimate"
 """The same where Nsight Compute estimated the in-kernel loss (:mod:`.rules.ncu_estimate`)."""
 LAUNCH_STATS_HINT = "capture with the SpeedOfLight and Occupancy sections (tracekit capture --ncu does)"
+INSIDE_KERNEL = ("in-kernel", FACTOR)
+"""The factors of what happens inside the kernel (the residual, and Nsight Compute's finding carved out of it): a
+stalled or latency-bound kernel's verdict takes their place."""
 
 
 @dataclass
@@ -414,7 +421,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
         and case.timing.source == "ncu-replay"
         and not case.flops
     )
-    if launch_stats_only and blamed is None:
+    if launch_stats_only and blamed is None and not wf.factors:
         return _verdict(
             wf,
             VerdictKind.CANNOT_EXPLAIN,
@@ -431,7 +438,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
     unknown = f"{lack[0]}: {left}" if lack is not None else None
     learn = lack[1] if lack is not None else None
     short = short_kernel_ns(case)
-    if short is not None and stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+    if short is not None and stalled(case) and (blamed is None or blamed.name in INSIDE_KERNEL):
         # a few microseconds: launch and latency set its time before anything its warps wait on
         return _verdict(
             wf,
@@ -442,7 +449,7 @@ def verdict_of(wf: Waterfall) -> Verdict:
             capture_hint=learn,
             unknown=unknown,
         )
-    if stalled(case) and (blamed is None or blamed.name == "in-kernel"):
+    if stalled(case) and (blamed is None or blamed.name in INSIDE_KERNEL):
         stalls = top_stalls(case)
         why = ", ".join(f"{n} ({STALL_MEANING.get(n, n)})" for n, _, _ in stalls)
         row = case.ncu.row if case.ncu else {}
@@ -505,6 +512,16 @@ def verdict_of(wf: Waterfall) -> Verdict:
             capture_hint=learn,
             unknown=unknown,
         )
+    measured = _measured_no_loss(wf) if lack is not None else []
+    if lack is not None and measured:
+        # every factor measured without a rate loses nothing: say what was measured, and what stays unknown
+        return _verdict(
+            wf,
+            VerdictKind.NO_MEASURED_LOSS,
+            f"measured, and losing nothing: {'; '.join(measured)}. Unknown: {unknown}.",
+            capture_hint=learn,
+            unknown=unknown,
+        )
     if lack is not None or not wf.factors:
         return _verdict(
             wf,
@@ -515,6 +532,44 @@ def verdict_of(wf: Waterfall) -> Verdict:
     pct = wf.achieved_tflops / wf.peak_tflops * 100 if wf.achieved_tflops and wf.peak_tflops else None
     at = f"at {min(pct, 100.0):.0f}% of peak: " if pct is not None else ""
     return _verdict(wf, VerdictKind.NO_LOSS, f"{at}no factor loses more than {100 * (1 - NO_LOSS):.1f}%")
+
+
+def _join(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
+
+
+CALL_PARTS_ABSENT = ("no split-K reduce", "no auxiliary kernels", "no launch gaps")
+"""What a timeline shows of a call's own factors where they are absent: measured, and nothing lost."""
+
+
+def _measured_no_loss(wf: Waterfall) -> list[str]:
+    """What was measured without a FLOP count and found losing nothing worth blaming, in words (empty where
+    nothing was measured): each factor of the waterfall (all measured: ``waves x1.000``, a clock Nsight Compute
+    measured in its replay, launch gaps too small to blame) and, where the calls come from a timeline, the
+    call's factors it found absent (no split-K reduce, no auxiliary kernels, no launch gaps in the calls)."""
+    out: list[str] = []
+    for f in wf.factors:
+        said = f"{f.name} x{f.value:.3f}"
+        if f.name == "waves" and f.evidence.get("waves") is not None:
+            n = f.evidence["waves"]
+            said += f" ({f.evidence.get('grid_size')} CTAs, {n:g} wave{'s' if n != 1 else ''})"
+        why = f.evidence.get("not_blamed_because")
+        if f.value < NO_LOSS and f.evidence.get("blamed") is False:
+            said += f" (not blamed: {why})" if why else " (too little to blame)"
+        out.append(said)
+    t = wf.case.timing
+    if t.source == "timeline" and t.gemm_ns_total and t.calls:
+        names = {f.name for f in wf.factors}
+        absent = [
+            text
+            for name, text in zip(
+                ("split-K reduce", "aux kernels", "launch gaps"), CALL_PARTS_ABSENT, strict=True
+            )
+            if name not in names
+        ]
+        if absent:
+            out.append(f"in its {t.calls:,} call{'s' if t.calls != 1 else ''} {_join(absent)}")
+    return out
 
 
 def missing(case: CaseEvidence, peak: float | None) -> tuple[str, str] | None:

@@ -449,9 +449,14 @@ def recommendation_lines(rec: Recommendation) -> tuple[str, list[str], list[list
 
 def bench_hint(case: Any) -> str | None:
     """The explain card's pointer to ``bench gemm --shapes-from`` where the kernel itself is the largest loss
-    (the verdict's factor is ``in-kernel``) and the case has a shape and dtype a backend can be timed at. One
+    (the verdict's factor is ``in-kernel``, or Nsight Compute's finding inside it) and the case has a shape and dtype a backend can be timed at. One
     line that fits an 80-column card's border: RUN is the run the card belongs to."""
     s = case.shape
-    if case.verdict.factor != "in-kernel" or s is None or not s.dtype_a or (s.batch or 1) > 1:
+    if (
+        case.verdict.factor not in ("in-kernel", "ncu finding")
+        or s is None
+        or not s.dtype_a
+        or (s.batch or 1) > 1
+    ):
         return None
     return "other backends at this shape: tracekit bench gemm --shapes-from RUN"

@@ -320,6 +320,11 @@ class VerdictKind(enum.StrEnum):
     """The kernels of the operators around the GEMM (its fusion candidates) cost more than any factor."""
     LATENCY_BOUND = "latency-bound"
     """A GEMM kernel of a few microseconds with SM and DRAM nearly idle: launch and latency set its time."""
+    NO_MEASURED_LOSS = "no-measured-loss"
+    """No FLOP count or no peak, and every factor measured without one loses nothing (the waves fill the GPU, no
+    split-K reduce, no auxiliary kernels, no launch gaps): ``sentence`` says what was measured, ``unknown`` what
+    stays unknown (the achieved TFLOP/s or the % of peak, the kernel's own loss), ``capture_hint`` how to learn
+    it."""
 
 
 class Verdict(_S):
@@ -332,7 +337,8 @@ class Verdict(_S):
     costs, ``gain_pct`` the speed-up if removed. The blamed factor is the largest measured loss, also without a
     FLOP count (waves, clock, memory from DRAM throughput, split-K, aux, gaps are measured without one);
     ``unknown`` then says what stays unknown (the achieved rate, the kernel's own loss) and ``capture_hint`` how to
-    learn it. ``cannot-explain`` only where no factor is measured."""
+    learn it. ``no-measured-loss``: no rate or no peak, and what was measured without one loses nothing.
+    ``cannot-explain`` only where no factor is measured."""
 
     kind: VerdictKind
     sentence: str

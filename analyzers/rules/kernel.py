@@ -359,12 +359,44 @@ def _cause(
             "Profile the GEMM with `tracekit capture --ncu` to break this factor down (tensor pipe, stalls, "
             "occupancy).",
         )
+    if theo is not None and limiter and latency_bound(case) and not _warp_specialised(case):
+        # ncu measured the throughputs and the occupancy, not what the warps wait on (no WarpStateStats): the
+        # kernel waits, and its occupancy is what hides waiting
+        return _latency_cause(case, ev, theo, limiter)
     return ("kernel inefficiency", "Compare against a better-tuned backend for this shape.")
+
+
+def _latency_cause(case: CaseEvidence, ev: dict[str, Any], theo: float, limiter: str) -> tuple[str, str]:
+    """The cause of a latency-bound kernel whose profile has no stall reasons: the occupancy that hides (or does
+    not hide) its waiting, with its limiter and the achieved occupancy where measured."""
+    row = case.ncu.row if case.ncu else {}
+    sm, dram = float(row.get("compute_throughput_pct") or 0.0), float(row.get("dram_throughput_pct") or 0.0)
+    ach = row.get("achieved_occupancy_pct")
+    said = f", {float(ach):.0f}% achieved" if ach is not None else ""
+    res = limiter.replace("shared_mem", "shared memory").replace(" and ", " / ")
+    waits = f"Neither the SMs ({sm:.0f}% of peak) nor DRAM ({dram:.0f}%) are near their limit: the warps wait"
+    learn = "the WarpStateStats section (`tracekit capture --ncu` captures it) names what they wait on."
+    occupancy = f"{theo:.0f}% theoretical occupancy{said} ({ev.get('ctas_per_sm')} CTA/SM, limited by {res})"
+    if theo > FEW_WARPS_PCT:
+        return (
+            "latency-bound",
+            f"{waits} with {occupancy}, so not for want of warps: give each warp more independent work (more "
+            f"outputs per thread, loads issued ahead of use); {learn}",
+        )
+    return (
+        f"latency-bound at {theo:.0f}% occupancy (limited by {res})",
+        f"{waits}, and {occupancy} leaves few to hide it. Raise occupancy (fewer registers per thread: "
+        "__launch_bounds__ / maxrregcount; less shared memory per CTA) or give each warp more independent work; "
+        + learn,
+    )
 
 
 STALLED_PCT = 5.0
 """SM and DRAM throughput both at or below this (% of peak): the kernel is stalled, waiting (on a dependency, a
 barrier, a lock, the host), not limited by any unit or by occupancy."""
+FEW_WARPS_PCT = 35.0
+"""Theoretical occupancy at or below this (about a third of the warp slots) counts as few warps to hide a
+latency-bound kernel's waiting, where the profile names no stall reason."""
 BUSY_PCT = 80.0
 """A unit at or above this throughput (% of peak) bounds the kernel: Nsight Compute's own SOL threshold. Below it
 on both SM and DRAM the kernel is latency-bound."""

@@ -12,7 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import NO_LOSS, Factor, Rule, aux, clock, gaps, kernel, memory, ncu_estimate, splitk, waves
+from . import (
+    NO_LOSS,
+    Factor,
+    Rule,
+    aux,
+    clock,
+    gaps,
+    kernel,
+    memory,
+    ncu_estimate,
+    ncu_findings,
+    splitk,
+    waves,
+)
 
 __all__ = ["RULES", "kernel_limit", "rule"]
 
@@ -29,6 +42,7 @@ RULES: tuple[Rule, ...] = (
     clock.RULE,
     waves.RULE,
     memory.RULE,
+    ncu_findings.RULE,
     ncu_estimate.RULE,
     kernel.RULE,
     splitk.RULE,

@@ -22,7 +22,7 @@ EXPECTED: dict[str, dict[str, tuple[int, int, int, str, str | None]]] = {
         "triton_waves_control": (1408, 1536, 16384, "bf16", "not waves"),
     },
     "h200-foreign-simt_smem": {
-        "sgemm_smem_capped": (2048, 2048, 2048, "fp32", "in-kernel"),
+        "sgemm_smem_capped": (2048, 2048, 2048, "fp32", "ncu finding"),  # ncu's occupancy finding
         "sgemm_smem_control": (2048, 2048, 2048, "fp32", "in-kernel"),
     },
     "h200-foreign-cublas_small_m": {
@@ -199,7 +199,7 @@ def test_show_json_lists_the_user_ranges_of_a_foreign_run() -> None:
     rows = {g["range"]: g for g in json.loads(res.stdout)["gemms"]}
     assert set(rows) == {"sgemm_smem_capped", "sgemm_smem_control"}
     capped = rows["sgemm_smem_capped"]
-    assert capped["verdict"] == "in-kernel: occupancy limited by shared memory"
+    assert capped["verdict"] == "ncu finding: occupancy limited by shared memory"
     assert capped["flops_source"] == "ncu-counters" and capped["dtype"] == "fp32"
     assert capped["kernel_tflops"] == pytest.approx(
         2 * 2048**3 / (capped["gemm_time_us"] * 1e-6) / 1e12, rel=0.02

@@ -22,13 +22,12 @@ from tracekit.devices import DeviceSpec, match_device
 from tracekit.numbers import duration
 from tracekit.records import Environment, gpu_of
 
-from ..analysis.model import Shape
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
 from ..taxonomy.frames import evidence_gemm, ncu_evidence
 from .calls import ROLE
 from .case import GemmCase, context_key
-from .names import aux_key, classify_kernel, parse_gemm_name
+from .names import aux_key, classify_kernel, name_shape, parse_gemm_name
 from .parts import AuxUse, Call, Clock, KernelInfo, NcuPart, Timing
 from .roles import assign
 from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range, range_key
@@ -575,17 +574,7 @@ def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev
     """A tracekit GEMM range known only from ncu rows: every GEMM launch a call with its range's other kernels."""
     parsed = parse_gemm_name(name) or {}
     case = GemmCase(origin="ncu", name=name, range=name, backend=parsed.get("backend"), op=parsed.get("op"))
-    if parsed.get("m") and parsed.get("n") and parsed.get("k"):
-        case.shape = Shape(
-            m=parsed["m"],
-            n=parsed["n"],
-            k=parsed["k"],
-            dtype_a=parsed.get("dtype_a"),
-            dtype_b=parsed.get("dtype_b"),
-            dtype_out=parsed.get("dtype_out"),
-            scale=parsed.get("scale"),
-            source="range name",
-        )
+    case.shape = name_shape(parsed)
     case.device = _device_for_ncu(rows[0], device)
     case.device_name = rows[0].get("device_name")
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows

@@ -33,7 +33,7 @@ from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
 from .case import GemmCase, Place, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
-from .names import parse_gemm_name
+from .names import name_shape, parse_gemm_name
 from .parts import KernelInfo, Timing, shape_text
 from .ranges import resolve_ranges
 from .user_ranges import _GEMM_RANGE, range_key
@@ -318,12 +318,7 @@ def _tracekit_cases(
         case = GemmCase(origin="range", name=key[0], range=key[0], device=device)
         if parsed is not None:
             case.backend, case.op = parsed["backend"], parsed["op"]
-            if parsed["m"] and parsed["n"] and parsed["k"]:
-                case.shape = Shape(
-                    m=parsed["m"], n=parsed["n"], k=parsed["k"], dtype_a=parsed["dtype_a"],
-                    dtype_b=parsed["dtype_b"], dtype_out=parsed["dtype_out"], scale=parsed["scale"],
-                    source="range name",
-                )  # fmt: skip
+            case.shape = name_shape(parsed)
         elif r.get("m") and r.get("n") and r.get("k"):  # a gemm range another reader marked: its row's shape
             case.shape = Shape(
                 m=r["m"],

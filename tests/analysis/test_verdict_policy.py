@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.views import sample_analysis
 from tracekit.analyzers.analysis import Analysis
-from tracekit.analyzers.analysis.build import analyze_frames, analyze_run
+from tracekit.analyzers.analysis.build import analyze_frames
 from tracekit.analyzers.analysis.model import VerdictKind
 from tracekit.analyzers.importer import combine, detect_kind, read_file
 from tracekit.analyzers.rules import NO_LOSS
@@ -76,7 +77,7 @@ def _agree(analysis: Analysis) -> None:
 
 @pytest.mark.parametrize("name", SAMPLES)
 def test_verdicts_and_summary_agree_on_every_sample(name: str) -> None:
-    _agree(analyze_run(open_run(ROOT / "samples" / name)))
+    _agree(sample_analysis(name))
 
 
 @pytest.mark.slow

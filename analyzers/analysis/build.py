@@ -36,6 +36,7 @@ from .sections import (
     WhatIf,
     failure_groups,
 )
+from .tables import run_tables
 
 __all__ = ["analyze_frames", "analyze_run", "case_list", "device_notes", "order_cases"]
 
@@ -337,6 +338,7 @@ def analyze_frames(
         failure_groups=failure_groups(failures),
         ranks=_ranks(frames, environment, calibration),
         moe=_moe(frames, environment),
+        tables=run_tables(frames, limit=None) if breakdown == "all" else run_tables(frames),
     )
 
 

@@ -20,11 +20,12 @@ from typing import Any
 
 import msgspec
 
-from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, StepBreakdown
+from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, RunTables, StepBreakdown
 
-ANALYSIS_SCHEMA_VERSION = 2
+ANALYSIS_SCHEMA_VERSION = 3
 """Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis; 2: the breakdown, MoE and ranks
-typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``)."""
+typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``); 3: the run's tables of
+ranges, kernels and Nsight Compute kernels (``tables``), which show and the TUI render instead of the frames."""
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
@@ -50,6 +51,7 @@ __all__ = [
     "RankSummary",
     "RateClass",
     "RunInfo",
+    "RunTables",
     "Shape",
     "SourceInfo",
     "StepBreakdown",
@@ -496,7 +498,8 @@ class Analysis(_S):
     ``cases`` are ordered by time in calls (``timing.span_ns_total``), largest first. ``breakdown`` is the step
     breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None;
     ``failure_groups`` the failures grouped by backend, exception type and first message line, most frequent
-    first (every view shows these groups)."""
+    first (every view shows these groups); ``tables`` the run's range and kernel names by total time and its
+    Nsight Compute kernels (None only in an Analysis decoded from an older schema)."""
 
     run: RunInfo
     summary: Summary
@@ -508,6 +511,7 @@ class Analysis(_S):
     failure_groups: list[FailureGroup] = msgspec.field(default_factory=list)
     ranks: RankSummary | None = None
     moe: MoeSummary | None = None
+    tables: RunTables | None = None
 
     def case(self, case_id: str) -> Case:
         """The case with this id (KeyError when there is none)."""

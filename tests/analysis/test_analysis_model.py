@@ -61,7 +61,7 @@ def test_analysis_json_round_trip_and_frame(samples_dir: Path) -> None:
     a = Analysis(run=RunInfo(path="x"), summary=Summary(cases=len(cases)), cases=cases)
     data = a.to_json()
     assert Analysis.from_json(data) == a
-    assert msgspec.json.decode(data)["schema_version"] == 2
+    assert msgspec.json.decode(data)["schema_version"] == 3
     frame = a.cases_frame()
     assert frame.height == len(cases)
     assert frame["id"].to_list() == [c.id for c in cases]

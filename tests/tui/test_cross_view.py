@@ -97,6 +97,9 @@ def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
     )
     assert rows == want
     assert reported["failure_groups"] == explained["failure_groups"] == shown["failure_groups"]
+    # the run's tables (ranges and kernels by name, the Nsight Compute kernels): the Analysis' in every view
+    assert shown["tables"] == explained["tables"] == reported["tables"]
+    assert explained["tables"] is not None
     for i, (c, g, card) in enumerate(zip(a.cases, shown["gemms"], cards, strict=True), 1):
         t, mid = c.timing, median_call(c.timing)
         assert reported["cases"][i - 1] == explained["cases"][i - 1]

@@ -316,7 +316,8 @@ class OverviewScreen(FrameScreen):
         if self._ready():
             from tracekit.tui.screens.kernels import KernelsScreen
 
-            self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name))  # type: ignore[union-attr]
+            tables = self.analysis.tables if self.analysis is not None else None
+            self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name, tables))  # type: ignore[union-attr]
 
     def action_failures(self) -> None:
         if self._ready() and self._analysed():

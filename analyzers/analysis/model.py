@@ -20,12 +20,15 @@ from typing import Any
 
 import msgspec
 
-from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, RunTables, StepBreakdown
+from ..recommend import Recommendation
+from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, RunTables, StepBreakdown, WrongResult
 
 ANALYSIS_SCHEMA_VERSION = 3
 """Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis; 2: the breakdown, MoE and ranks
 typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``); 3: the run's tables of
-ranges, kernels and Nsight Compute kernels (``tables``), which show and the TUI render instead of the frames."""
+ranges, kernels and Nsight Compute kernels (``tables``), which show and the TUI render instead of the frames, and
+the measurements with wrong results (``wrong_results``), which compare reads, and a ``--shapes-from`` bench run's
+``recommendation``, which the report and the TUI render."""
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
@@ -60,6 +63,7 @@ __all__ = [
     "Unknown",
     "Verdict",
     "VerdictKind",
+    "WrongResult",
     "json_schema",
 ]
 
@@ -499,7 +503,9 @@ class Analysis(_S):
     breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None;
     ``failure_groups`` the failures grouped by backend, exception type and first message line, most frequent
     first (every view shows these groups); ``tables`` the run's range and kernel names by total time and its
-    Nsight Compute kernels (None only in an Analysis decoded from an older schema)."""
+    Nsight Compute kernels (None only in an Analysis decoded from an older schema); ``wrong_results`` the
+    measurements whose output was wrong, which the cases leave out; ``recommendation`` the backends table of a
+    ``bench gemm --shapes-from`` run (analyzers/recommend.py), None for any other run."""
 
     run: RunInfo
     summary: Summary
@@ -512,6 +518,8 @@ class Analysis(_S):
     ranks: RankSummary | None = None
     moe: MoeSummary | None = None
     tables: RunTables | None = None
+    wrong_results: list[WrongResult] = msgspec.field(default_factory=list)
+    recommendation: Recommendation | None = None
 
     def case(self, case_id: str) -> Case:
         """The case with this id (KeyError when there is none)."""

@@ -36,6 +36,7 @@ __all__ = [
     "Slice",
     "StepBreakdown",
     "WhatIf",
+    "WrongResult",
     "failure_groups",
     "first_line",
 ]
@@ -389,6 +390,21 @@ class RunTables(_S):
     kernels: list[KernelRow] = msgspec.field(default_factory=list)
     kernels_total: int = 0
     ncu_kernels: list[NcuKernelRow] = msgspec.field(default_factory=list)
+
+
+class WrongResult(_S):
+    """A measurement whose output was wrong (all zeros, NaN, or off the fp32 reference beyond its dtype's
+    tolerance): the cases leave it out; ``compare`` says a GEMM measured right in one run and wrong in the other
+    broke. ``rel_error`` the relative error against the reference."""
+
+    backend: str | None = None
+    op: str | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    dtype: str | None = None
+    range: str | None = None
+    rel_error: float | None = None
 
 
 # --- failures grouped -------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The run's tables of the :class:`~.model.Analysis` (:class:`~.sections.RunTables`), grouped from the frames once,
-when the Analysis is built: range names and kernel names by total time, and the Nsight Compute kernels. ``show``
-and the TUI render them; none of them reads the frames for these tables."""
+when the Analysis is built: range names and kernel names by total time, and the Nsight Compute kernels (``show``
+and the TUI render them; none of them reads the frames for these tables); and the measurements with wrong results
+(:func:`wrong_results`, what ``compare`` reads)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from .sections import TABLE_ROWS, KernelRow, NcuKernelRow, RangeRow, RunTables
+from .sections import TABLE_ROWS, KernelRow, NcuKernelRow, RangeRow, RunTables, WrongResult
 
-__all__ = ["kernel_rows", "ncu_kernel_rows", "range_rows", "run_tables"]
+__all__ = ["kernel_rows", "ncu_kernel_rows", "range_rows", "run_tables", "wrong_results"]
 
 
 def _frame(frames: Mapping[str, pl.DataFrame], name: str) -> pl.DataFrame | None:
@@ -114,3 +115,16 @@ def run_tables(frames: Mapping[str, pl.DataFrame], limit: int | None = TABLE_ROW
         kernels_total=kernels_total,
         ncu_kernels=ncu_kernel_rows(frames),
     )
+
+
+_WRONG_FIELDS = tuple(WrongResult.__struct_fields__)
+
+
+def wrong_results(frames: Mapping[str, pl.DataFrame]) -> list[WrongResult]:
+    """The measurements whose status is ``wrong``, in the order measured."""
+    meas = _frame(frames, "measurements")
+    if meas is None or "status" not in meas.columns:
+        return []
+    have = [c for c in _WRONG_FIELDS if c in meas.columns]
+    wrong = meas.filter(pl.col("status") == "wrong").select(have)
+    return [WrongResult(**r) for r in wrong.iter_rows(named=True)]

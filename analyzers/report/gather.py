@@ -246,18 +246,21 @@ def build_report(
     settings, the reproducing command, which cases ``--gemm`` selected and which of them get a waterfall (the
     ``top`` with the most time in calls; None: all), Nsight Compute's findings per distinct finding and the failures
     grouped. ``device`` overrides the GPU the files name (``--device``)."""
-    if frames is None:
-        from ..store import load_frames
-
-        frames = load_frames(run)
     if analysis is None:
         from ..analysis import analyze_frames
+        from ..store import load_frames
 
         analysis = analyze_frames(
-            frames, run=run, device=device, calibration=calibration, calibration_source=calibration_source
+            frames if frames is not None else load_frames(run),
+            run=run,
+            device=device,
+            calibration=calibration,
+            calibration_source=calibration_source,
         )
     data = analysis.to_builtins()
-    record = run.record  # after load_frames: a rebuild in memory sets the run's sources and import warnings
+    record = (
+        run.record
+    )  # after the frames were read (a rebuild in memory sets the run's sources and warnings)
     cases = data["cases"]
     numbered = [(i, c) for i, c in enumerate(cases, 1) if case_matches(c, gemm_filter)]
     cards = numbered if top is None else numbered[:top]
@@ -294,7 +297,7 @@ def build_report(
                 "ncu_kernels": analysis.run.ncu_kernel_count,
                 "timeline_kernels": analysis.run.kernel_count,
             },
-            "recommendation": recommendation_data(run, frames),
+            "recommendation": recommendation_data(analysis),
             "ncu_findings": _ncu_findings(numbered),
             "failure_groups": data["failure_groups"],  # the Analysis' groups (one rule for every view)
         },

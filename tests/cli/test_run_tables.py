@@ -87,11 +87,12 @@ def test_show_json_tables_are_the_frames_grouped(
     assert [r["duration_ns"] for r in tables["ncu_kernels"]] == ncu["duration_ns"].to_list()
 
 
-def test_show_renders_the_tables_and_reads_no_frame(
+def test_the_views_render_the_analysis_and_read_no_frame(
     imported: dict[str, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``show`` (table and --json) and ``explain`` of an imported run read none of its frames but the devices
-    (which name the calibration the stored Analysis is keyed by): every table is the stored Analysis'. The table's rows are its rows, cut to --limit with the count of those left out."""
+    """``show`` (table and --json), ``explain``, ``report`` (every format) and ``compare`` of imported runs read
+    none of their frames but the devices (which name the calibration the stored Analysis is keyed by): every table
+    is the stored Analysis'. The table's rows are its rows, cut to --limit with the count of those left out."""
     from tracekit.analyzers import store
 
     run = imported["h200-capture-gemm"]
@@ -108,6 +109,9 @@ def test_show_renders_the_tables_and_reads_no_frame(
     out = cli(capsys, monkeypatch, "show", str(run), "--limit", "2", columns=250)
     cli(capsys, monkeypatch, "show", str(run), "--json")
     cli(capsys, monkeypatch, "explain", str(run))
+    for fmt in ("md", "json", "html"):
+        cli(capsys, monkeypatch, "report", str(run), "--format", fmt, "-o", str(run.parent / f"r.{fmt}"))
+    cli(capsys, monkeypatch, "compare", str(run), str(imported["h100-serve-torchprof"]), "--json")
     # only the small devices frame, which names the calibration profile the stored Analysis is keyed by
     assert set(read) <= {"devices"}, read
     t = analysis.tables

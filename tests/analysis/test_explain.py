@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tests.support.cases import blamed, cases, factor
 from tests.support.explain_data import H200, frames, ncu_row, probe_frames, timeline
-from tracekit.analyzers.analysis import Analysis, RunInfo, Summary
+from tracekit.analyzers.analysis import ANALYSIS_SCHEMA_VERSION, Analysis, RunInfo, Summary
 from tracekit.analyzers.explain import explain_case
 from tracekit.analyzers.gemm import build_cases
 from tracekit.frames import SPECS
@@ -164,7 +164,7 @@ def test_imported_probe_run_and_cli(shared_data: Path, tmp_path: Path) -> None:
     res = runner.invoke(cli, ["explain", str(run.path), "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert data["schema_version"] == 2 and len(data["cases"]) == 5
+    assert data["schema_version"] == ANALYSIS_SCHEMA_VERSION and len(data["cases"]) == 5
     spans = [c["timing"]["span_ns_total"] for c in data["cases"]]
     assert spans == sorted(spans, reverse=True)  # most time in calls first
     big = next(c for c in data["cases"] if c["range"] == BIG)

@@ -15,10 +15,11 @@ results) in NEW is ``broken``: the gate fails on regressions and broken GEMMs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from tracekit.records import Environment
@@ -145,9 +146,10 @@ def _point(p: GemmPoint) -> dict[str, Any]:
     }
 
 
-def _failure_keys(frames: dict[str, pl.DataFrame]) -> dict[Key, dict[str, Any]]:
+def _failure_keys(failures: Iterable[Mapping[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """The failures by (backend, op, M, N, K), the first of each key kept."""
     out: dict[Key, dict[str, Any]] = {}
-    for r in frames["failures"].iter_rows(named=True):
+    for r in failures:
         key = (r.get("backend"), r.get("op"), r.get("m"), r.get("n"), r.get("k"))
         first = next((ln.strip() for ln in str(r.get("message") or "").splitlines() if ln.strip()), "")
         out.setdefault(
@@ -193,9 +195,24 @@ def _classify(b: GemmPoint, n: GemmPoint, threshold_pct: float) -> tuple[str, fl
     return "within threshold", band
 
 
+def _failures_of(analysis: Any, frames: Mapping[str, pl.DataFrame] | None) -> list[dict[str, Any]]:
+    if analysis is not None:
+        return [msgspec.structs.asdict(f) for f in analysis.failures]
+    assert frames is not None, "compare_runs needs a run's frames or its Analysis"
+    return frames["failures"].to_dicts()
+
+
+def _wrong_of(analysis: Any, frames: Mapping[str, pl.DataFrame] | None) -> list[dict[str, Any]]:
+    if analysis is not None:
+        return [msgspec.structs.asdict(w) for w in analysis.wrong_results]
+    assert frames is not None, "compare_runs needs a run's frames or its Analysis"
+    meas = frames["measurements"]
+    return meas.filter(pl.col("status") == "wrong").to_dicts() if meas.height else []
+
+
 def compare_runs(
-    base: dict[str, pl.DataFrame],
-    new: dict[str, pl.DataFrame],
+    base: Mapping[str, pl.DataFrame] | None,
+    new: Mapping[str, pl.DataFrame] | None,
     *,
     threshold_pct: float = DEFAULT_THRESHOLD_PCT,
     base_environment: Environment | dict[str, Any] | None = None,
@@ -207,18 +224,21 @@ def compare_runs(
     ``only_in_new`` (labels; ``only_in_base_gemms`` / ``only_in_new_gemms`` the same GEMMs with shape, time and
     TFLOP/s), ``new_failures``, ``fixed_failures``, ``changed_failures``, ``regressions`` (labels) and
     ``passed`` (no regression and nothing broken). ``base_analysis`` / ``new_analysis`` are the runs' Analyses
-    (built from the frames and environments when not given); the frames give the failures and the measurements
-    with wrong results."""
+    (built from the frames and environments when not given), which give the failures and the measurements with
+    wrong results too; the frames (None where both Analyses are given) are read only without them."""
     from .analysis import case_list
 
     base_cases = (
-        base_analysis.cases if base_analysis is not None else case_list(base, environment=base_environment)
+        base_analysis.cases if base_analysis is not None else case_list(base, environment=base_environment)  # type: ignore[arg-type]
     )
     new_cases = (
-        new_analysis.cases if new_analysis is not None else case_list(new, environment=new_environment)
+        new_analysis.cases if new_analysis is not None else case_list(new, environment=new_environment)  # type: ignore[arg-type]
     )
     bp, np_ = gemm_points(base_cases), gemm_points(new_cases)
-    bf, nf = _failure_keys(base), _failure_keys(new)
+    # the failures and the wrong results from the Analyses where given (every view renders the Analysis), else
+    # from the frames
+    bf = _failure_keys(_failures_of(base_analysis, base))
+    nf = _failure_keys(_failures_of(new_analysis, new))
     rows: list[dict[str, Any]] = []
     for key, b in bp.items():
         n = np_.get(key)
@@ -284,23 +304,21 @@ def compare_runs(
                 }
             )
     # The GEMM analysis leaves out measurements with wrong results; a GEMM right in BASE and wrong in NEW broke.
-    meas = new["measurements"]
-    if meas.height:
-        for r in meas.filter(pl.col("status") == "wrong").iter_rows(named=True):
-            key = _key(r["backend"], r["m"], r["n"], r["k"], r["dtype"], r["range"])
-            if key in bp and key not in np_:
-                rows.append(
-                    {
-                        "gemm": _label(bp[key]),
-                        "key": list(key),
-                        "backend": r["backend"],
-                        "m": r["m"],
-                        "n": r["n"],
-                        "k": r["k"],
-                        "status": "broken",
-                        "error": f"wrong result (relative error {r['rel_error']})",
-                    }
-                )
+    for r in _wrong_of(new_analysis, new):
+        key = _key(r["backend"], r["m"], r["n"], r["k"], r["dtype"], r["range"])
+        if key in bp and key not in np_:
+            rows.append(
+                {
+                    "gemm": _label(bp[key]),
+                    "key": list(key),
+                    "backend": r["backend"],
+                    "m": r["m"],
+                    "n": r["n"],
+                    "k": r["k"],
+                    "status": "broken",
+                    "error": f"wrong result (relative error {r['rel_error']})",
+                }
+            )
     regressions = [r["gemm"] for r in rows if r["status"] in ("regression", "broken")]
     return {
         "threshold_pct": threshold_pct,

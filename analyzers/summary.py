@@ -1,9 +1,8 @@
-"""The summary of a run that ``tracekit show`` prints: device(s), counts, per-range and per-kernel tables,
-measured GEMMs and failures. Pure functions over frames; the command only renders."""
+"""The summary of a run that ``tracekit show`` prints: device(s), counts, measured GEMMs and failures, a
+projection of the run's Analysis (its per-range and per-kernel tables included); the command only renders."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -75,59 +74,6 @@ def crash_evidence(failure: dict[str, Any]) -> list[tuple[str, str]]:
     if failure.get("stderr_tail"):
         out.append(("the program's last stderr lines", str(failure["stderr_tail"]).rstrip()))
     return out
-
-
-def range_table(frames: Mapping[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
-    """Ranges grouped by name: count, total and median duration, kernels inside. A lazy query over the columns
-    it needs (the run's files scanned, for ``store.RunFrames``)."""
-    from .store import scan_of
-
-    ranges = scan_of(frames, "ranges").select("range_id", "name", "start_ns", "end_ns")
-    kcount = (
-        scan_of(frames, "kernels")
-        .select("range_id")
-        .filter(pl.col("range_id").is_not_null())
-        .group_by("range_id")
-        .agg(pl.len().alias("nk"))
-    )
-    return (
-        ranges.join(kcount, on="range_id", how="left")
-        .with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
-        .group_by("name")
-        .agg(
-            pl.len().alias("count"),
-            pl.col("ms").sum().alias("total_ms"),
-            pl.col("ms").median().alias("median_ms"),
-            pl.col("nk").fill_null(0).sum().alias("kernels"),
-        )
-        .sort("total_ms", descending=True, nulls_last=True)
-        .head(limit)
-        .collect()
-    )
-
-
-def kernel_table(frames: Mapping[str, pl.DataFrame], limit: int = 20) -> pl.DataFrame:
-    """Timeline kernels grouped by name: launches, total and mean time, share of GPU time. A lazy query over the
-    two columns it needs."""
-    from .store import scan_of
-
-    k = scan_of(frames, "kernels").select("name", "duration_ns")
-    return (
-        k.group_by("name")
-        .agg(
-            pl.len().alias("launches"),
-            (pl.col("duration_ns").sum() / 1e6).alias("total_ms"),
-            (pl.col("duration_ns").mean() / 1e3).alias("mean_us"),
-            pl.col("duration_ns").sum().alias("_ns"),
-        )
-        .with_columns(
-            (pl.col("total_ms") * 1e6 / pl.max_horizontal(pl.col("_ns").sum(), pl.lit(1)) * 100).alias("pct")
-        )
-        .drop("_ns")
-        .sort("total_ms", descending=True)
-        .head(limit)
-        .collect()
-    )
 
 
 def case_row(case: Any) -> dict[str, Any]:
@@ -205,11 +151,12 @@ def case_row(case: Any) -> dict[str, Any]:
     }
 
 
-def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> dict[str, Any]:
+def summary(run: Run, frames: dict[str, pl.DataFrame] | None = None, analysis: Any = None) -> dict[str, Any]:
     """The JSON object of ``tracekit show --json``: the run's counts, frames-level facts and a projection of its
     Analysis (``gemms``: :func:`case_row` per case, largest GPU time first; ``summary``; ``failures``; ``moe``;
     ``ranks``; ``breakdown``: the step breakdown, the range names with the longest GPU windows unless the Analysis
-    was built with ``breakdown="all"``). ``analysis`` is the run's Analysis, built here when not given."""
+    was built with ``breakdown="all"``; ``tables``: the Analysis' run tables). ``analysis`` is the run's Analysis,
+    loaded here (from ``frames`` when given) when not given."""
     import msgspec
 
     if analysis is None:
@@ -254,6 +201,8 @@ def summary(run: Run, frames: dict[str, pl.DataFrame], analysis: Any = None) -> 
     }
     if analysis.breakdown is not None:
         out["breakdown"] = msgspec.to_builtins(analysis.breakdown)
+    if analysis.tables is not None:
+        out["tables"] = msgspec.to_builtins(analysis.tables)
     if analysis.moe is not None:
         moe = msgspec.to_builtins(analysis.moe)
         out["moe"] = {"launches": moe["launches"], "whatif": moe["whatif"]}

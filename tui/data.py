@@ -110,7 +110,8 @@ class RunData:
 
     @property
     def failure_count(self) -> int:
-        return self.frames["failures"].height
+        """The run's failures, from the manifest's count (no frame read for the header)."""
+        return self.count("failures")
 
     def count(self, name: str) -> int:
         """A frame's rows, without reading the frame where the manifest counts them."""

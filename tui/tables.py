@@ -23,6 +23,7 @@ __all__ = [
     "kernel_groups",
     "kernel_view",
     "plot_series",
+    "tables_kernels",
 ]
 
 
@@ -171,6 +172,26 @@ def kernel_groups(kernels: pl.DataFrame) -> pl.DataFrame:
         .with_columns((pl.col("total_ns") / total * 100.0).alias("pct"))
         .sort("total_ns", descending=True, nulls_last=True)
     )
+
+
+def tables_kernels(tables: Any) -> pl.DataFrame:
+    """The Analysis' kernels by name (:class:`~tracekit.analyzers.analysis.sections.RunTables`) with
+    :func:`kernel_groups`' columns, most total time first."""
+    schema = {
+        "name": pl.String,
+        "launches": pl.UInt32,
+        "total_ns": pl.Int64,
+        "mean_ns": pl.Float64,
+        "min_ns": pl.Int64,
+        "max_ns": pl.Int64,
+        "pct": pl.Float64,
+    }
+    rows = [
+        {"name": r.name, "launches": r.launches, "total_ns": r.total_ns, "mean_ns": r.mean_ns,
+         "min_ns": r.min_ns, "max_ns": r.max_ns, "pct": r.pct}
+        for r in tables.kernels
+    ]  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)
 
 
 def case_ref(case: Any) -> dict[str, Any]:

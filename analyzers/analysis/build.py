@@ -48,6 +48,7 @@ from .sections import (
     WhatIf,
     failure_groups,
 )
+from .tables import run_tables, wrong_results
 
 if TYPE_CHECKING:
     from ..explain import Waterfall
@@ -460,6 +461,16 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
     return msgspec.structs.replace(result, headline=line)
 
 
+def _recommendation(run: Run | None, frames: dict[str, pl.DataFrame]) -> Any:
+    """The backends table of a ``bench gemm --shapes-from`` run (its manifest's plan, its measurements and
+    failures), None for any other run."""
+    if run is None:
+        return None
+    from ..recommend import recommendation_of
+
+    return recommendation_of(run.record, frames)
+
+
 # --- all together ------------------------------------------------------------------------------------------------------
 def analyze_frames(
     frames: dict[str, pl.DataFrame],
@@ -504,6 +515,9 @@ def analyze_frames(
         failure_groups=failure_groups(failures),
         ranks=_ranks(frames, environment, calibration),
         moe=_moe(frames, environment),
+        tables=run_tables(frames, limit=None) if breakdown == "all" else run_tables(frames),
+        wrong_results=wrong_results(frames),
+        recommendation=_recommendation(run, frames),
     )
 
 

@@ -20,14 +20,18 @@ from typing import Any
 
 import msgspec
 
-from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, StepBreakdown
+from ..recommend import Recommendation
+from .sections import FailureGroup, MoeSummary, RankRow, RankSummary, RunTables, StepBreakdown, WrongResult
 
-ANALYSIS_SCHEMA_VERSION = 3
+ANALYSIS_SCHEMA_VERSION = 4
 """Version of the Analysis JSON (docs/ANALYSIS.md). 1: the first typed analysis; 2: the breakdown, MoE and ranks
 typed (analysis/sections.py), the failures grouped in the Analysis (``failure_groups``); 3: one case model (the
 rules read the Case's own parts): ``kernel`` gains the PyTorch profiler's ``blocks_per_sm`` and
 ``est_occupancy_pct``, ``timing`` gains ``busy_ns``, ``gap_max_ns``, ``aux_apart_runs``, ``aux_apart_ns`` and
-``aux_by_order_ns_total``."""
+``aux_by_order_ns_total``; 4: the run's tables of ranges, kernels and Nsight Compute kernels (``tables``), which
+show and the TUI render instead of the frames, the measurements with wrong results (``wrong_results``), which
+compare reads, a ``--shapes-from`` bench run's ``recommendation``, which the report and the TUI render, and the
+verdict kind ``no-measured-loss``."""
 
 __all__ = [
     "ANALYSIS_SCHEMA_VERSION",
@@ -53,6 +57,7 @@ __all__ = [
     "RankSummary",
     "RateClass",
     "RunInfo",
+    "RunTables",
     "Shape",
     "SourceInfo",
     "StepBreakdown",
@@ -61,6 +66,7 @@ __all__ = [
     "Unknown",
     "Verdict",
     "VerdictKind",
+    "WrongResult",
     "json_schema",
 ]
 
@@ -519,7 +525,10 @@ class Analysis(_S):
     ``cases`` are ordered by time in calls (``timing.span_ns_total``), largest first. ``breakdown`` is the step
     breakdown (GPU time by kernel class, idle, overlap) where the analyzers build one, else None;
     ``failure_groups`` the failures grouped by backend, exception type and first message line, most frequent
-    first (every view shows these groups)."""
+    first (every view shows these groups); ``tables`` the run's range and kernel names by total time and its
+    Nsight Compute kernels (None only in an Analysis decoded from an older schema); ``wrong_results`` the
+    measurements whose output was wrong, which the cases leave out; ``recommendation`` the backends table of a
+    ``bench gemm --shapes-from`` run (analyzers/recommend.py), None for any other run."""
 
     run: RunInfo
     summary: Summary
@@ -531,6 +540,9 @@ class Analysis(_S):
     failure_groups: list[FailureGroup] = msgspec.field(default_factory=list)
     ranks: RankSummary | None = None
     moe: MoeSummary | None = None
+    tables: RunTables | None = None
+    wrong_results: list[WrongResult] = msgspec.field(default_factory=list)
+    recommendation: Recommendation | None = None
 
     def case(self, case_id: str) -> Case:
         """The case with this id (KeyError when there is none)."""

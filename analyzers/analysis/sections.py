@@ -1,5 +1,6 @@
 """The run-wide parts of the :class:`~.model.Analysis`, typed: the step breakdown, the grouped (MoE) launches,
-the cross-rank analysis and the failures grouped by one rule (docs/ANALYSIS.md).
+the cross-rank analysis, the failures grouped by one rule and the run's tables of ranges, kernels and Nsight
+Compute kernels (docs/ANALYSIS.md).
 
 Every view renders these Structs as they are (no view regroups failures or recomputes the breakdown). Like the
 rest of the model they import msgspec only: decoding an Analysis stays cheap. Field names are the JSON keys;
@@ -15,21 +16,27 @@ import msgspec
 
 __all__ = [
     "IDLE",
+    "TABLE_ROWS",
     "ClassShare",
     "Collectives",
     "ExpertRow",
     "FailureGroup",
     "HistogramBin",
+    "KernelRow",
     "MoeLaunch",
     "MoeSummary",
+    "NcuKernelRow",
+    "RangeRow",
     "RankGemm",
     "RankRow",
     "RankSpread",
     "RankStep",
     "RankSummary",
+    "RunTables",
     "Slice",
     "StepBreakdown",
     "WhatIf",
+    "WrongResult",
     "failure_groups",
     "first_line",
 ]
@@ -326,6 +333,78 @@ class RankSummary(_S):
     steps: list[RankStep] = msgspec.field(default_factory=list)
     collectives: Collectives = msgspec.field(default_factory=Collectives)
     notes: list[str] = msgspec.field(default_factory=list)
+
+
+# --- the run's tables (show's top ranges and kernels, its Nsight Compute kernels; the TUI's kernels by name) -------
+TABLE_ROWS = 200
+"""Rows :class:`RunTables` keeps per table in the stored Analysis (the names with the most total time); an Analysis
+built with every range name of the breakdown (``show --all``) keeps every row."""
+
+
+class RangeRow(_S):
+    """One range name: its ``count`` instances, their total and median duration (ns; None where no instance has
+    an end) and the kernels launched inside them (each kernel counted in its innermost range)."""
+
+    name: str | None
+    count: int
+    total_ns: int | None
+    median_ns: float | None
+    kernels: int
+
+
+class KernelRow(_S):
+    """One kernel name on the timeline: launches, total, mean, shortest and longest duration (ns) and ``pct``,
+    its share of every kernel's time."""
+
+    name: str | None
+    launches: int
+    total_ns: int
+    mean_ns: float | None
+    min_ns: int | None
+    max_ns: int | None
+    pct: float
+
+
+class NcuKernelRow(_S):
+    """One kernel Nsight Compute profiled, in the report's order: its name, NVTX range, duration, SM clock,
+    achieved occupancy, tensor-pipe activity and the report's clock control."""
+
+    ncu_id: int | None
+    name: str | None
+    nvtx_range: str | None = None
+    duration_ns: float | None = None
+    sm_clock_hz: float | None = None
+    achieved_occupancy_pct: float | None = None
+    tensor_pipe_pct: float | None = None
+    clock_control: str | None = None
+
+
+class RunTables(_S):
+    """The run's tables, grouped once when the Analysis is built (no view groups the frames): ``ranges`` by name
+    and ``kernels`` by name, most total time first, the first :data:`TABLE_ROWS` of ``ranges_total`` /
+    ``kernels_total`` names (every one in an Analysis built with ``breakdown="all"``); ``ncu_kernels`` every
+    profiled kernel."""
+
+    ranges: list[RangeRow] = msgspec.field(default_factory=list)
+    ranges_total: int = 0
+    kernels: list[KernelRow] = msgspec.field(default_factory=list)
+    kernels_total: int = 0
+    ncu_kernels: list[NcuKernelRow] = msgspec.field(default_factory=list)
+
+
+class WrongResult(_S):
+    """A measurement whose output was wrong (all zeros, NaN, or off the fp32 reference beyond its dtype's
+    tolerance): the cases leave it out; ``compare`` says a GEMM measured right in one run and wrong in the other
+    broke. ``rel_error`` the relative error against the reference."""
+
+    backend: str | None = None
+    op: str | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    dtype: str | None = None
+    range: str | None = None
+    rel_error: float | None = None
 
 
 # --- failures grouped -------------------------------------------------------------------------------------------------

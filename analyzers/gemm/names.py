@@ -9,6 +9,7 @@ from typing import Any
 
 from tracekit import naming
 
+from ..analysis.model import Shape
 from ..taxonomy import classify_name, signature_rate_class
 
 
@@ -37,6 +38,23 @@ def parse_gemm_name(name: str | None) -> dict[str, Any] | None:
         "dtype_out": f.get("out"),
         "scale": f.get("scale"),
     }
+
+
+def name_shape(parsed: dict[str, Any] | None) -> Shape | None:
+    """The shape a GEMM range name gives (:func:`parse_gemm_name`'s fields; ``source`` "range name"), None when
+    the name is not a GEMM range or lacks one of M, N and K."""
+    if not parsed or not (parsed.get("m") and parsed.get("n") and parsed.get("k")):
+        return None
+    return Shape(
+        m=parsed["m"],
+        n=parsed["n"],
+        k=parsed["k"],
+        dtype_a=parsed.get("dtype_a"),
+        dtype_b=parsed.get("dtype_b"),
+        dtype_out=parsed.get("dtype_out"),
+        scale=parsed.get("scale"),
+        source="range name",
+    )
 
 
 def aux_key(name: str | None) -> tuple[str, int, int] | None:

@@ -24,13 +24,13 @@ from tracekit.devices import DeviceSpec, match_device
 from tracekit.numbers import duration
 from tracekit.records import Environment, gpu_of
 
-from ..analysis.model import AuxKernel, Shape, Timing
+from ..analysis.model import AuxKernel, Timing
 from ..flops import COUNTER_PREFIXES, CountedFlops, counted_flops
 from ..taxonomy import classify_name
 from ..taxonomy.frames import evidence_gemm, ncu_evidence
 from .calls import ROLE
 from .case import CaseEvidence, context_key
-from .names import aux_key, classify_kernel, parse_gemm_name
+from .names import aux_key, classify_kernel, name_shape, parse_gemm_name
 from .parts import Clock, NcuPart, call, filled, kernel_ref, timing_from_calls
 from .roles import assign
 from .user_ranges import _GEMM_RANGE, _gemm_like, is_op_range, range_key
@@ -648,18 +648,7 @@ def _short(name: str | None) -> str:
 def tracekit_ncu_case(name: str, rows: list[dict], device: DeviceSpec | None, ev: Evidence) -> CaseEvidence:
     """A tracekit GEMM range known only from ncu rows: every GEMM launch a call with its range's other kernels."""
     parsed = parse_gemm_name(name) or {}
-    shape = None
-    if parsed.get("m") and parsed.get("n") and parsed.get("k"):
-        shape = Shape(
-            m=parsed["m"],
-            n=parsed["n"],
-            k=parsed["k"],
-            dtype_a=parsed.get("dtype_a"),
-            dtype_b=parsed.get("dtype_b"),
-            dtype_out=parsed.get("dtype_out"),
-            scale=parsed.get("scale"),
-            source="range name",
-        )
+    shape = name_shape(parsed)
     mains = [r for r in rows if classify_kernel(r.get("name")) == "main"] or rows
     gemm, aux = _ncu_calls(rows, {r["ncu_id"] for r in mains}, by_role=False)
     timing, aux_kernels = _timing(gemm, aux)

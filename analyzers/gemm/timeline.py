@@ -34,7 +34,7 @@ from ..taxonomy.frames import EVIDENCE_EXEMPT
 from .calls import aggregate, tracekit_calls, user_calls
 from .case import CaseEvidence, Place, case_id, context_key, is_step
 from .graph_replay import NO_SHAPE_NOTE
-from .names import parse_gemm_name
+from .names import name_shape, parse_gemm_name
 from .parts import kernel_ref, shape_text
 from .ranges import resolve_ranges
 from .user_ranges import _GEMM_RANGE, range_key
@@ -323,12 +323,7 @@ def _tracekit_cases(
         backend = op = shape = None
         if parsed is not None:
             backend, op = parsed["backend"], parsed["op"]
-            if parsed["m"] and parsed["n"] and parsed["k"]:
-                shape = Shape(
-                    m=parsed["m"], n=parsed["n"], k=parsed["k"], dtype_a=parsed["dtype_a"],
-                    dtype_b=parsed["dtype_b"], dtype_out=parsed["dtype_out"], scale=parsed["scale"],
-                    source="range name",
-                )  # fmt: skip
+            shape = name_shape(parsed)
         elif r.get("m") and r.get("n") and r.get("k"):  # a gemm range another reader marked: its row's shape
             shape = Shape(
                 m=r["m"],

@@ -35,22 +35,22 @@ _LIBS = (
 )
 
 
-def _environment(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
-    from ..summary import devices
-
+def _environment(run: Run, analysis: Any) -> dict[str, Any]:
+    """The capture's environment (run.json), the GPU filled in from the Analysis' devices where run.json names
+    none, and the package versions from the Analysis' failure records where run.json has none."""
     env = run.record.environment
     gpu = gpu_of(env)
-    devs = devices(frames, run)
+    devs = [
+        {"name": d.name, "compute_capability": d.compute_capability, "sm_count": d.sm_count}
+        for d in analysis.devices
+    ]
     dev = devs[0] if devs else {}
     versions = {k: v for k, v in (env.versions or {}).items() if v}
     versions_source = "run.json" if versions else None
-    if not versions and frames["failures"].height:
-        for pairs in frames["failures"]["versions"].drop_nulls().to_list():
-            found = {p["package"]: p["version"] for p in pairs if p["version"]}
-            if found:
-                versions = found
-                versions_source = "failure records"
-                break
+    if not versions:
+        found = next((f.versions for f in analysis.failures if f.versions), None)
+        if found:
+            versions, versions_source = dict(found), "failure records"
     return {
         "gpu": gpu.name or dev.get("name"),
         "compute_capability": gpu.compute_capability or dev.get("compute_capability"),
@@ -82,13 +82,13 @@ def _with_device(env: dict[str, Any], analysis: Any) -> dict[str, Any]:
     }
 
 
-def _capture(run: Run, frames: dict[str, pl.DataFrame]) -> dict[str, Any]:
+def _capture(run: Run, analysis: Any) -> dict[str, Any]:
     cap = run.record.capture
     ncu = cap.ncu or NcuCapture()
     clock = ncu.clock_control
     clock_from = "capture settings" if clock else None
-    if not clock and frames["ncu"].height:
-        seen = sorted(frames["ncu"]["clock_control"].drop_nulls().unique().to_list())
+    if not clock and analysis.tables is not None:
+        seen = sorted({k.clock_control for k in analysis.tables.ncu_kernels if k.clock_control})
         if seen:
             clock, clock_from = ", ".join(seen), "the Nsight Compute report"
     passes = [
@@ -246,18 +246,21 @@ def build_report(
     settings, the reproducing command, which cases ``--gemm`` selected and which of them get a waterfall (the
     ``top`` with the most time in calls; None: all), Nsight Compute's findings per distinct finding and the failures
     grouped. ``device`` overrides the GPU the files name (``--device``)."""
-    if frames is None:
-        from ..store import load_frames
-
-        frames = load_frames(run)
     if analysis is None:
         from ..analysis import analyze_frames
+        from ..store import load_frames
 
         analysis = analyze_frames(
-            frames, run=run, device=device, calibration=calibration, calibration_source=calibration_source
+            frames if frames is not None else load_frames(run),
+            run=run,
+            device=device,
+            calibration=calibration,
+            calibration_source=calibration_source,
         )
     data = analysis.to_builtins()
-    record = run.record  # after load_frames: a rebuild in memory sets the run's sources and import warnings
+    record = (
+        run.record
+    )  # after the frames were read (a rebuild in memory sets the run's sources and warnings)
     cases = data["cases"]
     numbered = [(i, c) for i, c in enumerate(cases, 1) if case_matches(c, gemm_filter)]
     cards = numbered if top is None else numbered[:top]
@@ -278,8 +281,8 @@ def build_report(
                 "schema_version": record.schema_version,
                 "import_warnings": record.import_warnings or [],
             },
-            "environment": _with_device(_environment(run, frames), analysis),
-            "capture": _capture(run, frames),
+            "environment": _with_device(_environment(run, analysis), analysis),
+            "capture": _capture(run, analysis),
             "reproduce": reproduce_command(record),
             "calibration": analysis.run.calibration,
             "gemm_filter": gemm_filter,
@@ -294,7 +297,7 @@ def build_report(
                 "ncu_kernels": analysis.run.ncu_kernel_count,
                 "timeline_kernels": analysis.run.kernel_count,
             },
-            "recommendation": recommendation_data(run, frames),
+            "recommendation": recommendation_data(analysis),
             "ncu_findings": _ncu_findings(numbered),
             "failure_groups": data["failure_groups"],  # the Analysis' groups (one rule for every view)
         },

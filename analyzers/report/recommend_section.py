@@ -9,11 +9,11 @@ from .model import Detail, Heading, Para, Table
 from .text import md_text
 
 
-def recommendation_data(run: Any, frames: dict[str, Any]) -> dict[str, Any] | None:
-    """The recommendation of ``run`` as JSON-able data (``report.recommendation``), None for any other run."""
-    from ..recommend import recommendation_of, to_builtins
+def recommendation_data(analysis: Any) -> dict[str, Any] | None:
+    """The Analysis' recommendation as JSON-able data (``report.recommendation``), None for any other run."""
+    from ..recommend import to_builtins
 
-    rec = recommendation_of(run.record, frames)
+    rec = analysis.recommendation
     return None if rec is None else to_builtins(rec)
 
 

@@ -11,41 +11,26 @@ from typing import Any
 import msgspec
 import pytest
 
-from tracekit.analyzers.analysis import analyze_run
+from tests.support.views import analysis_of, cli, imported_run
 from tracekit.analyzers.breakdown import breakdown
 from tracekit.analyzers.breakdown.steps import STEPS
-from tracekit.analyzers.importer import import_files
 from tracekit.analyzers.store import load_frames, open_run
-from tracekit.cli import main
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
 
 
 @pytest.fixture(scope="module")
 def run_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("views") / "trace-diff"
-    import_files([shared_data / TRACE_DIFF], out)
-    return out
-
-
-def _cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.setenv("NO_COLOR", "1")
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
+    return imported_run(shared_data / TRACE_DIFF, tmp_path_factory.mktemp("views") / "trace-diff")
 
 
 def test_show_json_is_the_breakdown(
     run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    data = json.loads(_cli(capsys, monkeypatch, "show", str(run_dir), "--json"))["breakdown"]
-    run = open_run(run_dir)
-    steps = analyze_run(run).breakdown  # the Analysis' own: the one breakdown(frames), with its headline
+    data = json.loads(cli(capsys, monkeypatch, "show", str(run_dir), "--json", columns=200))["breakdown"]
+    steps = analysis_of(run_dir).breakdown  # the Analysis' own: the one breakdown(frames), with its headline
     assert steps is not None and steps.headline is not None and steps.headline.startswith(f"{STEPS} (×")
-    assert msgspec.structs.replace(steps, headline=None) == breakdown(load_frames(run))
+    assert msgspec.structs.replace(steps, headline=None) == breakdown(load_frames(open_run(run_dir)))
     assert data == json.loads(json.dumps(msgspec.to_builtins(steps)))
     (gpu,) = data["devices"]
     assert (gpu["rank"], gpu["device"], gpu["kernels"]) == (3, 3, 8568 + 882)
@@ -54,14 +39,16 @@ def test_show_json_is_the_breakdown(
     assert data["notes"] == []  # imported now: memcpy / memset are in the run
     names = {r["range"] for r in data["ranges"]}
     assert len(names) == 20 < data["ranges_total"] and "ProfilerStep" in names
-    every = json.loads(_cli(capsys, monkeypatch, "show", str(run_dir), "--json", "--all"))["breakdown"]
+    every = json.loads(cli(capsys, monkeypatch, "show", str(run_dir), "--json", "--all", columns=200))[
+        "breakdown"
+    ]
     assert len({r["range"] for r in every["ranges"]}) == every["ranges_total"] == data["ranges_total"]
 
 
 def test_show_table(
     run_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    out = _cli(capsys, monkeypatch, "show", str(run_dir), "--limit", "3")
+    out = cli(capsys, monkeypatch, "show", str(run_dir), "--limit", "3", columns=200)
     assert "Step breakdown (% of each GPU's span by kernel class" in out
     line = next(ln for ln in out.splitlines() if "(whole run)" in ln)
     b = breakdown(load_frames(open_run(run_dir)))
@@ -73,11 +60,21 @@ def test_show_table(
 def test_report_section(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _cli(capsys, monkeypatch, "report", str(run_dir), "-o", str(tmp_path / "r.md"))
+    cli(capsys, monkeypatch, "report", str(run_dir), "-o", str(tmp_path / "r.md"), columns=200)
     md = (tmp_path / "r.md").read_text()
     assert "### Step breakdown" in md
     assert "- GPU r3:3, " in md and "hidden under compute" in md
-    _cli(capsys, monkeypatch, "report", str(run_dir), "--format", "json", "-o", str(tmp_path / "r.json"))
+    cli(
+        capsys,
+        monkeypatch,
+        "report",
+        str(run_dir),
+        "--format",
+        "json",
+        "-o",
+        str(tmp_path / "r.json"),
+        columns=200,
+    )
     rep: dict[str, Any] = json.loads((tmp_path / "r.json").read_text())
     assert (
         rep["breakdown"]["devices"]
@@ -96,8 +93,8 @@ def test_a_run_without_memops_says_so(
     del manifest["frames"]["rows"]["memops"]
     (old / "run.json").write_text(json.dumps(manifest))
     (old / "frames" / "memops.parquet").unlink()
-    data = json.loads(_cli(capsys, monkeypatch, "show", str(old), "--json"))["breakdown"]
+    data = json.loads(cli(capsys, monkeypatch, "show", str(old), "--json", columns=200))["breakdown"]
     assert len(data["notes"]) == 1 and "tracekit import --rebuild" in data["notes"][0]
-    new = json.loads(_cli(capsys, monkeypatch, "show", str(run_dir), "--json"))["breakdown"]
+    new = json.loads(cli(capsys, monkeypatch, "show", str(run_dir), "--json", columns=200))["breakdown"]
     assert data["devices"][0]["idle_ns"] > new["devices"][0]["idle_ns"]
     assert "memory" in {c["class"] for c in data["devices"][0]["classes"]}  # PyTorch fills are still there

@@ -138,6 +138,25 @@ def test_wrong_result_is_broken(base, rows, tmp_path: Path) -> None:
     assert len(broken) == 1 and "wrong result" in broken[0]["error"] and not result["passed"]
 
 
+def test_compare_reads_the_analyses_not_the_frames(base, rows, tmp_path: Path) -> None:
+    """Given both runs' Analyses (what the CLI and the TUI pass), compare reads no frame: its wrong results and
+    failures are the Analysis' (``wrong_results``, ``failures``), and the result is the frames' result."""
+    from tracekit.analyzers.analysis import analyze_run
+
+    meas = [measurement(r) for r in rows]
+    meas[0].update(status="wrong", rel_error=0.5)
+    fails = [failure(i, *text) for i, text in enumerate(FAILURE_TEXTS)]
+    new = bench_run(tmp_path / "wrong", meas, fails)
+    from_frames = _cmp(base, new)
+    a, b = analyze_run(base), analyze_run(new)
+    assert [(w.backend, w.m, w.rel_error) for w in b.wrong_results] == [
+        (meas[0]["backend"], meas[0]["m"], 0.5)
+    ]
+    from_analyses = compare_runs(None, None, base_analysis=a, new_analysis=b)
+    assert from_analyses == from_frames
+    assert from_analyses["new_failures"] and any(g["status"] == "broken" for g in from_analyses["gemms"])
+
+
 # --- the committed samples (no ../shared needed) ----------------------------------------------------------------------
 def test_capture_sample_compared_with_itself_passes(samples_dir: Path, capsys) -> None:
     run = samples_dir / "h200-capture-gemm"

@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 from tests.support.cases import blamed, cases, factor
 from tests.support.explain_data import H200, frames, ncu_row, probe_frames, timeline
-from tracekit.analyzers.analysis import Analysis, RunInfo, Summary
-from tracekit.analyzers.analysis.model import ANALYSIS_SCHEMA_VERSION
+from tracekit.analyzers.analysis import ANALYSIS_SCHEMA_VERSION, Analysis, RunInfo, Summary
 from tracekit.analyzers.explain import explain_case
 from tracekit.analyzers.gemm import build_cases
 from tracekit.frames import SPECS

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.views import sample_analysis
 from tracekit.analyzers.analysis import Analysis
 from tracekit.analyzers.analysis.build import analyze_frames, analyze_run
 from tracekit.analyzers.analysis.model import Case, VerdictKind
@@ -108,7 +109,7 @@ def _agree(analysis: Analysis) -> None:
 
 @pytest.mark.parametrize("name", SAMPLES)
 def test_verdicts_and_summary_agree_on_every_sample(name: str) -> None:
-    _agree(analyze_run(open_run(ROOT / "samples" / name)))
+    _agree(sample_analysis(name))
 
 
 @pytest.mark.slow

@@ -154,6 +154,9 @@ def test_sweep_records_the_link_and_recommends(bench: tuple[Path, dict]) -> None
     again = recommendation_of(run.record, run.frames)
     assert again is not None
     assert again.saving_ns_total == pytest.approx(rec["saving_ns_total"])
+    # the Analysis holds it (the report and the TUI's backends screen render that one): the same table
+    assert run.analyze().recommendation == again
+    assert tracekit.load(SERVE).analyze().recommendation is None
 
 
 @pytest.mark.slow

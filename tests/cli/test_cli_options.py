@@ -160,3 +160,33 @@ def test_a_gpu_name_given_to_the_old_device_ordinal_says_where_names_go(
     res = _bench(tmp_path, monkeypatch, "--device", "h200")
     assert res.exit_code == 2
     assert "not a CUDA device ordinal" in res.output and "--gpu N" in res.output and "explain" in res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "gemm", "--shapes", "4x8x8"],
+        ["bench", "gemm", "--shapes-from", "samples/h200-bench-gemm", "--dry-run"],
+        ["bench", "moe", "--tokens", "4"],
+    ],
+    ids=["gemm", "shapes-from", "moe"],
+)
+def test_bench_timing_options_are_one_declaration(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench gemm``, its ``--shapes-from`` and ``bench moe`` take the same timing options (declared once:
+    commands/bench.py ``sweep_timing_options``), with the same defaults, and refuse the same bad counts in one
+    line before any sweep starts."""
+    options = {name: cmd for name, cmd in _commands(cli)}
+    timing = ("repeats", "warmup", "stall_timeout", "timing", "gpu")
+    for name in ("bench gemm", "bench moe"):
+        defaults = {p.name: p.default for p in options[name].params if p.name in timing}
+        assert set(defaults) == set(timing), name
+        assert (defaults["repeats"], defaults["warmup"], defaults["timing"]) == (25, 10, "auto"), name
+    from tracekit.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    with pytest.raises(SystemExit) as exc:
+        main([*[str(root / a) if a.startswith("samples/") else a for a in args], "--repeats", "0"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--repeats must be >= 1" in err

@@ -130,3 +130,28 @@ def test_every_name_the_codec_parses_starts_as_the_importer_prefilters(
     for name in (head + tail, head + tail + noise, head + noise + tail):
         if naming.decode(name) or naming.decode_legacy(name):
             assert name.startswith(naming.NAME_STARTS), name
+
+
+def test_name_shape_is_the_range_names_sizes_and_dtypes() -> None:
+    """The one shape a GEMM range name gives (the timeline's and the ncu-only cases both read it): M, N, K,
+    dtypes and scale from the name, ``source`` "range name"; a name without every size gives none, so a case
+    never gets a shape with a size missing."""
+    from tracekit.analyzers.analysis.model import Shape
+    from tracekit.analyzers.gemm.names import name_shape, parse_gemm_name
+    from tracekit.collectors.ranges import gemm_name
+
+    name = gemm_name(
+        "torch-fp8", "scaled_mm", 128, 4096, 2048, "fp8_e4m3", "fp8_e4m3", "bf16", scale="tensor"
+    )
+    assert name_shape(parse_gemm_name(name)) == Shape(
+        m=128,
+        n=4096,
+        k=2048,
+        dtype_a="fp8_e4m3",
+        dtype_b="fp8_e4m3",
+        dtype_out="bf16",
+        scale="tensor",
+        source="range name",
+    )
+    assert name_shape(parse_gemm_name("gemm backend=torch-bf16 op=mm M=\u00b2 N=2 K=3")) is None
+    assert name_shape(parse_gemm_name("aten::mm")) is None

@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 from test_tui import run_async, wait_loaded
 
+from tests.support.views import ROOT, cli, imported_run, verdict_label
 from tracekit.analyzers.analysis import build
 from tracekit.analyzers.analysis.figures import median_call, median_call_text
-from tracekit.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = sorted(p.name for p in (ROOT / "samples").iterdir() if (p / "run.json").is_file())
 SHARED = ROOT.parent / "shared" / "data" / "thirdparty"
 TRACES = (
@@ -60,60 +59,33 @@ def one_analysis() -> Any:
     build.analyze_frames = real
 
 
-def _cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
-    monkeypatch.setenv("COLUMNS", "250")
-    monkeypatch.setenv("NO_COLOR", "1")
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
-
-
 def _flat(text: str) -> str:
     """A card's text as one line: box borders gone, wrapped lines joined, runs of spaces made one."""
     return re.sub(r"\s+", " ", re.sub(r"[│╭╮╰╯─]", " ", text))
 
 
-def _verdict(c: Any) -> str | None:
-    v = c.verdict
-    if v.factor:
-        return v.factor + (f": {v.cause}" if v.cause else "")
-    return None if v.kind == "no-loss" else v.kind
-
-
 def _run_of(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     if name in SAMPLES:
         return ROOT / "samples" / name
-    from tracekit.analyzers.importer import import_files
-    from tracekit.errors import TracekitError
-
-    out = tmp_path_factory.mktemp("cross") / "run"
-    try:
-        import_files([SHARED / name], out)
-    except (
-        TracekitError
-    ) as exc:  # a shared file that is not a profile tracekit reads (a README, a CSV of notes)
-        pytest.skip(f"{name}: not a run ({exc.one_line()})")
-    return out
+    return imported_run(SHARED / name, tmp_path_factory.mktemp("cross") / "run", skip_unreadable=True)
 
 
 def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
     """explain, show --json and the report against the Analysis; returns it."""
-    explained = json.loads(_cli(capsys, monkeypatch, "explain", str(run), "--json"))
+    explained = json.loads(cli(capsys, monkeypatch, "explain", str(run), "--json"))
     from tracekit.analyzers.analysis import Analysis
 
     a = Analysis.from_json(json.dumps(explained))
     if not a.cases:
         return a
-    shown = json.loads(_cli(capsys, monkeypatch, "show", str(run), "--json"))
-    cards = _cli(capsys, monkeypatch, "explain", str(run), "--all").split("╭─ #")[1:]
-    reported = json.loads(_cli(capsys, monkeypatch, "report", str(run), "--format", "json", "--all"))
-    md = _cli(capsys, monkeypatch, "report", str(run), "--all", "--format", "md")
+    shown = json.loads(cli(capsys, monkeypatch, "show", str(run), "--json"))
+    cards = cli(capsys, monkeypatch, "explain", str(run), "--all").split("╭─ #")[1:]
+    reported = json.loads(cli(capsys, monkeypatch, "report", str(run), "--format", "json", "--all"))
+    md = cli(capsys, monkeypatch, "report", str(run), "--all", "--format", "md")
     md_cards = re.split(r"\n#### (?=\d+\. )", md)[1:]
     assert len(cards) == len(shown["gemms"]) == len(reported["cases"]) == len(a.cases)
     # compare (the run against itself): one row per case, each with the case's median call, achieved and verdict
-    compared = json.loads(_cli(capsys, monkeypatch, "compare", str(run), str(run), "--json"))
+    compared = json.loads(cli(capsys, monkeypatch, "compare", str(run), str(run), "--json"))
     rows = Counter((g["base_time_us"], g["base_tflops"], g["base_verdict"]) for g in compared["gemms"])
     want = Counter(
         (
@@ -125,6 +97,9 @@ def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
     )
     assert rows == want
     assert reported["failure_groups"] == explained["failure_groups"] == shown["failure_groups"]
+    # the run's tables (ranges and kernels by name, the Nsight Compute kernels): the Analysis' in every view
+    assert shown["tables"] == explained["tables"] == reported["tables"]
+    assert explained["tables"] is not None
     for i, (c, g, card) in enumerate(zip(a.cases, shown["gemms"], cards, strict=True), 1):
         t, mid = c.timing, median_call(c.timing)
         assert reported["cases"][i - 1] == explained["cases"][i - 1]
@@ -133,7 +108,7 @@ def _check_text_views(run: Path, capsys: Any, monkeypatch: Any) -> Any:
             c.id,
             t.calls,
             c.pct_of_peak,
-            _verdict(c),
+            verdict_label(c.verdict),
         )
         assert (g["achieved_tflops"], g["kernel_tflops"]) == (t.achieved_tflops, t.kernel_tflops)
         assert g["time_us"] == (pytest.approx(mid.span_ns / 1e3) if mid else None)
@@ -190,7 +165,11 @@ async def _check_tui(run: Path, a: Any) -> None:
             t, mid = c.timing, median_call(c.timing)
             assert row["time_ns"] == (mid.span_ns if mid else None)
             assert (row["tflops"], row["kernel_tflops"]) == (t.achieved_tflops, t.kernel_tflops)
-            assert (row["calls"], row["pct_of_peak"], row["verdict"]) == (t.calls, c.pct_of_peak, _verdict(c))
+            assert (row["calls"], row["pct_of_peak"], row["verdict"]) == (
+                t.calls,
+                c.pct_of_peak,
+                verdict_label(c.verdict),
+            )
         for i, c in enumerate(a.cases, 1):
             # the first cases' screens are opened through the pilot; the others' summary is the same method the
             # screen composes from (opening hundreds of screens, each reading its kernels, takes minutes)

@@ -125,3 +125,35 @@ def test_gemm_kernel_table_tells_kernels_apart() -> None:
         (col, w), *_ = table._layout(width)
         cells = [table._cell(col, col.text(r["name"], r), w) for r in groups.to_dicts()]
         assert len(set(cells)) == groups.height >= 8, cells
+
+
+def test_kernels_grouped_are_the_analysis_rows() -> None:
+    """The kernels screen grouped by name (key g) shows the Analysis' kernel rows (``tables.kernels``, grouped
+    once when the Analysis was built), in their order: the screen groups no launches itself."""
+    from test_tui import run_async, wait_loaded
+
+    from tracekit.analyzers.analysis import load_analysis
+    from tracekit.analyzers.store import open_run
+    from tracekit.tui.app import make_app
+    from tracekit.tui.screens.kernels import KernelsScreen
+
+    tables = load_analysis(open_run(RANKS)).tables
+    assert tables is not None and tables.kernels
+
+    @run_async
+    async def run() -> None:
+        app = make_app(RANKS)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await wait_loaded(pilot)
+            await pilot.press("k")
+            await wait_loaded(pilot)
+            screen = app.screen
+            assert isinstance(screen, KernelsScreen) and screen.tables == tables
+            await pilot.press("g")
+            await wait_loaded(pilot)
+            rows = [screen.table.row(i) for i in range(screen.table.row_count)]
+        assert [(r["name"], r["launches"], r["total_ns"]) for r in rows] == [
+            (k.name, k.launches, k.total_ns) for k in tables.kernels
+        ]
+
+    run()

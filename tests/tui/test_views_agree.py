@@ -9,34 +9,13 @@ verdict must agree to the last digit the view keeps."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import pytest
 from test_tui import run_async, wait_loaded
 
-from tracekit.cli import main
+from tests.support.views import SAMPLES, cli, verdict_label
 
-SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 RUNS = ["h200-capture-gemm", "h200-foreign-simt_smem", "h200-foreign-eager_host_gaps"]
-
-
-def _cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
-
-
-def _verdict(case: dict[str, Any]) -> str | None:
-    """The verdict as show and the TUI name it (factor: cause; the kind when no factor is blamed)."""
-    v = case["verdict"]
-    if v["factor"]:
-        return v["factor"] + (f": {v['cause']}" if v["cause"] else "")
-    return None if v["kind"] == "no-loss" else v["kind"]
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -44,9 +23,9 @@ def test_show_explain_report_and_text_agree(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = str(SAMPLES / name)
-    explained = json.loads(_cli(capsys, monkeypatch, "explain", run, "--json"))
-    shown = json.loads(_cli(capsys, monkeypatch, "show", run, "--json"))
-    reported = json.loads(_cli(capsys, monkeypatch, "report", run, "--format", "json"))
+    explained = json.loads(cli(capsys, monkeypatch, "explain", run, "--json"))
+    shown = json.loads(cli(capsys, monkeypatch, "show", run, "--json"))
+    reported = json.loads(cli(capsys, monkeypatch, "report", run, "--format", "json"))
     cases = explained["cases"]
     assert cases, name
     # the same cases in the same order (most time in calls first) everywhere
@@ -63,12 +42,12 @@ def test_show_explain_report_and_text_agree(
         assert g["gpu_time_us"] == pytest.approx(t["span_ns_total"] / 1e3, rel=1e-12)
         assert g["time_us"] == pytest.approx(t["median_call"]["span_ns"] / 1e3, rel=1e-12)
         assert g["calls"] == t["calls"] and g["pct_of_peak"] == c["pct_of_peak"]
-        assert g["verdict"] == _verdict(c)
+        assert g["verdict"] == verdict_label(c["verdict"])
         # "achieved" and "kernel rate" are both there and differ where the call has more than its GEMM kernel
         if t["aux_ns_total"] + t["gap_ns_total"] > 0.01 * t["span_ns_total"] and t["achieved_tflops"]:
             assert t["achieved_tflops"] < t["kernel_tflops"]
     # the text card of the top case prints the same two rates, named
-    text = _cli(capsys, monkeypatch, "explain", run, "--top", "1")
+    text = cli(capsys, monkeypatch, "explain", run, "--top", "1")
     top = cases[0]["timing"]
     if top["achieved_tflops"] is not None:
         assert f"achieved {top['achieved_tflops']:,.1f} TFLOP/s" in text
@@ -84,7 +63,7 @@ async def test_the_tui_shows_the_same_numbers(
     from tracekit.tui.app import make_app
     from tracekit.tui.screens.gemm import GemmScreen
 
-    explained = json.loads(_cli(capsys, monkeypatch, "explain", str(SAMPLES / name), "--json"))
+    explained = json.loads(cli(capsys, monkeypatch, "explain", str(SAMPLES / name), "--json"))
     by_id = {c["id"]: c for c in explained["cases"]}
     app = make_app(SAMPLES / name)
     async with app.run_test(size=(160, 40)) as pilot:
@@ -100,7 +79,7 @@ async def test_the_tui_shows_the_same_numbers(
             assert row["tflops"] == c["timing"]["achieved_tflops"]
             assert row["kernel_tflops"] == c["timing"]["kernel_tflops"]
             assert row["gpu_ns"] == c["timing"]["span_ns_total"] and row["calls"] == c["timing"]["calls"]
-            assert row["pct_of_peak"] == c["pct_of_peak"] and row["verdict"] == _verdict(c)
+            assert row["pct_of_peak"] == c["pct_of_peak"] and row["verdict"] == verdict_label(c["verdict"])
         await pilot.press("enter")  # the first row: the case with the most time in calls
         await wait_loaded(pilot)
         detail = app.screen

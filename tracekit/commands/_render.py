@@ -221,14 +221,12 @@ def _render_ncu_pass(console: Any, ncu: dict[str, Any] | None) -> None:
         )
 
 
-def render_summary(
-    data: dict[str, Any], frames: dict[str, pl.DataFrame], limit: int | None, analysis: Any = None
-) -> None:
-    """``tracekit show``'s tables; each is cut to ``limit`` rows (None: every row) and says what it left out."""
+def render_summary(data: dict[str, Any], analysis: Any, limit: int | None) -> None:
+    """``tracekit show``'s tables, every one from ``data`` (``show --json``'s object) and the run's ``analysis``;
+    each is cut to ``limit`` rows (None: every row) and says what it left out."""
     import polars as pl
     from rich.text import Text
 
-    from tracekit.analyzers import summary as S
     from tracekit.text import make_console
 
     console = make_console()
@@ -315,49 +313,106 @@ def render_summary(
         _print_cut(console, table, gemms.height, shown.height, "GEMMs", path)
     if analysis.failures:
         _render_failures(console, analysis, limit, path)
-    ncu = frames["ncu"]
-    if ncu.height:
-        cols = [
-            c
-            for c in (
-                "name",
-                "nvtx_range",
-                "duration_ns",
-                "sm_clock_hz",
-                "achieved_occupancy_pct",
-                "tensor_pipe_pct",
-            )
-            if c in ncu.columns
-        ]
-        # times and clocks in the units people read them in (µs, MHz), the unit in the column's name: raw ns and
-        # Hz printed 1,168,077,824 and 1,364,828,514 (--json keeps the frame's units)
-        units = {"duration_ns": ("duration_µs", 1e3), "sm_clock_hz": ("sm_clock_MHz", 1e6)}
-        shown = cut(
-            ncu.select(
-                [(pl.col(c) / units[c][1]).alias(units[c][0]) if c in units else pl.col(c) for c in cols]
-            )
-        )
-        table = frame_table(
-            shown,
+    if analysis.tables is not None:
+        _render_tables(console, analysis.tables, limit, path)
+
+
+def tables_frames(tables: Any) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The Analysis' run tables (:class:`~tracekit.analyzers.analysis.sections.RunTables`) as ``show`` prints
+    them: Nsight Compute kernels, ranges and kernels by name, times in the units people read them in (ms, µs,
+    MHz), the unit in the column's name (``--json`` keeps the Analysis' ns and Hz)."""
+    import polars as pl
+
+    def ms(ns: float | None) -> float | None:
+        return None if ns is None else ns / 1e6
+
+    def us(ns: float | None) -> float | None:
+        return None if ns is None else ns / 1e3
+
+    ncu = pl.DataFrame(
+        [
+            {
+                "name": r.name,
+                "nvtx_range": r.nvtx_range,
+                "duration_µs": us(r.duration_ns),
+                "sm_clock_MHz": None if r.sm_clock_hz is None else r.sm_clock_hz / 1e6,
+                "achieved_occupancy_pct": r.achieved_occupancy_pct,
+                "tensor_pipe_pct": r.tensor_pipe_pct,
+            }
+            for r in tables.ncu_kernels
+        ],
+        schema={
+            "name": pl.String,
+            "nvtx_range": pl.String,
+            "duration_µs": pl.Float64,
+            "sm_clock_MHz": pl.Float64,
+            "achieved_occupancy_pct": pl.Float64,
+            "tensor_pipe_pct": pl.Float64,
+        },
+    )
+    ranges = pl.DataFrame(
+        [
+            {
+                "name": r.name,
+                "count": r.count,
+                "total_ms": ms(r.total_ns),
+                "median_ms": ms(r.median_ns),
+                "kernels": r.kernels,
+            }
+            for r in tables.ranges
+        ],
+        schema={
+            "name": pl.String,
+            "count": pl.Int64,
+            "total_ms": pl.Float64,
+            "median_ms": pl.Float64,
+            "kernels": pl.Int64,
+        },
+    )
+    kernels = pl.DataFrame(
+        [
+            {
+                "name": r.name,
+                "launches": r.launches,
+                "total_ms": ms(r.total_ns),
+                "mean_us": us(r.mean_ns),
+                "pct": r.pct,
+            }
+            for r in tables.kernels
+        ],
+        schema={
+            "name": pl.String,
+            "launches": pl.Int64,
+            "total_ms": pl.Float64,
+            "mean_us": pl.Float64,
+            "pct": pl.Float64,
+        },
+    )
+    return ncu, ranges, kernels
+
+
+def _render_tables(console: Any, tables: Any, limit: int | None, run: str) -> None:
+    """The Analysis' run tables, each cut to ``limit`` rows with the line that says how many it left out (the
+    names beyond those the Analysis keeps included: ``--all`` holds every name)."""
+    ncu, ranges, kernels = tables_frames(tables)
+    w = console.width
+    for df, total, title, widths, what, priority in (
+        (
+            ncu,
+            ncu.height,
             "Nsight Compute kernels",
             {"name": 50, "nvtx_range": 50},
-            width=w,
-            priority=["name", "duration_µs", "tensor_pipe_pct", "sm_clock_MHz"],
-        )
-        _print_cut(console, table, ncu.height, shown.height, "Nsight Compute kernels", path)
-    everything = (
-        2**62
-    )  # the summary's tables take a row limit: ask for all, cut here to count what is left out
-    rt = S.range_table(frames, everything)
-    if rt.height:
-        shown = cut(rt)
-        table = frame_table(shown, "Top ranges (by total time)", {"name": 70}, width=w)
-        _print_cut(console, table, rt.height, shown.height, "range names", path)
-    kt = S.kernel_table(frames, everything)
-    if kt.height:
-        shown = cut(kt)
-        table = frame_table(shown, "Top kernels (by total time)", {"name": 70}, width=w)
-        _print_cut(console, table, kt.height, shown.height, "kernel names", path)
+            "Nsight Compute kernels",
+            ["name", "duration_µs", "tensor_pipe_pct", "sm_clock_MHz"],
+        ),
+        (ranges, tables.ranges_total, "Top ranges (by total time)", {"name": 70}, "range names", None),
+        (kernels, tables.kernels_total, "Top kernels (by total time)", {"name": 70}, "kernel names", None),
+    ):
+        if not df.height:
+            continue
+        shown = df if limit is None else df.head(limit)
+        table = frame_table(shown, title, widths, width=w, priority=priority)
+        _print_cut(console, table, total, shown.height, what, run)
 
 
 def _render_breakdown(console: Any, b: Any, limit: int | None, run: str) -> None:

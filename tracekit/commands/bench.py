@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,72 @@ class _GemmCommand(_BenchCommand):
         return list(BUILTIN), BACKENDS
 
 
+@dataclass(frozen=True)
+class SweepTiming:
+    """How a sweep times each case: ``--repeats``, ``--warmup``, ``--stall-timeout``, ``--timing`` and ``--gpu``,
+    declared once (:func:`sweep_timing_options`) for ``bench gemm``, its ``--shapes-from`` and ``bench moe``."""
+
+    repeats: int
+    warmup: int
+    stall_timeout: float
+    timing: str
+    gpu: int
+
+    def check(self) -> None:
+        """BadInputError for counts no sweep can run."""
+        if self.repeats < 1 or self.warmup < 0 or self.stall_timeout <= 0:
+            raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --stall-timeout > 0")
+
+    def settings(self) -> dict[str, Any]:
+        """The fields of a sweep's settings (``collectors.bench.Options``) these options fill."""
+        return {
+            "warmup": self.warmup,
+            "repeats": self.repeats,
+            "timeout": self.stall_timeout,
+            "timing": self.timing,
+            "device": self.gpu,
+        }
+
+
+def sweep_timing_options(unit: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The timing options of a bench command, the command receiving them as one :class:`SweepTiming` ``sweep``;
+    ``unit`` is what one timed case is called in their help (shape, case)."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def command(
+            *args: Any, repeats: int, warmup: int, stall_timeout: float, timing: str, gpu: int, **kwargs: Any
+        ) -> Any:
+            return f(*args, sweep=SweepTiming(repeats, warmup, stall_timeout, timing, gpu), **kwargs)
+
+        for option in reversed(
+            (
+                click.option(
+                    "--repeats",
+                    default=25,
+                    show_default=True,
+                    help=f"Timed samples per {unit} (median, p10, p90).",
+                ),
+                click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing."),
+                stall_timeout_option(
+                    f"Seconds without progress on one {unit} before its worker is killed.", 300.0
+                ),
+                click.option(
+                    "--timing",
+                    type=click.Choice(["auto", "graph", "events"]),
+                    default="auto",
+                    show_default=True,
+                    help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
+                ),
+                gpu_option,
+            )
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @click.group()
 def bench() -> None:
     """Benchmark GEMM backends (`tracekit bench gemm --help`) and grouped MoE GEMMs (`tracekit bench moe --help`)."""
@@ -75,16 +143,7 @@ def bench() -> None:
     help="'glm5' (M 16..4096 x (N,K) (768,6144),(2048,6144)) or MxNxK,...",
 )
 @out_option("Run folder to create [runs/<time>-bench-gemm-<id>].", type=click.Path(path_type=Path))
-@click.option("--repeats", default=25, show_default=True, help="Timed samples per shape (median, p10, p90).")
-@click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
-@stall_timeout_option("Seconds without progress on one shape before its worker is killed.", 300.0)
-@click.option(
-    "--timing",
-    type=click.Choice(["auto", "graph", "events"]),
-    default="auto",
-    show_default=True,
-    help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
-)
+@sweep_timing_options("shape")
 @click.option(
     "--shapes-from",
     "shapes_from",
@@ -105,7 +164,6 @@ def bench() -> None:
     help="With --shapes-from: print the plan (shapes, dtypes, calls, backends, what-ifs) and run nothing "
     "(no GPU, no torch).",
 )
-@gpu_option
 @click.option(
     "--json",
     "as_json",
@@ -120,11 +178,7 @@ def gemm(
     what_if: str | None,
     dry_run: bool,
     out: Path | None,
-    repeats: int,
-    warmup: int,
-    stall_timeout: float,
-    timing: str,
-    gpu: int,
+    sweep: SweepTiming,
     as_json: bool,
 ) -> None:
     """Time each GEMM backend over the shapes into a new run (one worker process per backend).
@@ -161,27 +215,17 @@ def gemm(
             raise BadInputError("--shapes and --shapes-from exclude each other", "give one of them")
         explicit = ctx.get_parameter_source("backends") != click.core.ParameterSource.DEFAULT
         chosen = _pick_backends(backends, known, "backend") if explicit else None
-        _check_timing(repeats, warmup, stall_timeout)
-        _gemm_from(
-            shapes_from, what_if, dry_run, chosen, out, repeats, warmup, stall_timeout, timing, gpu, as_json
-        )
+        sweep.check()
+        _gemm_from(shapes_from, what_if, dry_run, chosen, out, sweep, as_json)
         return
     if dry_run or what_if:
         raise BadInputError("--dry-run and --what-if go with --shapes-from RUN", "add --shapes-from RUN")
     names = _pick_backends(backends, known, "backend")
     shape_list = parse_shapes(shapes)
-    _check_timing(repeats, warmup, stall_timeout)
-    settings = SweepSettings(
-        backends=names,
-        shapes=shape_list,
-        warmup=warmup,
-        repeats=repeats,
-        timeout=stall_timeout,
-        timing=timing,
-        device=gpu,
-    )
+    sweep.check()
+    settings = SweepSettings(backends=names, shapes=shape_list, **sweep.settings())
     cuda = any(known[n].timer == "cuda" for n in names)
-    environment = _require_gpu(settings.python, gpu) if cuda else None
+    environment = _require_gpu(settings.python, sweep.gpu) if cuda else None
     run_dir, inside = _sweep_dir(out, "gemm")
     result = _sweep(run_dir, settings, len(names) * len(shape_list), "gemm", environment)
     if inside is not None:
@@ -206,11 +250,7 @@ def _gemm_from(
     dry_run: bool,
     chosen: list[str] | None,
     out: Path | None,
-    repeats: int,
-    warmup: int,
-    stall_timeout: float,
-    timing: str,
-    gpu: int,
+    sweep: SweepTiming,
     as_json: bool,
 ) -> None:
     """``bench gemm --shapes-from``: plan from the source run's Analysis, then (unless --dry-run) time each
@@ -229,7 +269,7 @@ def _gemm_from(
     python = sys.executable
     names = chosen or list(known)
     cuda = any(known[n].timer == "cuda" for n in names)
-    environment = _require_gpu(python, gpu) if cuda else None
+    environment = _require_gpu(python, sweep.gpu) if cuda else None
     here = environment_of(environment).compute_capability if environment else None
     plan = sf.with_backends(plan, known, chosen, here or plan.compute_capability)
     backends = plan.backends()
@@ -242,13 +282,9 @@ def _gemm_from(
     settings = ShapesFromSettings(
         backends=backends,
         shapes=plan.shapes(),
-        warmup=warmup,
-        repeats=repeats,
-        timeout=stall_timeout,
-        timing=timing,
-        device=gpu,
         per_backend={b: plan.shapes_of(b) for b in backends},
         plan=to_builtins(plan),
+        **sweep.settings(),
     )
     run_dir, inside = _sweep_dir(out, "gemm")
     total = sum(len(v) for v in settings.per_backend.values())
@@ -314,11 +350,6 @@ def _pick_backends(text: str, known: Mapping[str, object], what: str) -> list[st
             f"choose from: {', '.join(known)} (or 'all')",
         )
     return names
-
-
-def _check_timing(repeats: int, warmup: int, stall_timeout: float) -> None:
-    if repeats < 1 or warmup < 0 or stall_timeout <= 0:
-        raise BadInputError("--repeats must be >= 1, --warmup >= 0 and --stall-timeout > 0")
 
 
 def _require_gpu(python: str, device: int) -> dict[str, Any]:
@@ -513,17 +544,7 @@ class _MoeCommand(_BenchCommand):
     help="gate_up: N = 2 x inter, K = hidden; down: N = hidden, K = inter.",
 )
 @out_option("Run folder to create [runs/<time>-bench-moe-<id>].", type=click.Path(path_type=Path))
-@click.option("--repeats", default=25, show_default=True, help="Timed samples per case (median, p10, p90).")
-@click.option("--warmup", default=10, show_default=True, help="Warm-up passes before timing.")
-@stall_timeout_option("Seconds without progress on one case before its worker is killed.", 300.0)
-@click.option(
-    "--timing",
-    type=click.Choice(["auto", "graph", "events"]),
-    default="auto",
-    show_default=True,
-    help="CUDA-graph replays, eager CUDA events, or auto (graph unless a profiler is attached).",
-)
-@gpu_option
+@sweep_timing_options("case")
 @click.option("--seed", default=0, show_default=True, help="Seed of the routing draws and the inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print {run, status, moe, curve, failures} on stdout.")
 def moe(
@@ -536,11 +557,7 @@ def moe(
     topk: int,
     proj: str,
     out: Path | None,
-    repeats: int,
-    warmup: int,
-    stall_timeout: float,
-    timing: str,
-    gpu: int,
+    sweep: SweepTiming,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -565,22 +582,18 @@ def moe(
     names = _pick_backends(backends, known, "MoE backend")
     if min(hidden, inter, experts, topk) < 1 or topk > experts:
         raise BadInputError("--hidden, --inter, --experts, --topk must be >= 1 and --topk <= --experts")
-    _check_timing(repeats, warmup, stall_timeout)
+    sweep.check()
     config = MoeConfig(hidden=hidden, inter=inter, experts=experts, topk=topk, proj=proj)
     settings = MoeSettings(
         backends=names,
         config=config,
         tokens=parse_tokens(tokens),
         routing=parse_routing(routing),
-        warmup=warmup,
-        repeats=repeats,
-        timeout=stall_timeout,
-        timing=timing,
-        device=gpu,
         seed=seed,
+        **sweep.settings(),
     )
     cuda = any(known[n].timer == "cuda" for n in names)
-    environment = _require_gpu(settings.python, gpu) if cuda else None
+    environment = _require_gpu(settings.python, sweep.gpu) if cuda else None
     run_dir, inside = _sweep_dir(out, "moe")
     result = _sweep(run_dir, settings, len(names) * len(settings.cases), "moe", environment)
     if inside is not None:

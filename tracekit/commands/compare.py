@@ -117,14 +117,13 @@ def compare(base: Path, new: Path, threshold: float, gate: bool, as_json: bool) 
     """
     from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.compare import compare_runs
-    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.analyzers.store import open_run
     from tracekit.commands.explain import say
 
     rb, rn = open_run(base), open_run(new)
-    fb, fn = RunFrames(rb), RunFrames(rn)
-    result = compare_runs(
-        fb,
-        fn,
+    result = compare_runs(  # the runs' Analyses only: their cases, failures and wrong results
+        None,
+        None,
         threshold_pct=threshold,
         base_environment=rb.record.environment,
         new_environment=rn.record.environment,

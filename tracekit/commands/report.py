@@ -90,7 +90,7 @@ def report(
     """
     from tracekit.analyzers.analysis import load_analysis
     from tracekit.analyzers.report import build_report, write_report
-    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.analyzers.store import open_run
     from tracekit.commands.explain import say
 
     count = top_count(top, show_all)
@@ -99,11 +99,10 @@ def report(
     if out is not None and out.exists() and out.is_dir():
         raise BadInputError(f"{out} is a folder", "give a file name, e.g. -o ticket.md")
     r = open_run(run)
-    frames = RunFrames(r)  # each frame read where the report needs it; the stored Analysis holds the rest
     analysis = load_analysis(r, device=device, calibration=calibration, say=say)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
-    rep = build_report(r, frames, gemm_filter=gemm_filter, analysis=analysis, top=count)
+    rep = build_report(r, gemm_filter=gemm_filter, analysis=analysis, top=count)  # the Analysis only
     text, files, rendered = write_report(rep, fmt, out)
     if text is not None:
         click.echo(text, nl=False)

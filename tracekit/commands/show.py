@@ -42,6 +42,9 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     breakdown {devices [...], ranges [...], ranges_total, order, notes, headline} (the Analysis' step breakdown:
     GPU time by kernel class and idle per GPU, and per range name: the 20 longest, every one with --all; headline:
     the line over the user's steps where the run has any, saying which; docs/BREAKDOWN.md);
+    tables {ranges [...], ranges_total, kernels [...], kernels_total, ncu_kernels [...]} (the Analysis' range and
+    kernel names by total time, the first 200 of each, every one with --all, and the profiled kernels, as the
+    tables print them; docs/ANALYSIS.md);
     for runs with grouped MoE launches moe {launches [{..., per_expert [...]}], whatif [...]} (docs/MOE.md);
     for a run of several ranks also ranks [...] (kernel time per rank; idle: no kernel running), straggler
     {rank, reasons} and rank_notes [...] (what the rank table leaves out or assumes).
@@ -54,19 +57,22 @@ def show(run: Path, as_json: bool, limit: int, show_all: bool, device_name: str 
     """
     from tracekit.analyzers import summary as S
     from tracekit.analyzers.analysis import load_analysis
-    from tracekit.analyzers.store import RunFrames, open_run
+    from tracekit.analyzers.analysis.sections import TABLE_ROWS
+    from tracekit.analyzers.store import open_run
     from tracekit.commands.explain import resolve_device, say
 
     device = resolve_device(device_name)
     r = open_run(run)
-    frames = RunFrames(r)  # each frame read where a table needs it; the stored Analysis holds the rest
-    analysis = load_analysis(r, device=device, breakdown="all" if show_all else "top", say=say)
+    # every table is the Analysis' (no frame is read): the stored one holds the first TABLE_ROWS names of each,
+    # an Analysis of every name (built and kept in the per-user cache) serves --all and a larger --limit
+    every = show_all or limit > TABLE_ROWS
+    analysis = load_analysis(r, device=device, breakdown="all" if every else "top", say=say)
     for line in analysis.run.device_notes:
         click.echo(line, err=True)
-    data = S.summary(r, frames, analysis)
+    data = S.summary(r, analysis=analysis)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
     from tracekit.commands._render import render_summary
 
-    render_summary(data, frames, None if show_all else limit, analysis)
+    render_summary(data, analysis, None if show_all else limit)

@@ -16,7 +16,7 @@ from textual.widgets import Static
 from tracekit.text import short_name
 from tracekit.tui.screens.base import FrameScreen
 from tracekit.tui.screens.dialogs import TextScreen, fields_content, kernel_group_fields
-from tracekit.tui.tables import kernel_groups, kernel_labels, kernel_view
+from tracekit.tui.tables import kernel_groups, kernel_labels, kernel_view, tables_kernels
 from tracekit.tui.text import clean, time_us
 from tracekit.tui.widgets.footer import KeyFooter
 from tracekit.tui.widgets.frame_table import Col, FrameTable
@@ -77,7 +77,7 @@ class KernelsScreen(FrameScreen):
             self.groups = groups
             """One row per kernel name (tracekit.tui.tables.kernel_groups)."""
 
-    def __init__(self, kernels: pl.DataFrame, run_name: str) -> None:
+    def __init__(self, kernels: pl.DataFrame, run_name: str, tables: Any = None) -> None:
         name = name_column(kernel_labels(kernels.get_column("name")))
         self.launch_columns = [name, *LAUNCH_COLUMNS[1:]]
         self.group_columns = [name, *GROUP_COLUMNS[1:]]
@@ -86,6 +86,8 @@ class KernelsScreen(FrameScreen):
         )
         self.kernels = kernels
         self.run_name = run_name
+        self.tables = tables
+        """The Analysis' run tables (its kernels by name are the grouped view); None while the run is analysed."""
         self.grouped = False
         self._groups: pl.DataFrame | None = None
 
@@ -96,6 +98,9 @@ class KernelsScreen(FrameScreen):
 
     def _title(self) -> Content:
         mode = "grouped by name" if self.grouped else "every launch, in timeline order"
+        t = self.tables
+        if self.grouped and t is not None and t.kernels_total > len(t.kernels):
+            mode += f" (the {len(t.kernels):,} of {t.kernels_total:,} names with the most time: show --all)"
         return Content.assemble(
             ("kernels", "bold $accent"),
             f" of {clean(self.run_name)} · {self.kernels.height:,} launches · {mode}",
@@ -118,7 +123,10 @@ class KernelsScreen(FrameScreen):
 
     @work(thread=True, exclusive=True, group="group")
     def group(self) -> None:
-        self.post_message(self.KernelsGrouped(kernel_groups(self.kernels)))
+        # the Analysis' kernels by name (grouped once, when it was built); the launches grouped here only while
+        # the run is still being analysed
+        groups = kernel_groups(self.kernels) if self.tables is None else tables_kernels(self.tables)
+        self.post_message(self.KernelsGrouped(groups))
 
     def on_kernels_screen_kernels_grouped(self, message: KernelsScreen.KernelsGrouped) -> None:
         self._groups = message.groups

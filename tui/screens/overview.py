@@ -316,7 +316,8 @@ class OverviewScreen(FrameScreen):
         if self._ready():
             from tracekit.tui.screens.kernels import KernelsScreen
 
-            self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name))  # type: ignore[union-attr]
+            tables = self.analysis.tables if self.analysis is not None else None
+            self.app.push_screen(KernelsScreen(self.data.frames["kernels"], self.data.name, tables))  # type: ignore[union-attr]
 
     def action_failures(self) -> None:
         if self._ready() and self._analysed():
@@ -368,11 +369,10 @@ class OverviewScreen(FrameScreen):
             self.app.push_screen(BreakdownScreen(self.data, self.analysis))  # type: ignore[arg-type]
 
     def action_backends(self) -> None:
-        if self._ready():
+        if self._ready() and self._analysed():
             from tracekit.tui.screens.recommend import RecommendScreen
 
-            d = self.data
-            self.app.push_screen(RecommendScreen(d.record, d.frames, d.name))  # type: ignore[union-attr]
+            self.app.push_screen(RecommendScreen(self.analysis.recommendation, self.data.name))  # type: ignore[union-attr]
 
     def action_open(self) -> None:
         from tracekit.tui.screens.picker import RunPickerScreen

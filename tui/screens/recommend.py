@@ -20,17 +20,18 @@ class RecommendScreen(Screen[None]):
     """Per shape of the source run: its own GEMM time per call, the fastest working backend, the saving."""
 
     class RecommendationBuilt(Message):
-        """The recommendation was read from the bench run (None: the run is not a --shapes-from run)."""
+        """The recommendation's lines were made (None: the run is not a --shapes-from run)."""
 
         def __init__(self, lines: Any) -> None:
             super().__init__()
             self.lines = lines
             """(title, header, rows, footnotes) of tracekit.analyzers.recommend.recommendation_lines, or None."""
 
-    def __init__(self, record: Any, frames: dict[str, Any], run_name: str) -> None:
+    def __init__(self, recommendation: Any, run_name: str) -> None:
         super().__init__()
-        self.record, self.frames, self.run_name = record, frames, run_name
-        self.title_text = Static(Content(f"backends · {clean(run_name)} · reading…"), id="screen-title")
+        self.recommendation, self.run_name = recommendation, run_name
+        """The Analysis' recommendation (tracekit.analyzers.recommend.Recommendation), None for another run."""
+        self.title_text = Static(Content(f"backends · {clean(run_name)}"), id="screen-title")
         self.table: DataTable[str] = DataTable(zebra_stripes=True, cursor_type="row")
         self.notes = Static("", id="recommend-notes")
 
@@ -46,9 +47,9 @@ class RecommendScreen(Screen[None]):
 
     @work(thread=True, exclusive=True)
     def build(self) -> None:
-        from tracekit.analyzers.recommend import recommendation_lines, recommendation_of
+        from tracekit.analyzers.recommend import recommendation_lines
 
-        rec = recommendation_of(self.record, self.frames)
+        rec = self.recommendation
         self.post_message(self.RecommendationBuilt(None if rec is None else recommendation_lines(rec)))
 
     def on_recommend_screen_recommendation_built(self, message: RecommendScreen.RecommendationBuilt) -> None:

@@ -252,3 +252,41 @@ def test_without_polars_the_stored_analysis_gives_the_same_plan(tmp_path: Path) 
     proc = dry(empty)
     assert proc.returncode == 2, proc.stderr
     assert "needs polars" in proc.stderr and "Traceback" not in proc.stderr
+
+
+FIX_BENCH = ROOT / "samples" / "h100-serve-fix-bench"
+
+
+def test_the_h100_sweep_recommends_from_its_own_measurements(tmp_path: Path) -> None:
+    """The committed H100 sweep at the serving sample's shapes: its recommendation's rows are the source's plan
+    rows, each row's best is the fastest backend that worked, the saving is max(Δ, 0) x calls, the FP8 what-if of
+    every bf16 row is measured apart and left out of the total, and the report renders the table."""
+    if not FIX_BENCH.is_dir():
+        pytest.skip("samples/h100-serve-fix-bench is not in this checkout")
+    rec = tracekit.load(FIX_BENCH).analyze().recommendation
+    assert rec is not None
+    want = _shaped_cases()
+    got = {(r.row.m, r.row.n, r.row.k, r.row.dtype): r for r in rec.rows}
+    assert set(got) == set(want)
+    total = 0.0
+    for key, r in got.items():
+        assert r.row.calls == want[key][0]
+        ok = [b for b in r.results if b.status == "ok" and b.time_ns]
+        assert ok and r.best is not None
+        assert r.best.time_ns == min(b.time_ns for b in ok)
+        assert r.delta_ns == pytest.approx(r.row.per_call_ns - r.best.time_ns)
+        assert r.saving_ns == pytest.approx(max(r.delta_ns, 0.0) * r.row.calls)
+        total += r.saving_ns
+        if key[3] == "bf16":
+            fp8 = r.what_if["fp8"]
+            assert fp8.best is not None and fp8.best.backend.startswith("torch-fp8")
+            assert fp8.best.time_ns < r.best.time_ns  # FP8 is faster at every bf16 shape on the H100
+        else:
+            assert {b.backend: b.status for b in r.results}["sgl-fp8"] == "unavailable"
+    assert rec.saving_ns_total == pytest.approx(total)
+    out = tmp_path / "ticket.md"
+    report = _tracekit("report", str(FIX_BENCH), "-o", str(out))
+    assert report.returncode == 0, report.stderr
+    text = out.read_text()
+    assert "Backends at the shapes of h100-serve-torchprof" in text
+    assert "torch-fp8-rowwise 241.4 µs" in text  # row 1's what-if, as docs/GEMM_OPS.md shows it

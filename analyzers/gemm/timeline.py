@@ -121,9 +121,9 @@ def _op_like(name: str) -> bool:
     return is_op_range(name)
 
 
-def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: set[str]) -> pl.DataFrame:
+def _prepared(kernels: pl.DataFrame, res: pl.DataFrame, gemm_names: set[str]) -> pl.DataFrame:
     """The timed kernels with their class (``cls``: the kernels frame's, else the kernel table's), whether each is
-    a GEMM (``_gemm``) and where its range sits (:func:`~.ranges.resolve_ranges`)."""
+    a GEMM (``_gemm``) and where its range sits (``res``: :func:`~.ranges.resolve_ranges`)."""
     cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
     ks = kernels.select(cols).filter(timed)
@@ -149,7 +149,6 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
     ks = ks.with_columns(
         ((pl.col("cls") == "gemm").fill_null(False) | (pl.col("name").is_in(counted) & ~conv)).alias("_gemm")
     )
-    res = resolve_ranges(ranges) if ranges is not None else resolve_ranges(None)  # type: ignore[arg-type]
     ks = ks.join(res, on="range_id", how="left")
     return ks.with_columns(
         pl.col("aux_in_gemm").fill_null(False),
@@ -250,14 +249,15 @@ def timeline_cases(
     ranges = ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64))
     if "range_kind" not in ranges.columns:
         ranges = ranges.with_columns(pl.lit(None, pl.String).alias("range_kind"))
-    ks = _prepared(_with_memops(kernels, frames.get("memops")), ranges, gemm_names or set())
+    res = resolve_ranges(ranges)  # where each range sits: the kernels' and the missing calls' (computed once)
+    ks = _prepared(_with_memops(kernels, frames.get("memops")), res, gemm_names or set())
     if ks.height == 0:
         return out
     names = _Names(ranges)
     starts = ks.select("device", "start_ns")
     out.cases.extend(_tracekit_cases(ks, ranges, names, starts, device))
     held, loose = _user_cases(
-        ks, ranges, names, starts, device, kernel_shapes or {}, graph_ops or set(), launch_counts or {}
+        ks, ranges, res, names, starts, device, kernel_shapes or {}, graph_ops or set(), launch_counts or {}
     )
     out.cases.extend(held)
     out.loose.extend(loose)
@@ -469,6 +469,7 @@ def positions(
 def _user_cases(
     ks: pl.DataFrame,
     ranges: pl.DataFrame,
+    res: pl.DataFrame,
     names: _Names,
     starts: pl.DataFrame,
     device: DeviceSpec | None,
@@ -530,7 +531,7 @@ def _user_cases(
         .group_by("case", maintain_order=True)
         .agg(pl.col("owner").first(), pl.col("owner").alias("owners"))
     )
-    missing = _calls_without_kernel(ranges, ks, names, set(calls["owner"].to_list()) | graph_ops)
+    missing = _calls_without_kernel(ranges, res, names, set(calls["owner"].to_list()) | graph_ops)
     held: list[GemmCase] = []
     loose: list[GemmCase] = []
     for ci, first, owners in firsts.iter_rows():
@@ -596,14 +597,13 @@ def _unlinked_tops(ks: pl.DataFrame, calls: pl.DataFrame, tops: dict[int, dict[s
 
 
 def _calls_without_kernel(
-    ranges: pl.DataFrame, ks: pl.DataFrame, names: _Names, called: set[int]
+    ranges: pl.DataFrame, res: pl.DataFrame, names: _Names, called: set[int]
 ) -> dict[tuple, int]:
     """Innermost shaped ranges that are no call (their GEMM kernel is missing), counted per (user range,
-    operator, shape)."""
+    operator, shape); ``res``: :func:`~.ranges.resolve_ranges` of ``ranges``."""
     dims = [c for c in ("m", "n", "k") if c in ranges.columns]
     if len(dims) < 3:
         return {}
-    res = resolve_ranges(ranges)
     shaped = ranges.filter(
         (pl.col("m").fill_null(0) > 0) & (pl.col("n").fill_null(0) > 0) & (pl.col("k").fill_null(0) > 0)
     ).filter(~pl.col("range_kind").is_in(["gemm", "aux", "moe"]).fill_null(False))

@@ -203,6 +203,7 @@ def _gemm_named_holders(user: pl.DataFrame, names: _Names) -> pl.DataFrame:
     holders = user.filter(pl.col("holder").is_not_null())
     if holders.height == 0:
         return user
+    names.fetch(holders["holder"].unique())
     with_names = holders.with_columns(
         pl.col("holder")
         .replace_strict(
@@ -694,6 +695,7 @@ def _calls_without_kernel(
         return {}
     holder = res.select("range_id", "holder")
     missing = missing.join(holder, on="range_id", how="left")
+    names.fetch(missing["holder"].unique())
     out: dict[tuple, int] = {}
     for r in missing.iter_rows(named=True):
         key = (fold_range(names.name(r["holder"])), fold_range(r["name"]), tuple(r.get(c) for c in _SHAPE))

@@ -134,7 +134,8 @@ def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
         at[live] = parent[at[live]]
     kept = keyed[~nested]
     outer = pl.DataFrame(
-        {"_row": kept.astype(np.int32), "instance": ids[kept]}, schema={"_row": pl.Int32, "instance": pl.Int64}
+        {"_row": kept.astype(np.int32), "instance": ids[kept]},
+        schema={"_row": pl.Int32, "instance": pl.Int64},
     ).join(named.select(pl.col("_row").cast(pl.Int32), "key"), on="_row")
     return (
         above.join(outer, on="_row")

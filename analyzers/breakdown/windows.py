@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
 
 from ..gemm.case import context_key
+from ..gemm.ranges import _positions
 from ..gemm.user_ranges import range_key
 
 __all__ = ["MAX_DEPTH", "fold_range_name", "instance_windows"]
@@ -45,21 +47,6 @@ def _keys(ranges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _closure(ranges: pl.DataFrame) -> pl.DataFrame:
-    """(``range_id``, ``anc``): every range with itself and each of its ancestors."""
-    parents = ranges.select("range_id", "parent_id").filter(pl.col("parent_id").is_not_null())
-    pairs = [ranges.select("range_id", pl.col("range_id").alias("anc"))]
-    cur = parents.select("range_id", pl.col("parent_id").alias("anc"))
-    for _ in range(MAX_DEPTH):
-        if cur.height == 0:
-            break
-        pairs.append(cur)
-        cur = cur.join(parents, left_on="anc", right_on="range_id", how="inner").select(
-            "range_id", pl.col("parent_id").alias("anc")
-        )
-    return pl.concat(pairs, how="vertical").unique()
-
-
 def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """The GPU window of every range instance that holds work: ``instance`` (its range_id), ``key`` (its folded
     name), ``rank``, ``device``, ``w0`` / ``w1`` (first start, last end of the rows launched inside it or in the
@@ -68,7 +55,12 @@ def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     An instance nested inside another of the same key (a ``forward`` inside a ``forward``) is not one of its own:
     its rows count for the outer instance; and a window ends where the next instance of its key on the device
     begins (step N's last kernels often run after step N+1's first ones: that time goes to step N+1), so no time
-    is counted twice within a key."""
+    is counted twice within a key.
+
+    Computed upward from the ranges that hold rows, never over every (range, ancestor) pair of the run: each
+    level's windows are merged per (parent, device) before the next step up (a few hundred thousand rows for 5M
+    ranges, where the pairs were tens of millions), and only the ranges above some work are keyed and checked for
+    an ancestor of their own key."""
     empty = pl.DataFrame(
         schema={
             "instance": pl.Int64,
@@ -88,20 +80,65 @@ def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     )
     if held.height == 0:
         return empty
-    named = ranges.select("range_id", "parent_id", "name").filter(pl.col("name").is_not_null())
-    keyed = named.join(_keys(named), on="name", how="left").select("range_id", "key")
-    closure = _closure(ranges.select("range_id", "parent_id"))
-    with_keys = closure.join(keyed, on="range_id").join(
-        keyed.rename({"range_id": "anc", "key": "anc_key"}), on="anc"
+    ids_col = ranges["range_id"].cast(pl.Int64)
+    has_id = ids_col.is_not_null().to_numpy()
+    ids = ids_col.fill_null(0).to_numpy()
+    parents_col = ranges["parent_id"].cast(pl.Int64)
+    parent = _positions(ids, parents_col.fill_null(0).to_numpy(), parents_col.is_not_null().to_numpy())
+    parent = np.where(has_id[np.maximum(parent, 0)], parent, -1).astype(np.int32)
+    # the held ranges as rows of ``ranges`` (a range_id no range has holds nothing)
+    row_of = pl.DataFrame({"range_id": ids_col, "_row": np.arange(len(ids), dtype=np.int32)}).filter(
+        pl.col("range_id").is_not_null()
     )
-    nested = with_keys.filter((pl.col("anc") != pl.col("range_id")) & (pl.col("key") == pl.col("anc_key")))
-    outer = keyed.join(nested.select("range_id").unique(), on="range_id", how="anti")
-    return (
-        held.join(closure, on="range_id")
-        .join(outer.rename({"range_id": "anc"}), on="anc")
-        .group_by("anc", "key", "rank", "device")
+    cur = held.join(row_of, on="range_id").select("_row", "rank", "device", "w0", "w1")
+    # every range at or above a held one (up to MAX_DEPTH steps), with the window of the work below it
+    levels = [cur]
+    for _ in range(MAX_DEPTH):
+        up = parent[cur["_row"].to_numpy()]
+        cur = (
+            cur.with_columns(pl.Series("_row", up, dtype=pl.Int32))
+            .filter(pl.col("_row") >= 0)
+            .group_by("_row", "rank", "device")
+            .agg(pl.col("w0").min(), pl.col("w1").max())
+        )
+        if cur.height == 0:
+            break
+        levels.append(cur)
+    above = (
+        pl.concat(levels, how="vertical")
+        .group_by("_row", "rank", "device")
         .agg(pl.col("w0").min(), pl.col("w1").max())
-        .rename({"anc": "instance"})
+    )
+    # their keys (each distinct name folded once), as codes; an unnamed range is no instance
+    cand = np.unique(above["_row"].to_numpy())
+    named = pl.DataFrame({"_row": cand, "name": ranges["name"].gather(cand)})
+    named = named.join(_keys(named), on="name", how="left")
+    codes = named["key"].rank("dense").fill_null(0).cast(pl.Int64).to_numpy()  # 0: no name
+    code_of = np.zeros(len(ids), dtype=np.int64)
+    code_of[cand] = codes
+    # nested: some range above it (itself excluded) has its key; the ranges above a candidate are candidates too
+    keyed = cand[codes > 0]
+    mine = code_of[keyed]
+    nested = np.zeros(len(keyed), dtype=bool)
+    live = np.arange(len(keyed))
+    at = parent[keyed]
+    for _ in range(MAX_DEPTH):
+        going = at[live] >= 0
+        live = live[going]
+        if live.size == 0:
+            break
+        here = at[live]
+        same = (code_of[here] == mine[live]) & (here != keyed[live])
+        nested[live[same]] = True
+        live = live[~same]
+        at[live] = parent[at[live]]
+    kept = keyed[~nested]
+    outer = pl.DataFrame(
+        {"_row": kept.astype(np.int32), "instance": ids[kept]},
+        schema={"_row": pl.Int32, "instance": pl.Int64},
+    ).join(named.select(pl.col("_row").cast(pl.Int32), "key"), on="_row")
+    return (
+        above.join(outer, on="_row")
         .sort("key", "rank", "device", "w0", "instance", nulls_last=True)
         .with_columns(
             pl.min_horizontal("w1", pl.col("w0").shift(-1).over("key", "rank", "device")).alias("w1")

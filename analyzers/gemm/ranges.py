@@ -13,12 +13,14 @@ decide what a kernel launched in it belongs to (:func:`resolve_ranges`).
   transparent): the range a GEMM "ran in" as the user sees it. ``blocked`` when the nearest range that is no
   per-operator range is one tracekit named for something else (a MoE launch): such kernels are no user case.
 
-Computed in polars by pointer doubling (each round looks twice as far up), so a million ranges nested a few
-dozen deep take a handful of joins; range names are tested once per distinct name.
+Computed by pointer doubling (each round looks twice as far up) over row positions, with numpy gathers: a
+round over 5M ranges is a few gathers, where a join per round took seconds; range names are tested once per
+distinct name.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from .user_ranges import is_op_range
@@ -51,32 +53,48 @@ def _flags(ranges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _nearest(df: pl.DataFrame, targets: dict[str, tuple[str, bool]]) -> pl.DataFrame:
-    """For each ``out -> (flag, farthest)``: the nearest (or farthest) range at or above each range whose
-    ``flag`` holds, by pointer doubling over ``parent_id``."""
-    id_type = df.schema["range_id"]
-    cur = df.select(
-        "range_id",
-        pl.col("parent_id").alias("_jump"),
-        *[pl.when(pl.col(flag)).then(pl.col("range_id")).alias(out) for out, (flag, _) in targets.items()],
-    )
+def _positions(ids: np.ndarray, parents: np.ndarray, has_parent: np.ndarray) -> np.ndarray:
+    """Each range's parent as a row position (-1: none, or a parent id that is no range of the frame); int32
+    (fresh memory is paid in page faults: half the bytes, half the faults)."""
+    n = len(ids)
+    low = int(ids.min())
+    rows = np.arange(n, dtype=np.int32)
+    if int(ids.max()) - low + 1 == n:  # ids 0..n-1 in some order (every reader numbers them so): a direct map
+        row_of = np.full(n, -1, dtype=np.int32)
+        row_of[ids - low] = rows
+        if (row_of >= 0).all():  # no id twice
+            at = np.clip(parents - low, 0, n - 1)
+            return np.where(has_parent & (parents >= low) & (parents - low < n), row_of[at], -1).astype(
+                np.int32
+            )
+    order = np.argsort(ids, kind="stable").astype(np.int32)
+    sorted_ids = ids[order]
+    at = np.minimum(np.searchsorted(sorted_ids, parents), n - 1)
+    return np.where(has_parent & (sorted_ids[at] == parents), order[at], -1).astype(np.int32)
+
+
+def _nearest(parent: np.ndarray, targets: dict[str, tuple[np.ndarray, bool]]) -> dict[str, np.ndarray]:
+    """For each ``out -> (flag, farthest)``: the row of the nearest (or farthest) range at or above each range
+    whose ``flag`` holds (-1: none), by pointer doubling over the parent rows (``parent``, -1 at a root): each
+    round looks twice as far up, by gathers over the rows."""
+    rows = np.arange(len(parent), dtype=np.int32)
+    outs = {out: np.where(flag, rows, np.int32(-1)) for out, (flag, _) in targets.items()}
+    jumps = parent.copy()  # each row's jump (-1: past the root); rows past the root are done
+    act = np.flatnonzero(jumps >= 0)
     for _ in range(_MAX_ROUNDS):
-        if cur["_jump"].null_count() == cur.height:
+        if act.size == 0:
             break
-        up = cur.select(
-            pl.col("range_id").alias("_jump"),
-            pl.col("_jump").alias("_jump2"),
-            *[pl.col(out).alias(f"{out}_up") for out in targets],
-        )
-        cur = cur.join(up, on="_jump", how="left").select(
-            "range_id",
-            pl.col("_jump2").cast(id_type).alias("_jump"),
-            *[
-                (pl.coalesce(f"{out}_up", out) if far else pl.coalesce(out, f"{out}_up")).alias(out)
-                for out, (_, far) in targets.items()
-            ],
-        )
-    return cur.drop("_jump")
+        jump = jumps[act]
+        new = {}
+        for out, (_, far) in targets.items():  # every row from the values before this round
+            cur = outs[out]
+            up, mine = cur[jump], cur[act]
+            new[out] = np.where(up >= 0, up, mine) if far else np.where(mine >= 0, mine, up)
+        for out, values in new.items():
+            outs[out][act] = values
+        jumps[act] = jumps[jump]
+        act = act[jumps[act] >= 0]
+    return outs
 
 
 def resolve_ranges(ranges: pl.DataFrame) -> pl.DataFrame:
@@ -95,35 +113,45 @@ def resolve_ranges(ranges: pl.DataFrame) -> pl.DataFrame:
     if ranges is None or ranges.height == 0:
         return pl.DataFrame(schema=schema)
     flags = _flags(ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64)))
+    has_id = flags["range_id"].is_not_null().to_numpy()
+    ids = flags["range_id"].fill_null(0).to_numpy()
+    parent = _positions(
+        ids, flags["parent_id"].fill_null(0).to_numpy(), flags["parent_id"].is_not_null().to_numpy()
+    )
+    parent = np.where(has_id[np.maximum(parent, 0)], parent, -1)  # a row without an id is nobody's parent
+
+    def flag(name: str) -> np.ndarray:
+        return flags[name].fill_null(False).to_numpy() & has_id
+
     near = _nearest(
-        flags,
+        parent,
         {
-            "tk_gemm": ("_is_gemm", False),
-            "near_aux": ("_is_aux", False),
-            "far_aux": ("_is_aux", True),
-            "call": ("_is_call", False),
-            "opr": ("_is_op", False),
-            "not_op": ("_not_op", False),
+            "tk_gemm": (flag("_is_gemm"), False),
+            "near_aux": (flag("_is_aux"), False),
+            "far_aux": (flag("_is_aux"), True),
+            "call": (flag("_is_call"), False),
+            "opr": (flag("_is_op"), False),
+            "not_op": (flag("_not_op"), False),
         },
     )
-    is_user = flags.select("range_id", "_is_user")
-    gemm_of = near.select(pl.col("range_id").alias("near_aux"), pl.col("tk_gemm").alias("_aux_gemm"))
-    out = (
-        near.join(gemm_of, on="near_aux", how="left")
-        .join(is_user.rename({"range_id": "not_op", "_is_user": "_user"}), on="not_op", how="left")
-        .select(
-            "range_id",
-            "tk_gemm",
-            (
-                pl.col("tk_gemm").is_not_null()
-                & pl.col("near_aux").is_not_null()
-                & (pl.col("_aux_gemm") == pl.col("tk_gemm")).fill_null(False)
-            ).alias("aux_in_gemm"),
-            pl.when(pl.col("tk_gemm").is_null()).then(pl.col("far_aux")).alias("free_aux"),
-            "call",
-            "opr",
-            pl.when(pl.col("_user").fill_null(False)).then(pl.col("not_op")).alias("holder"),
-            (pl.col("not_op").is_not_null() & ~pl.col("_user").fill_null(False)).alias("blocked"),
-        )
+    gemm, near_aux, not_op = near["tk_gemm"], near["near_aux"], near["not_op"]
+    aux_gemm = np.where(near_aux >= 0, gemm[np.maximum(near_aux, 0)], -1)
+    user = (not_op >= 0) & flags["_is_user"].to_numpy()[np.maximum(not_op, 0)]
+
+    def id_of(pos: np.ndarray) -> pl.Series:
+        found = pos >= 0
+        return pl.select(pl.when(pl.Series(found)).then(pl.Series(ids[np.maximum(pos, 0)]))).to_series()
+
+    out = pl.DataFrame(
+        {
+            "range_id": flags["range_id"],
+            "tk_gemm": id_of(gemm),
+            "aux_in_gemm": (gemm >= 0) & (near_aux >= 0) & (aux_gemm == gemm),
+            "free_aux": id_of(np.where(gemm < 0, near["far_aux"], -1)),
+            "call": id_of(near["call"]),
+            "opr": id_of(near["opr"]),
+            "holder": id_of(np.where(user, not_op, -1)),
+            "blocked": (not_op >= 0) & ~user,
+        }
     )
     return out.cast(schema)  # type: ignore[arg-type]

@@ -90,33 +90,53 @@ class TimelineCases:
 
 
 class _Names:
-    """Range names by id, looked up lazily (a run may hold a million ranges; the cases need a few hundred)."""
+    """Range names and parents by id, fetched for the ids asked (with their ancestors): a run may hold millions of
+    ranges; the cases need the names of the ranges that hold their calls. :meth:`fetch` loads many ids in one
+    pass; an id asked for without it is fetched on its own."""
 
     def __init__(self, ranges: pl.DataFrame) -> None:
         self.ranges = ranges
-        self._name: dict[int, str | None] | None = None
-        self._parent: dict[int, int | None] | None = None
+        self._name: dict[int, str | None] = {}
+        self._parent: dict[int, int | None] = {}
 
-    def _load(self) -> None:
-        if self._name is None:
-            ids = self.ranges["range_id"].to_list()
-            self._name = dict(zip(ids, self.ranges["name"].to_list(), strict=True))
-            self._parent = dict(zip(ids, self.ranges["parent_id"].to_list(), strict=True))
+    def fetch(self, ids: pl.Series | list[int | None]) -> None:
+        """Load the names and parents of ``ids`` and of every range above them (one filter per level)."""
+        todo = pl.Series("range_id", ids, dtype=pl.Int64).drop_nulls().unique()
+        for _ in range(64):
+            todo = todo.filter(~todo.is_in(pl.Series(list(self._name), dtype=pl.Int64).implode()))
+            if todo.len() == 0:
+                return
+            got = self.ranges.filter(pl.col("range_id").is_in(todo.implode())).select(
+                "range_id", "name", "parent_id"
+            )
+            ids_, names, parents = (got[c].to_list() for c in ("range_id", "name", "parent_id"))
+            self._name.update(zip(ids_, names, strict=True))
+            self._parent.update(zip(ids_, parents, strict=True))
+            for rid in todo.to_list():  # ids no range has: known to have no name
+                self._name.setdefault(rid, None)
+                self._parent.setdefault(rid, None)
+            todo = got["parent_id"].drop_nulls().unique()
 
     def name(self, rid: int | None) -> str | None:
-        self._load()
-        return self._name.get(rid) if rid is not None else None  # type: ignore[union-attr]
+        if rid is None:
+            return None
+        if rid not in self._name:
+            self.fetch([rid])
+        return self._name.get(rid)
 
     def parents(self, rid: int | None) -> list[str]:
         """Folded names of the user ranges around ``rid``, outermost first (profiler op ranges skipped)."""
-        self._load()
+        if rid is not None and rid not in self._name:
+            self.fetch([rid])
         out: list[str] = []
-        cur, depth = self._parent.get(rid) if rid is not None else None, 0  # type: ignore[union-attr]
+        cur, depth = self._parent.get(rid) if rid is not None else None, 0
         while cur is not None and depth < 64:
-            name = self._name.get(cur)  # type: ignore[union-attr]
+            if cur not in self._name:
+                self.fetch([cur])
+            name = self._name.get(cur)
             if name and not _op_like(name):
                 out.append(fold_range(name))  # type: ignore[arg-type]
-            cur, depth = self._parent.get(cur), depth + 1  # type: ignore[union-attr]
+            cur, depth = self._parent.get(cur), depth + 1
         return out[::-1]
 
 
@@ -126,9 +146,9 @@ def _op_like(name: str) -> bool:
     return is_op_range(name)
 
 
-def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: set[str]) -> pl.DataFrame:
+def _prepared(kernels: pl.DataFrame, res: pl.DataFrame, gemm_names: set[str]) -> pl.DataFrame:
     """The timed kernels with their class (``cls``: the kernels frame's, else the kernel table's), whether each is
-    a GEMM (``_gemm``) and where its range sits (:func:`~.ranges.resolve_ranges`)."""
+    a GEMM (``_gemm``) and where its range sits (``res``: :func:`~.ranges.resolve_ranges`)."""
     cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
     timed = pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
     ks = kernels.select(cols).filter(timed)
@@ -154,7 +174,6 @@ def _prepared(kernels: pl.DataFrame, ranges: pl.DataFrame | None, gemm_names: se
     ks = ks.with_columns(
         ((pl.col("cls") == "gemm").fill_null(False) | (pl.col("name").is_in(counted) & ~conv)).alias("_gemm")
     )
-    res = resolve_ranges(ranges) if ranges is not None else resolve_ranges(None)  # type: ignore[arg-type]
     ks = ks.join(res, on="range_id", how="left")
     return ks.with_columns(
         pl.col("aux_in_gemm").fill_null(False),
@@ -188,6 +207,7 @@ def _gemm_named_holders(user: pl.DataFrame, names: _Names) -> pl.DataFrame:
     holders = user.filter(pl.col("holder").is_not_null())
     if holders.height == 0:
         return user
+    names.fetch(holders["holder"].unique())
     with_names = holders.with_columns(
         pl.col("holder")
         .replace_strict(
@@ -255,14 +275,15 @@ def timeline_cases(
     ranges = ranges.with_columns(pl.col("range_id").cast(pl.Int64), pl.col("parent_id").cast(pl.Int64))
     if "range_kind" not in ranges.columns:
         ranges = ranges.with_columns(pl.lit(None, pl.String).alias("range_kind"))
-    ks = _prepared(_with_memops(kernels, frames.get("memops")), ranges, gemm_names or set())
+    res = resolve_ranges(ranges)  # where each range sits: the kernels' and the missing calls' (computed once)
+    ks = _prepared(_with_memops(kernels, frames.get("memops")), res, gemm_names or set())
     if ks.height == 0:
         return out
     names = _Names(ranges)
     starts = ks.select("device", "start_ns")
     out.cases.extend(_tracekit_cases(ks, ranges, names, starts, device))
     held, loose = _user_cases(
-        ks, ranges, names, starts, device, kernel_shapes or {}, graph_ops or set(), launch_counts or {}
+        ks, ranges, res, names, starts, device, kernel_shapes or {}, graph_ops or set(), launch_counts or {}
     )
     out.cases.extend(held)
     out.loose.extend(loose)
@@ -479,6 +500,7 @@ def positions(
 def _user_cases(
     ks: pl.DataFrame,
     ranges: pl.DataFrame,
+    res: pl.DataFrame,
     names: _Names,
     starts: pl.DataFrame,
     device: DeviceSpec | None,
@@ -495,27 +517,20 @@ def _user_cases(
     calls, aux_rows = user_calls(user)
     if calls.height == 0:
         return [], []
-    # what each call's range says: the shaped range's shape, operator and FLOP count
-    shape_cols = [c for c in (*_SHAPE, "flops", "name") if c in ranges.columns]
-    shaped = ranges.filter(pl.col("range_id").is_in(calls["owner"].implode())).select("range_id", *shape_cols)
-    shaped_rows = {r["range_id"]: r for r in shaped.iter_rows(named=True)}
-    tops = _kernel_rows(ks, [t for t in calls["_top"].to_list() if t is not None])
+    # what each call's range says: the shaped range's shape, operator and FLOP count; its GEMM kernel's signature
+    per_call, sigs = _call_facts(calls, ks, ranges, names)
     keys: dict[int, tuple] = {}
     extra: dict[int, dict[str, Any]] = {}
-    for owner, top, holder in calls.select("owner", "_top", "holder").iter_rows():
-        krow = tops.get(top, {})
-        sig = kernel_ref(krow) if krow else KernelRef()
-        r = shaped_rows.get(owner, {})
-        op = fold_range(r.get("name")) if r else None
-        dims = tuple(r.get(c) for c in _SHAPE) if r else ()
+    for owner, top, holder, si, shaped, rname, flops, hname, _unlinked, *dims in per_call.iter_rows():
+        sig = sigs[si] if si is not None else _NO_KERNEL
+        op = fold_range(rname) if shaped else None
+        dims = tuple(dims) if shaped else ()
         if not (dims and dims[0] and dims[1] and dims[2]):
             dims = ()
         replayed = top is not None and top in kernel_shapes  # its GEMM kernel was replayed from a CUDA graph
         replay = kernel_shapes.get(top) if replayed else None
         if replay is not None and not dims:
             op, dims = replay
-        flops = r.get("flops") if r else None
-        hname = fold_range(names.name(holder))
         keys[owner] = (hname, sig.name, sig.grid, sig.block, op if (dims or flops) else None, dims)
         extra[owner] = {
             "holder": holder,
@@ -533,14 +548,15 @@ def _user_cases(
     # GEMM kernels with no launch event where the trace links others': launched before the profiler's window
     # opened (the previous step's tail) or their runtime events dropped; no operator, so no shape, whatever the
     # profiler recorded
-    unlinked = _unlinked_tops(ks, calls, tops)
+    unlinked = _unlinked_tops(ks, per_call)
     calls, _, timings = _cases_in_launch_order(calls, keys, aux_rows, starts)
     firsts = (
         calls.sort("first")
         .group_by("case", maintain_order=True)
         .agg(pl.col("owner").first(), pl.col("owner").alias("owners"))
     )
-    missing = _calls_without_kernel(ranges, ks, names, set(calls["owner"].to_list()) | graph_ops)
+    missing = _calls_without_kernel(ranges, res, names, set(calls["owner"].to_list()) | graph_ops)
+    names.fetch(per_call.filter(pl.col("owner").is_in(firsts["owner"].implode()))["holder"])
     held: list[CaseEvidence] = []
     loose: list[CaseEvidence] = []
     for ci, first, owners in firsts.iter_rows():
@@ -602,27 +618,85 @@ NO_LAUNCH_NOTE = (
 """What a GEMM without a shape says when its kernels' launches are not in the trace (the explainer's note)."""
 
 
-def _unlinked_tops(ks: pl.DataFrame, calls: pl.DataFrame, tops: dict[int, dict[str, Any]]) -> set[int] | None:
+def _unlinked_tops(ks: pl.DataFrame, per_call: pl.DataFrame) -> set[int] | None:
     """The calls (owners) whose GEMM kernel has no launch event, where the trace links other kernels to theirs;
     None where it links none (a trace without CPU events: nothing to tell apart)."""
     if "launch_start_ns" not in ks.columns or ks["launch_start_ns"].null_count() == ks.height:
         return None
-    return {
-        owner
-        for owner, top in calls.select("owner", "_top").iter_rows()
-        if top is not None and tops.get(top, {}).get("launch_start_ns", 0) is None
-    }
+    return set(per_call.filter(pl.col("_top").is_not_null() & pl.col("_unlinked"))["owner"].to_list())
+
+
+_NO_KERNEL = KernelRef()
+"""The signature of a call without a GEMM kernel (read only: each case copies its own)."""
+_SIGNATURE = (
+    "name", "kernel_family", "kernel_class", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+    "registers_per_thread", "smem_bytes", "static_smem_bytes", "dynamic_smem_bytes", "blocks_per_sm",
+    "est_occupancy_pct",
+)  # fmt: skip
+"""The kernel columns :func:`.parts.kernel_ref` reads."""
+
+
+def _call_facts(
+    calls: pl.DataFrame, ks: pl.DataFrame, ranges: pl.DataFrame, names: _Names
+) -> tuple[pl.DataFrame, list[KernelRef]]:
+    """Per call, in ``calls``' order: ``owner``, ``_top`` (its GEMM kernel), ``holder``, ``_sig`` (its kernel's
+    signature: a row of the returned list, one :class:`KernelRef` per distinct signature), ``_shaped`` (its owner
+    is a range: the shaped range's ``name``, ``flops`` and shape columns follow), ``_hname`` (the holder's folded
+    name), ``_unlinked`` (its GEMM kernel has no launch event), then the shape columns (:data:`_SHAPE`). One join
+    per source instead of a lookup per call."""
+    sig_cols = [c for c in _SIGNATURE if c in ks.columns]
+    launch = pl.col("launch_start_ns").is_null() if "launch_start_ns" in ks.columns else pl.lit(False)
+    tops = ks.filter(pl.col("kernel_id").is_in(calls["_top"].drop_nulls().implode())).select(
+        pl.col("kernel_id").alias("_top"), *sig_cols, launch.alias("_unlinked")
+    )
+    distinct = tops.select(sig_cols).unique(maintain_order=True).with_row_index("_sig")
+    sigs = [kernel_ref(r) for r in distinct.drop("_sig").iter_rows(named=True)]
+    tops = tops.join(distinct, on=sig_cols, how="left", nulls_equal=True).select("_top", "_sig", "_unlinked")
+    shaped = ranges.filter(pl.col("range_id").is_in(calls["owner"].implode())).select(
+        pl.col("range_id").alias("owner"),
+        pl.lit(True).alias("_shaped"),
+        *[
+            (pl.col(c) if c in ranges.columns else pl.lit(None)).alias(f"_r_{c}")
+            for c in ("name", "flops", *_SHAPE)
+        ],
+    )
+    holders = calls["holder"].drop_nulls().unique()
+    names.fetch(holders)
+    held = {h: names.name(h) for h in holders.to_list()}
+    folded = {n: fold_range(n) for n in set(held.values()) if n is not None}
+    hname = pl.DataFrame(
+        {"holder": list(held), "_hname": [folded.get(n) if n is not None else None for n in held.values()]},
+        schema={"holder": calls.schema["holder"], "_hname": pl.String},
+    )
+    per_call = (
+        calls.select("owner", "_top", "holder")
+        .join(tops, on="_top", how="left", maintain_order="left")
+        .join(shaped, on="owner", how="left", maintain_order="left")
+        .join(hname, on="holder", how="left", maintain_order="left")
+        .select(
+            "owner",
+            "_top",
+            "holder",
+            pl.col("_sig").cast(pl.Int64),
+            pl.col("_shaped").fill_null(False),
+            "_r_name",
+            "_r_flops",
+            "_hname",
+            pl.col("_unlinked").fill_null(False),
+            *[f"_r_{c}" for c in _SHAPE],
+        )
+    )
+    return per_call, sigs
 
 
 def _calls_without_kernel(
-    ranges: pl.DataFrame, ks: pl.DataFrame, names: _Names, called: set[int]
+    ranges: pl.DataFrame, res: pl.DataFrame, names: _Names, called: set[int]
 ) -> dict[tuple, int]:
     """Innermost shaped ranges that are no call (their GEMM kernel is missing), counted per (user range,
-    operator, shape)."""
+    operator, shape); ``res``: :func:`~.ranges.resolve_ranges` of ``ranges``."""
     dims = [c for c in ("m", "n", "k") if c in ranges.columns]
     if len(dims) < 3:
         return {}
-    res = resolve_ranges(ranges)
     shaped = ranges.filter(
         (pl.col("m").fill_null(0) > 0) & (pl.col("n").fill_null(0) > 0) & (pl.col("k").fill_null(0) > 0)
     ).filter(~pl.col("range_kind").is_in(["gemm", "aux", "moe"]).fill_null(False))
@@ -637,6 +711,7 @@ def _calls_without_kernel(
         return {}
     holder = res.select("range_id", "holder")
     missing = missing.join(holder, on="range_id", how="left")
+    names.fetch(missing["holder"].unique())
     out: dict[tuple, int] = {}
     for r in missing.iter_rows(named=True):
         key = (fold_range(names.name(r["holder"])), fold_range(r["name"]), tuple(r.get(c) for c in _SHAPE))

@@ -9,7 +9,7 @@ import msgspec
 import polars as pl
 import pytest
 
-from tracekit.analyzers.analysis import Analysis, Case, RunInfo, Summary, case_of
+from tracekit.analyzers.analysis import ANALYSIS_SCHEMA_VERSION, Analysis, Case, RunInfo, Summary, case_of
 from tracekit.analyzers.explain import explain_case, verdict_of
 from tracekit.analyzers.gemm import build_cases
 from tracekit.analyzers.store import load_frames, open_run
@@ -61,7 +61,7 @@ def test_analysis_json_round_trip_and_frame(samples_dir: Path) -> None:
     a = Analysis(run=RunInfo(path="x"), summary=Summary(cases=len(cases)), cases=cases)
     data = a.to_json()
     assert Analysis.from_json(data) == a
-    assert msgspec.json.decode(data)["schema_version"] == 3
+    assert msgspec.json.decode(data)["schema_version"] == ANALYSIS_SCHEMA_VERSION
     frame = a.cases_frame()
     assert frame.height == len(cases)
     assert frame["id"].to_list() == [c.id for c in cases]

@@ -3,7 +3,9 @@ held by its occupancy (a limiter, low occupancy, latency-bound) and estimated a 
 occupancy (the CPIStall and occupancy rules of its default sections), the in-kernel factor takes that estimate, with the same breakdown as the rated one (occupancy and its limiter,
 achieved occupancy, the top stalls). Without a FLOP count there is no rate to take a residual of; ncu's own
 estimate is measured evidence (the SIMT SGEMM capped at one CTA per SM by 202 KB of shared memory: "Long
-Scoreboard Stalls, est. speed-up ~49%")."""
+Scoreboard Stalls, est. speed-up ~49%"). The estimate is held to the tensor pipe's headroom
+(:func:`pipe_headroom_pct`): ncu's TheoreticalOccupancy rule says 88% for any kernel at one CTA per SM, a
+tensor-core GEMM that keeps its pipe busy by design included."""
 
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ TENSOR_PIPE_KEY = "tensor_pipe_pct"
 
 
 def pipe_headroom_pct(case: CaseEvidence) -> float | None:
-    """The most the kernel can speed up inside itself, in % of its time, where its tensor pipe was busy: no
-    change of occupancy runs the pipe past 100% of the cycles the kernel's waves fill, so the kernel keeps at
-    least the pipe's busy share of that time. The pipe's activity is taken over the waves' filled time (the
+    """The most of its time (in %) a tensor-core kernel can lose inside itself: no change of occupancy runs the
+    tensor pipe past 100% of the cycles the kernel's waves fill, so the kernel keeps at least the pipe's busy
+    share of that time. The pipe's activity is taken over the waves' filled time (the
     measured waves factor's idle SMs are not the kernel's own loss): a Triton GEMM of 133 tiles on 132 SMs runs
     its pipe 39% of the elapsed cycles and 77% of the filled ones, as its one-wave control does (ncu's
     TheoreticalOccupancy rule says 88% for both, from 1 CTA/SM alone). None for a SIMT kernel or where ncu did

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,30 @@ def test_the_shared_memory_cap_keeps_ncus_full_estimate_on_a_simt_kernel() -> No
     inside = next(f for f in case.factors if f.name == "in-kernel")
     assert inside.evidence["ncu_speedup_pct"] == 87.5 and "ncu_rule_speedup_pct" not in inside.evidence
     assert "limited by shared memory" in inside.sentence
+
+
+def test_the_cli_gives_the_same_verdicts_after_import(tmp_path: Path) -> None:
+    """`tracekit import` of the four reports into one run, then `tracekit explain --json`: every range's verdict is
+    the one the raw reports give."""
+
+    def tk(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "tracekit", *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    run = tmp_path / "run"
+    proc = tk("import", *(FOLDER / r for r in sorted(FACTS)), "-o", run)
+    assert proc.returncode == 0, proc.stderr
+    proc = tk("explain", run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = {c["range"]: c["verdict"] for c in json.loads(proc.stdout)["cases"]}
+    for report, fact in FACTS.items():
+        for r in fact["ranges"]:
+            raw = _case(report, r["range"]).verdict
+            assert (got[r["range"]]["kind"], got[r["range"]]["factor"], got[r["range"]]["cause"]) == (
+                str(raw.kind),
+                raw.factor,
+                raw.cause,
+            ), r["range"]
 
 
 def test_the_docs_table_of_planted_verdicts_is_todays() -> None:

@@ -10,6 +10,10 @@ policy. ``--table`` prints the Markdown table of two recordings.
     python benchmarks/verdict_kinds.py --record after.jsonl
     python benchmarks/verdict_kinds.py --table before.jsonl after.jsonl
 
+``--ncu-default`` prints the table of the planted causes in raw Nsight Compute reports with the default sections
+(samples/h100-ncu-default, their facts in its expected.json): each range's planted cause and the verdict tracekit
+gives it, read from the raw report as a user would (docs/CASES.md, "Planted causes in default-section ncu reports").
+
 The shared files are those tracekit reads (``.nsys-rep`` needs Nsight Systems and is left out), each imported
 alone, and the files users import together (a timeline with its ncu report; an ncu CSV export's details with its
 metrics).
@@ -116,6 +120,48 @@ def table(before: Path, after: Path) -> str:
     return "\n".join(lines)
 
 
+NCU_DEFAULT = Path("samples") / "h100-ncu-default"
+"""The raw ncu reports of planted causes, with their facts in ``expected.json``."""
+
+
+def names(verdict: Any, want: str) -> bool:
+    """Whether a case's verdict names ``want``: its kind, its factor or its cause."""
+    return want in (str(verdict.kind), verdict.factor, verdict.cause)
+
+
+def verdict_text(verdict: Any) -> str:
+    """A verdict in a table cell: its kind, factor and cause, and the calls' time it costs."""
+    text = str(verdict.kind)
+    named = [x for x in (verdict.factor, verdict.cause) if x and x != text]
+    if named:
+        text += ": " + " — ".join(named)
+    if verdict.lost_ns_total:
+        text += f" ({verdict.lost_ns_total / 1e3:,.1f} µs lost)"
+    return text
+
+
+def ncu_default_table(root: Path, analyses: dict[str, Any] | None = None) -> str:
+    """The Markdown table of the planted causes of ``root``'s samples/h100-ncu-default: per report and range what
+    was planted, what tracekit must name (or must not, for a control) and the verdict it gives. ``analyses`` (by
+    report file name) saves reading the reports again."""
+    import tracekit
+
+    folder = root / NCU_DEFAULT
+    facts = json.loads((folder / "expected.json").read_text())
+    lines = ["| report | range | planted | must name | verdict |", "|---|---|---|---|---|"]
+    for report, fact in facts.items():
+        if report.startswith("_"):
+            continue
+        analysis = (analyses or {}).get(report) or tracekit.load(folder / report).analyze()
+        for r in fact["ranges"]:
+            case = next(c for c in analysis.cases if c.range == r["range"])
+            must = r["verdict"] if "verdict" in r else f"not {r['not']}"
+            lines.append(
+                f"| {report} | {r['range']} | {r['planted']} | {must} | {verdict_text(case.verdict)} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -124,16 +170,22 @@ def main(argv: list[str] | None = None) -> int:
         "--record", type=Path, help="write the JSON lines of this checkout's verdict kinds here"
     )
     parser.add_argument("--table", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), help="the Markdown table")
+    parser.add_argument(
+        "--ncu-default",
+        action="store_true",
+        help="the table of the planted causes in samples/h100-ncu-default",
+    )
     args = parser.parse_args(argv)
+    root = Path.cwd() if (Path.cwd() / "samples").is_dir() else Path(__file__).resolve().parents[1]
     if args.record:
         with args.record.open("w") as out:
-            record(
-                Path.cwd() if (Path.cwd() / "samples").is_dir() else Path(__file__).resolve().parents[1], out
-            )
+            record(root, out)
     if args.table:
         print(table(*args.table))
-    if not args.record and not args.table:
-        parser.error("give --record FILE or --table BEFORE AFTER")
+    if args.ncu_default:
+        print(ncu_default_table(root))
+    if not args.record and not args.table and not args.ncu_default:
+        parser.error("give --record FILE, --table BEFORE AFTER or --ncu-default")
     return 0
 
 

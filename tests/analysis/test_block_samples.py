@@ -184,3 +184,14 @@ def test_the_programs_tflops_is_tracekits_gemm_rate_over_the_whole_block(analyse
         assert 1.5 < gemm_tflops / program_tflops < 3, (way, gemm_tflops, program_tflops)
         share = gemm_ns / blocks / (ms * 1e6)
         assert gemm_tflops * share == pytest.approx(program_tflops, rel=0.02), (way, gemm_tflops, share)
+
+
+def test_a_gemm_whose_configuration_counted_other_math_elsewhere_borrows_nothing(analyses: dict) -> None:
+    """``block/fp8``'s o projection runs on the kernel and grid (128) that ran o and down in ``block/eager``; the
+    ncu pass's per-configuration bound (2 launches) spent itself there (17.2 and 47.2 GFLOP). Neither count is this
+    GEMM's: no FLOPs and no borrowed evidence, rather than "several GEMMs" for calls that are one."""
+    (o,) = [
+        c for c in _cases(analyses, NCU, "fp8") if "_tst_256x128" in c.kernel.name and c.kernel.grid == 128
+    ]
+    assert o.flops.per_call is None and not o.flops.counters and o.ncu is None, (o.flops, o.ncu)
+    assert not any("several GEMMs" in u.what for u in analyses[NCU].summary.unknowns)

@@ -696,7 +696,9 @@ def borrow_ncu(
 ) -> list[CaseEvidence]:
     """A user-range case on the timeline whose own launches were not profiled (ncu limits launches per range, a
     CUDA graph replays them) takes the evidence of the same kernel with the same grid profiled elsewhere in the
-    run: same kernel and launch configuration, same math. ``ncu.borrowed_from`` names where it came from."""
+    run: same kernel and launch configuration, same math. ``ncu.borrowed_from`` names where it came from. Where
+    those launches counted different math (a persistent kernel serving several shapes on one grid), none of them
+    is known to be this case's GEMM, and nothing is borrowed."""
     ncu = frames.get("ncu")
     if ncu is None or ncu.height == 0:
         return cases
@@ -718,8 +720,12 @@ def _borrowed(case: CaseEvidence, rows: list[dict[str, Any]], ev: Evidence) -> C
     if not same:
         return case
     if case.counted is None and case.shape is None:
-        # None as the count when they counted different math
-        case = replace(case, counted=_counted_per_call(same, ev))
+        counted = _counted_per_call(same, ev)
+        if counted is not None and counted.spread is not None:
+            # the launches elsewhere counted different math (one kernel and grid serving several shapes there):
+            # none of them is this case's GEMM, and they say nothing of this case's own calls: nothing borrowed
+            return case
+        case = replace(case, counted=counted)
     return attach_ncu(case, same[:1], ev, borrowed_from=same[0].get("nvtx_range") or "(no range)")
 
 

@@ -8,9 +8,15 @@ import re
 
 from .names import is_gemm_kernel
 
-_OP_RANGE = re.compile(r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+")
-"""Ranges a profiler writes per operator (PyTorch ``emit_nvtx`` / Kineto ``cpu_op``: ``aten::addmm, seq = 7,
-op_id = 12``), as opposed to the user's own ranges."""
+_OP_RANGE = re.compile(
+    r"^[A-Za-z_]\w*::\w+|, (?:seq|op_id) = \d+"
+    r"|^## Call CompiledFxGraph \w+ ##$|^Torch-Compiled Region: [\d/]+$|^CompiledFunction$"
+)
+"""Ranges a profiler or framework writes per operator or per compiled graph, as opposed to the user's own ranges:
+PyTorch ``emit_nvtx`` / Kineto ``cpu_op`` (``aten::addmm, seq = 7, op_id = 12``), and torch.compile's
+``record_function`` around each call of a compiled graph (Inductor's ``## Call CompiledFxGraph <hash> ##``,
+Dynamo's ``Torch-Compiled Region: 0/0``, AOTAutograd's ``CompiledFunction``): a compiled block's GEMMs belong to
+the user's range around the call (``block/compiled``), not to the graph's hash."""
 _OP_SUFFIX = re.compile(r",\s*(?:seq|op_id|sizes|input_op_ids)\s*=.*$")
 
 

@@ -251,7 +251,7 @@ async def test_picker_over_samples_and_help() -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
-        await pilot.press("slash", *"bench", "enter", "enter")
+        await pilot.press("slash", *"h200-bench", "enter", "enter")
         await wait_loaded(pilot)
         assert isinstance(app.screen, OverviewScreen) and app.screen.data.name == "h200-bench-gemm"
 

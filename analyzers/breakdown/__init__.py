@@ -37,7 +37,7 @@ from ..taxonomy.frames import classify_frames
 from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
 from .sources import far_apart_notes
-from .windows import fold_range_name, instance_windows
+from .windows import Extents, fold_range_name, instance_windows, range_extents
 
 __all__ = [
     "CLASS_ORDER",
@@ -124,10 +124,12 @@ def activity(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 # --- per window statistics --------------------------------------------------------------------------------------
-def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None) -> tuple[pl.DataFrame, int]:
+def _windows(
+    rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None, extents: Extents | None = None
+) -> tuple[pl.DataFrame, int]:
     """Every window to break down: each device's span (``key`` null), then the instance windows of the ``limit``
     range names with the longest GPU windows (all with None): ``key``, rank, device, ``w0``, ``w1``; and how many
-    range names hold GPU work."""
+    range names hold GPU work. ``extents``: :func:`.windows.range_extents` of these rows and ranges, where known."""
     spans = rows.group_by(_KEYS).agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
     spans = spans.sort(
         _KEYS, nulls_last=True
@@ -135,7 +137,7 @@ def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None)
     spans = spans.select(pl.lit(None, pl.String).alias("key"), *_KEYS, "w0", "w1")
     if ranges is None or ranges.height == 0:
         return spans, 0
-    inst = instance_windows(rows, ranges)
+    inst = instance_windows(rows, ranges, extents)
     if inst.height == 0:
         return spans, 0
     totals = (
@@ -252,11 +254,15 @@ def _slices(
     """The device slices, the range slices (instances summed per name and device), the number of range names
     with GPU work, and the range slices of every name of ``also`` (a second ranges frame over the same rows: the
     step windows, analyzers/breakdown/steps.py). Both sets of windows go through one :func:`_stats`, so each
-    device's interval covers are built once."""
-    windows, names = _windows(rows, ranges, limit)
+    device's interval covers are built once; ``also`` must hold the ids and parents of ``ranges`` in the same order
+    (only its names differ), so the ranges' extents are found once too."""
+    extents = None
+    if ranges is not None and ranges.height and also is not None and also.height:
+        extents = range_extents(rows, ranges)  # the same ids and parents: one upward pass for both namings
+    windows, names = _windows(rows, ranges, limit, extents)
     n = windows.height
     if also is not None:
-        extra, _ = _windows(rows, also, None)
+        extra, _ = _windows(rows, also, None, extents)
         windows = pl.concat([windows, extra.filter(pl.col("key").is_not_null())], how="vertical")
     totals, classes = _stats(rows, windows, order)
     windows = windows.with_row_index("win").with_columns(pl.col("win").cast(pl.Int64))

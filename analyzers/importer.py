@@ -538,7 +538,8 @@ def ranks_of(results: list[FileResult]) -> list[int]:
 
 def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult]) -> dict[str, Any]:
     """Write the frames and the manifest (sources, partial, warnings); returns the import's summary. Several
-    ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily."""
+    ranks: frames with a rank column go one folder per rank (hive layout), so fleets scan lazily; ``frames`` is
+    emptied and ``results`` lose their rows before the Analysis reads the written frames back."""
     from .store import forget, write_frames
 
     forget(run)  # frames read before this import are not the run's any more
@@ -550,6 +551,12 @@ def _write(run: Run, frames: dict[str, pl.DataFrame], results: list[FileResult])
     run.save()
     # the Analysis of the frames just written, kept with the run (frames partitioned by rank are read back:
     # every read sees them in that order)
+    if len(ranks) >= 2:
+        # the rows in memory are let go first (the run's and each file's), so the two copies never coexist: the
+        # callers hand their frames over and keep only the summary
+        frames.clear()
+        for r in results:
+            r.extract, r.frames = None, None
     keep_analysis(run, frames if len(ranks) < 2 else None, summary["warnings"])
     return {"run": str(run.path), **summary, "ranks": ranks}
 

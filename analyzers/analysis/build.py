@@ -442,22 +442,25 @@ def _breakdown(frames: dict[str, pl.DataFrame], run: Run | None, scope: str) -> 
         raise ValueError(f"breakdown scope {scope!r} is not one of {', '.join(BREAKDOWN_SCOPES)}")
     if scope == "none":
         return None
-    from ..breakdown import RANGE_LIMIT, breakdown, memops_recorded
-    from ..breakdown.steps import step_headline
+    from ..breakdown import RANGE_LIMIT, breakdown_and, memops_recorded
+    from ..breakdown.steps import step_headline, step_windows
 
     kernels, memops = frames.get("kernels"), frames.get("memops")
     if (kernels is None or kernels.height == 0) and (memops is None or memops.height == 0):
         return None
-    result = breakdown(
+    # over the user's steps where the run has any, saying which (analyzers/breakdown/steps.py): their windows
+    # broken down from the same interval covers as the run's
+    found = step_windows(frames.get("ranges"))
+    result, step_slices = breakdown_and(
         frames,
+        also=found[1] if found is not None else None,
         range_limit=None if scope == "all" else RANGE_LIMIT,
         with_ranges=scope in ("top", "all"),
         memops=memops_recorded(run.record if run is not None else None),
     )
     if not result.devices:
         return None
-    # over the user's steps where the run has any, saying which (analyzers/breakdown/steps.py)
-    line = step_headline(frames, result, memops=memops_recorded(run.record if run is not None else None))
+    line = step_headline(result, (found[0], step_slices) if found is not None else None)
     return msgspec.structs.replace(result, headline=line)
 
 

@@ -37,7 +37,7 @@ from ..taxonomy.frames import classify_frames
 from .intervals import window_stats
 from .model import IDLE, Breakdown, ClassShare, Slice
 from .sources import far_apart_notes
-from .windows import fold_range_name, instance_windows
+from .windows import Extents, fold_range_name, instance_windows, range_extents
 
 __all__ = [
     "CLASS_ORDER",
@@ -49,6 +49,7 @@ __all__ = [
     "Slice",
     "activity",
     "breakdown",
+    "breakdown_and",
     "fold_range_name",
     "memops_recorded",
 ]
@@ -123,10 +124,12 @@ def activity(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 # --- per window statistics --------------------------------------------------------------------------------------
-def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None) -> tuple[pl.DataFrame, int]:
+def _windows(
+    rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None, extents: Extents | None = None
+) -> tuple[pl.DataFrame, int]:
     """Every window to break down: each device's span (``key`` null), then the instance windows of the ``limit``
     range names with the longest GPU windows (all with None): ``key``, rank, device, ``w0``, ``w1``; and how many
-    range names hold GPU work."""
+    range names hold GPU work. ``extents``: :func:`.windows.range_extents` of these rows and ranges, where known."""
     spans = rows.group_by(_KEYS).agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
     spans = spans.sort(
         _KEYS, nulls_last=True
@@ -134,7 +137,7 @@ def _windows(rows: pl.DataFrame, ranges: pl.DataFrame | None, limit: int | None)
     spans = spans.select(pl.lit(None, pl.String).alias("key"), *_KEYS, "w0", "w1")
     if ranges is None or ranges.height == 0:
         return spans, 0
-    inst = instance_windows(rows, ranges)
+    inst = instance_windows(rows, ranges, extents)
     if inst.height == 0:
         return spans, 0
     totals = (
@@ -209,12 +212,58 @@ def _slice(
     )
 
 
+def _range_slices(
+    inst: pl.DataFrame, totals: pl.DataFrame, classes: pl.DataFrame, order: Sequence[str]
+) -> list[Slice]:
+    """The range slices of the instance windows ``inst`` (``win``, ``key``, rank, device, ``w0``, ``w1``):
+    instances summed per name and device, from :func:`_stats`' ``totals`` and ``classes``."""
+    if inst.height == 0:
+        return []
+    keys = ["key", *_KEYS]
+    sums = ["busy_ns", "compute_ns", "communication_ns", "both_ns", "kernels"]
+    per_name = (
+        inst.join(totals, on="win")
+        .group_by(keys, maintain_order=True)
+        .agg(
+            (pl.col("w1") - pl.col("w0")).sum().alias("span_ns"),
+            *[pl.col(c).sum() for c in sums],
+            pl.len().alias("instances"),
+        )
+    )
+    name_classes = (
+        classes.join(inst.select("win", *keys), on="win")
+        .group_by(*keys, "cls")
+        .agg(pl.col("time_ns").sum(), pl.col("union_ns").sum(), pl.col("kernels").sum())
+    )
+    grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in name_classes.iter_rows(named=True):
+        grouped.setdefault((r["key"], r["rank"], r["device"]), []).append(r)
+    return [
+        _slice(g, g, grouped.get((g["key"], g["rank"], g["device"]), []), order)
+        for g in per_name.iter_rows(named=True)
+    ]
+
+
 def _slices(
-    rows: pl.DataFrame, ranges: pl.DataFrame | None, order: Sequence[str], limit: int | None
-) -> tuple[list[Slice], list[Slice], int]:
-    """The device slices, the range slices (instances summed per name and device) and the number of range names
-    with GPU work."""
-    windows, names = _windows(rows, ranges, limit)
+    rows: pl.DataFrame,
+    ranges: pl.DataFrame | None,
+    order: Sequence[str],
+    limit: int | None,
+    also: pl.DataFrame | None = None,
+) -> tuple[list[Slice], list[Slice], int, list[Slice]]:
+    """The device slices, the range slices (instances summed per name and device), the number of range names
+    with GPU work, and the range slices of every name of ``also`` (a second ranges frame over the same rows: the
+    step windows, analyzers/breakdown/steps.py). Both sets of windows go through one :func:`_stats`, so each
+    device's interval covers are built once; ``also`` must hold the ids and parents of ``ranges`` in the same order
+    (only its names differ), so the ranges' extents are found once too."""
+    extents = None
+    if ranges is not None and ranges.height and also is not None and also.height:
+        extents = range_extents(rows, ranges)  # the same ids and parents: one upward pass for both namings
+    windows, names = _windows(rows, ranges, limit, extents)
+    n = windows.height
+    if also is not None:
+        extra, _ = _windows(rows, also, None, extents)
+        windows = pl.concat([windows, extra.filter(pl.col("key").is_not_null())], how="vertical")
     totals, classes = _stats(rows, windows, order)
     windows = windows.with_row_index("win").with_columns(pl.col("win").cast(pl.Int64))
     # a device's own kernel count is every row, also those of zero length at the span's edges
@@ -243,32 +292,15 @@ def _slices(
         for w in devices.iter_rows(named=True)
     ]
     inst = windows.filter(pl.col("key").is_not_null())
-    if inst.height == 0:
-        return out_devices, [], names
-    keys = ["key", *_KEYS]
-    sums = ["busy_ns", "compute_ns", "communication_ns", "both_ns", "kernels"]
-    per_name = (
-        inst.join(totals, on="win")
-        .group_by(keys, maintain_order=True)
-        .agg(
-            (pl.col("w1") - pl.col("w0")).sum().alias("span_ns"),
-            *[pl.col(c).sum() for c in sums],
-            pl.len().alias("instances"),
-        )
-    )
-    name_classes = (
-        classes.join(inst.select("win", *keys), on="win")
-        .group_by(*keys, "cls")
-        .agg(pl.col("time_ns").sum(), pl.col("union_ns").sum(), pl.col("kernels").sum())
-    )
-    grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in name_classes.iter_rows(named=True):
-        grouped.setdefault((r["key"], r["rank"], r["device"]), []).append(r)
-    out_ranges = [
-        _slice(g, g, grouped.get((g["key"], g["rank"], g["device"]), []), order)
-        for g in per_name.iter_rows(named=True)
-    ]
-    return out_devices, out_ranges, names
+    mine, theirs = inst.filter(pl.col("win") < n), inst.filter(pl.col("win") >= n)
+    if theirs.height:  # each set's rows only, so the joins see what they saw when the sets were apart
+        extra_totals = totals.filter(pl.col("win") >= n)
+        extra_classes = classes.filter(pl.col("win") >= n)
+        totals, classes = totals.filter(pl.col("win") < n), classes.filter(pl.col("win") < n)
+        also_slices = _range_slices(theirs, extra_totals, extra_classes, order)
+    else:
+        also_slices = []
+    return out_devices, _range_slices(mine, totals, classes, order), names, also_slices
 
 
 def memops_recorded(record: RunRecord | None) -> bool:
@@ -290,6 +322,22 @@ def breakdown(
     names with the longest GPU windows (None: all). ``frames`` needs ``kernels`` (classified here when it has no
     ``kernel_class``: analyzers/taxonomy) and, for the ranges, ``ranges``; ``memops`` adds memcpy / memset time
     where the run recorded it."""
+    return breakdown_and(
+        frames, order=order, range_limit=range_limit, with_ranges=with_ranges, memops=memops
+    )[0]
+
+
+def breakdown_and(
+    frames: dict[str, pl.DataFrame],
+    *,
+    also: pl.DataFrame | None = None,
+    order: Sequence[str] = CLASS_ORDER,
+    range_limit: int | None = RANGE_LIMIT,
+    with_ranges: bool = True,
+    memops: bool = True,
+) -> tuple[Breakdown, list[Slice]]:
+    """:func:`breakdown`, and the slices of every range name of ``also`` (a second ranges frame of the same run,
+    every name kept: the step windows of analyzers/breakdown/steps.py), from the same interval covers."""
     kernels = frames.get("kernels")
     if kernels is not None and "kernel_class" not in kernels.columns:
         frames = classify_frames(frames)
@@ -301,8 +349,11 @@ def breakdown(
             "`tracekit import --rebuild RUN` reads them"
         )
     if rows.height == 0:
-        return Breakdown(order=tuple(order), notes=notes)
+        return Breakdown(order=tuple(order), notes=notes), []
     ranges = frames.get("ranges") if with_ranges else None
-    devices, by_range, total = _slices(rows, ranges, order, range_limit)
+    devices, by_range, total, also_slices = _slices(rows, ranges, order, range_limit, also)
     notes += far_apart_notes(frames.get("kernels"))
-    return Breakdown(devices=devices, ranges=by_range, ranges_total=total, order=tuple(order), notes=notes)
+    return (
+        Breakdown(devices=devices, ranges=by_range, ranges_total=total, order=tuple(order), notes=notes),
+        also_slices,
+    )

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import breakdown
-from .model import Breakdown
+from .model import Breakdown, Slice
 from .table import device_label, headline
 
-__all__ = ["OUTERMOST", "STEPS", "WHOLE", "step_headline"]
+__all__ = ["OUTERMOST", "STEPS", "WHOLE", "step_headline", "step_windows"]
 
 STEPS = "steps"
 OUTERMOST = "outermost ranges"
@@ -26,8 +25,10 @@ _PROFILER_STEP = r"^ProfilerStep(#\d+)?$"
 _OPERATOR = r"^(aten|c10d|nccl|cuda|cudnn|cublas)[:_]|, seq = |, op_id = "
 
 
-def _windows(ranges: pl.DataFrame | None) -> tuple[str, pl.DataFrame] | None:
-    """(what, ranges renamed to that one name) for the user's step windows, None where there are none."""
+def step_windows(ranges: pl.DataFrame | None) -> tuple[str, pl.DataFrame] | None:
+    """(what, ranges renamed to that one name) for the user's step windows, None where there are none: the
+    renamed ranges go to :func:`~tracekit.analyzers.breakdown.breakdown_and` beside the run's own, which breaks
+    both down from one set of interval covers per device."""
     if ranges is None or ranges.height == 0:
         return None
     name, kind = pl.col("name").fill_null(""), pl.col("range_kind").fill_null("")
@@ -48,14 +49,13 @@ def _windows(ranges: pl.DataFrame | None) -> tuple[str, pl.DataFrame] | None:
     return None
 
 
-def step_headline(frames: dict[str, pl.DataFrame], whole: Breakdown, *, memops: bool = True) -> str:
+def step_headline(whole: Breakdown, steps: tuple[str, list[Slice]] | None) -> str:
     """One line per GPU over the user's steps (see the module), each saying which windows it covers, or the whole
-    run's line (``whole``: the run's breakdown per device) labelled :data:`WHOLE`."""
-    found = _windows(frames.get("ranges"))
-    if found is not None:
-        what, ranges = found
-        result = breakdown({**frames, "ranges": ranges}, range_limit=None, with_ranges=True, memops=memops)
-        slices = [s for s in result.ranges if s.range == what]
+    run's line (``whole``: the run's breakdown per device) labelled :data:`WHOLE`. ``steps``: what the windows
+    are (:func:`step_windows`) and the range slices of the renamed ranges (``breakdown_and``'s second value)."""
+    if steps is not None:
+        what, found = steps
+        slices = [s for s in found if s.range == what]
         if slices:
             return "; ".join(
                 f"{what}{f' (×{s.instances:,})' if s.instances else ''}: "

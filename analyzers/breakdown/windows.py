@@ -4,6 +4,7 @@ window per device (first start to last end of the rows launched inside it, neste
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -47,39 +48,41 @@ def _keys(ranges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
-    """The GPU window of every range instance that holds work: ``instance`` (its range_id), ``key`` (its folded
-    name), ``rank``, ``device``, ``w0`` / ``w1`` (first start, last end of the rows launched inside it or in the
-    ranges under it, on that device).
+@dataclass(frozen=True)
+class Extents:
+    """What :func:`instance_windows` finds before it looks at a name: every range's id and parent row (``ids``,
+    ``parent``: -1 at a root), and ``above``: every range at or above a range that holds rows, per (rank,
+    device), with the window of the work below it (``_row``, rank, device, ``w0``, ``w1``). It depends on the
+    ranges' ids and parents only, so two namings of one ranges frame share it."""
 
-    An instance nested inside another of the same key (a ``forward`` inside a ``forward``) is not one of its own:
-    its rows count for the outer instance; and a window ends where the next instance of its key on the device
-    begins (step N's last kernels often run after step N+1's first ones: that time goes to step N+1), so no time
-    is counted twice within a key.
+    ids: np.ndarray
+    parent: np.ndarray
+    above: pl.DataFrame
 
-    Computed upward from the ranges that hold rows, never over every (range, ancestor) pair of the run: each
-    level's windows are merged per (parent, device) before the next step up (a few hundred thousand rows for 5M
-    ranges, where the pairs were tens of millions), and only the ranges above some work are keyed and checked for
-    an ancestor of their own key."""
-    empty = pl.DataFrame(
-        schema={
-            "instance": pl.Int64,
-            "key": pl.String,
-            "rank": pl.Int32,
-            "device": pl.Int32,
-            "w0": pl.Int64,
-            "w1": pl.Int64,
-        }
-    )
+
+_EMPTY = pl.DataFrame(
+    schema={
+        "instance": pl.Int64,
+        "key": pl.String,
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "w0": pl.Int64,
+        "w1": pl.Int64,
+    }
+)
+
+
+def range_extents(rows: pl.DataFrame, ranges: pl.DataFrame) -> Extents | None:
+    """The :class:`Extents` of ``ranges`` over ``rows``; None where no row is launched inside a range."""
     if ranges.height == 0 or rows.height == 0:
-        return empty
+        return None
     held = (
         rows.filter(pl.col("range_id").is_not_null())
         .group_by("range_id", "rank", "device")
         .agg(pl.col("start_ns").min().alias("w0"), pl.col("end_ns").max().alias("w1"))
     )
     if held.height == 0:
-        return empty
+        return None
     ids_col = ranges["range_id"].cast(pl.Int64)
     has_id = ids_col.is_not_null().to_numpy()
     ids = ids_col.fill_null(0).to_numpy()
@@ -109,6 +112,34 @@ def instance_windows(rows: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
         .group_by("_row", "rank", "device")
         .agg(pl.col("w0").min(), pl.col("w1").max())
     )
+    return Extents(ids, parent, above)
+
+
+def instance_windows(
+    rows: pl.DataFrame, ranges: pl.DataFrame, extents: Extents | None = None
+) -> pl.DataFrame:
+    """The GPU window of every range instance that holds work: ``instance`` (its range_id), ``key`` (its folded
+    name), ``rank``, ``device``, ``w0`` / ``w1`` (first start, last end of the rows launched inside it or in the
+    ranges under it, on that device).
+
+    An instance nested inside another of the same key (a ``forward`` inside a ``forward``) is not one of its own:
+    its rows count for the outer instance; and a window ends where the next instance of its key on the device
+    begins (step N's last kernels often run after step N+1's first ones: that time goes to step N+1), so no time
+    is counted twice within a key.
+
+    Computed upward from the ranges that hold rows, never over every (range, ancestor) pair of the run: each
+    level's windows are merged per (parent, device) before the next step up (a few hundred thousand rows for 5M
+    ranges, where the pairs were tens of millions), and only the ranges above some work are keyed and checked for
+    an ancestor of their own key. ``extents`` (:func:`range_extents` of the same rows and of ranges with the same
+    ids and parents in the same order: only the names may differ) skips the upward pass."""
+    empty = _EMPTY
+    if ranges.height == 0 or rows.height == 0:
+        return empty
+    if extents is None:
+        extents = range_extents(rows, ranges)
+    if extents is None:
+        return empty
+    ids, parent, above = extents.ids, extents.parent, extents.above
     # their keys (each distinct name folded once), as codes; an unnamed range is no instance
     cand = np.unique(above["_row"].to_numpy())
     named = pl.DataFrame({"_row": cand, "name": ranges["name"].gather(cand)})

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from tests.support.views import analysis_of, cli, imported_run
-from tracekit.analyzers.breakdown import breakdown
-from tracekit.analyzers.breakdown.steps import STEPS
+from tracekit.analyzers.breakdown import breakdown, breakdown_and
+from tracekit.analyzers.breakdown.steps import STEPS, step_windows
 from tracekit.analyzers.store import load_frames, open_run
 
 TRACE_DIFF = "thirdparty/hta/trace_diff__control__control.json.gz"
@@ -98,3 +98,17 @@ def test_a_run_without_memops_says_so(
     new = json.loads(cli(capsys, monkeypatch, "show", str(run_dir), "--json", columns=200))["breakdown"]
     assert data["devices"][0]["idle_ns"] > new["devices"][0]["idle_ns"]
     assert "memory" in {c["class"] for c in data["devices"][0]["classes"]}  # PyTorch fills are still there
+
+
+def test_step_slices_from_the_shared_pass_are_a_breakdown_of_their_own(run_dir: Path) -> None:
+    """breakdown_and breaks the step windows down from the run breakdown's covers and range extents: the same
+    slices as a breakdown of the renamed ranges alone, and the run's own breakdown unchanged beside them."""
+    frames = load_frames(open_run(run_dir))
+    found = step_windows(frames["ranges"])
+    assert found is not None and found[0] == STEPS
+    whole, steps = breakdown_and(frames, also=found[1])
+    alone = breakdown({**frames, "ranges": found[1]}, range_limit=None)
+    assert steps and [s.range for s in steps] == [STEPS] * len(steps)
+    assert steps == alone.ranges
+    assert whole == breakdown(frames)
+    assert sum(s.instances or 0 for s in steps) > 1

@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.analyzers.analysis.tables import KERNEL_GROUP_SCHEMA, group_kernels
+
 __all__ = [
     "FailureMatrix",
     "PlotData",
@@ -146,52 +148,21 @@ def kernel_view(kernels: pl.DataFrame) -> pl.DataFrame:
 
 
 def kernel_groups(kernels: pl.DataFrame) -> pl.DataFrame:
-    """Kernels grouped by name. Columns: name, launches, total_ns, mean_ns, min_ns, max_ns, pct (of GPU time)."""
-    if kernels.height == 0:
-        return pl.DataFrame(
-            schema={
-                "name": pl.String,
-                "launches": pl.UInt32,
-                "total_ns": pl.Int64,
-                "mean_ns": pl.Float64,
-                "min_ns": pl.Int64,
-                "max_ns": pl.Int64,
-                "pct": pl.Float64,
-            }
-        )
-    total = kernels["duration_ns"].sum() or 1
-    return (
-        kernels.group_by("name")
-        .agg(
-            pl.len().alias("launches"),
-            pl.col("duration_ns").sum().alias("total_ns"),
-            pl.col("duration_ns").mean().alias("mean_ns"),
-            pl.col("duration_ns").min().alias("min_ns"),
-            pl.col("duration_ns").max().alias("max_ns"),
-        )
-        .with_columns((pl.col("total_ns") / total * 100.0).alias("pct"))
-        .sort("total_ns", descending=True, nulls_last=True)
-    )
+    """Kernels grouped by name (the Analysis' own grouping, :func:`~tracekit.analyzers.analysis.tables.group_kernels`):
+    name, launches, total_ns, mean_ns, min_ns, max_ns, pct (of GPU time). The view groups a run's launches itself
+    only while its Analysis is being built; then it shows :func:`tables_kernels`."""
+    return group_kernels(kernels)
 
 
 def tables_kernels(tables: Any) -> pl.DataFrame:
     """The Analysis' kernels by name (:class:`~tracekit.analyzers.analysis.sections.RunTables`) with
     :func:`kernel_groups`' columns, most total time first."""
-    schema = {
-        "name": pl.String,
-        "launches": pl.UInt32,
-        "total_ns": pl.Int64,
-        "mean_ns": pl.Float64,
-        "min_ns": pl.Int64,
-        "max_ns": pl.Int64,
-        "pct": pl.Float64,
-    }
     rows = [
         {"name": r.name, "launches": r.launches, "total_ns": r.total_ns, "mean_ns": r.mean_ns,
          "min_ns": r.min_ns, "max_ns": r.max_ns, "pct": r.pct}
         for r in tables.kernels
     ]  # fmt: skip
-    return pl.DataFrame(rows, schema=schema)
+    return pl.DataFrame(rows, schema=KERNEL_GROUP_SCHEMA)
 
 
 def case_ref(case: Any) -> dict[str, Any]:

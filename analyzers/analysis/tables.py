@@ -6,6 +6,7 @@ and the TUI render them; none of them reads the frames for these tables); and th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 
@@ -62,15 +63,26 @@ def range_rows(
     return rows, grouped.height
 
 
-def kernel_rows(
-    frames: Mapping[str, pl.DataFrame], limit: int | None = TABLE_ROWS
-) -> tuple[list[KernelRow], int]:
-    """Timeline kernels grouped by name, most total time first (the first ``limit``; None: all), and how many
-    names there are: launches, total, mean, min and max duration and the share of every kernel's time."""
-    kernels = _frame(frames, "kernels")
-    if kernels is None:
-        return [], 0
-    grouped = (
+KERNEL_GROUP_SCHEMA: dict[str, Any] = {
+    "name": pl.String,
+    "launches": pl.UInt32,
+    "total_ns": pl.Int64,
+    "mean_ns": pl.Float64,
+    "min_ns": pl.Int64,
+    "max_ns": pl.Int64,
+    "pct": pl.Float64,
+}
+"""The columns of :func:`group_kernels` (and of :class:`KernelRow`)."""
+
+
+def group_kernels(kernels: pl.DataFrame) -> pl.DataFrame:
+    """Kernels (any frame with ``name`` and ``duration_ns``: the timeline's, Nsight Compute's) grouped by name,
+    most total time first, then by name: launches, total, mean, min and max duration and the share of every
+    kernel's time (:data:`KERNEL_GROUP_SCHEMA`). The one grouping behind the Analysis' kernel table and the TUI's
+    grouped view."""
+    if kernels.height == 0:
+        return pl.DataFrame(schema=KERNEL_GROUP_SCHEMA)
+    return (
         kernels.lazy()
         .select("name", "duration_ns")
         .group_by("name")
@@ -87,6 +99,17 @@ def kernel_rows(
         .sort("total_ns", "name", descending=[True, False], nulls_last=True)
         .collect()
     )
+
+
+def kernel_rows(
+    frames: Mapping[str, pl.DataFrame], limit: int | None = TABLE_ROWS
+) -> tuple[list[KernelRow], int]:
+    """Timeline kernels grouped by name, most total time first (the first ``limit``; None: all), and how many
+    names there are: launches, total, mean, min and max duration and the share of every kernel's time."""
+    kernels = _frame(frames, "kernels")
+    if kernels is None:
+        return [], 0
+    grouped = group_kernels(kernels)
     top = grouped if limit is None else grouped.head(limit)
     return [KernelRow(**r) for r in top.iter_rows(named=True)], grouped.height
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support.serve_sample import SERVE_GEMMS, SERVE_NSYS
 from tracekit.collectors.capture import CaptureSettings, NcuSettings, capture
 from tracekit.collectors.capture.passes import PLANNING_SAID
 from tracekit.collectors.capture.plan import _plan
@@ -22,15 +23,8 @@ from tracekit.naming import NCU_FILTER
 from tracekit.run import Run
 
 PY = sys.executable
-SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "h100-serve-nsys-ncu" / "raw" / "nsys.sqlite.xz"
-GEMMS = [
-    "nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_coopA_algo2_TNT",
-    "nvjet_sm90_qqtst_128x16_128x11_4x1_v_bz_algo2_splitK_TNT",
-    "nvjet_sm90_qqtst_64x16_128x16_4x1_v_bz_algo2_TNT",
-    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT",
-    "nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_TNT",
-    "nvjet_sm90_tst_64x16_64x16_4x1_v_bz_TNT",
-]
+SAMPLE = SERVE_NSYS
+GEMMS = SERVE_GEMMS
 OUT_OF = 'out=""; prev=""\nfor a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
 
 
